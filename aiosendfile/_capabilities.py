@@ -1,0 +1,21 @@
+"""What this platform lets aiosendfile do, for users and bug reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _platform
+from ._fallback import DEFAULT_FALLBACK_CHUNK
+from ._state import DEFAULT_MAX_CHUNK
+
+__all__ = ("capabilities",)
+
+
+def capabilities() -> dict[str, Any]:
+    """A dict describing the platform: zero-copy support and the default sizes."""
+    return {
+        "platform": _platform.PLATFORM,
+        "zero_copy_sendfile": _platform.HAS_SENDFILE,
+        "max_chunk": DEFAULT_MAX_CHUNK,
+        "fallback_chunk": DEFAULT_FALLBACK_CHUNK,
+    }

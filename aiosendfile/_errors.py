@@ -1,0 +1,106 @@
+"""The exception hierarchy, and the one place where OS errors are translated.
+
+::
+
+    SendfileError                 .sent: bytes that reached the socket before the error
+    ├── SendfileNotAvailableError also asyncio.SendfileNotAvailableError
+    ├── FileTruncatedError        the file ended before the promised byte count
+    └── ConnectionLostError       also ConnectionError (an OSError): the peer or
+                                  the transport went away mid-transfer
+
+Any other exception raised once the transfer has begun (``EIO`` from the
+disk, cancellation) keeps its type and gets a ``.sent`` attribute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = (
+    "ConnectionLostError",
+    "FileTruncatedError",
+    "SendfileError",
+    "SendfileNotAvailableError",
+    "map_exceptions",
+)
+
+_CONNECTION_ERRNOS = frozenset(
+    e
+    for e in (
+        errno.EPIPE,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.ENOTCONN,
+        getattr(errno, "ESHUTDOWN", None),
+        getattr(errno, "ETIMEDOUT", None),
+    )
+    if e is not None
+)
+
+
+class SendfileError(Exception):
+    """Base class of aiosendfile's errors. ``sent`` is the byte count already sent."""
+
+    sent: int
+
+    def __init__(self, *args: Any, sent: int = 0) -> None:
+        super().__init__(*args)
+        self.sent = sent
+
+
+class SendfileNotAvailableError(SendfileError, asyncio.SendfileNotAvailableError):
+    """Zero-copy is impossible for this target or file, and ``fallback=False`` was given."""
+
+
+class FileTruncatedError(SendfileError):
+    """The file ended before the requested byte count was sent.
+
+    The receiver has got a short body. Treat the connection as broken: do not
+    reuse it for another response.
+    """
+
+    expected: int
+
+    def __init__(self, message: str, *, sent: int, expected: int) -> None:
+        super().__init__(message, sent=sent)
+        self.expected = expected
+
+
+class ConnectionLostError(SendfileError, ConnectionError):
+    """The connection went away during the transfer (peer reset, broken pipe, local close)."""
+
+    def __init__(self, *args: Any, sent: int = 0) -> None:
+        super().__init__(*args, sent=sent)
+
+
+class _Progress:
+    """A mutable holder of the sent count, read when an error is translated."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+
+@contextmanager
+def map_exceptions(progress: _Progress) -> Iterator[None]:
+    """Translate OS errors into the hierarchy above and stamp ``.sent`` on everything."""
+    try:
+        yield
+    except SendfileError as exc:
+        exc.sent = progress.sent
+        raise
+    except OSError as exc:
+        if isinstance(exc, ConnectionError) or exc.errno in _CONNECTION_ERRNOS:
+            if exc.errno is not None:
+                raise ConnectionLostError(exc.errno, exc.strerror, sent=progress.sent) from exc
+            raise ConnectionLostError(str(exc), sent=progress.sent) from exc
+        exc.sent = progress.sent  # type: ignore[attr-defined]
+        raise
+    except BaseException as exc:
+        exc.sent = progress.sent  # type: ignore[attr-defined]
+        raise

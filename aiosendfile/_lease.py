@@ -1,0 +1,210 @@
+"""Borrow a transport for the length of one transfer, then give it back as it was.
+
+Theory of operation
+-------------------
+A transport belongs to its protocol. To send a file on it without that
+protocol's help we borrow it through public transport APIs only:
+
+1. **Pause reading** (if it was reading), so no ``data_received`` arrives
+   while the file goes out. Bytes that arrive meanwhile wait in the kernel.
+2. **Swap in our protocol** with ``transport.set_protocol(lease)``. That is how
+   we hear ``pause_writing``/``resume_writing``/``connection_lost``. A
+   ``connection_lost`` is passed on to the user's protocol at once, so it
+   learns of the loss just as it would have.
+3. **Set the write-buffer limits to (0, 0)**. The transport now pauses us while
+   anything is buffered and resumes us exactly when the buffer is empty. That
+   is the only public signal that everything written before the call has left.
+   A ``resume_writing`` with no ``pause_writing`` before it means the user's
+   protocol had been paused when we took over. We resume it on return, or a
+   ``StreamWriter.drain()`` waiting in another task would never wake.
+4. **Guard writes**: where the transport (or the StreamWriter the call came
+   through) is a Python object, its ``write``/``writelines``/``write_eof``
+   are shadowed for the duration by ones that raise
+   ``RuntimeError("unable to write; sendfile is in progress")``, as
+   ``loop.sendfile`` does. uvloop's compiled transports cannot be shadowed:
+   there, writing during a transfer is documented as an error.
+5. **Release** (always, exactly once): unshadow, give back the protocol, resume
+   the user's writing if we swallowed its resume, restore its limits (which
+   may pause it again, correctly) and resume reading.
+
+While the lease is held, the transfer may also use the write path itself
+(the userspace fallback). It uses :meth:`write` and :meth:`drain`, which go to
+the unshadowed methods and respect whatever limits it set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ._errors import ConnectionLostError
+
+__all__ = ("TransportLease",)
+
+_GUARDED = ("write", "writelines", "write_eof")
+
+
+def _refuse_write(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("unable to write; sendfile is in progress")
+
+
+class TransportLease(asyncio.Protocol):
+    """Stands in for a transport's protocol while a file is sent on it."""
+
+    def __init__(self, transport: asyncio.WriteTransport, writer: Any = None) -> None:
+        if transport.is_closing():
+            raise RuntimeError("Transport is closing")
+        self._transport = transport
+        self._writer = writer
+        self._user_protocol = transport.get_protocol()
+        self._was_reading = _is_reading(transport)
+        self._limits = transport.get_write_buffer_limits()  # (low, high)
+        self._transport_write = transport.write  # the real one, kept before guarding
+        self._pause_seen = False
+        self._paused = False
+        self._user_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._loss_waiter: asyncio.Future[None] | None = None
+        self._lost = False
+        self._lost_exc: BaseException | None = None
+        self._shadowed: list[tuple[object, str]] = []
+        self._held = False
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the transport over (steps 1–4 above)."""
+        transport = self._transport
+        if self._was_reading:
+            transport.pause_reading()  # type: ignore[attr-defined]
+        transport.set_protocol(self)
+        self._held = True
+        # Anything buffered now triggers pause_writing (or, if the transport had
+        # paused the user's protocol already, a bare resume_writing later).
+        self._paused = transport.get_write_buffer_size() > 0
+        transport.set_write_buffer_limits(high=0, low=0)
+        for obj in (transport, self._writer):
+            if obj is not None:
+                self._shadow(obj)
+
+    def release(self) -> None:
+        """Give the transport back as it was. Safe to call more than once."""
+        if not self._held:
+            return
+        self._held = False
+        for obj, name in self._shadowed:
+            try:
+                delattr(obj, name)
+            except AttributeError:
+                pass
+        self._shadowed.clear()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.cancel()
+        self._waiter = None
+        transport = self._transport
+        if self._lost or transport.is_closing():
+            # The user's protocol has heard (or will hear) connection_lost; only
+            # give it its transport back, and never let cleanup mask the real error.
+            try:
+                transport.set_protocol(self._user_protocol)
+            except Exception:  # pragma: no cover - a transport already torn down
+                pass
+            return
+        transport.set_protocol(self._user_protocol)
+        if self._user_paused:
+            self._user_protocol.resume_writing()  # type: ignore[attr-defined]
+        low, high = self._limits
+        transport.set_write_buffer_limits(high=high, low=low)
+        if self._was_reading and not transport.is_closing():
+            transport.resume_reading()  # type: ignore[attr-defined]
+
+    def _shadow(self, obj: object) -> None:
+        for name in _GUARDED:
+            try:
+                setattr(obj, name, _refuse_write)
+            except (AttributeError, TypeError):
+                return  # a compiled type (uvloop): cannot guard, documented
+            self._shadowed.append((obj, name))
+
+    # -- what a transfer uses -------------------------------------------------
+
+    @property
+    def transport(self) -> asyncio.WriteTransport:
+        return self._transport
+
+    def check_alive(self) -> None:
+        """Raise :class:`ConnectionLostError` if the connection is gone or closing."""
+        if self._lost:
+            if isinstance(self._lost_exc, OSError) and self._lost_exc.errno is not None:
+                raise ConnectionLostError(self._lost_exc.errno, self._lost_exc.strerror)
+            raise ConnectionLostError("connection lost during sendfile")
+        if self._transport.is_closing():
+            raise ConnectionLostError("transport was closed during sendfile")
+
+    def wake_on_loss(self, fut: asyncio.Future[None] | None) -> None:
+        """Have *fut* (a wait of the transfer's own) resolved if the connection is lost."""
+        self._loss_waiter = fut
+
+    def set_buffer_limits(self, *, high: int, low: int) -> None:
+        """Change the write-buffer limits for the rest of the lease."""
+        self._transport.set_write_buffer_limits(high=high, low=low)
+
+    def write(self, data: bytes) -> None:
+        """Write through the real ``transport.write`` (the fallback's path)."""
+        self.check_alive()
+        self._transport_write(data)
+
+    async def drain(self) -> None:
+        """Wait until the transport is below its low-water mark (not paused)."""
+        while True:
+            self.check_alive()
+            if not self._paused:
+                return
+            waiter = self._waiter
+            if waiter is None or waiter.done():
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+            await waiter
+
+    async def flushed(self) -> None:
+        """Wait until every byte buffered in the transport has been written.
+
+        Valid while the limits are (0, 0), as :meth:`acquire` sets them.
+        """
+        await self.drain()
+
+    # -- protocol callbacks (from the transport) --------------------------------
+
+    def pause_writing(self) -> None:
+        self._pause_seen = True
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        if not self._pause_seen:
+            # The transport had paused the user's protocol before we took over.
+            self._user_paused = True
+        self._pause_seen = False
+        self._paused = False
+        self._wake()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._lost = True
+        self._lost_exc = exc
+        self._wake()
+        self._user_protocol.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:  # pragma: no cover - reading is paused
+        # Only reachable if someone resumes reading during the lease: pass it on.
+        self._user_protocol.data_received(data)  # type: ignore[attr-defined]
+
+    def eof_received(self) -> bool | None:  # pragma: no cover - reading is paused
+        return self._user_protocol.eof_received()  # type: ignore[attr-defined,no-any-return]
+
+    def _wake(self) -> None:
+        for waiter in (self._waiter, self._loss_waiter):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+
+def _is_reading(transport: asyncio.BaseTransport) -> bool:
+    is_reading = getattr(transport, "is_reading", None)
+    return bool(is_reading()) if is_reading is not None else False

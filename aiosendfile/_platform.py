@@ -1,0 +1,104 @@
+"""Platform shim: the only module that calls ``os.sendfile``.
+
+One non-blocking attempt per call. It returns the number of bytes the kernel
+took, or raises ``BlockingIOError`` when the socket is full. Linux and the BSDs
+(macOS included) differ in the C API. CPython's ``os.sendfile`` already hides
+most of that; what is left is handled here:
+
+* On macOS/BSD a ``count`` of 0 means "until EOF", so we never pass 0.
+* On macOS/BSD an EAGAIN after a partial send reports the partial count;
+  CPython returns it as a normal result, so callers see the same thing as on
+  Linux.
+* Some errnos mean "this pair of fds cannot do sendfile" (a file system
+  without splice support, a non-socket on macOS). :func:`sendfile_once`
+  raises :class:`NotSupportedBySendfile` for those, and the caller can fall
+  back while nothing has been sent yet.
+
+This module does not import asyncio.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from dataclasses import dataclass
+
+__all__ = (
+    "HAS_SENDFILE",
+    "PLATFORM",
+    "NotSupportedBySendfile",
+    "ShimCounters",
+    "counters",
+    "sendfile_once",
+)
+
+#: ``os.sendfile`` exists and takes a socket as the output fd.
+HAS_SENDFILE: bool = hasattr(os, "sendfile") and sys.platform != "win32"
+
+#: Short name of the platform family, for capability reports.
+PLATFORM: str = (
+    "linux"
+    if sys.platform.startswith("linux")
+    else "bsd"
+    if sys.platform == "darwin" or "bsd" in sys.platform
+    else "other"
+)
+
+# errnos that mean "sendfile cannot do this pair of fds", not "the transfer failed".
+_UNSUPPORTED_ERRNOS = frozenset(
+    e
+    for e in (
+        getattr(errno, "EINVAL", None),  # Linux: the input fd cannot be mmap'd/spliced
+        getattr(errno, "ENOSYS", None),
+        getattr(errno, "ENOTSUP", None),
+        getattr(errno, "EOPNOTSUPP", None),
+        getattr(errno, "ENOTSOCK", None),  # BSD: output must be a socket
+    )
+    if e is not None
+)
+
+
+class NotSupportedBySendfile(OSError):
+    """Raised by :func:`sendfile_once` when the fd pair cannot use sendfile."""
+
+
+@dataclass
+class ShimCounters:
+    """Bytes and calls that went through the kernel's zero-copy path.
+
+    Tests read these to prove zero-copy was used; they cost one add per call.
+    """
+
+    calls: int = 0
+    bytes: int = 0
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.bytes = 0
+
+
+counters = ShimCounters()
+
+
+def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    """Make one ``sendfile`` attempt of at most *count* (> 0) bytes from *offset*.
+
+    Returns the number of bytes sent (0 means end of file).
+    Raises ``BlockingIOError`` if the socket cannot take anything now,
+    :class:`NotSupportedBySendfile` if the fds cannot use sendfile, or another
+    ``OSError`` if the transfer failed.
+    """
+    if count <= 0:
+        raise ValueError("count must be positive")  # 0 means "to EOF" on BSD
+    try:
+        sent = os.sendfile(out_fd, in_fd, offset, count)
+    except BlockingIOError:
+        raise
+    except OSError as exc:
+        if exc.errno in _UNSUPPORTED_ERRNOS:
+            raise NotSupportedBySendfile(exc.errno, exc.strerror) from exc
+        raise
+    counters.calls += 1
+    counters.bytes += sent
+    return sent

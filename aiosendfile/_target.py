@@ -1,0 +1,149 @@
+"""What is being sent to and from: resolve targets and files, decide if zero-copy can work.
+
+Zero-copy is used only where we know the bytes on the socket are exactly the
+bytes we hand to the kernel:
+
+* the target is a plain (non-TLS) stream socket, or a transport of a class we
+  know writes straight to its socket: asyncio's selector socket transport, or
+  uvloop's TCP/Unix transports. A transport of any other class (a TLS
+  wrapper, a proxy, a test double) gets the userspace fallback, since it may
+  frame or encrypt what it writes;
+* the file is a regular file with a real fd;
+* the platform has ``os.sendfile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import stat
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from . import _platform
+
+__all__ = ("FileInfo", "Target", "check_offset_count", "resolve_file", "resolve_target")
+
+
+@dataclass
+class Target:
+    """A resolved send target: exactly one of ``transport`` or ``sock`` is set."""
+
+    transport: Any = None
+    writer: asyncio.StreamWriter | None = None
+    sock: socket.socket | None = None
+    sock_fd: int = -1
+    zero_copy_reason: str | None = None  # None: zero-copy can work; else why not
+
+    @property
+    def zero_copy(self) -> bool:
+        return self.zero_copy_reason is None
+
+
+@dataclass
+class FileInfo:
+    """A resolved file: ``fd`` and ``size`` are set for regular files only."""
+
+    file: Any
+    fd: int | None
+    size: int | None
+    seekable: bool
+
+
+def _native_transport_types() -> tuple[type, ...]:
+    from asyncio import selector_events
+
+    types: list[type] = [selector_events._SelectorSocketTransport]
+    uvloop_mod = sys.modules.get("uvloop.loop")  # only if the program uses uvloop
+    if uvloop_mod is not None:
+        types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
+    return tuple(types)
+
+
+def _is_tls(transport: Any) -> bool:
+    return (
+        transport.get_extra_info("sslcontext") is not None
+        or transport.get_extra_info("ssl_object") is not None
+    )
+
+
+def resolve_target(target: Any) -> Target:
+    """Accept a StreamWriter, a transport or a non-blocking stream socket."""
+    if isinstance(target, socket.socket):
+        return resolve_socket(target)
+    writer = None
+    if isinstance(target, asyncio.StreamWriter):
+        writer, target = target, target.transport
+    if not all(hasattr(target, m) for m in ("write", "set_protocol", "get_extra_info")):
+        raise TypeError(
+            "target must be an asyncio.StreamWriter, a transport or a socket.socket, "
+            f"not {type(target).__name__}"
+        )
+    if target.is_closing():
+        raise RuntimeError("Transport is closing")
+    result = Target(transport=target, writer=writer)
+    if not _platform.HAS_SENDFILE:
+        result.zero_copy_reason = "os.sendfile is not available on this platform"
+    elif _is_tls(target):
+        result.zero_copy_reason = "TLS transport: the kernel cannot encrypt"
+    elif not isinstance(target, _native_transport_types()):
+        result.zero_copy_reason = f"unknown transport type {type(target).__name__}"
+    else:
+        sock = target.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
+            result.zero_copy_reason = "transport has no socket"
+        result.sock_fd = fd
+    return result
+
+
+def resolve_socket(sock: socket.socket) -> Target:
+    """Check a raw socket as ``loop.sock_sendfile`` does."""
+    import ssl
+
+    if isinstance(sock, ssl.SSLSocket):
+        raise TypeError("Socket cannot be of type SSLSocket")
+    if sock.type != socket.SOCK_STREAM:
+        raise ValueError("only SOCK_STREAM type sockets are supported")
+    if sock.gettimeout() != 0:
+        raise ValueError("the socket must be non-blocking")
+    if sock.fileno() < 0:
+        raise OSError(9, "Bad file descriptor: the socket is closed")
+    reason = None if _platform.HAS_SENDFILE else "os.sendfile is not available on this platform"
+    return Target(sock=sock, sock_fd=sock.fileno(), zero_copy_reason=reason)
+
+
+def resolve_file(file: Any) -> FileInfo:
+    """Check the file is open, binary and readable; find its fd and size if regular."""
+    if isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
+    if getattr(file, "closed", False):
+        raise ValueError("I/O operation on closed file")
+    if not callable(getattr(file, "read", None)):
+        raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
+    try:
+        fd = file.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        fd = None
+    seekable = bool(getattr(file, "seekable", lambda: False)())
+    if fd is not None:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            return FileInfo(file, fd, st.st_size, seekable)
+    return FileInfo(file, None, None, seekable)
+
+
+def check_offset_count(offset: Any, count: Any) -> None:
+    """Type and range checks shared by every entry point."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"count must be an int or None, not {type(count).__name__}")
+        if count < 0:
+            raise ValueError(f"count must be a non-negative integer (got {count!r})")
