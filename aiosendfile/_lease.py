@@ -61,8 +61,8 @@ class TransportLease(asyncio.Protocol):
         self._limits = transport.get_write_buffer_limits()  # (low, high)
         self._transport_write = transport.write  # the real one, kept before guarding
         self._pause_seen = False
-        self._paused = False
-        self._user_paused = False
+        self._paused = False  # our mirror of the transport's "protocol paused" flag
+        self._user_paused = False  # what the user's protocol believes
         self._waiter: asyncio.Future[None] | None = None
         self._loss_waiter: asyncio.Future[None] | None = None
         self._lost = False
@@ -79,8 +79,8 @@ class TransportLease(asyncio.Protocol):
             transport.pause_reading()  # type: ignore[attr-defined]
         transport.set_protocol(self)
         self._held = True
-        # Anything buffered now triggers pause_writing (or, if the transport had
-        # paused the user's protocol already, a bare resume_writing later).
+        # Anything buffered now triggers pause_writing, or, if the transport had
+        # paused the user's protocol already, only a bare resume_writing later.
         self._paused = transport.get_write_buffer_size() > 0
         transport.set_write_buffer_limits(high=0, low=0)
         for obj in (transport, self._writer):
@@ -110,11 +110,16 @@ class TransportLease(asyncio.Protocol):
             except Exception:  # pragma: no cover - a transport already torn down
                 pass
             return
-        transport.set_protocol(self._user_protocol)
-        if self._user_paused:
-            self._user_protocol.resume_writing()  # type: ignore[attr-defined]
+        # Limits first, while we are still the protocol: whatever pause/resume
+        # that causes lands on our mirror of the transport's paused flag...
         low, high = self._limits
         transport.set_write_buffer_limits(high=high, low=low)
+        transport.set_protocol(self._user_protocol)
+        # ...then make the user's protocol agree with that flag.
+        if self._paused and not self._user_paused:
+            self._user_protocol.pause_writing()  # type: ignore[attr-defined]
+        elif self._user_paused and not self._paused:
+            self._user_protocol.resume_writing()  # type: ignore[attr-defined]
         if self._was_reading and not transport.is_closing():
             transport.resume_reading()  # type: ignore[attr-defined]
 
@@ -155,22 +160,28 @@ class TransportLease(asyncio.Protocol):
         self._transport_write(data)
 
     async def drain(self) -> None:
-        """Wait until the transport is below its low-water mark (not paused)."""
-        while True:
-            self.check_alive()
-            if not self._paused:
-                return
-            waiter = self._waiter
-            if waiter is None or waiter.done():
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
-            await waiter
+        """Wait until the transport has resumed writing (below its low-water mark)."""
+        while self._paused:
+            await self._signal()
+        self.check_alive()
 
     async def flushed(self) -> None:
         """Wait until every byte buffered in the transport has been written.
 
-        Valid while the limits are (0, 0), as :meth:`acquire` sets them.
+        Valid while the limits are (0, 0), as :meth:`acquire` sets them: the
+        transport stays paused while anything is buffered and resumes at zero.
         """
-        await self.drain()
+        while self._transport.get_write_buffer_size() > 0:
+            await self._signal()
+        self.check_alive()
+
+    async def _signal(self) -> None:
+        """Wait for the next resume_writing or connection_lost."""
+        self.check_alive()
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        await waiter
 
     # -- protocol callbacks (from the transport) --------------------------------
 

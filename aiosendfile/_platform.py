@@ -68,14 +68,16 @@ class ShimCounters:
     """Bytes and calls that went through the kernel's zero-copy path.
 
     Tests read these to prove zero-copy was used; they cost one add per call.
+    ``waits`` counts the driver's waits for a full socket to become writable.
     """
 
     calls: int = 0
     bytes: int = 0
+    eagain: int = 0
+    waits: int = 0
 
     def reset(self) -> None:
-        self.calls = 0
-        self.bytes = 0
+        self.calls = self.bytes = self.eagain = self.waits = 0
 
 
 counters = ShimCounters()
@@ -94,6 +96,7 @@ def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
     try:
         sent = os.sendfile(out_fd, in_fd, offset, count)
     except BlockingIOError:
+        counters.eagain += 1
         raise
     except OSError as exc:
         if exc.errno in _UNSUPPORTED_ERRNOS:

@@ -82,6 +82,7 @@ async def _wait_writable(
     loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None
 ) -> None:
     """Wait until *fd* is writable, or the leased connection is lost."""
+    _platform.counters.waits += 1
     fut: asyncio.Future[None] = loop.create_future()
 
     def on_writable() -> None:

@@ -1,0 +1,805 @@
+"""Raw transfer benchmark: one large file, server to a fast local reader over loopback TCP.
+
+Each contender is a server-side send strategy. Every trial runs the server in a
+fresh ``spawn``ed process; the reader is this (parent) process, a blocking
+``recv_into`` loop with a 1 MiB buffer. Contenders are interleaved
+(A B C ... A B C ... for ``--rounds`` rounds) so drift on the machine hits them
+all alike. See ``benchmarks/README.md`` for what each number means.
+
+Run from the repository root::
+
+    python -m benchmarks              # 1 GiB, 5 rounds
+    python -m benchmarks --quick      # 256 MiB, 3 rounds
+    python benchmarks/raw_transfer.py --size 512 --rounds 7 --json /tmp/out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from importlib import metadata
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Any
+
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MiB = 1 << 20
+MB = 1_000_000  # throughput is in MB/s (10**6 bytes)
+GB = 1_000_000_000  # CPU cost is in seconds per 10**9 bytes
+
+CONTENDERS = (
+    "aiosendfile-uvloop",
+    "aiosendfile-asyncio",
+    "loop.sendfile-asyncio",
+    "copy-uvloop",
+    "thread-os.sendfile",
+)
+BASELINE = "aiosendfile-uvloop"
+THREAD = "thread-os.sendfile"
+
+TICK_S = 0.001  # the ticker's sleep
+IDLE_S = 0.2  # the ticker runs this long on an idle loop before the transfer (baseline)
+READ_BUFFER = MiB
+OTHER_LOAD_WARN = 0.25  # CPUs of foreign load during a trial that make the report warn
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "raw_transfer.json"
+
+
+# ---------------------------------------------------------------------------
+# Server side (runs in the spawned child process)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a trial needs to know (pickled to the server process)."""
+
+    size: int
+    max_chunk: int
+    copy_chunk: int
+    timeout: float
+
+
+Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]
+
+
+async def _send_aiosendfile(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
+    import aiosendfile
+
+    return await aiosendfile.sendfile(writer, f, max_chunk=opts.max_chunk)
+
+
+async def _send_loop_sendfile(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
+    loop = asyncio.get_running_loop()
+    return await loop.sendfile(writer.transport, f)
+
+
+async def _send_copy(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
+    # aiohttp's FileResponse fallback, minus its run_in_executor hop: the file is
+    # in the page cache, so f.read() here is a memcpy, not a disk wait.
+    sent = 0
+    while chunk := f.read(opts.copy_chunk):
+        writer.write(chunk)
+        await writer.drain()
+        sent += len(chunk)
+    return sent
+
+
+SENDERS: dict[str, Sender] = {
+    "aiosendfile-uvloop": _send_aiosendfile,
+    "aiosendfile-asyncio": _send_aiosendfile,
+    "loop.sendfile-asyncio": _send_loop_sendfile,
+    "copy-uvloop": _send_copy,
+}
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted, non-empty values (q in 0..100)."""
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _delay_stats(delays: list[float]) -> dict[str, float | int | None]:
+    ordered = sorted(delays)
+    if not ordered:
+        return {"ticks": 0, "worst_ms": None, "p99_ms": None, "p50_ms": None}
+    return {
+        "ticks": len(ordered),
+        "worst_ms": ordered[-1] * 1e3,
+        "p99_ms": _percentile(ordered, 99) * 1e3,
+        "p50_ms": _percentile(ordered, 50) * 1e3,
+    }
+
+
+async def _ticker(ticks: list[tuple[float, float]]) -> None:
+    """Record (sleep start, wake-up time) for back-to-back 1 ms sleeps."""
+    clock = time.perf_counter
+    while True:
+        start = clock()
+        await asyncio.sleep(TICK_S)
+        ticks.append((start, clock()))
+
+
+Usage = tuple[float, float, resource.struct_rusage]
+
+
+def _usage() -> Usage:
+    return time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+
+
+def _measured(start: Usage, end: Usage, sent: int) -> dict[str, Any]:
+    (t0, p0, r0), (t1, p1, r1) = start, end
+    return {
+        "sent": sent,
+        "t_start": t0,
+        "t_end": t1,
+        "cpu_process_time_s": p1 - p0,
+        "cpu_user_s": r1.ru_utime - r0.ru_utime,
+        "cpu_sys_s": r1.ru_stime - r0.ru_stime,
+        "vol_ctx_switches": r1.ru_nvcsw - r0.ru_nvcsw,
+        "invol_ctx_switches": r1.ru_nivcsw - r0.ru_nivcsw,
+    }
+
+
+def _zero_copy_counters() -> Any:
+    if "aiosendfile" not in sys.modules:
+        return None
+    from aiosendfile import _platform
+
+    return _platform.counters
+
+
+async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Options) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    ticks: list[tuple[float, float]] = []
+    ticker = asyncio.create_task(_ticker(ticks))
+    done: asyncio.Future[dict[str, Any]] = loop.create_future()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readexactly(1)  # the reader's "go"
+            counters = _zero_copy_counters()
+            if counters is not None:
+                counters.reset()
+            start = _usage()
+            sent = await send(writer, f, opts)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()  # everything is in the kernel; the socket is closed
+            result = _measured(start, _usage(), sent)
+            if counters is not None:
+                result["zero_copy_calls"], result["zero_copy_bytes"] = counters.calls, counters.bytes
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    if send is _send_aiosendfile:
+        import aiosendfile  # noqa: F401  (imported before the clock starts)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        await asyncio.sleep(IDLE_S)
+        conn.send(("ready", server.sockets[0].getsockname()[1]))
+        result = await asyncio.wait_for(done, opts.timeout)
+        await asyncio.sleep(3 * TICK_S)  # let the tick in flight at the end land
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        server.close()
+        await server.wait_closed()
+    t0, t1 = result["t_start"], result["t_end"]
+    # A tick belongs to the transfer if its sleep overlaps [t0, t1] at all, so a
+    # loop blocked for the whole transfer still shows up as one huge delay.
+    result["loop_idle"] = _delay_stats([w - s - TICK_S for s, w in ticks if w < t0])
+    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
+    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    return result
+
+
+def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> dict[str, Any]:
+    if contender.endswith("-uvloop"):
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    else:
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        with open(path, "rb") as f:
+            return loop.run_until_complete(_serve_async(conn, SENDERS[contender], f, opts))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
+    """The ceiling: blocking os.sendfile in a plain thread, no event loop at all."""
+    with socket.create_server(("127.0.0.1", 0)) as listener, open(path, "rb") as f:
+        conn.send(("ready", listener.getsockname()[1]))
+        listener.settimeout(opts.timeout)
+        sock, _ = listener.accept()
+        sock.settimeout(None)  # blocking
+        sent = 0
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            nonlocal sent
+            try:
+                while sent < opts.size:
+                    n = os.sendfile(sock.fileno(), f.fileno(), sent, opts.size - sent)
+                    if n == 0:
+                        raise EOFError(f"file ended after {sent} bytes")
+                    sent += n
+            except BaseException as exc:
+                errors.append(exc)
+
+        with sock:
+            sock.recv(1)  # the reader's "go"
+            start = _usage()
+            worker = threading.Thread(target=run, name="sendfile")
+            worker.start()
+            worker.join()
+        end = _usage()  # after close, as for the loop contenders
+        if errors:
+            raise errors[0]
+        return _measured(start, end, sent)
+
+
+def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
+    """Child-process entry point: serve one connection, send back the measurements."""
+    try:
+        if contender == THREAD:
+            result = _serve_thread(conn, path, opts)
+        else:
+            result = _serve_loop(conn, contender, path, opts)
+        conn.send(("result", result))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------
+# Reader side (this process)
+# ---------------------------------------------------------------------------
+
+
+class TrialError(RuntimeError):
+    pass
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _host_cpu() -> tuple[float, float]:
+    """Whole-machine (busy, steal) CPU seconds so far, from /proc/stat; (nan, nan) elsewhere.
+
+    Used to spot other load on the machine during a trial: busy time that is
+    neither the server's nor the reader's belongs to someone else.
+    """
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return math.nan, math.nan
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / _CLK_TCK, steal / _CLK_TCK
+
+
+def _read_all(port: int, size: int, timeout: float) -> dict[str, Any]:
+    """Send the "go" byte, then recv_into until EOF; time the first and the size-th byte."""
+    view = memoryview(bytearray(READ_BUFFER))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        recv_into = sock.recv_into
+        clock = time.perf_counter
+        total = 0
+        t_first = math.nan
+        h0 = _host_cpu()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = clock()
+        sock.sendall(b"G")
+        n = recv_into(view)
+        if n:
+            t_first = clock()
+            total = n
+        while n and total < size:
+            n = recv_into(view)
+            total += n
+        t_last = clock()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        h1 = _host_cpu()
+        while n:  # anything past the file's size is an error: count it
+            n = recv_into(view)
+            total += n
+    if total != size:
+        raise TrialError(f"reader got {total} bytes, expected {size}")
+    return {
+        "t_go": t0,
+        "t_first": t_first,
+        "t_last": t_last,
+        "cpu_user_s": r1.ru_utime - r0.ru_utime,
+        "cpu_sys_s": r1.ru_stime - r0.ru_stime,
+        "host_busy_s": h1[0] - h0[0],
+        "host_steal_s": h1[1] - h0[1],
+    }
+
+
+@dataclass
+class Sample:
+    """One trial: one contender, one round. Times in seconds unless named otherwise."""
+
+    contender: str
+    round: int
+    ok: bool
+    error: str | None = None
+    bytes: int = 0
+    mb_per_s: float | None = None  # bytes / reader_seconds (the headline number)
+    reader_seconds: float | None = None  # reader: "go" sent -> last byte received
+    ttfb_ms: float | None = None  # reader: "go" sent -> first byte received
+    server_mb_per_s: float | None = None  # bytes / server_seconds
+    server_seconds: float | None = None  # server: "go" seen -> send + drain + close done
+    cpu_user_s: float | None = None  # server process, RUSAGE_SELF delta over server_seconds
+    cpu_sys_s: float | None = None
+    cpu_user_s_per_gb: float | None = None
+    cpu_sys_s_per_gb: float | None = None
+    cpu_process_time_s: float | None = None  # time.process_time() delta: exact user+sys total
+    cpu_process_time_s_per_gb: float | None = None
+    vol_ctx_switches: int | None = None
+    invol_ctx_switches: int | None = None
+    loop_ticks: int | None = None  # 1 ms ticker wake-ups during the transfer
+    loop_delay_worst_ms: float | None = None
+    loop_delay_p99_ms: float | None = None
+    loop_delay_p50_ms: float | None = None
+    idle_delay_worst_ms: float | None = None  # same ticker, idle loop, before the transfer
+    idle_delay_p99_ms: float | None = None
+    zero_copy_calls: int | None = None  # aiosendfile._platform.counters (aiosendfile rows only)
+    zero_copy_bytes: int | None = None
+    reader_cpu_user_s: float | None = None
+    reader_cpu_sys_s: float | None = None
+    # Other load: whole-machine busy CPU over the reader's window minus reader and server
+    # CPU (approximate: /proc/stat has 10 ms ticks and the server's window differs slightly).
+    other_cpu_s: float | None = None
+    host_steal_s: float | None = None
+    loop: str | None = None
+
+
+def _recv(conn: Connection, timeout: float, proc: multiprocessing.process.BaseProcess) -> Any:
+    if not conn.poll(timeout):
+        raise TrialError(f"server sent nothing in {timeout} s (alive: {proc.is_alive()})")
+    kind, payload = conn.recv()
+    if kind == "error":
+        raise TrialError("server failed:\n" + payload)
+    return payload
+
+
+def run_trial(
+    ctx: multiprocessing.context.BaseContext, contender: str, rnd: int, path: str, opts: Options
+) -> Sample:
+    sample = Sample(contender=contender, round=rnd, ok=False, bytes=opts.size)
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_server_process, args=(child, contender, path, opts), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        port = _recv(parent, opts.timeout, proc)
+        try:
+            rd = _read_all(port, opts.size, opts.timeout)
+        except (OSError, TrialError) as exc:
+            # A server failure shows up here as a short read: prefer its traceback.
+            if parent.poll(5):
+                _recv(parent, 0, proc)
+            raise TrialError(f"reader: {exc!r}") from exc
+        srv = _recv(parent, opts.timeout, proc)
+    except TrialError as exc:
+        sample.error = str(exc)
+        return sample
+    finally:
+        parent.close()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+    if srv["sent"] != opts.size:
+        sample.error = f"server reported {srv['sent']} bytes sent, expected {opts.size}"
+        return sample
+    size = opts.size
+    sample.ok = True
+    sample.reader_seconds = rd["t_last"] - rd["t_go"]
+    sample.mb_per_s = size / sample.reader_seconds / MB
+    sample.ttfb_ms = (rd["t_first"] - rd["t_go"]) * 1e3
+    sample.reader_cpu_user_s, sample.reader_cpu_sys_s = rd["cpu_user_s"], rd["cpu_sys_s"]
+    other = rd["host_busy_s"] - rd["cpu_user_s"] - rd["cpu_sys_s"] - srv["cpu_process_time_s"]
+    sample.other_cpu_s = None if math.isnan(other) else other
+    sample.host_steal_s = None if math.isnan(rd["host_steal_s"]) else rd["host_steal_s"]
+    sample.server_seconds = srv["t_end"] - srv["t_start"]
+    sample.server_mb_per_s = size / sample.server_seconds / MB
+    sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
+    sample.cpu_user_s_per_gb = srv["cpu_user_s"] * GB / size
+    sample.cpu_sys_s_per_gb = srv["cpu_sys_s"] * GB / size
+    sample.cpu_process_time_s = srv["cpu_process_time_s"]
+    sample.cpu_process_time_s_per_gb = srv["cpu_process_time_s"] * GB / size
+    sample.vol_ctx_switches = srv["vol_ctx_switches"]
+    sample.invol_ctx_switches = srv["invol_ctx_switches"]
+    sample.zero_copy_calls = srv.get("zero_copy_calls")
+    sample.zero_copy_bytes = srv.get("zero_copy_bytes")
+    sample.loop = srv.get("loop")
+    if "loop_busy" in srv:
+        busy, idle = srv["loop_busy"], srv["loop_idle"]
+        sample.loop_ticks = busy["ticks"]
+        sample.loop_delay_worst_ms = busy["worst_ms"]
+        sample.loop_delay_p99_ms = busy["p99_ms"]
+        sample.loop_delay_p50_ms = busy["p50_ms"]
+        sample.idle_delay_worst_ms = idle["worst_ms"]
+        sample.idle_delay_p99_ms = idle["p99_ms"]
+    return sample
+
+
+# ---------------------------------------------------------------------------
+# Setup, summary, report
+# ---------------------------------------------------------------------------
+
+
+def make_file(directory: str, size: int) -> str:
+    """A real (non-sparse) file of random-looking bytes: one random MiB, repeated."""
+    block = os.urandom(MiB)
+    path = os.path.join(directory, "payload.bin")
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            left -= f.write(block[: min(left, MiB)])
+        f.flush()
+        os.fsync(f.fileno())
+    return path
+
+
+def warm(path: str) -> float:
+    """Read the file once so every trial reads from the page cache; return seconds taken."""
+    t0 = time.perf_counter()
+    view = memoryview(bytearray(8 * MiB))
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(view):
+            pass
+    return time.perf_counter() - t0
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    import aiosendfile
+
+    cpu_model = None
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    sysctls = {}
+    for name in ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem", "net/core/wmem_max", "net/core/rmem_max"):
+        with contextlib.suppress(OSError):
+            sysctls[name.replace("/", ".")] = Path("/proc/sys", name).read_text().split()
+    git = None
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        root = Path(__file__).resolve().parent.parent
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "aiosendfile"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        git = {"head": head, "aiosendfile_dirty": bool(dirty)}
+    digest = hashlib.sha256()
+    for src in sorted(Path(aiosendfile.__file__).parent.glob("*.py")):
+        digest.update(src.name.encode() + b"\0" + src.read_bytes())
+    return {
+        "uname": platform.uname()._asdict(),
+        "cpu_model": cpu_model,
+        "nproc": os.cpu_count(),
+        "nproc_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": sys.version,
+        "python_implementation": platform.python_implementation(),
+        "versions": {
+            "aiosendfile": aiosendfile.__version__,
+            "uvloop": _version("uvloop"),
+            "aiohttp": _version("aiohttp"),
+        },
+        "sysctl": sysctls,
+        "git": git,
+        "aiosendfile_sources_sha256": digest.hexdigest(),
+        "aiosendfile_path": str(Path(aiosendfile.__file__).parent),
+    }
+
+
+def _values(samples: list[Sample], name: str) -> list[float]:
+    return [v for s in samples if s.ok and (v := getattr(s, name)) is not None and not math.isnan(v)]
+
+
+def _other_load(samples: list[Sample]) -> list[float]:
+    return [
+        s.other_cpu_s / s.reader_seconds for s in samples if s.other_cpu_s is not None and s.reader_seconds
+    ]
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[str, Any]]:
+    summary: dict[str, dict[str, Any]] = {}
+    for name in contenders:
+        mine = [s for s in samples if s.contender == name]
+        ok = [s for s in mine if s.ok]
+        row: dict[str, Any] = {
+            "runs": len(mine),
+            "ok": len(ok),
+            "errors": [s.error for s in mine if not s.ok],
+        }
+        if ok:
+            mbps = _values(ok, "mb_per_s")
+            user, sys_ = _values(ok, "cpu_user_s_per_gb"), _values(ok, "cpu_sys_s_per_gb")
+            totals = [u + s for u, s in zip(user, sys_, strict=True)]
+            ptime = _values(ok, "cpu_process_time_s_per_gb")
+            worst, p99 = _values(ok, "loop_delay_worst_ms"), _values(ok, "loop_delay_p99_ms")
+            row |= {
+                "mb_per_s_median": statistics.median(mbps),
+                "mb_per_s_min": min(mbps),
+                "mb_per_s_max": max(mbps),
+                "server_mb_per_s_median": statistics.median(_values(ok, "server_mb_per_s")),
+                "cpu_user_s_per_gb_median": statistics.median(user),
+                "cpu_sys_s_per_gb_median": statistics.median(sys_),
+                "cpu_total_s_per_gb_median": statistics.median(totals),
+                "cpu_process_time_s_per_gb_median": statistics.median(ptime),
+                # worst: over every tick of every round; p99: median of the per-round p99s
+                "loop_delay_worst_ms": max(worst) if worst else None,
+                "loop_delay_p99_ms_median": _median_or_none(p99),
+                "idle_delay_p99_ms_median": _median_or_none(_values(ok, "idle_delay_p99_ms")),
+                "ttfb_ms_median": statistics.median(_values(ok, "ttfb_ms")),
+                "reader_cpu_s_per_gb_median": statistics.median(
+                    [(s.reader_cpu_user_s or 0) + (s.reader_cpu_sys_s or 0) for s in ok]
+                )
+                * GB
+                / ok[0].bytes,
+                # CPUs' worth of other load on the machine during the trial (0 = quiet)
+                "other_load_cpus_median": _median_or_none(_other_load(ok)),
+                "other_load_cpus_max": max(_other_load(ok), default=None),
+                "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
+            }
+        summary[name] = row
+    base = summary.get(BASELINE, {}).get("mb_per_s_median")
+    for row in summary.values():
+        if base and "mb_per_s_median" in row:
+            row["ratio_vs_" + BASELINE] = row["mb_per_s_median"] / base
+    return summary
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for n, r in enumerate([header, *rows]):
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> str:
+    main_rows, detail_rows = [], []
+    for name, row in summary.items():
+        if not row["ok"]:
+            main_rows.append(
+                [name, f"ERROR ({len(row['errors'])}/{row['runs']} runs failed)", "", "", "", ""]
+            )
+            continue
+        ratio = row.get("ratio_vs_" + BASELINE)
+        failed = f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else ""
+        main_rows.append(
+            [
+                name + failed,
+                f"{row['mb_per_s_median']:.0f} [{row['mb_per_s_min']:.0f}-{row['mb_per_s_max']:.0f}]",
+                f"{row['cpu_user_s_per_gb_median']:.3f}+{row['cpu_sys_s_per_gb_median']:.3f}"
+                f" = {row['cpu_total_s_per_gb_median']:.3f}",
+                _ms(row["loop_delay_worst_ms"]),
+                _ms(row["loop_delay_p99_ms_median"]),
+                "n/a" if ratio is None else f"{ratio:.2f}x",
+            ]
+        )
+        zc = row["zero_copy_bytes"]
+        detail_rows.append(
+            [
+                name,
+                f"{row['server_mb_per_s_median']:.0f}",
+                f"{row['ttfb_ms_median']:.2f}",
+                f"{row['cpu_process_time_s_per_gb_median']:.3f}",
+                f"{row['reader_cpu_s_per_gb_median']:.3f}",
+                _ms(row["idle_delay_p99_ms_median"]),
+                _ms(row["other_load_cpus_median"]),
+                "n/a" if not zc else ("all" if zc == [opts.size] else "MISMATCH " + ",".join(map(str, zc))),
+            ]
+        )
+    out = [
+        f"raw_transfer: {opts.size // MiB} MiB over loopback TCP, {rounds} interleaved rounds "
+        f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
+        "",
+        _table(
+            [
+                "contender",
+                "MB/s median [min-max]",
+                "CPU s/GB user+sys",
+                "loop delay worst ms",
+                "p99 ms",
+                f"vs {BASELINE}",
+            ],
+            main_rows,
+        ),
+        "",
+        "MB/s: reader side, 'go' byte sent -> last byte received. CPU: server process (all threads),",
+        "RUSAGE_SELF from 'go' seen to send + drain + close done. Loop delay: 1 ms sleep ticker on the",
+        "server loop during the transfer; worst over all rounds, p99 = median of per-round p99s.",
+    ]
+    if detail_rows:
+        out += [
+            "",
+            _table(
+                [
+                    "details",
+                    "server-side MB/s",
+                    "ttfb ms",
+                    "CPU s/GB process_time",
+                    "reader CPU s/GB",
+                    "idle-loop p99 ms",
+                    "other load CPUs",
+                    "zero-copy bytes",
+                ],
+                detail_rows,
+            ),
+        ]
+    # Medians: one trial's figure is only good to ~10 ms of CPU (/proc/stat ticks).
+    loads = [v for row in summary.values() if (v := row.get("other_load_cpus_median")) is not None]
+    if loads and max(loads) > OTHER_LOAD_WARN:
+        out += [
+            "",
+            f"WARNING: a median of up to {max(loads):.2f} CPUs of other load on this machine during the",
+            "trials (other_cpu_s in the JSON samples): these numbers are not from a quiet machine.",
+        ]
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", type=int, default=None, help="file size in MiB (default 1024; 256 with --quick)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 3 with --quick)")
+    p.add_argument("--quick", action="store_true", help="256 MiB, 3 rounds: a smoke run")
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
+    p.add_argument("--dir", default=None, help="where to create the temporary file (default: system temp)")
+    p.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help="comma-separated subset, in the order to run them (default: all)",
+    )
+    p.add_argument("--max-chunk", type=int, default=2 * MiB, help="aiosendfile max_chunk in bytes")
+    p.add_argument("--copy-chunk", type=int, default=256 * 1024, help="copy-uvloop read size in bytes")
+    p.add_argument("--timeout", type=float, default=300.0, help="per-trial timeout, seconds")
+    args = p.parse_args(argv)
+    args.size = args.size if args.size is not None else (256 if args.quick else 1024)
+    args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = set(args.contenders) - set(CONTENDERS)
+    if unknown:
+        p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+    if args.size <= 0 or args.rounds <= 0:
+        p.error("--size and --rounds must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    opts = Options(
+        size=args.size * MiB, max_chunk=args.max_chunk, copy_chunk=args.copy_chunk, timeout=args.timeout
+    )
+    ctx = multiprocessing.get_context("spawn")
+    log = sys.stderr
+    started = datetime.now(timezone.utc)
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir) as tmp:
+        print(f"creating {args.size} MiB test file in {tmp} ...", file=log, flush=True)
+        path = make_file(tmp, opts.size)
+        print(f"page cache warm-up read: {warm(path):.2f} s", file=log, flush=True)
+        t_bench = time.perf_counter()
+        for rnd in range(1, args.rounds + 1):
+            for name in args.contenders:
+                s = run_trial(ctx, name, rnd, path, opts)
+                samples.append(s)
+                if s.ok:
+                    delay = (
+                        ""
+                        if s.loop_delay_worst_ms is None
+                        else f"  loop worst {s.loop_delay_worst_ms:.2f} ms"
+                    )
+                    cpu = (s.cpu_user_s_per_gb or 0) + (s.cpu_sys_s_per_gb or 0)
+                    other = "" if s.other_cpu_s is None else f"  other load {s.other_cpu_s:.2f} cpu-s"
+                    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {cpu:.3f} s/GB{delay}{other}"
+                else:
+                    msg = f"ERROR: {s.error}"
+                print(f"round {rnd}/{args.rounds}  {name:<22} {msg}", file=log, flush=True)
+        elapsed = time.perf_counter() - t_bench
+
+    summary = summarize(samples, args.contenders)
+    print(report(summary, opts, args.rounds))
+    print(f"\n({len(samples)} trials in {elapsed:.1f} s)")
+
+    document = {
+        "benchmark": "raw_transfer",
+        "date": started.isoformat(timespec="seconds"),
+        "command": [sys.executable, *sys.argv],
+        "params": {
+            "size_bytes": opts.size,
+            "rounds": args.rounds,
+            "contenders": args.contenders,
+            "max_chunk": opts.max_chunk,
+            "copy_chunk": opts.copy_chunk,
+            "reader_buffer": READ_BUFFER,
+            "ticker_sleep_s": TICK_S,
+            "idle_baseline_s": IDLE_S,
+            "elapsed_s": elapsed,
+        },
+        "units": {
+            "mb_per_s": "10^6 bytes per second, reader side: 'go' sent -> last byte received",
+            "server_mb_per_s": "10^6 bytes per second, server side: 'go' seen -> send+drain+close done",
+            "cpu_*_s_per_gb": "server process CPU seconds (RUSAGE_SELF, all threads) per 10^9 bytes",
+            "loop_delay_*_ms": "1 ms asyncio.sleep ticker lateness on the server loop during the transfer",
+        },
+        "machine": machine_info(),
+        "summary": summary,
+        "samples": [asdict(s) for s in samples],
+        "sample_fields": [f.name for f in fields(Sample)],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
+    print(f"results: {args.json}", file=log)
+    return 0 if all(s.ok for s in samples) else 1
+
+
+def _json_default(obj: object) -> object:
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Shared fixtures: every async test runs on stock asyncio and on uvloop.
+
+* ``pytest_asyncio_loop_factories`` parametrizes each async test over both loops.
+* ``_no_loop_errors`` fails a test if the loop's exception handler was called.
+* ``_no_fd_leak`` fails a test that leaves file descriptors open.
+* ``connect`` makes a connected server-side ``StreamWriter`` and a client over
+  TCP, a Unix socket or TLS (certificates from trustme).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+import uvloop
+
+from aiosendfile import _platform
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    return LOOPS
+
+
+def loop_name() -> str:
+    return "uvloop" if isinstance(asyncio.get_running_loop(), uvloop.Loop) else "asyncio"
+
+
+# -- guards ------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+async def _no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    yield errors
+    await asyncio.sleep(0)
+    assert not errors, f"the loop's exception handler was called: {errors}"
+
+
+def open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+@pytest.fixture(autouse=True)
+async def _no_fd_leak() -> AsyncIterator[None]:
+    """Measured inside the test's loop, so the loop's own fds are there before and after."""
+    gc.collect()
+    before = open_fds()
+    yield
+    await asyncio.sleep(0)  # let transports finish their scheduled connection_lost
+    gc.collect()
+    leaked = {fd: _describe(fd) for fd in open_fds() - before}
+    # libuv opens /dev/null once per loop as its reserve fd for EMFILE; it is the loop's.
+    leaked = {fd: d for fd, d in leaked.items() if d != "/dev/null"}
+    assert not leaked, f"file descriptors leaked: {leaked}"
+
+
+def _describe(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+@pytest.fixture(autouse=True)
+def _reset_counters() -> None:
+    _platform.counters.reset()
+
+
+# -- TLS -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tls_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def tls_server_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls_ca.issue_cert("localhost", "127.0.0.1").configure_cert(ctx)
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def tls_client_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    tls_ca.configure_trust(ctx)
+    return ctx
+
+
+# -- files -----------------------------------------------------------------------
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    """Deterministic, position-dependent bytes: misordered or repeated chunks show up."""
+    block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
+    reps = size // len(block) + 1
+    return (block * reps)[:size]
+
+
+@pytest.fixture
+def make_file(tmp_path: Path) -> Callable[..., Path]:
+    def make(size: int, name: str = "data.bin", seed: int = 0) -> Path:
+        path = tmp_path / name
+        path.write_bytes(pattern(size, seed))
+        return path
+
+    return make
+
+
+# -- connections -----------------------------------------------------------------
+
+
+@dataclass
+class Conn:
+    """A server-side StreamWriter connected to a client socket the test reads."""
+
+    writer: asyncio.StreamWriter
+    client: socket.socket | ssl.SSLObject | Any
+    client_reader: asyncio.StreamReader | None
+    client_writer: asyncio.StreamWriter | None
+    closers: list[Any] = field(default_factory=list)
+
+    @property
+    def transport(self) -> Any:
+        return self.writer.transport
+
+    async def read_all(self) -> bytes:
+        """Read until the server closes the connection."""
+        assert self.client_reader is not None
+        return await self.client_reader.read()
+
+    async def read_exactly(self, n: int) -> bytes:
+        assert self.client_reader is not None
+        return await self.client_reader.readexactly(n)
+
+
+class Connector:
+    """Opens server/client pairs of one kind; closes everything at teardown."""
+
+    def __init__(self, kind: str, tmp_path: Path, server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext):
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.server_ctx = server_ctx
+        self.client_ctx = client_ctx
+        self.servers: list[asyncio.Server] = []
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def __call__(self, *, rcvbuf: int | None = None, limit: int = 2**16) -> Conn:
+        accepted: asyncio.Future[asyncio.StreamWriter] = asyncio.get_running_loop().create_future()
+
+        async def on_client(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            accepted.set_result(w)
+
+        sock = self._client_socket(rcvbuf)
+        if self.kind == "unix":
+            path = str(self.tmp_path / f"s{len(self.servers)}.sock")
+            server = await asyncio.start_unix_server(on_client, path)
+            await asyncio.get_running_loop().sock_connect(sock, path)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=limit)
+        else:
+            ssl_ctx = self.server_ctx if self.kind == "tls" else None
+            server = await asyncio.start_server(on_client, "127.0.0.1", 0, ssl=ssl_ctx)
+            port = server.sockets[0].getsockname()[1]
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+            client_ssl = self.client_ctx if self.kind == "tls" else None
+            reader, writer = await asyncio.open_connection(
+                sock=sock, ssl=client_ssl, server_hostname="localhost" if client_ssl else None, limit=limit
+            )
+        self.servers.append(server)
+        server_writer = await accepted
+        self.writers += [server_writer, writer]
+        return Conn(server_writer, sock, reader, writer)
+
+    def _client_socket(self, rcvbuf: int | None) -> socket.socket:
+        family = socket.AF_UNIX if self.kind == "unix" else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.setblocking(False)
+        return sock
+
+    async def close(self) -> None:
+        for w in self.writers:
+            w.close()
+        for w in self.writers:
+            try:
+                await w.wait_closed()
+            except (ConnectionError, ssl.SSLError):
+                pass
+        for s in self.servers:
+            s.close()
+            await s.wait_closed()
+
+
+@pytest.fixture(params=["tcp", "unix", "tls"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def connect(
+    kind: str, tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> AsyncIterator[Connector]:
+    connector = Connector(kind, tmp_path, tls_server_ctx, tls_client_ctx)
+    yield connector
+    await connector.close()
+
+
+def zero_copy_expected(kind: str) -> bool:
+    return kind != "tls"
