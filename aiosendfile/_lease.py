@@ -14,9 +14,10 @@ protocol's help we borrow it through public transport APIs only:
 3. **Set the write-buffer limits to (0, 0)**. The transport now pauses us while
    anything is buffered and resumes us exactly when the buffer is empty. That
    is the only public signal that everything written before the call has left.
-   A ``resume_writing`` with no ``pause_writing`` before it means the user's
-   protocol had been paused when we took over. We resume it on return, or a
-   ``StreamWriter.drain()`` waiting in another task would never wake.
+   The first flow-control event we hear tells whether the user's protocol was
+   paused when we took over. On release we make it agree with the transport
+   again, or a ``StreamWriter.drain()`` waiting in another task would never
+   wake (or a protocol would be paused twice).
 4. **Guard writes**: where the transport (or the StreamWriter the call came
    through) is a Python object, its ``write``/``writelines``/``write_eof``
    are shadowed for the duration by ones that raise
@@ -60,9 +61,12 @@ class TransportLease(asyncio.Protocol):
         self._was_reading = _is_reading(transport)
         self._limits = transport.get_write_buffer_limits()  # (low, high)
         self._transport_write = transport.write  # the real one, kept before guarding
-        self._pause_seen = False
         self._paused = False  # our mirror of the transport's "protocol paused" flag
-        self._user_paused = False  # what the user's protocol believes
+        # The first flow-control event we hear tells what the flag was when we
+        # took over, and so what the user's protocol still believes: a
+        # resume_writing first means it was paused; pause_writing first, not.
+        # With no event at all, the flag never changed and the user is in step.
+        self._first_event: str | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._loss_waiter: asyncio.Future[None] | None = None
         self._lost = False
@@ -116,10 +120,12 @@ class TransportLease(asyncio.Protocol):
         transport.set_write_buffer_limits(high=high, low=low)
         transport.set_protocol(self._user_protocol)
         # ...then make the user's protocol agree with that flag.
-        if self._paused and not self._user_paused:
-            self._user_protocol.pause_writing()  # type: ignore[attr-defined]
-        elif self._user_paused and not self._paused:
-            self._user_protocol.resume_writing()  # type: ignore[attr-defined]
+        if self._first_event is not None:
+            user_paused = self._first_event == "resume"
+            if self._paused and not user_paused:
+                self._user_protocol.pause_writing()  # type: ignore[attr-defined]
+            elif user_paused and not self._paused:
+                self._user_protocol.resume_writing()  # type: ignore[attr-defined]
         if self._was_reading and not transport.is_closing():
             transport.resume_reading()  # type: ignore[attr-defined]
 
@@ -186,14 +192,13 @@ class TransportLease(asyncio.Protocol):
     # -- protocol callbacks (from the transport) --------------------------------
 
     def pause_writing(self) -> None:
-        self._pause_seen = True
+        if self._first_event is None:
+            self._first_event = "pause"
         self._paused = True
 
     def resume_writing(self) -> None:
-        if not self._pause_seen:
-            # The transport had paused the user's protocol before we took over.
-            self._user_paused = True
-        self._pause_seen = False
+        if self._first_event is None:
+            self._first_event = "resume"
         self._paused = False
         self._wake()
 

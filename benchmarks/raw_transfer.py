@@ -220,6 +220,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
 
 
 def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> dict[str, Any]:
+    loop: asyncio.AbstractEventLoop
     if contender.endswith("-uvloop"):
         import uvloop
 
@@ -355,6 +356,7 @@ class Sample:
     contender: str
     round: int
     ok: bool
+    discarded: bool = False  # re-run for other load on the machine (--max-other-load); not summarized
     error: str | None = None
     bytes: int = 0
     mb_per_s: float | None = None  # bytes / reader_seconds (the headline number)
@@ -397,7 +399,7 @@ def _recv(conn: Connection, timeout: float, proc: multiprocessing.process.BasePr
 
 
 def run_trial(
-    ctx: multiprocessing.context.BaseContext, contender: str, rnd: int, path: str, opts: Options
+    ctx: multiprocessing.context.SpawnContext, contender: str, rnd: int, path: str, opts: Options
 ) -> Sample:
     sample = Sample(contender=contender, round=rnd, ok=False, bytes=opts.size)
     parent, child = ctx.Pipe()
@@ -547,6 +549,20 @@ def _values(samples: list[Sample], name: str) -> list[float]:
     return [v for s in samples if s.ok and (v := getattr(s, name)) is not None and not math.isnan(v)]
 
 
+def _progress(s: Sample) -> str:
+    if not s.ok:
+        return f"ERROR: {s.error}"
+    cpu = (s.cpu_user_s_per_gb or 0) + (s.cpu_sys_s_per_gb or 0)
+    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {cpu:.3f} s/GB"
+    if s.loop_delay_worst_ms is not None:
+        msg += f"  loop worst {s.loop_delay_worst_ms:.2f} ms"
+    if load := _other_load([s]):
+        msg += f"  other load {load[0]:.2f} CPUs"
+    if s.discarded:
+        msg += "  -> discarded (other load), retrying"
+    return msg
+
+
 def _other_load(samples: list[Sample]) -> list[float]:
     return [
         s.other_cpu_s / s.reader_seconds for s in samples if s.other_cpu_s is not None and s.reader_seconds
@@ -560,9 +576,11 @@ def _median_or_none(values: list[float]) -> float | None:
 def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[str, Any]]:
     summary: dict[str, dict[str, Any]] = {}
     for name in contenders:
-        mine = [s for s in samples if s.contender == name]
+        mine = [s for s in samples if s.contender == name and not s.discarded]
         ok = [s for s in mine if s.ok]
+        discarded = sum(s.discarded for s in samples if s.contender == name)
         row: dict[str, Any] = {
+            "discarded": discarded,
             "runs": len(mine),
             "ok": len(ok),
             "errors": [s.error for s in mine if not s.ok],
@@ -691,6 +709,12 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> st
                 detail_rows,
             ),
         ]
+    n_discarded = sum(row.get("discarded", 0) for row in summary.values())
+    if n_discarded:
+        out += [
+            "",
+            f"{n_discarded} trial(s) re-run for other load on the machine (kept in the JSON as discarded).",
+        ]
     # Medians: one trial's figure is only good to ~10 ms of CPU (/proc/stat ticks).
     loads = [v for row in summary.values() if (v := row.get("other_load_cpus_median")) is not None]
     if loads and max(loads) > OTHER_LOAD_WARN:
@@ -717,6 +741,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-chunk", type=int, default=2 * MiB, help="aiosendfile max_chunk in bytes")
     p.add_argument("--copy-chunk", type=int, default=256 * 1024, help="copy-uvloop read size in bytes")
     p.add_argument("--timeout", type=float, default=300.0, help="per-trial timeout, seconds")
+    p.add_argument(
+        "--max-other-load",
+        type=float,
+        default=None,
+        metavar="CPUS",
+        help="re-run a trial during which other processes used more than CPUS of CPU "
+        "(e.g. 0.25 on a shared machine; default: keep every trial)",
+    )
+    p.add_argument("--retries", type=int, default=5, help="re-runs per trial with --max-other-load")
     args = p.parse_args(argv)
     args.size = args.size if args.size is not None else (256 if args.quick else 1024)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
@@ -745,20 +778,17 @@ def main(argv: list[str] | None = None) -> int:
         t_bench = time.perf_counter()
         for rnd in range(1, args.rounds + 1):
             for name in args.contenders:
-                s = run_trial(ctx, name, rnd, path, opts)
-                samples.append(s)
-                if s.ok:
-                    delay = (
-                        ""
-                        if s.loop_delay_worst_ms is None
-                        else f"  loop worst {s.loop_delay_worst_ms:.2f} ms"
-                    )
-                    cpu = (s.cpu_user_s_per_gb or 0) + (s.cpu_sys_s_per_gb or 0)
-                    other = "" if s.other_cpu_s is None else f"  other load {s.other_cpu_s:.2f} cpu-s"
-                    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {cpu:.3f} s/GB{delay}{other}"
-                else:
-                    msg = f"ERROR: {s.error}"
-                print(f"round {rnd}/{args.rounds}  {name:<22} {msg}", file=log, flush=True)
+                for attempt in range(args.retries + 1):
+                    s = run_trial(ctx, name, rnd, path, opts)
+                    samples.append(s)
+                    load = _other_load([s])
+                    noisy = args.max_other_load is not None and bool(load) and load[0] > args.max_other_load
+                    if noisy and attempt < args.retries:
+                        s.discarded = True
+                    print(f"round {rnd}/{args.rounds}  {name:<22} {_progress(s)}", file=log, flush=True)
+                    if not s.discarded:
+                        break
+                    time.sleep(attempt + 1)  # let a burst of other load pass
         elapsed = time.perf_counter() - t_bench
 
     summary = summarize(samples, args.contenders)
@@ -778,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
             "reader_buffer": READ_BUFFER,
             "ticker_sleep_s": TICK_S,
             "idle_baseline_s": IDLE_S,
+            "max_other_load": args.max_other_load,
+            "retries": args.retries,
             "elapsed_s": elapsed,
         },
         "units": {
