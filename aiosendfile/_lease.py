@@ -36,6 +36,7 @@ the unshadowed methods and respect whatever limits it set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from ._errors import ConnectionLostError
@@ -70,14 +71,14 @@ class TransportLease(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._loss_waiter: asyncio.Future[None] | None = None
         self._lost = False
-        self._lost_exc: BaseException | None = None
+        self._lost_exc: Exception | None = None
         self._shadowed: list[tuple[object, str]] = []
         self._held = False
 
     # -- lifecycle ------------------------------------------------------------
 
     def acquire(self) -> None:
-        """Take the transport over (steps 1–4 above)."""
+        """Take the transport over (steps 1 to 4 above)."""
         transport = self._transport
         if self._was_reading:
             transport.pause_reading()  # type: ignore[attr-defined]
@@ -97,10 +98,8 @@ class TransportLease(asyncio.Protocol):
             return
         self._held = False
         for obj, name in self._shadowed:
-            try:
+            with contextlib.suppress(AttributeError):
                 delattr(obj, name)
-            except AttributeError:
-                pass
         self._shadowed.clear()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()
@@ -109,10 +108,8 @@ class TransportLease(asyncio.Protocol):
         if self._lost or transport.is_closing():
             # The user's protocol has heard (or will hear) connection_lost; only
             # give it its transport back, and never let cleanup mask the real error.
-            try:
+            with contextlib.suppress(Exception):  # a transport already torn down
                 transport.set_protocol(self._user_protocol)
-            except Exception:  # pragma: no cover - a transport already torn down
-                pass
             return
         # Limits first, while we are still the protocol: whatever pause/resume
         # that causes lands on our mirror of the transport's paused flag...
@@ -123,9 +120,9 @@ class TransportLease(asyncio.Protocol):
         if self._first_event is not None:
             user_paused = self._first_event == "resume"
             if self._paused and not user_paused:
-                self._user_protocol.pause_writing()  # type: ignore[attr-defined]
+                self._user_protocol.pause_writing()
             elif user_paused and not self._paused:
-                self._user_protocol.resume_writing()  # type: ignore[attr-defined]
+                self._user_protocol.resume_writing()
         if self._was_reading and not transport.is_closing():
             transport.resume_reading()  # type: ignore[attr-defined]
 
@@ -202,7 +199,7 @@ class TransportLease(asyncio.Protocol):
         self._paused = False
         self._wake()
 
-    def connection_lost(self, exc: BaseException | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._lost_exc = exc
         self._wake()

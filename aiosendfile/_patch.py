@@ -51,7 +51,7 @@ def patch_loop(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Abstrac
 
     try:
         loop.sendfile = loop_sendfile  # type: ignore[method-assign]
-        loop.sock_sendfile = loop_sock_sendfile  # type: ignore[method-assign]
+        loop.sock_sendfile = loop_sock_sendfile  # type: ignore[method-assign,assignment]
         setattr(loop, _MARK, True)
     except AttributeError as exc:  # a loop class with __slots__
         raise TypeError(f"cannot patch a loop of type {type(loop).__name__}") from exc

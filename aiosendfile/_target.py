@@ -56,7 +56,7 @@ class FileInfo:
 def _native_transport_types() -> tuple[type, ...]:
     from asyncio import selector_events
 
-    types: list[type] = [selector_events._SelectorSocketTransport]
+    types: list[type] = [selector_events._SelectorSocketTransport]  # type: ignore[attr-defined]
     uvloop_mod = sys.modules.get("uvloop.loop")  # only if the program uses uvloop
     if uvloop_mod is not None:
         types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
@@ -74,29 +74,30 @@ def resolve_target(target: Any) -> Target:
     """Accept a StreamWriter, a transport or a non-blocking stream socket."""
     if isinstance(target, socket.socket):
         return resolve_socket(target)
-    writer = None
+    writer: asyncio.StreamWriter | None = None
+    transport: Any = target
     if isinstance(target, asyncio.StreamWriter):
-        writer, target = target, target.transport
-    if not all(hasattr(target, m) for m in ("write", "set_protocol", "get_extra_info")):
+        writer, transport = target, target.transport
+    if not all(hasattr(transport, m) for m in ("write", "set_protocol", "get_extra_info")):
         raise TypeError(
             "target must be an asyncio.StreamWriter, a transport or a socket.socket, "
             f"not {type(target).__name__}"
         )
-    if target.is_closing():
+    if transport.is_closing():
         raise RuntimeError("Transport is closing")
-    result = Target(transport=target, writer=writer)
+    result = Target(transport=transport, writer=writer)
+    native = isinstance(transport, _native_transport_types())  # a bool: keeps ``transport`` Any
     if not _platform.HAS_SENDFILE:
         result.zero_copy_reason = "os.sendfile is not available on this platform"
-    elif _is_tls(target):
+    elif _is_tls(transport):
         result.zero_copy_reason = "TLS transport: the kernel cannot encrypt"
-    elif not isinstance(target, _native_transport_types()):
-        result.zero_copy_reason = f"unknown transport type {type(target).__name__}"
+    elif not native:
+        result.zero_copy_reason = f"unknown transport type {type(transport).__name__}"
     else:
-        sock = target.get_extra_info("socket")
-        fd = sock.fileno() if sock is not None else -1
-        if fd < 0:
+        sock = transport.get_extra_info("socket")
+        result.sock_fd = sock.fileno() if sock is not None else -1
+        if result.sock_fd < 0:
             result.zero_copy_reason = "transport has no socket"
-        result.sock_fd = fd
     return result
 
 

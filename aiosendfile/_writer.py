@@ -78,9 +78,7 @@ async def send_zero_copy(
         os.close(out_fd)
 
 
-async def _wait_writable(
-    loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None
-) -> None:
+async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
     """Wait until *fd* is writable, or the leased connection is lost."""
     _platform.counters.waits += 1
     fut: asyncio.Future[None] = loop.create_future()

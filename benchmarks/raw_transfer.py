@@ -564,8 +564,17 @@ def _progress(s: Sample) -> str:
 
 
 def _other_load(samples: list[Sample]) -> list[float]:
+    """Other processes' load during each trial, in CPUs, beyond what /proc/stat can resolve.
+
+    /proc/stat counts in 1/CLK_TCK ticks per CPU, so each trial's ``other_cpu_s``
+    is only good to about two ticks per CPU: that much is forgiven, and a quiet
+    trial reads 0.
+    """
+    slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
     return [
-        s.other_cpu_s / s.reader_seconds for s in samples if s.other_cpu_s is not None and s.reader_seconds
+        max(0.0, s.other_cpu_s - slack) / s.reader_seconds
+        for s in samples
+        if s.other_cpu_s is not None and s.reader_seconds
     ]
 
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import socket
@@ -31,7 +32,9 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 }
 
 
-def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+def pytest_asyncio_loop_factories(
+    config: Any, item: Any
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return LOOPS
 
 
@@ -200,10 +203,8 @@ class Connector:
         for w in self.writers:
             w.close()
         for w in self.writers:
-            try:
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
                 await w.wait_closed()
-            except (ConnectionError, ssl.SSLError):
-                pass
         for s in self.servers:
             s.close()
             await s.wait_closed()

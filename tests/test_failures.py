@@ -8,6 +8,7 @@ silent (conftest checks the last two).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import socket
@@ -38,7 +39,9 @@ from .conftest import Connector, loop_name, pattern, zero_copy_expected
         (1001, None, ValueError),  # past EOF
     ],
 )
-async def test_bad_offset_and_count(connect: Connector, make_file: Any, offset: Any, count: Any, error: type) -> None:
+async def test_bad_offset_and_count(
+    connect: Connector, make_file: Any, offset: Any, count: Any, error: type
+) -> None:
     conn = await connect()
     with open(make_file(1000), "rb") as f:
         f.seek(17)
@@ -140,7 +143,9 @@ class _nullcontext:
 async def _stalled_transfer(conn: Any, f: Any, **kw: Any) -> asyncio.Task[int]:
     """Start a transfer to a client that does not read, and wait until it is stuck."""
     task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f, **kw))
-    await _until(lambda: _platform.counters.waits > 0 or conn.transport.get_write_buffer_size() > 0 or task.done())
+    await _until(
+        lambda: _platform.counters.waits > 0 or conn.transport.get_write_buffer_size() > 0 or task.done()
+    )
     await asyncio.sleep(0.05)
     assert not task.done()
     return task
@@ -199,7 +204,9 @@ async def test_transport_closed_by_another_task(connect: Connector, make_file: A
 
 
 @pytest.mark.parametrize("when", ["while-flushing", "while-sending"])
-async def test_cancellation_restores_everything(connect: Connector, kind: str, make_file: Any, when: str) -> None:
+async def test_cancellation_restores_everything(
+    connect: Connector, kind: str, make_file: Any, when: str
+) -> None:
     size = 16 * 2**20
     path = make_file(size)
     conn = await connect(rcvbuf=4096)
@@ -272,7 +279,7 @@ async def test_disk_read_error_keeps_its_type_and_carries_sent(
     monkeypatch.setattr(_fallback.os, "pread", pread)
     reader = asyncio.create_task(conn.read_all())
     with open(make_file(4 * 2**20), "rb") as f:
-        with pytest.raises(OSError) as exc_info:
+        with pytest.raises(OSError, match="Input/output") as exc_info:
             await aiosendfile.sendfile(conn.writer, f, max_chunk=2**18)
         assert exc_info.value.errno == errno.EIO
         sent = exc_info.value.sent  # type: ignore[attr-defined]
@@ -292,10 +299,8 @@ async def test_no_fd_leak_over_many_transfers(connect: Connector, make_file: Any
             task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f, 0, 1000 + i))
             if i % 5 == 0:
                 task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
     conn.writer.close()
     data = await reader
     assert len(data) <= sum(1000 + i for i in range(50))

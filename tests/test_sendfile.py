@@ -21,7 +21,9 @@ from .conftest import Conn, Connector, pattern, zero_copy_expected
 HEAD, TAIL = b"HEAD\r\n", b"\r\nTAIL"
 
 
-async def framed_transfer(conn: Conn, file: Any, offset: int = 0, count: int | None = None, **kw: Any) -> tuple[int, int, bytes]:
+async def framed_transfer(
+    conn: Conn, file: Any, offset: int = 0, count: int | None = None, **kw: Any
+) -> tuple[int, int, bytes]:
     """HEAD, the file, TAIL; then close. Returns (sent, file position after, bytes the client got)."""
 
     async def serve() -> tuple[int, int]:
@@ -58,9 +60,21 @@ async def test_whole_file_byte_exact(connect: Connector, kind: str, make_file: A
 
 @pytest.mark.parametrize(
     ("offset", "count"),
-    [(0, None), (0, 1), (1, None), (1000, 5000), (65535, 2), (199_999, 1), (200_000, None), (7, 0), (0, 200_000)],
+    [
+        (0, None),
+        (0, 1),
+        (1, None),
+        (1000, 5000),
+        (65535, 2),
+        (199_999, 1),
+        (200_000, None),
+        (7, 0),
+        (0, 200_000),
+    ],
 )
-async def test_offset_and_count(connect: Connector, kind: str, make_file: Any, offset: int, count: int | None) -> None:
+async def test_offset_and_count(
+    connect: Connector, kind: str, make_file: Any, offset: int, count: int | None
+) -> None:
     size = 200_000
     path = make_file(size)
     expected = pattern(size)[offset : None if count is None else offset + count]
@@ -74,7 +88,9 @@ async def test_offset_and_count(connect: Connector, kind: str, make_file: Any, o
 
 
 @pytest.mark.slow
-async def test_large_file_slow_reader_takes_the_eagain_path(connect: Connector, kind: str, make_file: Any) -> None:
+async def test_large_file_slow_reader_takes_the_eagain_path(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
     size = 64 * 2**20 + 3
     path = make_file(size)
     conn = await connect(rcvbuf=4096, limit=8192)

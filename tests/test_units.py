@@ -1,0 +1,168 @@
+"""Loop-free unit tests: transfer bookkeeping, the platform shim, the error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from aiosendfile import (
+    ConnectionLostError,
+    FileTruncatedError,
+    SendfileError,
+    SendfileNotAvailableError,
+    _platform,
+)
+from aiosendfile._errors import _Progress, map_exceptions
+from aiosendfile._state import TransferState
+
+# -- TransferState ------------------------------------------------------------------------
+
+
+def test_state_chunks_are_bounded_by_max_chunk_limit_and_remaining() -> None:
+    state = TransferState(offset=10, total=2500, max_chunk=1000)
+    assert state.next_chunk() == 1000
+    assert state.next_chunk(limit=300) == 300
+    state.advance(1000)
+    state.advance(1000)
+    assert (state.sent, state.position, state.remaining) == (2000, 2010, 500)
+    assert state.next_chunk() == 500
+    state.advance(500)
+    assert state.done
+    assert state.next_chunk() == 0
+
+
+def test_state_unknown_total_never_done_until_eof() -> None:
+    state = TransferState(offset=0, total=None, max_chunk=64)
+    state.advance(10**9)
+    assert not state.done
+    assert state.remaining is None
+    assert state.next_chunk() == 64
+    assert not state.hit_eof()  # EOF on an unknown size is the end, not truncation
+
+
+def test_state_truncation() -> None:
+    state = TransferState(offset=5, total=100)
+    state.advance(40)
+    assert state.hit_eof()
+    err = state.truncated()
+    assert isinstance(err, FileTruncatedError)
+    assert (err.sent, err.expected) == (40, 100)
+    assert "offset 45" in str(err)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"offset": -1, "total": 1}, {"offset": 0, "total": -1}, {"offset": 0, "total": 1, "max_chunk": 0}],
+)
+def test_state_rejects_bad_values(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        TransferState(**kwargs)
+
+
+def test_state_cannot_overshoot() -> None:
+    state = TransferState(offset=0, total=10)
+    with pytest.raises(ValueError, match="more than"):
+        state.advance(11)
+    with pytest.raises(ValueError, match="negative"):
+        state.advance(-1)
+
+
+# -- the shim -------------------------------------------------------------------------------
+
+
+def test_shim_sends_counts_and_reports_eagain(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(4 * 2**20))
+    a, b = socket.socketpair()
+    with a, b, open(path, "rb") as f:
+        a.setblocking(False)
+        total = 0
+        with pytest.raises(BlockingIOError):  # noqa: PT012 - the loop must end in EAGAIN
+            while True:
+                total += _platform.sendfile_once(a.fileno(), f.fileno(), total, 2**20)
+        assert 0 < total < 4 * 2**20
+        assert _platform.counters.bytes == total
+        assert _platform.counters.eagain == 1
+        received = b""
+        while len(received) < total:
+            received += b.recv(2**20)
+        assert received == path.read_bytes()[:total]
+
+
+def test_shim_zero_at_eof_and_rejects_zero_count(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    a, b = socket.socketpair()
+    with a, b, open(path, "rb") as f:
+        assert _platform.sendfile_once(a.fileno(), f.fileno(), 3, 10) == 0
+        with pytest.raises(ValueError, match="positive"):
+            _platform.sendfile_once(a.fileno(), f.fileno(), 0, 0)  # 0 means "to EOF" on BSD
+
+
+@pytest.mark.parametrize("err", [errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP])
+def test_shim_maps_unsupported_errnos(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    def refuse(*args: int) -> int:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(os, "sendfile", refuse)
+    with pytest.raises(_platform.NotSupportedBySendfile) as exc_info:
+        _platform.sendfile_once(1, 2, 0, 10)
+    assert exc_info.value.errno == err
+
+
+def test_shim_passes_other_errors_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "sendfile", fail)
+    with pytest.raises(OSError, match="Input/output") as exc_info:
+        _platform.sendfile_once(1, 2, 0, 10)
+    assert not isinstance(exc_info.value, _platform.NotSupportedBySendfile)
+
+
+def test_shim_has_no_asyncio_import() -> None:
+    import ast
+
+    tree = ast.parse(Path(_platform.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "os" in imported
+    assert not any(name.startswith("asyncio") for name in imported)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(SendfileNotAvailableError, asyncio.SendfileNotAvailableError)
+    assert issubclass(ConnectionLostError, ConnectionError)
+    assert issubclass(ConnectionLostError, SendfileError)
+    assert issubclass(FileTruncatedError, SendfileError)
+
+
+@pytest.mark.parametrize("err", [errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN])
+def test_map_exceptions_translates_connection_errnos(err: int) -> None:
+    progress = _Progress()
+    progress.sent = 77
+    with pytest.raises(ConnectionLostError) as exc_info, map_exceptions(progress):
+        raise OSError(err, os.strerror(err))
+    assert exc_info.value.errno == err
+    assert exc_info.value.sent == 77
+    assert isinstance(exc_info.value.__cause__, OSError)
+
+
+def test_map_exceptions_stamps_sent_and_keeps_types() -> None:
+    progress = _Progress()
+    progress.sent = 5
+    with pytest.raises(OSError, match="Input/output") as exc_info, map_exceptions(progress):
+        raise OSError(errno.EIO, "Input/output error")
+    assert type(exc_info.value) is OSError
+    assert exc_info.value.sent == 5  # type: ignore[attr-defined]
+    with pytest.raises(FileTruncatedError) as trunc_info, map_exceptions(progress):
+        raise FileTruncatedError("short", sent=0, expected=9)
+    assert trunc_info.value.sent == 5
