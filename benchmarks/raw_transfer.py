@@ -61,7 +61,7 @@ THREAD = "thread-os.sendfile"
 TICK_S = 0.001  # the ticker's sleep
 IDLE_S = 0.2  # the ticker runs this long on an idle loop before the transfer (baseline)
 READ_BUFFER = MiB
-OTHER_LOAD_WARN = 0.25  # CPUs of foreign load during a trial that make the report warn
+OTHER_LOAD_WARN = 0.25  # median CPUs of other load over the trials that makes the report warn
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "raw_transfer.json"
 
 
@@ -803,6 +803,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(samples, args.contenders)
     print(report(summary, opts, args.rounds))
     print(f"\n({len(samples)} trials in {elapsed:.1f} s)")
+    if args.max_other_load is not None:
+        kept_noisy = [
+            f"{s.contender} round {s.round}"
+            for s in samples
+            if not s.discarded and any(v > args.max_other_load for v in _other_load([s]))
+        ]
+        if kept_noisy:
+            print(f"kept after {args.retries} retries, still over --max-other-load: " + ", ".join(kept_noisy))
 
     document = {
         "benchmark": "raw_transfer",

@@ -1,6 +1,6 @@
 """Fetch a file from ``examples/file_server.py`` and check its length.
 
-    python examples/file_client.py OUT [--port 8765]
+python examples/file_client.py OUT [--port 8765]
 """
 
 from __future__ import annotations
