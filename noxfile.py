@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
+
 import nox
 
 nox.options.sessions = ["tests", "lint", "typing"]
@@ -11,7 +16,29 @@ nox.options.reuse_existing_virtualenvs = True
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
 
-@nox.session(python=PYTHONS)
+def _works(exe: str) -> bool:
+    try:
+        return subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _interpreter(version: str) -> str | None:
+    """``pythonX.Y`` from PATH, else from a pyenv install (whose shims only run the global one)."""
+    exe = shutil.which(f"python{version}")
+    if exe and _works(exe):
+        return version
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for candidate in sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"), reverse=True):
+        if _works(candidate):
+            return candidate
+    return None
+
+
+INSTALLED = [exe for v in PYTHONS if (exe := _interpreter(v))] or PYTHONS
+
+
+@nox.session(python=INSTALLED)
 def tests(session: nox.Session) -> None:
     """The whole test suite, on stock asyncio and uvloop, over TCP, Unix and TLS."""
     session.install("-e", ".[test]")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -51,10 +52,8 @@ def main() -> None:
         except ImportError:
             if args.loop == "uvloop":
                 raise
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         runner(serve(args.file, args.host, args.port))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":
