@@ -1,6 +1,7 @@
 """Platform shim: the only module that calls ``os.sendfile``.
 
-One non-blocking attempt per call. It returns the number of bytes the kernel
+One non-blocking attempt per call (``sendfile_once``, ``pread_cached``).
+It returns the number of bytes the kernel
 took, or raises ``BlockingIOError`` when the socket is full. Linux and the BSDs
 (macOS included) differ in the C API. CPython's ``os.sendfile`` already hides
 most of that; what is left is handled here:
@@ -25,11 +26,13 @@ import sys
 from dataclasses import dataclass
 
 __all__ = (
+    "HAS_RWF_NOWAIT",
     "HAS_SENDFILE",
     "PLATFORM",
     "NotSupportedBySendfile",
     "ShimCounters",
     "counters",
+    "pread_cached",
     "sendfile_once",
 )
 
@@ -105,3 +108,34 @@ def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
     counters.calls += 1
     counters.bytes += sent
     return sent
+
+
+#: ``preadv(..., RWF_NOWAIT)`` exists: a read can be tried "only if it needs no disk I/O".
+HAS_RWF_NOWAIT: bool = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")
+
+_nowait_unsupported_errnos = frozenset(
+    e for e in (getattr(errno, "EOPNOTSUPP", None), getattr(errno, "ENOTSUP", None), errno.EINVAL) if e
+)
+
+
+def pread_cached(fd: int, size: int, offset: int) -> bytes | None:
+    """Read *size* bytes at *offset* only if they are all in the page cache.
+
+    Returns the bytes (fewer at end of file), or None if reading would wait for
+    the disk, or if the platform or file system cannot tell. The caller then
+    reads off the event-loop thread.
+    """
+    if not HAS_RWF_NOWAIT or size <= 0:
+        return None
+    buf = bytearray(size)
+    try:
+        got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno in _nowait_unsupported_errnos:
+            return None
+        raise
+    if got < size and offset + got < os.fstat(fd).st_size:
+        return None  # short, but not at EOF: only part of the range is cached
+    return bytes(memoryview(buf)[:got])

@@ -1,0 +1,168 @@
+"""The command line: ``python -m aiosendfile serve [DIRECTORY]``, a zero-copy static file server.
+
+It serves DIRECTORY (default: the current one) with the aiohttp plugin, on
+uvloop when it is installed. ``--workers N`` runs N processes that share the
+port with ``SO_REUSEPORT``, so the kernel spreads connections over them.
+SIGINT (Ctrl-C) or SIGTERM stops it cleanly within a second, with exit
+status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+
+__all__ = ("main",)
+
+SHUTDOWN_TIMEOUT = 0.5  # seconds open connections get to finish on stop
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiosendfile", description="Zero-copy file serving for asyncio.")
+    parser.add_argument("--version", action="version", version=f"aiosendfile {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="serve a directory over HTTP", description=__doc__)
+    serve.add_argument("directory", nargs="?", default=".", help="directory to serve (default: .)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    serve.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="event loop")
+    serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (default: 1)")
+    serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    serve.add_argument("--show-index", action="store_true", help="list directories without index.html")
+    serve.add_argument("--follow-symlinks", action="store_true", help="serve symlinks that point outside")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return _serve_command(args)
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop], str]:
+    if choice in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise SystemExit(
+                    "aiosendfile: --loop uvloop needs uvloop (pip install 'aiosendfile[uvloop]')"
+                ) from None
+        else:
+            return uvloop.new_event_loop, "uvloop"
+    return asyncio.new_event_loop, "asyncio"
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        print("aiosendfile: serve needs aiohttp (pip install 'aiosendfile[aiohttp]')", file=sys.stderr)
+        return 2
+    directory = os.path.abspath(args.directory)
+    if not os.path.isdir(directory):
+        print(f"aiosendfile: {args.directory}: not a directory", file=sys.stderr)
+        return 2
+    if args.workers < 1:
+        print("aiosendfile: --workers must be at least 1", file=sys.stderr)
+        return 2
+    _, loop_name = _loop_factory(args.loop)
+    if args.access_log:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+    multi = args.workers > 1
+    # Bind once here: it reports errors (port in use) before any worker starts, and
+    # with port 0 it picks the port that every worker then shares.
+    try:
+        sock = socket.create_server((args.host, args.port), backlog=1024, reuse_port=multi)
+    except OSError as exc:
+        print(f"aiosendfile: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    host, port = sock.getsockname()[:2]
+    display_host = f"[{host}]" if ":" in host else host
+    workers = f"{args.workers} workers" if multi else "1 worker"
+    print(
+        f"aiosendfile {__version__} serving {directory} at http://{display_host}:{port}/ "
+        f"({loop_name}, {workers}; Ctrl-C to stop)",
+        flush=True,
+    )
+    if not multi:
+        _run_server(args, directory, sock)
+        return 0
+    sock.close()  # each worker binds its own SO_REUSEPORT socket on the same port
+    return _run_workers(args, directory, host, port)
+
+
+def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int) -> int:
+    ctx: Any = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    procs = [
+        ctx.Process(target=_worker, args=(args, directory, host, port), daemon=True)
+        for _ in range(args.workers)
+    ]
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    failed = [p.exitcode for p in procs if p.exitcode not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    return 0 if stopping or not failed else 1
+
+
+def _worker(args: argparse.Namespace, directory: str, host: str, port: int) -> None:
+    sock = socket.create_server((host, port), backlog=1024, reuse_port=True)
+    _run_server(args, directory, sock)
+
+
+def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
+    factory, _ = _loop_factory(args.loop)
+    loop = factory()
+    try:
+        loop.run_until_complete(_serve(args, directory, sock))
+    finally:
+        loop.close()
+
+
+async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
+    from aiohttp import web
+    from aiohttp.log import access_logger
+
+    from .aiohttp import add_static
+
+    app = web.Application()
+    add_static(app.router, "/", directory, show_index=args.show_index, follow_symlinks=args.follow_symlinks)
+    runner = web.AppRunner(
+        app, access_log=access_logger if args.access_log else None, shutdown_timeout=SHUTDOWN_TIMEOUT
+    )
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = web.SockSite(runner, sock)
+        await site.start()
+        await stop.wait()
+    finally:
+        await runner.cleanup()

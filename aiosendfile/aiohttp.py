@@ -1,0 +1,19 @@
+"""aiohttp integration: zero-copy static files and file responses.
+
+Needs the ``aiohttp`` extra (``pip install aiosendfile[aiohttp]``)::
+
+    from aiohttp import web
+    import aiosendfile.aiohttp as sf
+
+    app = web.Application()
+    app.add_routes([sf.static("/static", "./public")])
+    # or: sf.add_static(app.router, "/static", "./public", show_index=True)
+    # or, in a handler: return sf.FileResponse(path)
+"""
+
+from __future__ import annotations
+
+from ._fileresponse import FileResponse
+from ._static import StaticResource, add_static, static
+
+__all__ = ("FileResponse", "StaticResource", "add_static", "static")
