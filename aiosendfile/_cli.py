@@ -83,35 +83,54 @@ def _serve_command(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
     multi = args.workers > 1
-    # Bind once here: it reports errors (port in use) before any worker starts, and
-    # with port 0 it picks the port that every worker then shares.
+    # Bind here first: errors (port in use) show before any worker starts, and with
+    # port 0 this picks the port every worker then shares. With workers, this socket
+    # only holds the port: it never listens, so the kernel gives it no connections.
     try:
-        sock = socket.create_server((args.host, args.port), backlog=1024, reuse_port=multi)
+        sock = _bind(args.host, args.port, reuse_port=multi, listen=not multi)
     except OSError as exc:
         print(f"aiosendfile: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
         return 1
     host, port = sock.getsockname()[:2]
-    display_host = f"[{host}]" if ":" in host else host
-    workers = f"{args.workers} workers" if multi else "1 worker"
-    print(
-        f"aiosendfile {__version__} serving {directory} at http://{display_host}:{port}/ "
-        f"({loop_name}, {workers}; Ctrl-C to stop)",
-        flush=True,
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+    banner = (
+        f"aiosendfile {__version__} serving {directory} at {url} "
+        f"({loop_name}, {args.workers} worker{'s' if multi else ''}; Ctrl-C to stop)"
     )
     if not multi:
+        print(banner, flush=True)
         _run_server(args, directory, sock)
         return 0
-    sock.close()  # each worker binds its own SO_REUSEPORT socket on the same port
-    return _run_workers(args, directory, host, port)
+    with sock:
+        return _run_workers(args, directory, host, port, banner)
 
 
-def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int) -> int:
+def _bind(host: str, port: int, *, reuse_port: bool, listen: bool) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        if listen:
+            sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int, banner: str) -> int:
     ctx: Any = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    ready = ctx.Queue()
     procs = [
-        ctx.Process(target=_worker, args=(args, directory, host, port), daemon=True)
+        ctx.Process(target=_worker, args=(args, directory, host, port, ready), daemon=True)
         for _ in range(args.workers)
     ]
-    stopping = False
+    stopping = start_failed = False
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
@@ -124,14 +143,30 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int)
     signal.signal(signal.SIGTERM, stop)
     for p in procs:
         p.start()
+    for _ in procs:  # the banner promises a working server: wait until every worker listens
+        error = ready.get(timeout=60)
+        if error:
+            print(f"aiosendfile: a worker failed to start: {error}", file=sys.stderr)
+            start_failed = True
+            stop(signal.SIGTERM, None)
+            break
+    else:
+        print(banner, flush=True)
     for p in procs:
         p.join()
     failed = [p.exitcode for p in procs if p.exitcode not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    if start_failed:
+        return 1
     return 0 if stopping or not failed else 1
 
 
-def _worker(args: argparse.Namespace, directory: str, host: str, port: int) -> None:
-    sock = socket.create_server((host, port), backlog=1024, reuse_port=True)
+def _worker(args: argparse.Namespace, directory: str, host: str, port: int, ready: Any) -> None:
+    try:
+        sock = _bind(host, port, reuse_port=True, listen=True)
+    except OSError as exc:
+        ready.put(str(exc))
+        return
+    ready.put("")
     _run_server(args, directory, sock)
 
 
