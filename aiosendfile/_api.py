@@ -10,17 +10,21 @@ stricter or safer:
 * ``offset`` past the end of a regular file is a ``ValueError``.
 
 On return, and on any error once the transfer has begun, the file position
-is ``offset + sent``. Argument errors leave the file untouched.
+is ``offset + sent``. Argument errors leave the file untouched. ``sent`` and
+the return value count file bytes only, never ``headers``/``trailers``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from concurrent.futures import Executor
 from typing import IO, Any
 
 from ._errors import SendfileNotAvailableError, _Progress, map_exceptions
 from ._fallback import ChunkReader, copy_to_socket, copy_to_transport
 from ._lease import TransportLease
+from ._options import Options, ProgressCallback
 from ._platform import NotSupportedBySendfile
 from ._state import DEFAULT_MAX_CHUNK, TransferState
 from ._target import FileInfo, Target, check_offset_count, resolve_file, resolve_socket, resolve_target
@@ -36,16 +40,27 @@ async def sendfile(
     count: int | None = None,
     *,
     fallback: bool = True,
+    headers: bytes = b"",
+    trailers: bytes = b"",
     max_chunk: int = DEFAULT_MAX_CHUNK,
+    probe: bool = True,
+    executor: Executor | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> int:
-    """Send *file* to *target*, zero-copy where possible; return the bytes sent.
+    """Send *file* to *target*, zero-copy where possible; return the file bytes sent.
 
     *target* is an ``asyncio.StreamWriter``, a transport (asyncio or uvloop;
     TCP, Unix or TLS) or a non-blocking stream ``socket.socket``. *count*
     ``None`` sends to the end of the file. With ``fallback=False``,
     :class:`SendfileNotAvailableError` is raised where zero-copy is impossible
-    instead of copying in userspace. *max_chunk* bounds the bytes sent per
-    event-loop wakeup.
+    instead of copying in userspace.
+
+    *headers* and *trailers* are sent right before and after the file, in the
+    same packets where the OS allows (``TCP_CORK``). *max_chunk* bounds the
+    bytes sent per event-loop wakeup. *probe* checks the page cache before each
+    chunk and sends cold chunks from *executor* (default: a small dedicated
+    pool). ``probe=False`` trusts the cache. *on_progress(sent, total)* is
+    called after each chunk.
 
     What was written to the target before the call goes first. What is written
     after the call returns goes after. Do not write to the target while the
@@ -53,8 +68,9 @@ async def sendfile(
     checked).
     """
     check_offset_count(offset, count)
+    options = Options(max_chunk, probe, executor, on_progress, headers, trailers)
     info = resolve_file(file)
-    return await _run(resolve_target(target), info, offset, count, fallback, max_chunk)
+    return await _run(resolve_target(target), info, offset, count, fallback, options)
 
 
 async def sock_sendfile(
@@ -64,14 +80,20 @@ async def sock_sendfile(
     count: int | None = None,
     *,
     fallback: bool = True,
+    headers: bytes = b"",
+    trailers: bytes = b"",
     max_chunk: int = DEFAULT_MAX_CHUNK,
+    probe: bool = True,
+    executor: Executor | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> int:
     """Like :func:`sendfile` for a raw non-blocking socket (``loop.sock_sendfile``)."""
     if not isinstance(sock, socket.socket):
         raise TypeError(f"sock must be a socket.socket, not {type(sock).__name__}")
     check_offset_count(offset, count)
+    options = Options(max_chunk, probe, executor, on_progress, headers, trailers)
     info = resolve_file(file)
-    return await _run(resolve_socket(sock), info, offset, count, fallback, max_chunk)
+    return await _run(resolve_socket(sock), info, offset, count, fallback, options)
 
 
 def _plan(info: FileInfo, offset: int, count: int | None, max_chunk: int) -> TransferState:
@@ -89,17 +111,18 @@ def _plan(info: FileInfo, offset: int, count: int | None, max_chunk: int) -> Tra
 
 
 async def _run(
-    target: Target, info: FileInfo, offset: int, count: int | None, fallback: bool, max_chunk: int
+    target: Target, info: FileInfo, offset: int, count: int | None, fallback: bool, options: Options
 ) -> int:
     zero_copy = target.zero_copy and info.fd is not None
     if not zero_copy and not fallback:
         reason = target.zero_copy_reason or "the file is not a regular file with a descriptor"
         raise SendfileNotAvailableError(f"zero-copy sendfile is not possible: {reason}")
-    state = _plan(info, offset, count, max_chunk)
+    state = _plan(info, offset, count, options.max_chunk)
     file = info.file
     if state.total == 0:
         if info.seekable:
             file.seek(offset)
+        await _send_frame_only(target, options)
         return 0
     if info.fd is None and info.seekable:
         file.seek(offset)
@@ -107,13 +130,24 @@ async def _run(
     try:
         with map_exceptions(progress):
             if target.sock is not None:
-                await _to_socket(target, info, state, progress, zero_copy, fallback)
+                await _to_socket(target, info, state, progress, zero_copy, fallback, options)
             else:
-                await _to_transport(target, info, state, progress, zero_copy, fallback)
+                await _to_transport(target, info, state, progress, zero_copy, fallback, options)
     finally:
         if info.seekable:
             file.seek(offset + progress.sent)
     return state.sent
+
+
+async def _send_frame_only(target: Target, options: Options) -> None:
+    """Headers and trailers around an empty body: plain writes keep the order."""
+    frame = bytes(options.headers) + bytes(options.trailers)
+    if not frame:
+        return
+    if target.sock is not None:
+        await asyncio.get_running_loop().sock_sendall(target.sock, frame)
+    else:
+        target.transport.write(frame)
 
 
 async def _zero_copy_or_decline(
@@ -122,15 +156,16 @@ async def _zero_copy_or_decline(
     state: TransferState,
     progress: _Progress,
     fallback: bool,
+    options: Options,
     lease: TransportLease | None,
 ) -> bool:
     """Try zero-copy; False if the kernel declined before the first byte and fallback is allowed."""
     assert info.fd is not None
     try:
-        await send_zero_copy(target.sock_fd, info.fd, state, progress, lease)
+        await send_zero_copy(target.sock_fd, info.fd, state, progress, options, lease)
     except NotSupportedBySendfile as exc:
-        if state.sent:
-            raise
+        if state.sent or options.headers:
+            raise  # bytes are on the wire already: too late to switch paths
         if not fallback:
             raise SendfileNotAvailableError(f"the kernel refused sendfile: {exc.strerror}") from exc
         return False
@@ -144,10 +179,12 @@ async def _to_socket(
     progress: _Progress,
     zero_copy: bool,
     fallback: bool,
+    options: Options,
 ) -> None:
-    if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, None):
+    if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, options, None):
         return
-    await copy_to_socket(target.sock, ChunkReader(info.file, info.fd), state, progress)
+    reader = ChunkReader(info.file, info.fd, options)
+    await copy_to_socket(target.sock, reader, state, progress, options)
 
 
 async def _to_transport(
@@ -157,13 +194,15 @@ async def _to_transport(
     progress: _Progress,
     zero_copy: bool,
     fallback: bool,
+    options: Options,
 ) -> None:
     lease = TransportLease(target.transport, target.writer)
     lease.acquire()
     try:
         await lease.flushed()
-        if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, lease):
+        if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, options, lease):
             return
-        await copy_to_transport(lease, ChunkReader(info.file, info.fd), state, progress)
+        reader = ChunkReader(info.file, info.fd, options)
+        await copy_to_transport(lease, reader, state, progress, options)
     finally:
         lease.release()

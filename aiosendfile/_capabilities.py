@@ -6,6 +6,7 @@ from typing import Any
 
 from . import _platform
 from ._fallback import DEFAULT_FALLBACK_CHUNK
+from ._options import COLD_POOL_THREADS
 from ._state import DEFAULT_MAX_CHUNK
 
 __all__ = ("capabilities",)
@@ -16,6 +17,10 @@ def capabilities() -> dict[str, Any]:
     return {
         "platform": _platform.PLATFORM,
         "zero_copy_sendfile": _platform.HAS_SENDFILE,
+        # False: chunks cannot be probed for cold pages, so each goes to the pool.
+        "page_cache_probe": _platform.HAS_RWF_NOWAIT,
+        "cork": _platform.CORK_OPTION is not None,
+        "cold_pool_threads": COLD_POOL_THREADS,
         "max_chunk": DEFAULT_MAX_CHUNK,
         "fallback_chunk": DEFAULT_FALLBACK_CHUNK,
     }

@@ -201,10 +201,11 @@ class FileResponse(web.StreamResponse):
             if parts is None:
                 await self._send_body(request, writer, file, ranges[0])
             else:
-                for part_header, byte_range in parts:
-                    await writer.write(part_header)
-                    await self._send_body(request, writer, file, byte_range)
-                await writer.write(closing)
+                for i, (part_header, byte_range) in enumerate(parts):
+                    last = i == len(parts) - 1
+                    await self._send_body(
+                        request, writer, file, byte_range, part_header, closing if last else b""
+                    )
         except (SendfileError, OSError):
             # Never pass off a short body as complete: the connection cannot be reused.
             self.force_close()
@@ -221,7 +222,10 @@ class FileResponse(web.StreamResponse):
         writer: AbstractStreamWriter,
         file: IO[bytes],
         byte_range: _http.ByteRange,
+        prefix: bytes = b"",
+        suffix: bytes = b"",
     ) -> None:
+        """One range of the file, with *prefix* before and *suffix* after it (multipart framing)."""
         if byte_range.length <= self._inline_limit:
             data = _platform.pread_cached(file.fileno(), byte_range.length, byte_range.start)
             if data is None:  # cold (or cannot tell): read off the loop thread
@@ -231,14 +235,16 @@ class FileResponse(web.StreamResponse):
                 )
             if len(data) != byte_range.length:
                 raise _http_truncated(byte_range, len(data))
-            await writer.write(data)  # leaves together with the buffered headers
+            await writer.write(prefix + data + suffix if prefix or suffix else data)  # with the headers
             return
         transport = request.transport
         if transport is None:
             raise ConnectionResetError("Connection lost")
-        _flush_headers(writer)
-        sent = await sendfile(transport, file, byte_range.start, byte_range.length)
-        _count_output(writer, sent)
+        headers = _take_buffered_headers(writer) + prefix
+        sent = await sendfile(
+            transport, file, byte_range.start, byte_range.length, headers=headers, trailers=suffix
+        )
+        _count_output(writer, sent + len(headers) + len(suffix))
 
 
 def _is_file(path: Path) -> bool:
@@ -258,11 +264,22 @@ def _http_truncated(byte_range: _http.ByteRange, got: int) -> SendfileError:
     )
 
 
-def _flush_headers(writer: Any) -> None:
-    """Send aiohttp's buffered headers now: the file follows them on the transport."""
+def _take_buffered_headers(writer: Any) -> bytes:
+    """Take aiohttp's not-yet-sent response headers, to send them with the file's first bytes.
+
+    aiohttp (3.10+) buffers them until the first body write. Where its writer
+    does not look as expected, send them now the ordinary way: the order is
+    right either way, only the packet count differs.
+    """
+    buf = getattr(writer, "_headers_buf", None)
+    if isinstance(buf, bytes) and buf and getattr(writer, "_headers_written", True) is False:
+        writer._headers_buf = None
+        writer._headers_written = True
+        return buf
     send_headers = getattr(writer, "send_headers", None)
     if send_headers is not None:
         send_headers()
+    return b""
 
 
 def _count_output(writer: Any, sent: int) -> None:

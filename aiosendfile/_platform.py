@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import sys
 from dataclasses import dataclass
 
 __all__ = (
+    "CORK_OPTION",
     "HAS_RWF_NOWAIT",
     "HAS_SENDFILE",
     "PLATFORM",
     "NotSupportedBySendfile",
     "ShimCounters",
     "counters",
+    "page_cached",
     "pread_cached",
+    "set_cork",
     "sendfile_once",
 )
 
@@ -71,16 +75,18 @@ class ShimCounters:
     """Bytes and calls that went through the kernel's zero-copy path.
 
     Tests read these to prove zero-copy was used; they cost one add per call.
-    ``waits`` counts the driver's waits for a full socket to become writable.
+    ``waits`` counts the driver's waits for a full socket to become writable,
+    ``cold`` the chunks sent from the thread pool because their pages were not cached.
     """
 
     calls: int = 0
     bytes: int = 0
     eagain: int = 0
     waits: int = 0
+    cold: int = 0  # chunks whose sendfile ran in the cold-read pool
 
     def reset(self) -> None:
-        self.calls = self.bytes = self.eagain = self.waits = 0
+        self.calls = self.bytes = self.eagain = self.waits = self.cold = 0
 
 
 counters = ShimCounters()
@@ -139,3 +145,45 @@ def pread_cached(fd: int, size: int, offset: int) -> bytes | None:
     if got < size and offset + got < os.fstat(fd).st_size:
         return None  # short, but not at EOF: only part of the range is cached
     return bytes(memoryview(buf)[:got])
+
+
+_probe_works: bool | None = None  # None until the first probe says whether the file system can
+
+
+def page_cached(fd: int, offset: int) -> bool | None:
+    """Whether the page holding *offset* is in the page cache (a 1-byte ``RWF_NOWAIT`` read).
+
+    None means this platform or file system cannot tell.
+    """
+    global _probe_works
+    if not HAS_RWF_NOWAIT or _probe_works is False:
+        return None
+    try:
+        os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _nowait_unsupported_errnos:
+            _probe_works = False
+            return None
+        raise
+    _probe_works = True
+    return True
+
+
+CORK_OPTION: int | None = getattr(socket, "TCP_CORK", None) or getattr(socket, "TCP_NOPUSH", None)
+
+
+def set_cork(sock: socket.socket, on: bool) -> bool:
+    """Hold (or release) partial TCP segments: ``TCP_CORK`` on Linux, ``TCP_NOPUSH`` on BSD.
+
+    Lets headers, the file and trailers share packets. Returns False where it
+    does not apply (Unix sockets, platforms without either option).
+    """
+    if CORK_OPTION is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, CORK_OPTION, 1 if on else 0)
+    except OSError:
+        return False
+    return True

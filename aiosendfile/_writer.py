@@ -23,18 +23,29 @@ Theory of operation
 * **Resuming.** The file offset is ours (``TransferState.position``) and goes
   to ``sendfile`` explicitly, so the file's own position is never read.
   After EAGAIN we simply try again from the same offset.
+* **Cold pages.** Before a chunk, two 1-byte ``RWF_NOWAIT`` reads probe its
+  first and last page. If either is not in the page cache, that chunk's
+  ``sendfile`` runs in the cold-read pool (see ``_options``), so the disk wait
+  happens off the loop thread. The transfer stays zero-copy.
+* **Headers and trailers** go to the same socket with ``send()``, inside
+  ``TCP_CORK`` (``TCP_NOPUSH`` on BSD), so they share packets with the file's
+  first and last bytes. The cork is released when the transfer ends, however
+  it ends.
 * **Cleanup.** Every wait removes its writer registration in ``finally``, and
-  the duplicate fd is closed in ``finally``, on errors and cancellation alike.
+  the duplicate socket is closed in ``finally``, on errors and cancellation alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 
 from . import _platform
 from ._errors import _Progress
 from ._lease import TransportLease
+from ._options import Options
 from ._state import TransferState
 
 __all__ = ("send_zero_copy",)
@@ -45,37 +56,112 @@ async def send_zero_copy(
     file_fd: int,
     state: TransferState,
     progress: _Progress,
+    options: Options,
     lease: TransportLease | None = None,
 ) -> None:
-    """Send ``state``'s remaining bytes of *file_fd* to the socket *sock_fd*.
+    """Send *options.headers*, ``state``'s remaining bytes of *file_fd*, then *options.trailers*.
 
     Raises ``_platform.NotSupportedBySendfile`` (before or after some bytes;
     ``state.sent`` says which), ``FileTruncatedError``, or the OS error.
     """
     loop = asyncio.get_running_loop()
-    out_fd = os.dup(sock_fd)
+    out = socket.socket(fileno=os.dup(sock_fd))  # ours: closed below, whatever happens
+    corked = False
     try:
-        while not state.done:
-            if lease is not None:
-                lease.check_alive()
-            size = state.next_chunk()
-            try:
-                n = _platform.sendfile_once(out_fd, file_fd, state.position, size)
-            except BlockingIOError:
-                await _wait_writable(loop, out_fd, lease)
-                continue
-            if n == 0:
-                raise state.truncated()
-            state.advance(n)
-            progress.sent = state.sent
-            if state.done:
-                break
-            if n < size:
-                await _wait_writable(loop, out_fd, lease)
-            else:
-                await asyncio.sleep(0)
+        if options.headers or options.trailers:
+            corked = _platform.set_cork(out, True)
+        if options.headers:
+            await _send_all(loop, out, options.headers, lease)
+        await _send_file(loop, out, file_fd, state, progress, options, lease)
+        if options.trailers:
+            await _send_all(loop, out, options.trailers, lease)
     finally:
-        os.close(out_fd)
+        if corked:
+            with contextlib.suppress(OSError):
+                _platform.set_cork(out, False)  # flush what the cork holds
+        out.close()
+
+
+async def _send_file(
+    loop: asyncio.AbstractEventLoop,
+    out: socket.socket,
+    file_fd: int,
+    state: TransferState,
+    progress: _Progress,
+    options: Options,
+    lease: TransportLease | None,
+) -> None:
+    out_fd = out.fileno()
+    on_progress = options.on_progress
+    while not state.done:
+        if lease is not None:
+            lease.check_alive()
+        size = state.next_chunk()
+        position = state.position
+        try:
+            if _is_cold(file_fd, position, size, options):
+                _platform.counters.cold += 1
+                pending = loop.run_in_executor(
+                    options.cold_executor, _platform.sendfile_once, out_fd, file_fd, position, size
+                )
+                try:
+                    n = await asyncio.shield(pending)
+                except asyncio.CancelledError:
+                    # The thread is still sending on our fd: count what it sends, then stop.
+                    state.advance(await _outcome(pending))
+                    progress.sent = state.sent
+                    raise
+            else:
+                n = _platform.sendfile_once(out_fd, file_fd, position, size)
+        except BlockingIOError:
+            await _wait_writable(loop, out_fd, lease)
+            continue
+        if n == 0:
+            raise state.truncated()
+        state.advance(n)
+        progress.sent = state.sent
+        if on_progress is not None:
+            on_progress(state.sent, state.total)
+        if state.done:
+            break
+        if n < size:
+            await _wait_writable(loop, out_fd, lease)
+        else:
+            await asyncio.sleep(0)
+
+
+async def _outcome(pending: asyncio.Future[int]) -> int:
+    """Wait for a pool call to finish, whatever cancels us meanwhile; its byte count or 0."""
+    while not pending.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([pending])
+    if pending.cancelled() or pending.exception() is not None:
+        return 0
+    return pending.result()
+
+
+def _is_cold(file_fd: int, position: int, size: int, options: Options) -> bool:
+    """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool)."""
+    if not options.probe:
+        return False
+    first = _platform.page_cached(file_fd, position)
+    if first is None:
+        return True  # cannot tell: the conservative path
+    return not (first and _platform.page_cached(file_fd, position + size - 1))
+
+
+async def _send_all(
+    loop: asyncio.AbstractEventLoop, out: socket.socket, data: bytes, lease: TransportLease | None
+) -> None:
+    """``send()`` all of *data* on the non-blocking socket, waiting while it is full."""
+    view = memoryview(data)
+    while view:
+        if lease is not None:
+            lease.check_alive()
+        try:
+            view = view[out.send(view) :]
+        except BlockingIOError:
+            await _wait_writable(loop, out.fileno(), lease)
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:

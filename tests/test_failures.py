@@ -277,6 +277,8 @@ async def test_disk_read_error_keeps_its_type_and_carries_sent(
 
     monkeypatch.setattr(os, "sendfile", sendfile)
     monkeypatch.setattr(_fallback.os, "pread", pread)
+    # A failing disk is never "cached": the fallback's reads go to the pool, through pread.
+    monkeypatch.setattr(_platform, "pread_cached", lambda fd, size, offset: None)
     reader = asyncio.create_task(conn.read_all())
     with open(make_file(4 * 2**20), "rb") as f:
         with pytest.raises(OSError, match="Input/output") as exc_info:
