@@ -108,12 +108,15 @@ class FileResponse(web.StreamResponse):
                 continue  # a sibling that vanished: fall back to the next candidate
             except PermissionError as exc:
                 raise web.HTTPForbidden() from exc
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
+                    raise web.HTTPForbidden()
+                os.set_blocking(fd, True)
+                return open(fd, "rb", buffering=0), st, encoding, vary
+            except BaseException:
                 os.close(fd)
-                raise web.HTTPForbidden()
-            os.set_blocking(fd, True)
-            return open(fd, "rb", buffering=0), st, encoding, vary
+                raise
         raise web.HTTPNotFound()
 
     # -- the response ----------------------------------------------------------------------
