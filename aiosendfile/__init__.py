@@ -17,18 +17,21 @@ from ._errors import (
     SendfileNotAvailableError,
 )
 from ._patch import loop_factory, patch_loop
+from ._recv import IncompleteTransferError, recvfile
 
 __version__ = "0.1.0"
 
 __all__ = (
     "ConnectionLostError",
     "FileTruncatedError",
+    "IncompleteTransferError",
     "SendfileError",
     "SendfileNotAvailableError",
     "__version__",
     "capabilities",
     "loop_factory",
     "patch_loop",
+    "recvfile",
     "sendfile",
     "sock_sendfile",
 )

@@ -31,6 +31,10 @@ protocol's help we borrow it through public transport APIs only:
 While the lease is held, the transfer may also use the write path itself
 (the userspace fallback). It uses :meth:`write` and :meth:`drain`, which go to
 the unshadowed methods and respect whatever limits it set.
+
+A *receiving* lease (``recvfile``) does steps 1, 2 and 5 only. Writing stays
+the user's, so flow-control events go straight through to the user's
+protocol, and nothing is shadowed.
 """
 
 from __future__ import annotations
@@ -53,9 +57,12 @@ def _refuse_write(*args: Any, **kwargs: Any) -> None:
 class TransportLease(asyncio.Protocol):
     """Stands in for a transport's protocol while a file is sent on it."""
 
-    def __init__(self, transport: asyncio.WriteTransport, writer: Any = None) -> None:
-        if transport.is_closing():
+    def __init__(
+        self, transport: asyncio.WriteTransport, writer: Any = None, *, receiving: bool = False
+    ) -> None:
+        if transport.is_closing() and not receiving:
             raise RuntimeError("Transport is closing")
+        self._receiving = receiving
         self._transport = transport
         self._writer = writer
         self._user_protocol = transport.get_protocol()
@@ -84,6 +91,8 @@ class TransportLease(asyncio.Protocol):
             transport.pause_reading()  # type: ignore[attr-defined]
         transport.set_protocol(self)
         self._held = True
+        if self._receiving:
+            return
         # Anything buffered now triggers pause_writing, or, if the transport had
         # paused the user's protocol already, only a bare resume_writing later.
         self._paused = transport.get_write_buffer_size() > 0
@@ -105,6 +114,11 @@ class TransportLease(asyncio.Protocol):
             self._waiter.cancel()
         self._waiter = None
         transport = self._transport
+        if self._receiving and not self._lost:
+            transport.set_protocol(self._user_protocol)
+            if self._was_reading and not transport.is_closing():
+                transport.resume_reading()  # type: ignore[attr-defined]
+            return
         if self._lost or transport.is_closing():
             # The user's protocol has heard (or will hear) connection_lost; only
             # give it its transport back, and never let cleanup mask the real error.
@@ -189,11 +203,17 @@ class TransportLease(asyncio.Protocol):
     # -- protocol callbacks (from the transport) --------------------------------
 
     def pause_writing(self) -> None:
+        if self._receiving:
+            self._user_protocol.pause_writing()
+            return
         if self._first_event is None:
             self._first_event = "pause"
         self._paused = True
 
     def resume_writing(self) -> None:
+        if self._receiving:
+            self._user_protocol.resume_writing()
+            return
         if self._first_event is None:
             self._first_event = "resume"
         self._paused = False

@@ -1,4 +1,4 @@
-"""Platform shim: the only module that calls ``os.sendfile``.
+"""Platform shim: the only module that calls ``os.sendfile``, ``os.splice`` and ``os.preadv``.
 
 One non-blocking attempt per call (``sendfile_once``, ``pread_cached``).
 It returns the number of bytes the kernel
@@ -20,23 +20,32 @@ This module does not import asyncio.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
 import sys
 from dataclasses import dataclass
 
+try:
+    import fcntl
+except ImportError:  # Windows: no pipes to size, and no splice anyway
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = (
     "CORK_OPTION",
     "HAS_RWF_NOWAIT",
     "HAS_SENDFILE",
+    "HAS_SPLICE",
     "PLATFORM",
     "NotSupportedBySendfile",
     "ShimCounters",
     "counters",
+    "make_pipe",
     "page_cached",
     "pread_cached",
     "set_cork",
+    "splice_once",
     "sendfile_once",
 )
 
@@ -84,9 +93,10 @@ class ShimCounters:
     eagain: int = 0
     waits: int = 0
     cold: int = 0  # chunks whose sendfile ran in the cold-read pool
+    splice_bytes: int = 0  # bytes recvfile moved from a pipe into a file with splice
 
     def reset(self) -> None:
-        self.calls = self.bytes = self.eagain = self.waits = self.cold = 0
+        self.calls = self.bytes = self.eagain = self.waits = self.cold = self.splice_bytes = 0
 
 
 counters = ShimCounters()
@@ -187,3 +197,41 @@ def set_cork(sock: socket.socket, on: bool) -> bool:
     except OSError:
         return False
     return True
+
+
+#: ``os.splice`` exists (Linux): socket → pipe → file without a userspace copy.
+HAS_SPLICE: bool = hasattr(os, "splice")
+
+_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+
+
+def splice_once(src: int, dst: int, count: int, offset_dst: int | None = None) -> int:
+    """One non-blocking ``splice`` of at most *count* bytes; ``offset_dst`` for a file destination.
+
+    Returns the bytes moved (0 = end of input), raises ``BlockingIOError`` when
+    nothing can move now, :class:`NotSupportedBySendfile` where the fds
+    cannot splice (the caller falls back), or the ``OSError``.
+    """
+    try:
+        if offset_dst is None:
+            moved = os.splice(src, dst, count, flags=_SPLICE_FLAGS)
+        else:
+            moved = os.splice(src, dst, count, offset_dst=offset_dst, flags=_SPLICE_FLAGS)
+    except BlockingIOError:
+        raise
+    except OSError as exc:
+        if exc.errno in _UNSUPPORTED_ERRNOS:
+            raise NotSupportedBySendfile(exc.errno, exc.strerror) from exc
+        raise
+    counters.splice_bytes += moved if offset_dst is not None else 0
+    return moved
+
+
+def make_pipe(size: int) -> tuple[int, int]:
+    """A non-blocking, close-on-exec pipe, grown to *size* bytes where the OS allows."""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) if hasattr(os, "pipe2") else os.pipe()
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if set_size is not None:
+        with contextlib.suppress(OSError):  # over /proc/sys/fs/pipe-max-size: keep the default
+            fcntl.fcntl(w, set_size, size)
+    return r, w

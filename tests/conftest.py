@@ -24,6 +24,7 @@ import trustme
 import uvloop
 
 from aiosendfile import _platform
+from aiosendfile._recv import close_idle_pipes
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -61,10 +62,12 @@ def open_fds() -> set[int]:
 @pytest.fixture(autouse=True)
 async def _no_fd_leak() -> AsyncIterator[None]:
     """Measured inside the test's loop, so the loop's own fds are there before and after."""
+    close_idle_pipes()
     gc.collect()
     before = open_fds()
     yield
     await asyncio.sleep(0)  # let transports finish their scheduled connection_lost
+    close_idle_pipes()  # recvfile's pipe pool is a cache, not a leak
     gc.collect()
     leaked = {fd: _describe(fd) for fd in open_fds() - before}
     # libuv opens /dev/null once per loop as its reserve fd for EMFILE; it is the loop's.

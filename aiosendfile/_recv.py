@@ -1,0 +1,368 @@
+"""Zero-copy receive: ``recvfile`` moves bytes from a socket into a file with ``splice(2)``.
+
+Theory of operation
+-------------------
+* **The path.** socket → pipe → file, both legs ``splice``: the bytes never
+  enter userspace. Each transfer borrows a pipe from a small pool. Pipes are
+  grown to 1 MiB (``F_SETPIPE_SZ``), so one pipe-full moves per step.
+* **Waiting.** The socket is read through a ``dup()`` of its fd (a transport
+  owns the original). On EAGAIN we drain the pipe into the file, then wait
+  for the duplicate to be readable, as ``_writer`` waits for writable.
+* **Nothing lost, nothing reordered.** The transport's reading is paused, and
+  its protocol swapped (``TransportLease(receiving=True)``) before we look at
+  the ``StreamReader``. Whatever the reader had already buffered (the start of
+  a body that arrived with the headers) goes to the file first, then the
+  socket's bytes. We never read past ``count``, so the next message stays in
+  the socket for the reader.
+* **Consistency.** ``received`` counts bytes that are in the file. Bytes still
+  in the pipe when we stop (an error, a cancellation) are written out first,
+  so the file always holds exactly ``offset .. offset + received``. A peer
+  that closes early raises :class:`IncompleteTransferError` with ``.received``.
+* **Fallback.** TLS transports, non-regular files and platforms without
+  splice read through the ``StreamReader`` (or ``sock_recv``) and write in
+  bounded chunks from the cold-read pool, so a slow disk never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import socket
+import stat
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import IO, Any
+
+from . import _platform
+from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_exceptions
+from ._lease import TransportLease
+from ._options import default_cold_executor
+from ._target import resolve_socket
+
+__all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
+
+PIPE_SIZE = 1024 * 1024
+FALLBACK_CHUNK = 256 * 1024
+_POOL_LIMIT = 8
+_pipes: list[tuple[int, int]] = []
+
+
+class IncompleteTransferError(SendfileError, EOFError):
+    """The peer closed the connection before ``count`` bytes arrived.
+
+    ``received`` bytes (also ``.sent``) are in the file, at ``offset``.
+    """
+
+    expected: int
+
+    def __init__(self, message: str, *, received: int, expected: int) -> None:
+        super().__init__(message, sent=received)
+        self.expected = expected
+
+    @property
+    def received(self) -> int:
+        return self.sent
+
+
+async def recvfile(
+    source: Any,
+    file: IO[bytes],
+    count: int,
+    *,
+    offset: int | None = None,
+    fallback: bool = True,
+    executor: Executor | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Receive exactly *count* bytes from *source* into *file*; return *count*.
+
+    *source* is an ``asyncio.StreamReader`` (of a stock asyncio or uvloop
+    connection) or a non-blocking stream ``socket.socket``. The bytes go to
+    *file* at *offset* (default: its current position). Afterwards the file
+    position is ``offset + received``, on success and on error. Errors carry
+    ``.received`` (``.sent``) where it applies.
+    """
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"count must be an int, not {type(count).__name__}")
+    if count < 0:
+        raise ValueError(f"count must be a non-negative integer (got {count!r})")
+    if isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b"):
+        raise ValueError("file should be opened in binary mode")
+    if getattr(file, "closed", False):
+        raise ValueError("I/O operation on closed file")
+    if offset is None:
+        offset = file.tell()
+    elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
+    file_fd = _regular_fd(file)
+    reader: asyncio.StreamReader | None = None
+    transport: Any = None
+    sock_fd = -1
+    if isinstance(source, socket.socket):
+        target = resolve_socket(source)
+        sock_fd = target.sock_fd
+    elif isinstance(source, asyncio.StreamReader):
+        reader = source
+        transport = getattr(reader, "_transport", None)  # StreamReader has no public accessor
+        if transport is None:
+            raise ValueError("the StreamReader has no transport")
+        tls = transport.get_extra_info("sslcontext") is not None
+        sock = None if tls else transport.get_extra_info("socket")
+        sock_fd = sock.fileno() if sock is not None else -1
+    else:
+        raise TypeError(
+            f"source must be an asyncio.StreamReader or a socket.socket, not {type(source).__name__}"
+        )
+    zero_copy = _platform.HAS_SPLICE and file_fd is not None and sock_fd >= 0
+    if not zero_copy and not fallback:
+        raise SendfileNotAvailableError("zero-copy receive is not possible for this source and file")
+    progress = _Progress()
+    pool = executor or default_cold_executor()
+    job = _Job(file, file_fd, offset, count, progress, pool, on_progress)
+    try:
+        with map_exceptions(progress):
+            if count == 0:
+                return 0
+            if reader is not None and zero_copy:
+                await _from_reader_zero_copy(reader, transport, sock_fd, job)
+            elif reader is not None:
+                await _from_reader_copy(reader, job)
+            elif zero_copy:
+                await _splice_loop(sock_fd, job, None)
+            else:
+                await _from_socket_copy(source, job)
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            file.seek(offset + progress.sent)
+    return count
+
+
+def _regular_fd(file: Any) -> int | None:
+    try:
+        fd = file.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return None
+    file.flush()  # anything the file object buffered goes before our bytes
+    if getattr(os, "O_APPEND", 0) and _fd_flags(fd) & os.O_APPEND:
+        return None  # positioned writes do not work in append mode: copy instead
+    return int(fd)
+
+
+def _fd_flags(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+class _Job:
+    """One receive: where the bytes go and how many have landed."""
+
+    def __init__(
+        self,
+        file: Any,
+        fd: int | None,
+        offset: int,
+        count: int,
+        progress: _Progress,
+        pool: Executor,
+        on_progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.file, self.fd, self.offset, self.count = file, fd, offset, count
+        self.progress, self.pool, self.on_progress = progress, pool, on_progress
+
+    @property
+    def received(self) -> int:
+        return self.progress.sent
+
+    @property
+    def remaining(self) -> int:
+        return self.count - self.progress.sent
+
+    def landed(self, n: int) -> None:
+        self.progress.sent += n
+        if self.on_progress is not None:
+            self.on_progress(self.progress.sent, self.count)
+
+    def incomplete(self) -> IncompleteTransferError:
+        return IncompleteTransferError(
+            f"the peer closed the connection after {self.received} of {self.count} bytes",
+            received=self.received,
+            expected=self.count,
+        )
+
+    async def write(self, data: bytes) -> None:
+        """Write *data* at the current end of what has landed, off the loop thread."""
+        position = self.offset + self.received
+        loop = asyncio.get_running_loop()
+        if self.fd is not None:
+            await loop.run_in_executor(self.pool, _pwrite_all, self.fd, data, position)
+        else:
+            await loop.run_in_executor(self.pool, _write_at, self.file, data, position)
+        self.landed(len(data))
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view, position = view[n:], position + n
+
+
+def _write_at(file: Any, data: bytes, position: int) -> None:
+    if file.seekable():
+        file.seek(position)
+    file.write(data)
+
+
+async def _from_reader_zero_copy(
+    reader: asyncio.StreamReader, transport: Any, sock_fd: int, job: _Job
+) -> None:
+    lease = TransportLease(transport, receiving=True)
+    lease.acquire()  # reading paused: the reader's buffer can no longer grow
+    try:
+        buffered: bytearray = reader._buffer  # type: ignore[attr-defined]
+        take = min(len(buffered), job.remaining)
+        if take:
+            data = bytes(buffered[:take])
+            del buffered[:take]
+            await job.write(data)
+        if job.remaining and reader.at_eof():
+            raise job.incomplete()
+        exc = reader.exception()
+        if job.remaining and exc is not None:
+            raise exc
+        if job.remaining:
+            await _splice_loop(sock_fd, job, lease)
+    finally:
+        lease.release()
+
+
+async def _from_reader_copy(reader: asyncio.StreamReader, job: _Job) -> None:
+    while job.remaining:
+        data = await reader.read(min(FALLBACK_CHUNK, job.remaining))
+        if not data:
+            raise job.incomplete()
+        await job.write(data)
+
+
+async def _from_socket_copy(sock: socket.socket, job: _Job) -> None:
+    loop = asyncio.get_running_loop()
+    while job.remaining:
+        data = await loop.sock_recv(sock, min(FALLBACK_CHUNK, job.remaining))
+        if not data:
+            raise job.incomplete()
+        await job.write(data)
+
+
+# -- the splice driver --------------------------------------------------------------------
+
+
+def _take_pipe() -> tuple[int, int]:
+    return _pipes.pop() if _pipes else _platform.make_pipe(PIPE_SIZE)
+
+
+def close_idle_pipes() -> None:
+    """Close the pooled pipes (tests, and a forked child, which must not share them)."""
+    while _pipes:
+        for fd in _pipes.pop():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=close_idle_pipes)
+
+
+def _give_back(pipe: tuple[int, int], clean: bool) -> None:
+    if clean and len(_pipes) < _POOL_LIMIT:
+        _pipes.append(pipe)
+    else:
+        for fd in pipe:
+            os.close(fd)
+
+
+async def _splice_loop(sock_fd: int, job: _Job, lease: TransportLease | None) -> None:
+    loop = asyncio.get_running_loop()
+    assert job.fd is not None
+    src = os.dup(sock_fd)
+    pipe = _take_pipe()
+    pipe_r, pipe_w = pipe
+    in_pipe = 0
+    clean = False
+    try:
+        since_yield = 0
+        while job.remaining:
+            if lease is not None and lease.transport.is_closing():
+                lease.check_alive()
+            want = min(job.remaining - in_pipe, PIPE_SIZE - in_pipe)
+            moved = 0
+            if want:
+                try:
+                    moved = _platform.splice_once(src, pipe_w, want)
+                except BlockingIOError:
+                    moved = -1  # the socket (or the pipe) has nothing more for now
+                if moved == 0:
+                    in_pipe = _drain(pipe_r, job, in_pipe)
+                    raise job.incomplete()
+            if moved > 0:
+                in_pipe += moved
+                since_yield += moved
+            if in_pipe and (moved <= 0 or in_pipe >= PIPE_SIZE or in_pipe == job.remaining):
+                in_pipe = _drain(pipe_r, job, in_pipe)
+            if moved < 0:
+                await _wait_readable(loop, src, lease)
+                since_yield = 0
+            elif since_yield >= PIPE_SIZE * 2:
+                await asyncio.sleep(0)  # bounded work per wakeup
+                since_yield = 0
+        clean = True
+    finally:
+        if in_pipe:  # an error or a cancellation: what left the socket must reach the file
+            try:
+                in_pipe = _drain(pipe_r, job, in_pipe)
+            except OSError:
+                clean = False
+        _give_back(pipe, clean and in_pipe == 0)
+        os.close(src)
+
+
+def _drain(pipe_r: int, job: _Job, in_pipe: int) -> int:
+    """Move everything in the pipe into the file; returns what is left (0)."""
+    assert job.fd is not None
+    while in_pipe:
+        try:
+            n = _platform.splice_once(pipe_r, job.fd, in_pipe, offset_dst=job.offset + job.received)
+        except _platform.NotSupportedBySendfile:
+            # This file system cannot splice into files: copy what the pipe holds.
+            n = len(data := os.read(pipe_r, in_pipe))
+            _pwrite_all(job.fd, data, job.offset + job.received)
+        except BlockingIOError as exc:  # the pipe holds in_pipe bytes: cannot be empty
+            raise OSError(f"pipe unexpectedly empty with {in_pipe} bytes unaccounted") from exc
+        if n == 0:
+            raise OSError("splice into the file made no progress")
+        in_pipe -= n
+        job.landed(n)
+    return 0
+
+
+async def _wait_readable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
+    _platform.counters.waits += 1
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def on_readable() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_reader(fd, on_readable)
+    if lease is not None:
+        lease.wake_on_loss(fut)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
+        if lease is not None:
+            lease.wake_on_loss(None)

@@ -1,0 +1,185 @@
+"""aiosendfile.recvfile: socket → file, zero-copy with splice, on both loops over TCP/Unix/TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile import _platform
+
+from .conftest import Connector, pattern, zero_copy_expected
+
+
+async def upload(conn: Any, payload: bytes, *, close: bool = True) -> None:
+    """The client side: send *payload* (in pieces, so the server sees it arrive over time)."""
+    assert conn.client_writer is not None
+    for i in range(0, len(payload), 1 << 20):
+        conn.client_writer.write(payload[i : i + (1 << 20)])
+        await conn.client_writer.drain()
+    if close:
+        conn.client_writer.write_eof() if conn.client_writer.can_write_eof() else conn.client_writer.close()
+
+
+def server_reader(conn: Any) -> asyncio.StreamReader:
+    return conn.writer.transport.get_protocol()._stream_reader  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("size", [0, 1, 65536, 3 * 2**20 + 7])
+async def test_receive_byte_exact(connect: Connector, kind: str, tmp_path: Path, size: int) -> None:
+    payload = pattern(size, seed=4)
+    conn = await connect()
+    sender = asyncio.create_task(upload(conn, payload + b"NEXT", close=False))
+    with open(tmp_path / "out.bin", "wb") as f:
+        assert await aiosendfile.recvfile(server_reader(conn), f, size) == size
+        assert f.tell() == size
+    await sender
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    # Nothing past count was consumed: the next message is still there for the reader.
+    assert await server_reader(conn).readexactly(4) == b"NEXT"
+    if zero_copy_expected(kind) and size > 65536:
+        assert _platform.counters.splice_bytes > 0
+
+
+@pytest.mark.slow
+async def test_receive_256_mib(connect: Connector, kind: str, tmp_path: Path) -> None:
+    size = 256 * 2**20
+    payload = pattern(size, seed=7)
+    conn = await connect()
+    sender = asyncio.create_task(upload(conn, payload))
+    with open(tmp_path / "out.bin", "wb") as f:
+        assert await aiosendfile.recvfile(server_reader(conn), f, size) == size
+    await sender
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    if zero_copy_expected(kind):
+        assert _platform.counters.splice_bytes >= size // 2  # most of it never entered userspace
+
+
+async def test_body_prebuffered_with_the_headers(connect: Connector, kind: str, tmp_path: Path) -> None:
+    """Headers and the start of the body arrive together: the buffered part is written first."""
+    body = pattern(2 * 2**20 + 1, seed=2)
+    conn = await connect()
+    assert conn.client_writer is not None
+    conn.client_writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body[:50_000])
+    await conn.client_writer.drain()
+    reader = server_reader(conn)
+    await reader.readuntil(b"\r\n\r\n")
+    await asyncio.sleep(0.05)  # let the first 50 kB land in the StreamReader's buffer
+    sender = asyncio.create_task(upload(conn, body[50_000:], close=False))
+    with open(tmp_path / "out.bin", "wb") as f:
+        f.write(b"PREFIX")  # buffered by the file object; must land before our bytes
+        assert await aiosendfile.recvfile(reader, f, len(body)) == len(body)
+        assert f.tell() == 6 + len(body)
+    await sender
+    assert (tmp_path / "out.bin").read_bytes() == b"PREFIX" + body
+
+
+async def test_early_close_keeps_what_arrived(connect: Connector, tmp_path: Path) -> None:
+    payload = pattern(1_500_000, seed=1)
+    conn = await connect()
+    sender = asyncio.create_task(upload(conn, payload))  # then EOF, 1.5 MB short of the 3 MB promised
+    with open(tmp_path / "out.bin", "wb") as f:
+        with pytest.raises(aiosendfile.IncompleteTransferError) as exc_info:
+            await aiosendfile.recvfile(server_reader(conn), f, 3_000_000, offset=10)
+        assert exc_info.value.received == len(payload)
+        assert exc_info.value.expected == 3_000_000
+        assert isinstance(exc_info.value, EOFError)
+        assert f.tell() == 10 + len(payload)
+    await sender
+    assert (tmp_path / "out.bin").read_bytes() == b"\0" * 10 + payload
+
+
+async def test_cancellation_leaves_the_file_consistent(connect: Connector, tmp_path: Path) -> None:
+    payload = pattern(2 * 2**20, seed=3)
+    conn = await connect()
+    assert conn.client_writer is not None
+    conn.client_writer.write(payload)  # 2 MiB of the promised 8, then silence
+    with open(tmp_path / "out.bin", "wb") as f:
+        task = asyncio.create_task(aiosendfile.recvfile(server_reader(conn), f, 8 * 2**20))
+        await conn.client_writer.drain()  # (only completes once recvfile reads: Unix buffers are small)
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if f.tell() >= 0 and (tmp_path / "out.bin").stat().st_size >= len(payload):
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        position = f.tell()
+    assert position == len(payload)
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    # The connection is given back: the reader works again.
+    conn.client_writer.write(b"more")
+    await conn.client_writer.drain()
+    assert await server_reader(conn).readexactly(4) == b"more"
+
+
+async def test_concurrent_uploads(connect: Connector, tmp_path: Path) -> None:
+    conns = [await connect() for _ in range(4)]
+    payloads = [pattern(3 * 2**20 + i, seed=i) for i in range(4)]
+
+    async def one(i: int) -> None:
+        sender = asyncio.create_task(upload(conns[i], payloads[i]))
+        with open(tmp_path / f"out{i}.bin", "wb") as f:
+            await aiosendfile.recvfile(server_reader(conns[i]), f, len(payloads[i]))
+        await sender
+
+    await asyncio.gather(*(one(i) for i in range(4)))
+    for i in range(4):
+        assert (tmp_path / f"out{i}.bin").read_bytes() == payloads[i]
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * 2**20 + 3])
+async def test_raw_socket_zero_copy(tmp_path: Path, size: int) -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    payload = pattern(size, seed=6)
+    loop = asyncio.get_running_loop()
+    with a, b, open(tmp_path / "out.bin", "wb") as f:
+        sender = asyncio.create_task(loop.sock_sendall(a, payload))
+        assert await aiosendfile.recvfile(b, f, size) == size
+        await sender
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    if size > 1:
+        assert _platform.counters.splice_bytes == size
+
+
+async def test_non_regular_targets_and_fallback_false(tmp_path: Path) -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    loop = asyncio.get_running_loop()
+    with a, b:
+        out = io.BytesIO()
+        await loop.sock_sendall(a, b"hello world")
+        assert await aiosendfile.recvfile(b, out, 11) == 11
+        assert out.getvalue() == b"hello world"
+        with pytest.raises(aiosendfile.SendfileNotAvailableError):
+            await aiosendfile.recvfile(b, io.BytesIO(), 1, fallback=False)
+        with open(tmp_path / "append.bin", "ab") as f:  # append mode: the copy path, still right
+            f.write(b"old")
+            await loop.sock_sendall(a, b"new")
+            assert await aiosendfile.recvfile(b, f, 3) == 3
+        assert (tmp_path / "append.bin").read_bytes() == b"oldnew"
+
+
+async def test_bad_arguments(tmp_path: Path) -> None:
+    a, b = socket.socketpair()
+    with a, b, open(tmp_path / "x", "wb") as f:
+        b.setblocking(False)
+        with pytest.raises(ValueError, match="non-negative"):
+            await aiosendfile.recvfile(b, f, -1)
+        with pytest.raises(TypeError):
+            await aiosendfile.recvfile(b, f, 1.5)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="source"):
+            await aiosendfile.recvfile("nope", f, 1)
+        with open(tmp_path / "x") as text, pytest.raises(ValueError, match="binary"):
+            await aiosendfile.recvfile(b, text, 1)  # type: ignore[arg-type]
+        a.setblocking(True)
+        with pytest.raises(ValueError, match="non-blocking"):
+            await aiosendfile.recvfile(a, f, 1)
