@@ -17,6 +17,7 @@ the return value count file bytes only, never ``headers``/``trailers``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from concurrent.futures import Executor
 from typing import IO, Any
@@ -158,18 +159,21 @@ async def _zero_copy_or_decline(
     fallback: bool,
     options: Options,
     lease: TransportLease | None,
-) -> bool:
-    """Try zero-copy; False if the kernel declined before the first byte and fallback is allowed."""
+) -> Options | None:
+    """Try zero-copy. None when done; else the options for the userspace copy to finish with.
+
+    The kernel may refuse sendfile for this pair of fds (a file system without
+    splice support). Then the copy carries on from where zero-copy stopped,
+    without resending headers that already went out.
+    """
     assert info.fd is not None
     try:
         await send_zero_copy(target.sock_fd, info.fd, state, progress, options, lease)
     except NotSupportedBySendfile as exc:
-        if state.sent or options.headers:
-            raise  # bytes are on the wire already: too late to switch paths
         if not fallback:
             raise SendfileNotAvailableError(f"the kernel refused sendfile: {exc.strerror}") from exc
-        return False
-    return True
+        return dataclasses.replace(options, headers=b"")  # headers are sent before the first chunk
+    return None
 
 
 async def _to_socket(
@@ -181,8 +185,11 @@ async def _to_socket(
     fallback: bool,
     options: Options,
 ) -> None:
-    if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, options, None):
-        return
+    if zero_copy:
+        rest = await _zero_copy_or_decline(target, info, state, progress, fallback, options, None)
+        if rest is None:
+            return
+        options = rest
     reader = ChunkReader(info.file, info.fd, options)
     await copy_to_socket(target.sock, reader, state, progress, options)
 
@@ -200,8 +207,11 @@ async def _to_transport(
     lease.acquire()
     try:
         await lease.flushed()
-        if zero_copy and await _zero_copy_or_decline(target, info, state, progress, fallback, options, lease):
-            return
+        if zero_copy:
+            rest = await _zero_copy_or_decline(target, info, state, progress, fallback, options, lease)
+            if rest is None:
+                return
+            options = rest
         reader = ChunkReader(info.file, info.fd, options)
         await copy_to_transport(lease, reader, state, progress, options)
     finally:

@@ -48,6 +48,7 @@ from ._errors import ConnectionLostError
 __all__ = ("TransportLease",)
 
 _GUARDED = ("write", "writelines", "write_eof")
+_MISSING = object()
 
 
 def _refuse_write(*args: Any, **kwargs: Any) -> None:
@@ -62,6 +63,8 @@ class TransportLease(asyncio.Protocol):
     ) -> None:
         if transport.is_closing() and not receiving:
             raise RuntimeError("Transport is closing")
+        if isinstance(transport.get_protocol(), TransportLease):
+            raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
         self._receiving = receiving
         self._transport = transport
         self._writer = writer
@@ -79,13 +82,13 @@ class TransportLease(asyncio.Protocol):
         self._loss_waiter: asyncio.Future[None] | None = None
         self._lost = False
         self._lost_exc: Exception | None = None
-        self._shadowed: list[tuple[object, str]] = []
+        self._shadowed: list[tuple[object, str, object]] = []
         self._held = False
 
     # -- lifecycle ------------------------------------------------------------
 
     def acquire(self) -> None:
-        """Take the transport over (steps 1 to 4 above)."""
+        """Take the transport over (steps 1 to 4 above); on failure, leave it as it was."""
         transport = self._transport
         if self._was_reading:
             transport.pause_reading()  # type: ignore[attr-defined]
@@ -93,60 +96,68 @@ class TransportLease(asyncio.Protocol):
         self._held = True
         if self._receiving:
             return
-        # Anything buffered now triggers pause_writing, or, if the transport had
-        # paused the user's protocol already, only a bare resume_writing later.
-        self._paused = transport.get_write_buffer_size() > 0
-        transport.set_write_buffer_limits(high=0, low=0)
-        for obj in (transport, self._writer):
-            if obj is not None:
-                self._shadow(obj)
+        try:
+            # Anything buffered now triggers pause_writing, or, if the transport had
+            # paused the user's protocol already, only a bare resume_writing later.
+            self._paused = transport.get_write_buffer_size() > 0
+            transport.set_write_buffer_limits(high=0, low=0)
+            for obj in (transport, self._writer):
+                if obj is not None:
+                    self._shadow(obj)
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
         """Give the transport back as it was. Safe to call more than once."""
         if not self._held:
             return
         self._held = False
-        for obj, name in self._shadowed:
+        for obj, name, previous in reversed(self._shadowed):
             with contextlib.suppress(AttributeError):
-                delattr(obj, name)
+                if previous is _MISSING:
+                    delattr(obj, name)
+                else:
+                    setattr(obj, name, previous)  # someone else's instance attribute: put it back
         self._shadowed.clear()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()
         self._waiter = None
         transport = self._transport
-        if self._receiving and not self._lost:
-            transport.set_protocol(self._user_protocol)
-            if self._was_reading and not transport.is_closing():
-                transport.resume_reading()  # type: ignore[attr-defined]
-            return
-        if self._lost or transport.is_closing():
-            # The user's protocol has heard (or will hear) connection_lost; only
-            # give it its transport back, and never let cleanup mask the real error.
+        if self._lost:
+            # connection_lost was forwarded: the user's protocol is finished with it.
             with contextlib.suppress(Exception):  # a transport already torn down
                 transport.set_protocol(self._user_protocol)
             return
-        # Limits first, while we are still the protocol: whatever pause/resume
-        # that causes lands on our mirror of the transport's paused flag...
-        low, high = self._limits
-        transport.set_write_buffer_limits(high=high, low=low)
-        transport.set_protocol(self._user_protocol)
-        # ...then make the user's protocol agree with that flag.
-        if self._first_event is not None:
-            user_paused = self._first_event == "resume"
-            if self._paused and not user_paused:
-                self._user_protocol.pause_writing()
-            elif user_paused and not self._paused:
-                self._user_protocol.resume_writing()
-        if self._was_reading and not transport.is_closing():
+        closing = transport.is_closing()
+        if self._receiving:
+            transport.set_protocol(self._user_protocol)
+        else:
+            # Limits first, while we are still the protocol: whatever pause/resume
+            # that causes lands on our mirror of the transport's paused flag...
+            low, high = self._limits
+            with contextlib.suppress(Exception):  # a closing uvloop transport may refuse
+                transport.set_write_buffer_limits(high=high, low=low)
+            transport.set_protocol(self._user_protocol)
+            # ...then make the user's protocol agree with that flag. (Also when the
+            # transport is closing: it still flushes and will still resume writing.)
+            if self._first_event is not None:
+                user_paused = self._first_event == "resume"
+                if self._paused and not user_paused:
+                    self._user_protocol.pause_writing()
+                elif user_paused and not self._paused:
+                    self._user_protocol.resume_writing()
+        if self._was_reading and not closing:
             transport.resume_reading()  # type: ignore[attr-defined]
 
     def _shadow(self, obj: object) -> None:
         for name in _GUARDED:
+            previous = vars(obj).get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING
             try:
                 setattr(obj, name, _refuse_write)
             except (AttributeError, TypeError):
                 return  # a compiled type (uvloop): cannot guard, documented
-            self._shadowed.append((obj, name))
+            self._shadowed.append((obj, name, previous))
 
     # -- what a transfer uses -------------------------------------------------
 

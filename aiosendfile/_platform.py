@@ -157,16 +157,16 @@ def pread_cached(fd: int, size: int, offset: int) -> bytes | None:
     return bytes(memoryview(buf)[:got])
 
 
-_probe_works: bool | None = None  # None until the first probe says whether the file system can
+_no_probe_devices: set[int] = set()  # file systems (st_dev) where RWF_NOWAIT is refused
 
 
-def page_cached(fd: int, offset: int) -> bool | None:
+def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
     """Whether the page holding *offset* is in the page cache (a 1-byte ``RWF_NOWAIT`` read).
 
-    None means this platform or file system cannot tell.
+    None means this platform or file system cannot tell. *device* (the file's
+    ``st_dev``) lets a refusal be remembered for that file system only.
     """
-    global _probe_works
-    if not HAS_RWF_NOWAIT or _probe_works is False:
+    if not HAS_RWF_NOWAIT or (device is not None and device in _no_probe_devices):
         return None
     try:
         os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
@@ -174,10 +174,10 @@ def page_cached(fd: int, offset: int) -> bool | None:
         return False
     except OSError as exc:
         if exc.errno in _nowait_unsupported_errnos:
-            _probe_works = False
+            if device is not None:
+                _no_probe_devices.add(device)
             return None
         raise
-    _probe_works = True
     return True
 
 

@@ -70,6 +70,18 @@ def _is_tls(transport: Any) -> bool:
     )
 
 
+def _carries_tls(transport: Any) -> bool:
+    """A raw transport under a TLS layer (kept from before ``start_tls``): writing to it bypasses TLS."""
+    from asyncio import sslproto
+
+    protocol = transport.get_protocol()
+    uvloop_mod = sys.modules.get("uvloop.loop")
+    tls_protocols: tuple[type, ...] = (sslproto.SSLProtocol,)
+    if uvloop_mod is not None and hasattr(uvloop_mod, "SSLProtocol"):
+        tls_protocols += (uvloop_mod.SSLProtocol,)
+    return isinstance(protocol, tls_protocols)
+
+
 def resolve_target(target: Any) -> Target:
     """Accept a StreamWriter, a transport or a non-blocking stream socket."""
     if isinstance(target, socket.socket):
@@ -85,6 +97,8 @@ def resolve_target(target: Any) -> Target:
         )
     if transport.is_closing():
         raise RuntimeError("Transport is closing")
+    if _carries_tls(transport):
+        raise RuntimeError("this transport carries TLS (after start_tls): pass the TLS transport instead")
     result = Target(transport=transport, writer=writer)
     native = isinstance(transport, _native_transport_types())  # a bool: keeps ``transport`` Any
     if not _platform.HAS_SENDFILE:
@@ -118,23 +132,32 @@ def resolve_socket(sock: socket.socket) -> Target:
 
 
 def resolve_file(file: Any) -> FileInfo:
-    """Check the file is open, binary and readable; find its fd and size if regular."""
-    if isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b"):
+    """Check the file is open, binary and readable; find its fd and size if regular.
+
+    Only a plain OS file (``io.FileIO``, or a buffered reader over one) may use
+    its fd. A ``GzipFile``, ``BZ2File`` or ``LZMAFile`` also has ``fileno()``,
+    but it decodes what it reads, so it is read through ``read()``.
+    """
+    mode = getattr(file, "mode", "b")
+    if isinstance(file, io.TextIOBase) or (isinstance(mode, str) and "b" not in mode):
         raise ValueError("file should be opened in binary mode")
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
     if not callable(getattr(file, "read", None)):
         raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
-    try:
-        fd = file.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):
-        fd = None
     seekable = bool(getattr(file, "seekable", lambda: False)())
-    if fd is not None:
+    if _is_os_file(file):
+        fd = file.fileno()
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode):
             return FileInfo(file, fd, st.st_size, seekable)
     return FileInfo(file, None, None, seekable)
+
+
+def _is_os_file(file: Any) -> bool:
+    if isinstance(file, io.FileIO):
+        return True
+    return isinstance(file, (io.BufferedReader, io.BufferedRandom)) and isinstance(file.raw, io.FileIO)
 
 
 def check_offset_count(offset: Any, count: Any) -> None:

@@ -66,6 +66,7 @@ async def send_zero_copy(
     """
     loop = asyncio.get_running_loop()
     out = socket.socket(fileno=os.dup(sock_fd))  # ours: closed below, whatever happens
+    out.setblocking(False)  # never inherit socket.setdefaulttimeout(): send() must not wait
     corked = False
     try:
         if options.headers or options.trailers:
@@ -93,23 +94,24 @@ async def _send_file(
 ) -> None:
     out_fd = out.fileno()
     on_progress = options.on_progress
+    device = os.fstat(file_fd).st_dev if options.probe else 0
     while not state.done:
         if lease is not None:
             lease.check_alive()
         size = state.next_chunk()
         position = state.position
         try:
-            if _is_cold(file_fd, position, size, options):
+            if _is_cold(file_fd, position, size, options, device):
                 _platform.counters.cold += 1
-                pending = loop.run_in_executor(
-                    options.cold_executor, _platform.sendfile_once, out_fd, file_fd, position, size
-                )
+                job = options.cold_executor.submit(_platform.sendfile_once, out_fd, file_fd, position, size)
+                pending = asyncio.wrap_future(job)
                 try:
                     n = await asyncio.shield(pending)
                 except asyncio.CancelledError:
-                    # The thread is still sending on our fd: count what it sends, then stop.
-                    state.advance(await _outcome(pending))
-                    progress.sent = state.sent
+                    if not job.cancel():
+                        # The thread is already sending on our fd: count what it sends, then stop.
+                        state.advance(await _outcome(pending))
+                        progress.sent = state.sent
                     raise
             else:
                 n = _platform.sendfile_once(out_fd, file_fd, position, size)
@@ -140,14 +142,14 @@ async def _outcome(pending: asyncio.Future[int]) -> int:
     return pending.result()
 
 
-def _is_cold(file_fd: int, position: int, size: int, options: Options) -> bool:
+def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int) -> bool:
     """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool)."""
     if not options.probe:
         return False
-    first = _platform.page_cached(file_fd, position)
+    first = _platform.page_cached(file_fd, position, device)
     if first is None:
         return True  # cannot tell: the conservative path
-    return not (first and _platform.page_cached(file_fd, position + size - 1))
+    return not (first and _platform.page_cached(file_fd, position + size - 1, device))
 
 
 async def _send_all(
