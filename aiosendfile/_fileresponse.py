@@ -4,10 +4,13 @@ How a request is answered, in order:
 
 1. Pick the representation: a pre-compressed sibling (``.br``, ``.gz``) when
    ``Accept-Encoding`` allows it and the sibling exists, else the file.
-   ``Vary: Accept-Encoding`` is sent whenever a sibling exists.
-2. Open it (``O_NONBLOCK``, so a FIFO cannot hang the loop) and ``fstat`` the
-   open descriptor. The validators (``ETag``, ``Last-Modified``) and the length
-   come from that descriptor, so they describe exactly what is sent.
+   ``Vary: Accept-Encoding`` is sent whenever pre-compressed variants are on.
+2. Open it (``O_NONBLOCK``, so a FIFO cannot hang the loop). Under a static
+   root, check that the *opened descriptor* lies inside the root (its
+   ``/proc/self/fd`` link): a symlinked sibling or index cannot escape, and
+   nothing can be swapped between the check and the open. Then ``fstat`` it.
+   The validators (``ETag``, ``Last-Modified``) and the length come from that
+   descriptor, so they describe exactly what is sent.
 3. Preconditions (``If-Match`` … ``If-Modified-Since``) give 412 or 304.
 4. ``Range`` (subject to ``If-Range``) gives 206 with one range, 206
    ``multipart/byteranges`` with several, or 416 when none is satisfiable.
@@ -15,7 +18,9 @@ How a request is answered, in order:
    whose pages are in the page cache are read on the loop and leave in one
    write together with the headers. Anything else goes through
    ``aiosendfile.sendfile`` (zero-copy on plain TCP/Unix, bounded copy over TLS).
-   A cold small file is read in the executor.
+   A cold small file is read in the executor. If a middleware enabled
+   compression, the body goes through aiohttp's writer, which compresses and
+   frames it.
 
 Stat and open run inline: on a hot dentry/inode cache they take microseconds,
 and that is the common case for a static server. A body that cannot be sent
@@ -26,11 +31,11 @@ body is never passed off as complete on a keep-alive connection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import mimetypes
 import os
 import stat
 import uuid
-from pathlib import Path
 from typing import IO, Any
 
 from aiohttp import hdrs, web
@@ -67,9 +72,13 @@ class FileResponse(web.StreamResponse):
         *,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         precompressed: bool = True,
+        root: str | None = None,
+        follow_symlinks: bool = False,
     ) -> None:
         super().__init__(status=status, reason=reason, headers=headers)
-        self._path = Path(path)
+        self._path = os.fspath(path)
+        self._root = root  # set by the static resource: every file opened must lie inside it
+        self._follow_symlinks = follow_symlinks
         self._chunk_size = chunk_size  # kept for aiohttp compatibility; sendfile sizes its own chunks
         self._inline_limit = inline_limit
         self._precompressed = precompressed
@@ -88,17 +97,22 @@ class FileResponse(web.StreamResponse):
     # -- choosing and opening the file ---------------------------------------------------
 
     def _open(self, request: web.BaseRequest) -> tuple[IO[bytes], os.stat_result, str | None, bool]:
-        """Open the best representation: (file, its fstat, its encoding, whether to send Vary)."""
-        candidates: list[tuple[str | None, Path]] = []
-        vary = False
-        if self._precompressed:
-            siblings = [(enc, self._path.with_name(self._path.name + ext)) for enc, ext in _ENCODINGS]
-            present = [(enc, p) for enc, p in siblings if _is_file(p)]
-            vary = bool(present)
+        """Open the best representation: (file, its fstat, its encoding, whether to send Vary).
+
+        Siblings are looked up only when ``Accept-Encoding`` admits them, and
+        ``Vary: Accept-Encoding`` is sent whenever pre-compressed variants are on
+        (as nginx's ``gzip_vary``), so a plain request costs no extra ``stat``.
+        """
+        candidates: list[tuple[str | None, str]] = []
+        accept = request.headers.get(hdrs.ACCEPT_ENCODING) if self._precompressed else None
+        if accept:
+            present = [
+                (enc, self._path + ext)
+                for enc, ext in _ENCODINGS
+                if _http.choose_encoding(accept, (enc,)) == enc and _is_file(self._path + ext)
+            ]
             if present:
-                chosen = _http.choose_encoding(
-                    request.headers.get(hdrs.ACCEPT_ENCODING), [e for e, _ in present]
-                )
+                chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
                 candidates += [(enc, p) for enc, p in present if enc == chosen]
         candidates.append((None, self._path))
         for encoding, path in candidates:
@@ -108,16 +122,33 @@ class FileResponse(web.StreamResponse):
                 continue  # a sibling that vanished: fall back to the next candidate
             except PermissionError as exc:
                 raise web.HTTPForbidden() from exc
+            except OSError as exc:  # ELOOP, ENAMETOOLONG, ...
+                raise web.HTTPNotFound() from exc
+            if not self._opened_inside_root(fd, path):  # a symlink (sibling, index, race) pointing out
+                os.close(fd)
+                if encoding is not None:
+                    continue  # a sibling that escapes counts as absent
+                raise web.HTTPNotFound()
             try:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
                     raise web.HTTPForbidden()
                 os.set_blocking(fd, True)
-                return open(fd, "rb", buffering=0), st, encoding, vary
+                return open(fd, "rb", buffering=0), st, encoding, self._precompressed
             except BaseException:
                 os.close(fd)
                 raise
         raise web.HTTPNotFound()
+
+    def _opened_inside_root(self, fd: int, path: str) -> bool:
+        """Whether the file actually opened lies inside the root (checked on the open fd: no race)."""
+        if self._root is None or self._follow_symlinks:
+            return True
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            real = os.path.realpath(path)  # no /proc (macOS/BSD): check the path instead
+        return _inside(real, self._root)
 
     # -- the response ----------------------------------------------------------------------
 
@@ -129,21 +160,28 @@ class FileResponse(web.StreamResponse):
         last_modified = int(st.st_mtime)
         headers = self.headers
         headers[hdrs.ETAG] = etag
-        headers[hdrs.LAST_MODIFIED] = _http.http_date(last_modified)
+        headers[hdrs.LAST_MODIFIED] = _http_date(last_modified)
         headers[hdrs.ACCEPT_RANGES] = "bytes"
         if vary:
             headers.add(hdrs.VARY, hdrs.ACCEPT_ENCODING)
 
-        status = _http.evaluate_preconditions(request.method, request.headers, etag, last_modified)
-        if status is not None:
-            return await self._headers_only(request, status)
+        request_headers = request.headers
+        if any(name in request_headers for name in _CONDITIONAL):
+            status = _http.evaluate_preconditions(request.method, request_headers, etag, last_modified)
+            if status is not None:
+                return await self._headers_only(request, status)
 
         content_type = self._guess_content_type()
         if encoding is not None:
             headers[hdrs.CONTENT_ENCODING] = encoding
+            self._compression = False  # already compressed: a middleware must not do it again
         ranges: list[_http.ByteRange] | None = None
-        if hdrs.RANGE in request.headers and _http.if_range_allows(
-            request.headers.get(hdrs.IF_RANGE), etag, last_modified
+        # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses.
+        if (
+            request.method == hdrs.METH_GET
+            and not self.compression
+            and hdrs.RANGE in request.headers
+            and _http.if_range_allows(request.headers.get(hdrs.IF_RANGE), etag, last_modified)
         ):
             try:
                 ranges = _http.parse_ranges(request.headers[hdrs.RANGE], size)
@@ -168,8 +206,7 @@ class FileResponse(web.StreamResponse):
     def _guess_content_type(self) -> str:
         if hdrs.CONTENT_TYPE in self.headers:
             return self.headers[hdrs.CONTENT_TYPE]
-        guessed, _ = mimetypes.guess_type(self._path.name)
-        return guessed or "application/octet-stream"
+        return _content_type_for(os.path.basename(self._path))
 
     async def _headers_only(self, request: web.BaseRequest, status: int) -> AbstractStreamWriter | None:
         self.set_status(status)
@@ -229,6 +266,10 @@ class FileResponse(web.StreamResponse):
         suffix: bytes = b"",
     ) -> None:
         """One range of the file, with *prefix* before and *suffix* after it (multipart framing)."""
+        if self.compression or self.chunked:
+            # aiohttp must frame or compress the body: it has to go through its writer.
+            await self._send_through_writer(writer, file, byte_range, prefix, suffix)
+            return
         if byte_range.length <= self._inline_limit:
             data = _platform.pread_cached(file.fileno(), byte_range.length, byte_range.start)
             if data is None:  # cold (or cannot tell): read off the loop thread
@@ -249,8 +290,59 @@ class FileResponse(web.StreamResponse):
         )
         _count_output(writer, sent + len(headers) + len(suffix))
 
+    async def _send_through_writer(
+        self,
+        writer: AbstractStreamWriter,
+        file: IO[bytes],
+        byte_range: _http.ByteRange,
+        prefix: bytes,
+        suffix: bytes,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        if prefix:
+            await writer.write(prefix)
+        position, end = byte_range.start, byte_range.stop
+        while position < end:
+            size = min(self._chunk_size, end - position)
+            data = await loop.run_in_executor(None, os.pread, file.fileno(), size, position)
+            if not data:
+                raise _http_truncated(byte_range, position - byte_range.start)
+            await writer.write(data)
+            position += len(data)
+        if suffix:
+            await writer.write(suffix)
 
-def _is_file(path: Path) -> bool:
+
+_CONDITIONAL = (hdrs.IF_MATCH, hdrs.IF_NONE_MATCH, hdrs.IF_MODIFIED_SINCE, hdrs.IF_UNMODIFIED_SINCE)
+
+# What a compressed file is when served as itself (``x.tar.gz`` is gzip data, not a tar).
+_COMPRESSED_TYPES = {
+    "gzip": "application/gzip",
+    "br": "application/x-brotli",
+    "bzip2": "application/x-bzip2",
+    "xz": "application/x-xz",
+    "compress": "application/x-compress",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _content_type_for(name: str) -> str:
+    guessed, encoding = mimetypes.guess_type(name)
+    if encoding is not None:
+        return _COMPRESSED_TYPES.get(encoding, "application/octet-stream")
+    return guessed or "application/octet-stream"
+
+
+@functools.lru_cache(maxsize=1024)
+def _http_date(timestamp: int) -> str:
+    return _http.http_date(timestamp)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _is_file(path: str) -> bool:
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:

@@ -84,6 +84,13 @@ def build_tree(root: Path) -> None:
     (pub / "%2e%2e").write_text("literal percent name")
     (root / "secret.txt").write_text("TOP SECRET")
     (pub / "escape").symlink_to(root / "secret.txt")
+    # Symlinked siblings and index files must not escape either.
+    (pub / "page.html.gz").symlink_to(root / "secret.txt")
+    (pub / "ghost.js.br").symlink_to(root / "secret.txt")
+    (pub / "linkedindex").mkdir()
+    (pub / "linkedindex" / "index.html").symlink_to(root / "secret.txt")
+    (pub / "outdir").symlink_to(root)
+    (pub / "archive.tar.gz").write_bytes(gzip.compress(b"tar"))
     (pub / "inner-link").symlink_to(pub / "small.txt")
     os.mkfifo(pub / "fifo")
 
@@ -152,6 +159,10 @@ async def test_big_file_is_zero_copy_except_over_tls(site: Any) -> None:
 
 async def test_content_types(site: Any) -> None:
     s = await site()
+    _, headers, body = await s.get("/static/archive.tar.gz")
+    assert headers["Content-Type"] == "application/gzip"  # gzip data, served as itself
+    assert "Content-Encoding" not in headers
+    assert gzip.decompress(body) == b"tar"
     assert (await s.get("/static/page.html"))[1]["Content-Type"].startswith("text/html")
     assert (await s.get("/static/big.bin"))[1]["Content-Type"] == "application/octet-stream"
     assert (await s.get("/static/small.txt"))[1]["Content-Type"].startswith("text/plain")
@@ -165,8 +176,10 @@ async def test_head_sends_headers_only(site: Any) -> None:
     assert headers["Content-Length"] == str(BIG)
     # The connection is still in sync: a GET on it works.
     assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
+    # Range applies to GET only (RFC 9110 §14.2): HEAD describes the whole representation.
     status, headers, _ = await s.get("/static/big.bin", method="HEAD", Range="bytes=0-9")
-    assert (status, headers["Content-Range"]) == (206, f"bytes 0-9/{BIG}")
+    assert (status, headers["Content-Length"]) == (200, str(BIG))
+    assert "Content-Range" not in headers
 
 
 async def test_direct_file_response(site: Any) -> None:
@@ -337,9 +350,14 @@ async def test_precompressed_siblings(site: Any) -> None:
         assert headers["Content-Type"].startswith("text/plain")
         assert "Accept-Encoding" in headers.getall("Vary", [])
     assert gzip.decompress((s.root / "doc.txt.gz").read_bytes()) == plain
-    # No siblings: no Vary.
+    # Vary whenever pre-compressed variants are on (as nginx's gzip_vary), none when off.
     _, headers, _ = await s.get("/static/small.txt", **{"Accept-Encoding": "gzip"})
+    assert "Accept-Encoding" in headers.getall("Vary", [])
+    off = await site(precompressed=False)
+    status, headers, body = await off.get("/static/doc.txt", **{"Accept-Encoding": "gzip"})
+    assert (status, body) == (200, plain)
     assert "Vary" not in headers
+    assert "Content-Encoding" not in headers
 
 
 # -- directories and path safety ---------------------------------------------------------------------
@@ -380,6 +398,21 @@ async def test_hostile_paths_never_escape(site: Any) -> None:
         assert b"TOP SECRET" not in raw, target
 
 
+async def test_symlinked_siblings_and_index_cannot_escape(site: Any) -> None:
+    s = await site()
+    for path, encoding in [
+        ("/static/page.html", "gzip"),
+        ("/static/ghost.js", "br"),
+        ("/static/linkedindex/", ""),
+    ]:
+        status, _, body = await s.get(path, **{"Accept-Encoding": encoding} if encoding else {})
+        assert b"TOP SECRET" not in body, path
+        assert status in (403, 404, 200), path
+    assert (await s.get("/static/page.html", **{"Accept-Encoding": "gzip"}))[2] == b"<h1>hi</h1>"
+    assert (await s.get("/static/outdir/"))[0] == 404
+    assert (await s.get("/static/outdir/secret.txt"))[0] == 404
+
+
 async def test_symlinks(site: Any) -> None:
     s = await site()
     assert (await s.get("/static/inner-link"))[2] == pattern(SMALL)  # stays inside: allowed
@@ -395,6 +428,10 @@ async def test_directories(site: Any) -> None:
     status, headers, _ = await s.get("/static/dir")
     assert status == 301
     assert headers["Location"].endswith("/static/dir/")
+    status, headers, _ = await s.get("/static/dir?x=1&y=2")
+    assert (status, headers["Location"].split("/static/", 1)[1]) == (301, "dir/?x=1&y=2")
+    assert (await s.get("/static/small.txt/"))[0] == 404  # a file named as a directory
+    assert (await s.raw("/static/small.txt/."))[0] == 404
     assert (await s.get("/static/dir/"))[2] == b"index!"
     assert (await s.get("/static/noindex/"))[0] == 403
     assert (await s.get("/static/missing.txt"))[0] == 404
@@ -413,3 +450,35 @@ async def test_append_version(site: Any) -> None:
     assert url.query.get("v")
     status, _, body = await s.get(str(url))
     assert (status, body) == (200, pattern(SMALL))
+
+
+async def test_compression_middleware_is_honoured(
+    tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> None:
+    """A middleware that enables compression gets a correctly compressed, framed body."""
+    build_tree(tmp_path)
+
+    @web.middleware
+    async def compress(request: web.Request, handler: Any) -> web.StreamResponse:
+        response = await handler(request)
+        response.enable_compression()
+        return response
+
+    app = web.Application(middlewares=[compress])
+    app.add_routes([sf.static("/static", tmp_path / "public")])
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        async with ClientSession() as session:  # decompresses for us
+            for name in ("big.bin", "small.txt", "doc.txt"):
+                async with session.get(server.make_url(f"/static/{name}")) as resp:
+                    assert resp.status == 200
+                    assert await resp.read() == (tmp_path / "public" / name).read_bytes(), name
+            # The .gz sibling is already compressed: served as is, not compressed twice.
+            async with session.get(
+                server.make_url("/static/doc.txt"), headers={"Accept-Encoding": "gzip"}
+            ) as resp:
+                assert resp.headers["Content-Encoding"] == "gzip"
+                assert await resp.read() == (tmp_path / "public" / "doc.txt").read_bytes()
+    finally:
+        await server.close()

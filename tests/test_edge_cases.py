@@ -1,0 +1,174 @@
+"""Edge cases found in review, each pinned by a test: misuse, odd files, odd environments."""
+
+from __future__ import annotations
+
+import asyncio
+import bz2
+import errno
+import gzip
+import os
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile import _platform
+
+from .conftest import Connector, pattern, zero_copy_expected
+
+
+async def test_second_concurrent_sendfile_on_a_transport_is_refused(
+    connect: Connector, make_file: Any
+) -> None:
+    size = 8 * 2**20
+    conn = await connect(rcvbuf=4096)
+    transport = conn.transport
+    protocol, limits = transport.get_protocol(), transport.get_write_buffer_limits()
+    with open(make_file(size), "rb") as f1, open(make_file(size, "b.bin"), "rb") as f2:
+        first = asyncio.create_task(aiosendfile.sendfile(conn.writer, f1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="in progress"):
+            await aiosendfile.sendfile(conn.writer, f2)
+        assert f2.tell() == 0
+        reader = asyncio.create_task(conn.read_all())
+        assert await first == size
+    assert transport.get_protocol() is protocol
+    assert transport.get_write_buffer_limits() == limits
+    conn.writer.close()
+    assert await reader == pattern(size)
+
+
+async def test_close_then_cancel_keeps_flow_control_consistent(connect: Connector, make_file: Any) -> None:
+    """Another task closes the transport, then the transfer is cancelled: no assertion in resume_writing."""
+    conn = await connect(rcvbuf=4096)
+    conn.writer.write(b"x" * (2 * 2**20))  # the user's protocol is paused
+    with open(make_file(4 * 2**20), "rb") as f:
+        task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f))
+        await asyncio.sleep(0.05)
+        conn.writer.close()
+        task.cancel()
+        with pytest.raises((asyncio.CancelledError, ConnectionError)):
+            await task
+    data = await conn.read_all()  # the buffer drains; the loop's exception handler stays silent
+    assert data.startswith(b"x" * (2 * 2**20))
+
+
+async def test_default_socket_timeout_never_blocks_the_loop(
+    connect: Connector, kind: str, make_file: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(socket, "getdefaulttimeout", lambda: 3.0)
+    socket.setdefaulttimeout(3.0)
+    try:
+        conn = await connect(rcvbuf=4096)
+        trailers = b"T" * 300_000
+        with open(make_file(100_000), "rb") as f:
+            task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f, headers=b"H", trailers=trailers))
+            # Nobody reads yet: the socket fills. A blocking send() would freeze the loop here.
+            worst, last = 0.0, time.monotonic()
+            for _ in range(30):
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                worst, last = max(worst, now - last), now
+            assert worst < 0.5, f"the loop stalled for {worst:.2f}s"
+            reader = asyncio.create_task(conn.read_all())
+            assert await task == 100_000
+            conn.writer.close()
+            assert await reader == b"H" + pattern(100_000) + trailers
+    finally:
+        socket.setdefaulttimeout(None)
+
+
+async def test_kernel_refusal_after_headers_continues_in_userspace(
+    connect: Connector, kind: str, make_file: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any) -> int:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "sendfile", refuse)
+    conn = await connect()
+    reader = asyncio.create_task(conn.read_all())
+    with open(make_file(500_000), "rb") as f:
+        assert await aiosendfile.sendfile(conn.writer, f, headers=b"HDR", trailers=b"END") == 500_000
+        with pytest.raises(aiosendfile.SendfileNotAvailableError):
+            await aiosendfile.sendfile(conn.writer, f, fallback=False)
+    conn.writer.close()
+    assert await reader == b"HDR" + pattern(500_000) + b"END"
+
+
+async def test_cancel_of_a_queued_cold_chunk_is_immediate(connect: Connector, tmp_path: Path) -> None:
+    path = tmp_path / "cold.bin"
+    path.write_bytes(pattern(2**20))
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    cold = _platform.page_cached(fd, 0) is False
+    os.close(fd)
+    if not cold:
+        pytest.skip("cannot evict or probe pages here")
+    conn = await connect()
+    busy = threading.Event()
+    with ThreadPoolExecutor(1) as pool, open(path, "rb") as f:
+        pool.submit(busy.wait, 5)  # the only thread is busy: our chunk waits in the queue
+        task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f, executor=pool))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - start < 1.0
+        assert f.tell() == 0
+        busy.set()
+    conn.writer.close()
+    assert await conn.read_all() == b""  # nothing went out after cancel()
+
+
+def test_probe_refusal_is_remembered_per_file_system(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not _platform.HAS_RWF_NOWAIT or not shm.is_dir():
+        pytest.skip("needs RWF_NOWAIT and /dev/shm")
+    on_shm = shm / f"aiosendfile-probe-{os.getpid()}"
+    on_shm.write_bytes(b"x")
+    (tmp_path / "f").write_bytes(b"x")
+    try:
+        with open(on_shm, "rb") as a, open(tmp_path / "f", "rb") as b:
+            dev_a, dev_b = os.fstat(a.fileno()).st_dev, os.fstat(b.fileno()).st_dev
+            first = _platform.page_cached(a.fileno(), 0, dev_a)
+            if first is not None or dev_a == dev_b:
+                pytest.skip("this tmpfs answers RWF_NOWAIT; nothing to remember")
+            assert _platform.page_cached(b.fileno(), 0, dev_b) is not None  # other file systems still probe
+    finally:
+        on_shm.unlink()
+
+
+@pytest.mark.parametrize("opener", [gzip.open, bz2.open])
+async def test_decoding_file_objects_are_read_not_sent_raw(
+    connect: Connector, tmp_path: Path, opener: Any
+) -> None:
+    path = tmp_path / "data.z"
+    with opener(path, "wb") as out:
+        out.write(pattern(300_000))
+    conn = await connect()
+    reader = asyncio.create_task(conn.read_all())
+    with opener(path, "rb") as f:
+        assert await aiosendfile.sendfile(conn.writer, f) == 300_000
+    conn.writer.close()
+    assert await reader == pattern(300_000)  # the decoded bytes, not the compressed file
+    assert _platform.counters.bytes == 0
+
+
+async def test_headers_with_zero_copy_count_only_file_bytes(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    conn = await connect()
+    reader = asyncio.create_task(conn.read_all())
+    with open(make_file(3 * 2**20), "rb") as f:
+        assert await aiosendfile.sendfile(conn.writer, f, 5, 100, headers=b"h" * 10) == 100
+        assert f.tell() == 105
+    conn.writer.close()
+    assert await reader == b"h" * 10 + pattern(3 * 2**20)[5:105]
+    assert _platform.counters.bytes == (100 if zero_copy_expected(kind) else 0)
