@@ -54,7 +54,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typing(session: nox.Session) -> None:
-    session.install("mypy", "-e", ".[all]")
+    session.install("mypy", "types-tqdm", "-e", ".[all]")
     session.run("mypy")
 
 

@@ -1,4 +1,7 @@
-"""The command line: ``python -m aiosendfile serve [DIRECTORY]``, a zero-copy static file server.
+"""The command line: ``python -m aiosendfile serve|send|recv``.
+
+``serve [DIRECTORY]`` is a zero-copy static file server; ``send``/``recv`` are
+a file transfer pair (see ``_transfer_cli``).
 
 It serves DIRECTORY (default: the current one) with the aiohttp plugin, on
 uvloop when it is installed. ``--workers N`` runs N processes that share the
@@ -40,11 +43,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
     serve.add_argument("--show-index", action="store_true", help="list directories without index.html")
     serve.add_argument("--follow-symlinks", action="store_true", help="serve symlinks that point outside")
+    send = commands.add_parser("send", help="send a file to 'aiosendfile recv' (zero-copy, checksummed)")
+    send.add_argument("file")
+    send.add_argument("address", metavar="HOST:PORT")
+    recv = commands.add_parser("recv", help="receive one file from 'aiosendfile send' (zero-copy)")
+    recv.add_argument("out", help="where to write the file")
+    recv.add_argument(
+        "--listen", default="127.0.0.1:9000", metavar="HOST:PORT", help="(default: 127.0.0.1:9000)"
+    )
+    recv.add_argument("--resume", action="store_true", help="keep a verified partial OUT and fetch the rest")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "send":
+        from ._transfer_cli import send_main
+
+        return send_main(args)
+    if args.command == "recv":
+        from ._transfer_cli import recv_main
+
+        return recv_main(args)
     return _serve_command(args)
 
 
