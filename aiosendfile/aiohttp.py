@@ -9,11 +9,13 @@ Needs the ``aiohttp`` extra (``pip install aiosendfile[aiohttp]``)::
     app.add_routes([sf.static("/static", "./public")])
     # or: sf.add_static(app.router, "/static", "./public", show_index=True)
     # or, in a handler: return sf.FileResponse(path)
+    # and for uploads:   await sf.save_upload(request, "/srv/uploads/x.bin", max_size=2**30)
 """
 
 from __future__ import annotations
 
 from ._fileresponse import FileResponse
 from ._static import StaticResource, add_static, static
+from ._upload import save_upload
 
-__all__ = ("FileResponse", "StaticResource", "add_static", "static")
+__all__ = ("FileResponse", "StaticResource", "add_static", "save_upload", "static")

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import email.utils
 import gzip
+import io
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -482,3 +483,46 @@ async def test_compression_middleware_is_honoured(
                 assert await resp.read() == (tmp_path / "public" / "doc.txt").read_bytes()
     finally:
         await server.close()
+
+
+async def test_save_upload(
+    tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> None:
+    """Content-Length and chunked bodies land byte-exact; too large is 413; both loops, TCP and TLS."""
+    results: dict[str, Any] = {}
+
+    async def upload(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            n = await sf.save_upload(request, tmp_path / name, max_size=8 * 2**20)
+        except web.HTTPRequestEntityTooLarge:
+            raise
+        results[name] = n
+        return web.Response(text=str(n))
+
+    app = web.Application()
+    app.router.add_put("/up/{name}", upload)
+    for tls in (False, True):
+        server = TestServer(app, scheme="https" if tls else "http")
+        await server.start_server(ssl=tls_server_ctx if tls else None)
+        try:
+            async with ClientSession(connector=TCPConnector(ssl=tls_client_ctx if tls else False)) as session:
+                body = pattern(5 * 2**20 + 1, seed=8)
+                async with session.put(server.make_url("/up/fixed"), data=io.BytesIO(body)) as resp:
+                    assert (resp.status, await resp.text()) == (200, str(len(body)))
+                assert (tmp_path / "fixed").read_bytes() == body
+
+                async def chunks() -> Any:
+                    for i in range(0, len(body), 300_000):
+                        yield body[i : i + 300_000]
+
+                async with session.put(server.make_url("/up/chunked"), data=chunks()) as resp:
+                    assert resp.status == 200
+                assert (tmp_path / "chunked").read_bytes() == body
+                async with session.put(
+                    server.make_url("/up/big"), data=io.BytesIO(b"x" * (9 * 2**20))
+                ) as resp:
+                    assert resp.status == 413
+                assert not (tmp_path / "big").exists()
+        finally:
+            await server.close()
