@@ -46,7 +46,7 @@ async def save_upload(
     pool = executor or default_cold_executor()
     loop = asyncio.get_running_loop()
     own = not hasattr(destination, "write")
-    file: Any = await loop.run_in_executor(pool, open, destination, "wb") if own else destination
+    file: Any = await loop.run_in_executor(pool, _open_for_writing, destination) if own else destination
     received = 0
     try:
         while chunk := await request.content.readany():
@@ -63,3 +63,7 @@ async def save_upload(
         if own:
             await loop.run_in_executor(pool, file.close)
     return received
+
+
+def _open_for_writing(path: Any) -> IO[bytes]:
+    return open(path, "wb")  # noqa: SIM115 - closed by save_upload

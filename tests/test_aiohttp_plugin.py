@@ -512,7 +512,7 @@ async def test_save_upload(
                     assert (resp.status, await resp.text()) == (200, str(len(body)))
                 assert (tmp_path / "fixed").read_bytes() == body
 
-                async def chunks() -> Any:
+                async def chunks(body: bytes = body) -> Any:
                     for i in range(0, len(body), 300_000):
                         yield body[i : i + 300_000]
 
