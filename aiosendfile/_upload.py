@@ -66,4 +66,4 @@ async def save_upload(
 
 
 def _open_for_writing(path: Any) -> IO[bytes]:
-    return open(path, "wb")  # noqa: SIM115 - closed by save_upload
+    return open(path, "wb")
