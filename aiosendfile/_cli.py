@@ -181,6 +181,11 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
 
 
 def _worker(args: argparse.Namespace, directory: str, host: str, port: int, ready: Any) -> None:
+    # Forked with the parent's Python handlers: until our loop installs its own,
+    # SIGINT/SIGTERM must simply end this process.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    args.parent_pid = os.getppid()
     try:
         sock = _bind(host, port, reuse_port=True, listen=True)
     except OSError as exc:
@@ -215,6 +220,16 @@ async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    parent = getattr(args, "parent_pid", None)
+    if parent is not None:  # a worker: stop if the parent is gone (even SIGKILLed)
+
+        def watch_parent() -> None:
+            if os.getppid() != parent:
+                stop.set()
+            else:
+                loop.call_later(1.0, watch_parent)
+
+        loop.call_later(1.0, watch_parent)
     try:
         site = web.SockSite(runner, sock)
         await site.start()

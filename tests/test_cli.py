@@ -174,3 +174,29 @@ def test_serve_errors(tmp_path: Path) -> None:
     )
     assert version.returncode == 0
     assert version.stdout.startswith("aiosendfile ")
+
+
+def test_workers_exit_when_the_parent_is_killed(served: Path, server_factory: type[Server]) -> None:
+    """A SIGKILLed parent leaves no orphaned workers behind."""
+    server = server_factory(str(served), "--port", "0", "--workers", "2")
+    children = [
+        int(pid)
+        for pid in Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
+    ]
+    assert len(children) == 2
+    server.proc.kill()
+    server.proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(
+        Path(f"/proc/{pid}").exists() and _alive(pid) for pid in children
+    ):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in children)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
