@@ -78,6 +78,10 @@ class Options:
     max_chunk: int
     copy_chunk: int
     timeout: float
+    probe: bool = True  # aiosendfile's probe= (page-cache check, cold chunks to its pool)
+    # Evict the file from the page cache right before the transfer (and check it is out);
+    # otherwise check that it is in (see ``cache_state``).
+    cold: bool = False
 
 
 Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]
@@ -86,7 +90,7 @@ Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]
 async def _send_aiosendfile(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
     import aiosendfile
 
-    return await aiosendfile.sendfile(writer, f, max_chunk=opts.max_chunk)
+    return await aiosendfile.sendfile(writer, f, max_chunk=opts.max_chunk, probe=opts.probe)
 
 
 async def _send_loop_sendfile(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
@@ -95,8 +99,8 @@ async def _send_loop_sendfile(writer: asyncio.StreamWriter, f: IO[bytes], opts: 
 
 
 async def _send_copy(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
-    # aiohttp's FileResponse fallback, minus its run_in_executor hop: the file is
-    # in the page cache, so f.read() here is a memcpy, not a disk wait.
+    # aiohttp's FileResponse fallback, minus its run_in_executor hop: with the file
+    # in the page cache f.read() here is a memcpy; with a cold file it waits for the disk.
     sent = 0
     while chunk := f.read(opts.copy_chunk):
         writer.write(chunk)
@@ -110,6 +114,7 @@ SENDERS: dict[str, Sender] = {
     "aiosendfile-asyncio": _send_aiosendfile,
     "loop.sendfile-asyncio": _send_loop_sendfile,
     "copy-uvloop": _send_copy,
+    "copy-asyncio": _send_copy,  # not run by default (loop_stall.py uses it)
 }
 
 
@@ -189,6 +194,8 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
             result = _measured(start, _usage(), sent)
             if counters is not None:
                 result["zero_copy_calls"], result["zero_copy_bytes"] = counters.calls, counters.bytes
+                result["zero_copy_eagain"], result["zero_copy_waits"] = counters.eagain, counters.waits
+                result["zero_copy_cold"] = counters.cold
         except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
@@ -380,6 +387,14 @@ class Sample:
     idle_delay_p99_ms: float | None = None
     zero_copy_calls: int | None = None  # aiosendfile._platform.counters (aiosendfile rows only)
     zero_copy_bytes: int | None = None
+    zero_copy_eagain: int | None = None
+    zero_copy_waits: int | None = None
+    zero_copy_cold: int | None = None  # chunks whose sendfile ran in aiosendfile's cold-read pool
+    server: str | None = None  # the server-side strategy (contender may be a longer label)
+    cold: bool = False  # the file was evicted from the page cache before the transfer
+    # Page-cache residency right before "go" (mincore over the whole file; see cache_state).
+    cached_pages: int | None = None
+    file_pages: int | None = None
     reader_cpu_user_s: float | None = None
     reader_cpu_sys_s: float | None = None
     # Other load: whole-machine busy CPU over the reader's window minus reader and server
@@ -399,15 +414,32 @@ def _recv(conn: Connection, timeout: float, proc: multiprocessing.process.BasePr
 
 
 def run_trial(
-    ctx: multiprocessing.context.SpawnContext, contender: str, rnd: int, path: str, opts: Options
+    ctx: multiprocessing.context.SpawnContext,
+    contender: str,
+    rnd: int,
+    path: str,
+    opts: Options,
+    label: str | None = None,
 ) -> Sample:
-    sample = Sample(contender=contender, round=rnd, ok=False, bytes=opts.size)
+    """One trial of server strategy *contender*; the sample is filed under *label* (default: contender)."""
+    sample = Sample(
+        contender=label or contender, round=rnd, ok=False, bytes=opts.size, server=contender, cold=opts.cold
+    )
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_server_process, args=(child, contender, path, opts), daemon=True)
     proc.start()
     child.close()
     try:
         port = _recv(parent, opts.timeout, proc)
+        # The server is up (its file open, nothing read): now make the cache state the trial needs.
+        resident, sample.file_pages = cache_state(path, evict=opts.cold)
+        if resident is not None:
+            sample.cached_pages = sum(resident)
+            if sample.cached_pages != (0 if opts.cold else sample.file_pages):
+                raise TrialError(
+                    f"{CACHE_STATE_ERROR}{'cold' if opts.cold else 'warm'}: {sample.cached_pages}/"
+                    f"{sample.file_pages} pages resident ({resident_ranges(resident)})"
+                )
         try:
             rd = _read_all(port, opts.size, opts.timeout)
         except (OSError, TrialError) as exc:
@@ -449,6 +481,9 @@ def run_trial(
     sample.invol_ctx_switches = srv["invol_ctx_switches"]
     sample.zero_copy_calls = srv.get("zero_copy_calls")
     sample.zero_copy_bytes = srv.get("zero_copy_bytes")
+    sample.zero_copy_eagain = srv.get("zero_copy_eagain")
+    sample.zero_copy_waits = srv.get("zero_copy_waits")
+    sample.zero_copy_cold = srv.get("zero_copy_cold")
     sample.loop = srv.get("loop")
     if "loop_busy" in srv:
         busy, idle = srv["loop_busy"], srv["loop_idle"]
@@ -487,6 +522,126 @@ def warm(path: str) -> float:
         while f.readinto(view):
             pass
     return time.perf_counter() - t0
+
+
+def _mincore(fd: int, size: int) -> bytes | None:
+    """Per page of the file, whether it is in the page cache (mincore on a mapping); None if unknown.
+
+    Unlike a read probe this has no side effects: ``preadv(RWF_NOWAIT)`` on a
+    missing page starts readahead of it (Linux >= 5.9), so probing would warm the file.
+    """
+    try:
+        import ctypes
+        import mmap
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    except (ImportError, OSError, AttributeError):
+        return None
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        return None
+    try:
+        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        if libc.mincore(addr, size, vec) != 0:
+            return None
+        return bytes(b & 1 for b in vec.raw)
+    finally:
+        libc.munmap(addr, size)
+
+
+def resident_ranges(resident: bytes, limit: int = 4) -> str:
+    """The first *limit* runs of resident pages, as byte ranges in MiB, for error messages."""
+    runs: list[str] = []
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = None
+    for i, flag in enumerate([*resident, 0]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            runs.append(f"{start * page / MiB:g}-{i * page / MiB:g} MiB")
+            start = None
+    return ", ".join(runs[:limit]) + (", ..." if len(runs) > limit else "")
+
+
+def _flush_deferred_skbs() -> None:
+    """Run a little loopback TCP on each CPU, so skbs of earlier transfers release the file's pages.
+
+    TCP frees a consumed skb on the CPU that allocated it: it waits on that
+    CPU's defer list (``net.core.skb_defer_max``) until the CPU next runs
+    network receive work. Such an skb from a sendfile still references page-cache
+    pages (seen here: the file's last 2 MiB folio), and ``FADV_DONTNEED`` cannot
+    drop a page with extra references. It stays pinned until that CPU next sees traffic.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = os.sched_getaffinity(0)
+    try:
+        for cpu in sorted(cpus):
+            os.sched_setaffinity(0, {cpu})
+            with (
+                socket.create_server(("127.0.0.1", 0)) as listener,
+                socket.create_connection(listener.getsockname()) as a,
+                listener.accept()[0] as b,
+            ):
+                for _ in range(16):
+                    a.sendall(b"x" * 1024)
+                    b.recv(4096)
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+CACHE_STATE_ERROR = "page cache not "  # how run_trial's error starts when it could not make the cache state
+
+
+def cache_state(path: str, *, evict: bool) -> tuple[bytes | None, int]:
+    """Make *path* cold (``evict``) or warm in the page cache; return (``_mincore``, file pages).
+
+    Cold: ``posix_fadvise(DONTNEED)`` (the file was fsynced, so every page can
+    go, once ``_flush_deferred_skbs`` has released the last transfer's pages),
+    then a 1-byte ``preadv(RWF_NOWAIT)`` at offset 0 must raise
+    ``BlockingIOError``. That probe starts a readahead, and pages still under
+    I/O cannot be dropped, so the file is evicted again every 20 ms until
+    ``mincore`` counts nothing left (or 2 s pass: the caller sees the count).
+    Warm: read the whole file (from memory if it is already cached), then count
+    (all pages expected).
+    """
+    size = os.path.getsize(path)
+    pages = (size + os.sysconf("SC_PAGE_SIZE") - 1) // os.sysconf("SC_PAGE_SIZE")
+    if not evict:
+        warm(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if evict:
+            _flush_deferred_skbs()
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            try:
+                os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+            except BlockingIOError:
+                pass
+            else:
+                raise TrialError(f"{CACHE_STATE_ERROR}cold: offset 0 still cached after POSIX_FADV_DONTNEED")
+            deadline = time.monotonic() + 2.0
+            while True:
+                time.sleep(0.02)  # let the probe's readahead I/O finish
+                _flush_deferred_skbs()
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                resident = _mincore(fd, size)
+                if resident is None or not any(resident) or time.monotonic() > deadline:
+                    return resident, pages
+        return _mincore(fd, size), pages
+    finally:
+        os.close(fd)
 
 
 def _version(dist: str) -> str | None:
@@ -545,21 +700,65 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Case:
+    """One row of a benchmark: a label, the server strategy (a ``SENDERS`` key or THREAD), its options."""
+
+    label: str
+    contender: str
+    opts: Options
+
+
+def run_rounds(
+    ctx: multiprocessing.context.SpawnContext,
+    cases: list[Case],
+    path: str,
+    rounds: int,
+    retries: int,
+    max_other_load: float | None,
+    log: IO[str],
+) -> list[Sample]:
+    """Interleaved trials: each case once per round, in order.
+
+    A trial is re-run (the first try kept as ``discarded``) when other load
+    exceeded *max_other_load*, or when the page cache could not be made cold or warm.
+    """
+    samples: list[Sample] = []
+    width = max(22, *(len(c.label) for c in cases))
+    for rnd in range(1, rounds + 1):
+        for case in cases:
+            for attempt in range(retries + 1):
+                s = run_trial(ctx, case.contender, rnd, path, case.opts, label=case.label)
+                samples.append(s)
+                load = _other_load([s])
+                noisy = max_other_load is not None and bool(load) and load[0] > max_other_load
+                no_cache_state = not s.ok and (s.error or "").startswith(CACHE_STATE_ERROR)
+                if (noisy or no_cache_state) and attempt < retries:
+                    s.discarded = True
+                print(f"round {rnd}/{rounds}  {case.label:<{width}} {_progress(s)}", file=log, flush=True)
+                if not s.discarded:
+                    break
+                time.sleep(attempt + 1)  # let a burst of other load pass
+    return samples
+
+
 def _values(samples: list[Sample], name: str) -> list[float]:
     return [v for s in samples if s.ok and (v := getattr(s, name)) is not None and not math.isnan(v)]
 
 
 def _progress(s: Sample) -> str:
     if not s.ok:
-        return f"ERROR: {s.error}"
+        return f"ERROR: {s.error}" + ("  -> discarded, retrying" if s.discarded else "")
     cpu = (s.cpu_user_s_per_gb or 0) + (s.cpu_sys_s_per_gb or 0)
     msg = f"{s.mb_per_s:8.0f} MB/s  cpu {cpu:.3f} s/GB"
     if s.loop_delay_worst_ms is not None:
         msg += f"  loop worst {s.loop_delay_worst_ms:.2f} ms"
+    if s.zero_copy_cold:
+        msg += f"  cold chunks {s.zero_copy_cold}/{s.zero_copy_calls}"
     if load := _other_load([s]):
         msg += f"  other load {load[0]:.2f} CPUs"
     if s.discarded:
-        msg += "  -> discarded (other load), retrying"
+        msg += "  -> discarded, retrying"
     return msg
 
 
@@ -609,9 +808,15 @@ def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[st
                 "cpu_sys_s_per_gb_median": statistics.median(sys_),
                 "cpu_total_s_per_gb_median": statistics.median(totals),
                 "cpu_process_time_s_per_gb_median": statistics.median(ptime),
+                "cpu_total_s_per_gb_min": min(totals),
+                "cpu_total_s_per_gb_max": max(totals),
                 # worst: over every tick of every round; p99: median of the per-round p99s
                 "loop_delay_worst_ms": max(worst) if worst else None,
+                "loop_delay_worst_ms_median": _median_or_none(worst),  # of the per-round worsts
+                "loop_delay_worst_ms_min": min(worst, default=None),
                 "loop_delay_p99_ms_median": _median_or_none(p99),
+                "loop_delay_p99_ms_min": min(p99, default=None),
+                "loop_delay_p99_ms_max": max(p99, default=None),
                 "idle_delay_p99_ms_median": _median_or_none(_values(ok, "idle_delay_p99_ms")),
                 "ttfb_ms_median": statistics.median(_values(ok, "ttfb_ms")),
                 "reader_cpu_s_per_gb_median": statistics.median(
@@ -624,6 +829,13 @@ def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[st
                 "other_load_cpus_max": max(_other_load(ok), default=None),
                 "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
             }
+            for counter in ("calls", "eagain", "waits", "cold"):  # aiosendfile._platform.counters
+                if got := _values(ok, "zero_copy_" + counter):
+                    row |= {
+                        f"zero_copy_{counter}_median": statistics.median(got),
+                        f"zero_copy_{counter}_min": min(got),
+                        f"zero_copy_{counter}_max": max(got),
+                    }
         summary[name] = row
     base = summary.get(BASELINE, {}).get("mb_per_s_median")
     for row in summary.values():
@@ -763,9 +975,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.size = args.size if args.size is not None else (256 if args.quick else 1024)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = set(args.contenders) - set(CONTENDERS)
+    known = (*SENDERS, THREAD)  # CONTENDERS, plus the rows only run on request (copy-asyncio)
+    unknown = set(args.contenders) - set(known)
     if unknown:
-        p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+        p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(known)}")
     if args.size <= 0 or args.rounds <= 0:
         p.error("--size and --rounds must be positive")
     return args
@@ -779,25 +992,13 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     log = sys.stderr
     started = datetime.now(timezone.utc)
-    samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir) as tmp:
         print(f"creating {args.size} MiB test file in {tmp} ...", file=log, flush=True)
         path = make_file(tmp, opts.size)
         print(f"page cache warm-up read: {warm(path):.2f} s", file=log, flush=True)
         t_bench = time.perf_counter()
-        for rnd in range(1, args.rounds + 1):
-            for name in args.contenders:
-                for attempt in range(args.retries + 1):
-                    s = run_trial(ctx, name, rnd, path, opts)
-                    samples.append(s)
-                    load = _other_load([s])
-                    noisy = args.max_other_load is not None and bool(load) and load[0] > args.max_other_load
-                    if noisy and attempt < args.retries:
-                        s.discarded = True
-                    print(f"round {rnd}/{args.rounds}  {name:<22} {_progress(s)}", file=log, flush=True)
-                    if not s.discarded:
-                        break
-                    time.sleep(attempt + 1)  # let a burst of other load pass
+        cases = [Case(name, name, opts) for name in args.contenders]
+        samples = run_rounds(ctx, cases, path, args.rounds, args.retries, args.max_other_load, log)
         elapsed = time.perf_counter() - t_bench
 
     summary = summarize(samples, args.contenders)
