@@ -26,9 +26,7 @@ Theory of operation
 * **Cold pages.** Before a chunk, two 1-byte ``RWF_NOWAIT`` reads probe its
   first and last page. If either is not in the page cache, that chunk's
   ``sendfile`` runs in the cold-read pool (see ``_options``), so the disk wait
-  happens off the loop thread. The transfer stays zero-copy. A probe of a
-  cold page starts readahead on the loop thread, so after a cold chunk the
-  next ones go to the pool unprobed, with a re-probe every few chunks.
+  happens off the loop thread. The transfer stays zero-copy.
 * **Headers and trailers** go to the same socket with ``send()``, inside
   ``TCP_CORK`` (``TCP_NOPUSH`` on BSD), so they share packets with the file's
   first and last bytes. The cork is released when the transfer ends, however
@@ -51,8 +49,6 @@ from ._options import Options
 from ._state import TransferState
 
 __all__ = ("send_zero_copy",)
-
-_REPROBE_EVERY = 8
 
 
 async def send_zero_copy(
@@ -99,18 +95,13 @@ async def _send_file(
     out_fd = out.fileno()
     on_progress = options.on_progress
     device = os.fstat(file_fd).st_dev if options.probe else 0
-    cold_run = 0  # consecutive cold chunks: the next ones are sent cold without probing
     while not state.done:
         if lease is not None:
             lease.check_alive()
         size = state.next_chunk()
         position = state.position
         try:
-            # A probe that meets a cold page starts readahead from this thread (up to
-            # milliseconds). After a cold chunk, assume the next is cold too, and probe
-            # again only every _REPROBE_EVERY chunks, to notice when the file turns warm.
-            if (cold_run and cold_run % _REPROBE_EVERY) or _is_cold(file_fd, position, size, options, device):
-                cold_run += 1
+            if _is_cold(file_fd, position, size, options, device):
                 _platform.counters.cold += 1
                 job = options.cold_executor.submit(_platform.sendfile_once, out_fd, file_fd, position, size)
                 pending = asyncio.wrap_future(job)
@@ -123,7 +114,6 @@ async def _send_file(
                         progress.sent = state.sent
                     raise
             else:
-                cold_run = 0
                 n = _platform.sendfile_once(out_fd, file_fd, position, size)
         except BlockingIOError:
             await _wait_writable(loop, out_fd, lease)
