@@ -46,6 +46,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def stress(session: nox.Session) -> None:
+    """Load, slowloris and long fault runs (not in the default sessions): ``pytest -m stress``."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "stress", "-s", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "aiosendfile", "tests", "examples", "benchmarks", "noxfile.py")
@@ -60,6 +67,6 @@ def typing(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Throughput benchmark (not a test): aiosendfile vs loop.sendfile vs userspace copy."""
-    session.install("-e", ".[all]")
-    session.run("python", "benchmarks/raw_transfer.py", *session.posargs)
+    """The benchmark suite (not a test): raw transfer, concurrency, HTTP, TLS, receive; table, JSON, plots."""
+    session.install("-e", ".[bench]")
+    session.run("python", "-m", "benchmarks", *session.posargs)

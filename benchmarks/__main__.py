@@ -1,10 +1,10 @@
-"""``python -m benchmarks`` (from the repository root) runs the raw transfer benchmark."""
+"""``python -m benchmarks`` (from the repository root) runs the benchmark suite (``benchmarks/suite.py``)."""
 
 from __future__ import annotations
 
 import sys
 
-from benchmarks.raw_transfer import main
+from benchmarks.suite import main
 
 if __name__ == "__main__":
     sys.exit(main())

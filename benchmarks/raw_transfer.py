@@ -8,8 +8,8 @@ all alike. See ``benchmarks/README.md`` for what each number means.
 
 Run from the repository root::
 
-    python -m benchmarks              # 1 GiB, 5 rounds
-    python -m benchmarks --quick      # 256 MiB, 3 rounds
+    python benchmarks/raw_transfer.py           # 1 GiB, 5 rounds
+    python benchmarks/raw_transfer.py --quick   # 256 MiB, 3 rounds
     python benchmarks/raw_transfer.py --size 512 --rounds 7 --json /tmp/out.json
 """
 
@@ -82,6 +82,8 @@ class Options:
     # Evict the file from the page cache right before the transfer (and check it is out);
     # otherwise check that it is in (see ``cache_state``).
     cold: bool = False
+    host: str = "127.0.0.1"  # the server binds here and the reader connects here
+    netns: str | None = None  # the server process enters this network namespace first (veth mode)
 
 
 Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]
@@ -205,7 +207,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
     if send is _send_aiosendfile:
         import aiosendfile  # noqa: F401  (imported before the clock starts)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, opts.host, 0)
     try:
         await asyncio.sleep(IDLE_S)
         conn.send(("ready", server.sockets[0].getsockname()[1]))
@@ -245,7 +247,7 @@ def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> d
 
 def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
     """The ceiling: blocking os.sendfile in a plain thread, no event loop at all."""
-    with socket.create_server(("127.0.0.1", 0)) as listener, open(path, "rb") as f:
+    with socket.create_server((opts.host, 0)) as listener, open(path, "rb") as f:
         conn.send(("ready", listener.getsockname()[1]))
         listener.settimeout(opts.timeout)
         sock, _ = listener.accept()
@@ -279,6 +281,10 @@ def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
 def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
     """Child-process entry point: serve one connection, send back the measurements."""
     try:
+        if opts.netns:
+            from benchmarks.netns import setns
+
+            setns(f"/run/netns/{opts.netns}")
         if contender == THREAD:
             result = _serve_thread(conn, path, opts)
         else:
@@ -317,10 +323,10 @@ def _host_cpu() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / _CLK_TCK, steal / _CLK_TCK
 
 
-def _read_all(port: int, size: int, timeout: float) -> dict[str, Any]:
+def _read_all(port: int, size: int, timeout: float, host: str = "127.0.0.1") -> dict[str, Any]:
     """Send the "go" byte, then recv_into until EOF; time the first and the size-th byte."""
     view = memoryview(bytearray(READ_BUFFER))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         recv_into = sock.recv_into
         clock = time.perf_counter
@@ -441,7 +447,7 @@ def run_trial(
                     f"{sample.file_pages} pages resident ({resident_ranges(resident)})"
                 )
         try:
-            rd = _read_all(port, opts.size, opts.timeout)
+            rd = _read_all(port, opts.size, opts.timeout, opts.host)
         except (OSError, TrialError) as exc:
             # A server failure shows up here as a short read: prefer its traceback.
             if parent.poll(5):
@@ -859,6 +865,11 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}"
 
 
+def network(opts: Options) -> str:
+    """What the bytes crossed: "loopback", or the veth pair of the server's namespace."""
+    return f"veth ({opts.host}, server netns {opts.netns})" if opts.netns else "loopback"
+
+
 def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> str:
     main_rows, detail_rows = [], []
     for name, row in summary.items():
@@ -894,7 +905,7 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> st
             ]
         )
     out = [
-        f"raw_transfer: {opts.size // MiB} MiB over loopback TCP, {rounds} interleaved rounds "
+        f"raw_transfer: {opts.size // MiB} MiB over {network(opts)} TCP, {rounds} interleaved rounds "
         f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
         "",
         _table(
@@ -948,7 +959,9 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> st
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/raw_transfer.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--size", type=int, default=None, help="file size in MiB (default 1024; 256 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="256 MiB, 3 rounds: a smoke run")
@@ -971,6 +984,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(e.g. 0.25 on a shared machine; default: keep every trial)",
     )
     p.add_argument("--retries", type=int, default=5, help="re-runs per trial with --max-other-load")
+    # veth mode (set by benchmarks/suite.py, which makes the namespaces and runs this inside the client's)
+    p.add_argument("--host", default="127.0.0.1", help="server address to bind and connect to")
+    p.add_argument("--server-netns", default=None, help="network namespace the server processes enter")
     args = p.parse_args(argv)
     args.size = args.size if args.size is not None else (256 if args.quick else 1024)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
@@ -987,7 +1003,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     opts = Options(
-        size=args.size * MiB, max_chunk=args.max_chunk, copy_chunk=args.copy_chunk, timeout=args.timeout
+        size=args.size * MiB,
+        max_chunk=args.max_chunk,
+        copy_chunk=args.copy_chunk,
+        timeout=args.timeout,
+        host=args.host,
+        netns=args.server_netns,
     )
     ctx = multiprocessing.get_context("spawn")
     log = sys.stderr
@@ -1019,6 +1040,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": [sys.executable, *sys.argv],
         "params": {
             "size_bytes": opts.size,
+            "network": network(opts),
+            "host": opts.host,
+            "server_netns": opts.netns,
             "rounds": args.rounds,
             "contenders": args.contenders,
             "max_chunk": opts.max_chunk,

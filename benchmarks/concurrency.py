@@ -1,0 +1,462 @@
+"""Concurrency benchmark: N simultaneous downloads of one file from one server loop.
+
+For each contender (a server-side send strategy from ``raw_transfer.SENDERS``)
+and each concurrency level N, a fresh ``spawn``ed server process accepts N
+connections on one event loop; every connection sends the whole file (each
+handler opens the file itself). The reader is this process: one thread, a
+``selectors`` loop over N non-blocking sockets, 1 MiB ``recv_into``. All N
+"go" bytes are sent at once; the trial's time runs from the first "go" to the
+last byte of the last download. Trials are interleaved: every round runs every
+level x contender once. Server CPU, the 1 ms loop-delay ticker and other load
+are measured as in ``raw_transfer``.
+
+Run from the repository root::
+
+    python benchmarks/concurrency.py --quick
+    python benchmarks/concurrency.py --size 16 --levels 1,16,256 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import resource
+import selectors
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Any
+
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.raw_transfer import (
+    _CLK_TCK,
+    GB,
+    IDLE_S,
+    MB,
+    READ_BUFFER,
+    SENDERS,
+    TICK_S,
+    MiB,
+    Options,
+    TrialError,
+    _delay_stats,
+    _host_cpu,
+    _json_default,
+    _measured,
+    _recv,
+    _table,
+    _ticker,
+    _usage,
+    machine_info,
+    make_file,
+    warm,
+)
+
+CONTENDERS = ("aiosendfile-uvloop", "copy-uvloop", "loop.sendfile-asyncio")
+LEVELS = (1, 16, 256)
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "concurrency.json"
+
+
+# ---------------------------------------------------------------------------
+# Server (spawned child)
+# ---------------------------------------------------------------------------
+
+
+async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts: Options) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    send = SENDERS[contender]
+    ticks: list[tuple[float, float]] = []
+    ticker = asyncio.create_task(_ticker(ticks))
+    done: asyncio.Future[None] = loop.create_future()
+    sent_total = 0
+    finished = 0
+    started: list[Any] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent_total, finished
+        try:
+            await reader.readexactly(1)
+            if not started:
+                started.append(_usage())
+            with open(path, "rb") as f:
+                sent = await send(writer, f, opts)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            sent_total += sent
+            finished += 1
+            if finished == n and not done.done():
+                done.set_result(None)
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+
+    if contender.startswith("aiosendfile"):
+        import aiosendfile  # noqa: F401  (imported before the clock starts)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=max(128, 2 * n))
+    try:
+        await asyncio.sleep(IDLE_S)
+        conn.send(("ready", server.sockets[0].getsockname()[1]))
+        await asyncio.wait_for(done, opts.timeout)
+        end = _usage()
+        await asyncio.sleep(3 * TICK_S)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        server.close()
+        await server.wait_closed()
+    result = _measured(started[0], end, sent_total)
+    t0, t1 = result["t_start"], result["t_end"]
+    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
+    result["loop_idle"] = _delay_stats([w - s - TICK_S for s, w in ticks if w < t0])
+    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    return result
+
+
+def _server_process(conn: Connection, contender: str, path: str, n: int, opts: Options) -> None:
+    try:
+        if contender.endswith("-uvloop"):
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        else:
+            loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            result = loop.run_until_complete(_serve_many(conn, contender, path, n, opts))
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+        conn.send(("result", result))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------
+# Reader (this process)
+# ---------------------------------------------------------------------------
+
+
+def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
+    """Open *n* connections, send every "go" byte, read each to EOF with one selector."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(n)]
+    view = memoryview(bytearray(READ_BUFFER))
+    got = dict.fromkeys(range(n), 0)
+    sel = selectors.DefaultSelector()
+    try:
+        for i, s in enumerate(socks):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, i)
+        h0 = _host_cpu()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        clock = time.perf_counter
+        t0 = clock()
+        for s in socks:
+            s.send(b"G")
+        open_ = n
+        deadline = t0 + timeout
+        while open_:
+            events = sel.select(1.0)
+            if not events and clock() > deadline:
+                raise TrialError(f"reader: {open_} downloads unfinished after {timeout} s")
+            for key, _ in events:
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                try:
+                    k = s.recv_into(view)
+                except BlockingIOError:
+                    continue
+                if k:
+                    got[key.data] += k
+                else:
+                    sel.unregister(s)
+                    open_ -= 1
+        t1 = clock()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        h1 = _host_cpu()
+    finally:
+        sel.close()
+        for s in socks:
+            s.close()
+    short = [v for v in got.values() if v != size]
+    if short:
+        raise TrialError(f"reader: {len(short)}/{n} downloads got the wrong size (e.g. {short[0]})")
+    return {
+        "t_go": t0,
+        "t_last": t1,
+        "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+        "host_busy_s": h1[0] - h0[0],
+    }
+
+
+@dataclass
+class Sample:
+    contender: str
+    concurrency: int
+    round: int
+    ok: bool = False
+    error: str | None = None
+    file_bytes: int = 0
+    total_bytes: int = 0
+    mb_per_s: float | None = None  # total bytes of all downloads / reader seconds
+    reader_seconds: float | None = None
+    server_seconds: float | None = None
+    cpu_user_s: float | None = None
+    cpu_sys_s: float | None = None
+    cpu_s_per_gb: float | None = None  # server process, user+sys, per 10^9 bytes sent
+    loop_ticks: int | None = None
+    loop_delay_worst_ms: float | None = None
+    loop_delay_p99_ms: float | None = None
+    loop_delay_p50_ms: float | None = None
+    idle_delay_p99_ms: float | None = None
+    reader_cpu_s: float | None = None
+    other_cpu_s: float | None = None
+    other_load_cpus: float | None = None
+    loop: str | None = None
+
+
+def run_trial(
+    ctx: multiprocessing.context.SpawnContext, contender: str, n: int, rnd: int, path: str, opts: Options
+) -> Sample:
+    sample = Sample(contender=contender, concurrency=n, round=rnd, file_bytes=opts.size)
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_server_process, args=(child, contender, path, n, opts), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        port = _recv(parent, opts.timeout, proc)
+        try:
+            rd = read_many(port, n, opts.size, opts.timeout)
+        except (OSError, TrialError) as exc:
+            if parent.poll(5):
+                _recv(parent, 0, proc)
+            raise TrialError(f"reader: {exc!r}") from exc
+        srv = _recv(parent, opts.timeout, proc)
+    except TrialError as exc:
+        sample.error = str(exc)
+        return sample
+    finally:
+        parent.close()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    total = opts.size * n
+    if srv["sent"] != total:
+        sample.error = f"server reported {srv['sent']} bytes sent, expected {total}"
+        return sample
+    sample.ok = True
+    sample.total_bytes = total
+    sample.reader_seconds = rd["t_last"] - rd["t_go"]
+    sample.mb_per_s = total / sample.reader_seconds / MB
+    sample.server_seconds = srv["t_end"] - srv["t_start"]
+    sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
+    sample.cpu_s_per_gb = (srv["cpu_user_s"] + srv["cpu_sys_s"]) * GB / total
+    busy, idle = srv["loop_busy"], srv["loop_idle"]
+    sample.loop_ticks = busy["ticks"]
+    sample.loop_delay_worst_ms, sample.loop_delay_p99_ms = busy["worst_ms"], busy["p99_ms"]
+    sample.loop_delay_p50_ms, sample.idle_delay_p99_ms = busy["p50_ms"], idle["p99_ms"]
+    sample.reader_cpu_s = rd["cpu_s"]
+    sample.loop = srv["loop"]
+    if not math.isnan(rd["host_busy_s"]):
+        sample.other_cpu_s = rd["host_busy_s"] - rd["cpu_s"] - srv["cpu_process_time_s"]
+        slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
+        sample.other_load_cpus = max(0.0, sample.other_cpu_s - slack) / sample.reader_seconds
+    return sample
+
+
+# ---------------------------------------------------------------------------
+# Summary and report
+# ---------------------------------------------------------------------------
+
+
+def _vals(samples: list[Sample], name: str) -> list[float]:
+    return [v for s in samples if s.ok and (v := getattr(s, name)) is not None]
+
+
+def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
+    """Keyed ``"<contender> x<N>"``: medians, min and max of the headline numbers."""
+    summary: dict[str, dict[str, Any]] = {}
+    for s in samples:
+        key = f"{s.contender} x{s.concurrency}"
+        if key in summary:
+            continue
+        mine = [t for t in samples if t.contender == s.contender and t.concurrency == s.concurrency]
+        ok = [t for t in mine if t.ok]
+        row: dict[str, Any] = {
+            "contender": s.contender,
+            "concurrency": s.concurrency,
+            "runs": len(mine),
+            "ok": len(ok),
+            "errors": [t.error for t in mine if not t.ok],
+        }
+        for name in (
+            "mb_per_s",
+            "cpu_s_per_gb",
+            "loop_delay_p99_ms",
+            "loop_delay_worst_ms",
+            "other_load_cpus",
+        ):
+            if got := _vals(ok, name):
+                row |= {
+                    f"{name}_median": statistics.median(got),
+                    f"{name}_min": min(got),
+                    f"{name}_max": max(got),
+                }
+        summary[key] = row
+    return summary
+
+
+def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
+    rows = []
+    for key, r in summary.items():
+        if not r["ok"]:
+            rows.append([key, f"ERROR ({len(r['errors'])}/{r['runs']})", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                key,
+                f"{r['mb_per_s_median']:.0f} [{r['mb_per_s_min']:.0f}-{r['mb_per_s_max']:.0f}]",
+                f"{r['cpu_s_per_gb_median']:.3f}",
+                f"{r['loop_delay_p99_ms_median']:.2f}",
+                f"{r['loop_delay_worst_ms_max']:.2f}",
+                f"{r.get('other_load_cpus_median', math.nan):.2f}",
+            ]
+        )
+    return "\n".join(
+        [
+            f"concurrency: N simultaneous downloads of a {size // MiB} MiB file from one server loop, "
+            f"{rounds} interleaved rounds (medians [min-max])",
+            "",
+            _table(
+                [
+                    "contender x N",
+                    "total MB/s",
+                    "CPU s/GB",
+                    "loop p99 ms",
+                    "loop worst ms",
+                    "other load CPUs",
+                ],
+                rows,
+            ),
+            "",
+            "total MB/s: all N downloads' bytes / (first 'go' sent -> last byte received). CPU: server",
+            "process user+sys per 10^9 bytes. Loop delay: 1 ms ticker on the server loop during the trial.",
+        ]
+    )
+
+
+def _progress(s: Sample) -> str:
+    if not s.ok:
+        return f"ERROR: {s.error}"
+    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {s.cpu_s_per_gb:.3f} s/GB  loop p99 {s.loop_delay_p99_ms:.2f} ms"
+    msg += f"  worst {s.loop_delay_worst_ms:.2f} ms"
+    if s.other_load_cpus:
+        msg += f"  other load {s.other_load_cpus:.2f} CPUs"
+    return msg
+
+
+def run(
+    size_mib: int,
+    levels: list[int],
+    rounds: int,
+    contenders: list[str],
+    *,
+    directory: str | None = None,
+    timeout: float = 300.0,
+    log: IO[str] = sys.stderr,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Run the section; return its JSON document (also used by ``benchmarks.suite``)."""
+    opts = Options(size=size_mib * MiB, max_chunk=2 * MiB, copy_chunk=256 * 1024, timeout=timeout)
+    ctx = multiprocessing.get_context("spawn")
+    started = datetime.now(timezone.utc)
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="aiosendfile-conc-", dir=directory) as tmp:
+        path = make_file(tmp, opts.size)
+        warm(path)
+        t_bench = time.perf_counter()
+        for rnd in range(1, rounds + 1):
+            shift = (rnd - 1) % len(contenders)
+            order = contenders[shift:] + contenders[:shift]
+            for n in levels:
+                for contender in order:
+                    s = run_trial(ctx, contender, n, rnd, path, opts)
+                    samples.append(s)
+                    line = f"round {rnd}/{rounds}  {contender:<22} x{n:<4} {_progress(s)}"
+                    if progress is not None:
+                        progress(line)
+                    else:
+                        print(line, file=log, flush=True)
+        elapsed = time.perf_counter() - t_bench
+    summary = summarize(samples)
+    return {
+        "benchmark": "concurrency",
+        "date": started.isoformat(timespec="seconds"),
+        "params": {
+            "size_bytes": opts.size,
+            "levels": levels,
+            "rounds": rounds,
+            "contenders": contenders,
+            "reader_buffer": READ_BUFFER,
+            "elapsed_s": elapsed,
+        },
+        "summary": summary,
+        "report": report(summary, opts.size, rounds),
+        "samples": [asdict(s) for s in samples],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python benchmarks/concurrency.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="4 MiB file, 1 round")
+    p.add_argument("--size", type=int, default=None, help="file size in MiB (default 16; 4 with --quick)")
+    p.add_argument(
+        "--levels", default=",".join(map(str, LEVELS)), help="comma-separated N (default 1,16,256)"
+    )
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
+    p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset")
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--dir", default=None)
+    args = p.parse_args(argv)
+    args.size = args.size or (4 if args.quick else 16)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.levels = [int(v) for v in args.levels.split(",") if v.strip()]
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    if unknown := set(args.contenders) - set(SENDERS):
+        p.error(f"unknown contenders {sorted(unknown)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    doc = run(args.size, args.levels, args.rounds, args.contenders, directory=args.dir)
+    print(doc["report"])
+    doc["machine"] = machine_info()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
+    print(f"results: {args.json}", file=sys.stderr)
+    return 0 if all(s["ok"] for s in doc["samples"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""Receive benchmark: one large upload into a file, ``recvfile`` vs ``StreamReader.read`` + ``write``.
+
+The receiver is a fresh ``spawn``ed server process per trial (one event loop,
+one connection). The sender is this process: blocking ``os.sendfile`` of a
+page-cached file over loopback TCP, then it waits for the receiver's one-byte
+acknowledgement, sent once every byte is in the destination file (written to
+the page cache, not fsynced). Contenders, interleaved over ``--rounds`` rounds:
+
+* ``recvfile-uvloop`` / ``recvfile-asyncio``: ``aiosendfile.recvfile(reader, f, size)``
+  (splice socket -> pipe -> file where the kernel allows).
+* ``read+write-uvloop`` / ``read+write-asyncio``: ``await reader.read(256 KiB)`` then
+  ``f.write(chunk)`` until done, what an aiohttp upload handler does.
+
+MB/s is the sender's: first byte handed to the kernel -> acknowledgement received.
+CPU s/GB is the receiver process (all threads), connection accepted -> ack sent.
+The destination file is checked (size, first and last MiB) after every trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import resource
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Any
+
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.raw_transfer import (
+    _CLK_TCK,
+    GB,
+    IDLE_S,
+    MB,
+    TICK_S,
+    MiB,
+    TrialError,
+    _delay_stats,
+    _host_cpu,
+    _json_default,
+    _measured,
+    _recv,
+    _table,
+    _ticker,
+    _usage,
+    machine_info,
+    make_file,
+    warm,
+)
+
+CONTENDERS = ("recvfile-uvloop", "read+write-uvloop", "recvfile-asyncio", "read+write-asyncio")
+READ_CHUNK = 256 * 1024
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "receive.json"
+
+
+async def _receive(conn: Connection, contender: str, dest: str, size: int, timeout: float) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    ticks: list[tuple[float, float]] = []
+    ticker = asyncio.create_task(_ticker(ticks))
+    done: asyncio.Future[dict[str, Any]] = loop.create_future()
+    zero_copy = contender.startswith("recvfile")
+    if zero_copy:
+        import aiosendfile
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            start = _usage()
+            with open(dest, "wb") as f:
+                if zero_copy:
+                    got = await aiosendfile.recvfile(reader, f, size)
+                else:
+                    got = 0
+                    while got < size:
+                        chunk = await reader.read(min(READ_CHUNK, size - got))
+                        if not chunk:
+                            break
+                        f.write(chunk)
+                        got += len(chunk)
+            writer.write(b"K")
+            await writer.drain()
+            result = _measured(start, _usage(), got)
+            writer.close()
+            await writer.wait_closed()
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        await asyncio.sleep(IDLE_S)
+        conn.send(("ready", server.sockets[0].getsockname()[1]))
+        result = await asyncio.wait_for(done, timeout)
+        await asyncio.sleep(3 * TICK_S)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        server.close()
+        await server.wait_closed()
+    t0, t1 = result["t_start"], result["t_end"]
+    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
+    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    return result
+
+
+def _server_process(conn: Connection, contender: str, dest: str, size: int, timeout: float) -> None:
+    try:
+        if contender.endswith("-uvloop"):
+            import uvloop
+
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        else:
+            loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            result = loop.run_until_complete(_receive(conn, contender, dest, size, timeout))
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+        conn.send(("result", result))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock, open(path, "rb") as f:
+        sock.settimeout(None)
+        h0 = _host_cpu()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < size:
+            n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
+            if n == 0:
+                raise TrialError(f"source file ended after {sent} bytes")
+            sent += n
+        sock.settimeout(timeout)
+        ack = sock.recv(1)
+        t1 = time.perf_counter()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        h1 = _host_cpu()
+    if ack != b"K":
+        raise TrialError(f"no acknowledgement from the receiver (got {ack!r})")
+    return {
+        "t0": t0,
+        "t1": t1,
+        "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+        "host_busy_s": h1[0] - h0[0],
+    }
+
+
+def _edges(path: str, size: int) -> tuple[bytes, bytes]:
+    with open(path, "rb") as f:
+        head = hashlib.sha256(f.read(MiB)).digest()
+        f.seek(max(0, size - MiB))
+        return head, hashlib.sha256(f.read(MiB)).digest()
+
+
+@dataclass
+class Sample:
+    contender: str
+    round: int
+    ok: bool = False
+    error: str | None = None
+    bytes: int = 0
+    mb_per_s: float | None = None
+    sender_seconds: float | None = None
+    receiver_seconds: float | None = None
+    cpu_user_s: float | None = None
+    cpu_sys_s: float | None = None
+    cpu_s_per_gb: float | None = None  # receiver process user+sys per 10^9 bytes
+    vol_ctx_switches: int | None = None
+    loop_delay_worst_ms: float | None = None
+    loop_delay_p99_ms: float | None = None
+    sender_cpu_s: float | None = None
+    other_cpu_s: float | None = None
+    other_load_cpus: float | None = None
+    loop: str | None = None
+
+
+def run_trial(
+    ctx: multiprocessing.context.SpawnContext,
+    contender: str,
+    rnd: int,
+    src: str,
+    dest: str,
+    size: int,
+    timeout: float,
+    expected: tuple[bytes, bytes],
+) -> Sample:
+    sample = Sample(contender=contender, round=rnd, bytes=size)
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_server_process, args=(child, contender, dest, size, timeout), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        port = _recv(parent, timeout, proc)
+        try:
+            sd = _send_all(port, src, size, timeout)
+        except (OSError, TrialError) as exc:
+            if parent.poll(5):
+                _recv(parent, 0, proc)
+            raise TrialError(f"sender: {exc!r}") from exc
+        srv = _recv(parent, timeout, proc)
+        if srv["sent"] != size or os.path.getsize(dest) != size:
+            raise TrialError(
+                f"receiver got {srv['sent']} bytes, file has {os.path.getsize(dest)}; want {size}"
+            )
+        if _edges(dest, size) != expected:
+            raise TrialError("received file differs from the source (first or last MiB)")
+    except TrialError as exc:
+        sample.error = str(exc)
+        return sample
+    finally:
+        parent.close()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        with contextlib.suppress(OSError):
+            os.unlink(dest)
+    sample.ok = True
+    sample.sender_seconds = sd["t1"] - sd["t0"]
+    sample.mb_per_s = size / sample.sender_seconds / MB
+    sample.receiver_seconds = srv["t_end"] - srv["t_start"]
+    sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
+    sample.cpu_s_per_gb = (srv["cpu_user_s"] + srv["cpu_sys_s"]) * GB / size
+    sample.vol_ctx_switches = srv["vol_ctx_switches"]
+    sample.loop_delay_worst_ms = srv["loop_busy"]["worst_ms"]
+    sample.loop_delay_p99_ms = srv["loop_busy"]["p99_ms"]
+    sample.sender_cpu_s = sd["cpu_s"]
+    sample.loop = srv["loop"]
+    if not math.isnan(sd["host_busy_s"]):
+        sample.other_cpu_s = sd["host_busy_s"] - sd["cpu_s"] - srv["cpu_process_time_s"]
+        slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
+        sample.other_load_cpus = max(0.0, sample.other_cpu_s - slack) / sample.sender_seconds
+    return sample
+
+
+def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[str, Any]]:
+    summary: dict[str, dict[str, Any]] = {}
+    for name in contenders:
+        mine = [s for s in samples if s.contender == name]
+        ok = [s for s in mine if s.ok]
+        row: dict[str, Any] = {
+            "runs": len(mine),
+            "ok": len(ok),
+            "errors": [s.error for s in mine if not s.ok],
+        }
+        for key in (
+            "mb_per_s",
+            "cpu_s_per_gb",
+            "loop_delay_p99_ms",
+            "loop_delay_worst_ms",
+            "other_load_cpus",
+        ):
+            if got := [v for s in ok if (v := getattr(s, key)) is not None]:
+                row |= {
+                    f"{key}_median": statistics.median(got),
+                    f"{key}_min": min(got),
+                    f"{key}_max": max(got),
+                }
+        summary[name] = row
+    return summary
+
+
+def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
+    rows = []
+    base = summary.get(CONTENDERS[1], {}).get("mb_per_s_median")
+    for name, r in summary.items():
+        if not r["ok"]:
+            rows.append([name, f"ERROR ({len(r['errors'])}/{r['runs']})", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                name,
+                f"{r['mb_per_s_median']:.0f} [{r['mb_per_s_min']:.0f}-{r['mb_per_s_max']:.0f}]",
+                f"{r['cpu_s_per_gb_median']:.3f} [{r['cpu_s_per_gb_min']:.3f}-{r['cpu_s_per_gb_max']:.3f}]",
+                f"{r['loop_delay_p99_ms_median']:.2f}",
+                f"{r.get('other_load_cpus_median', math.nan):.2f}",
+                f"{r['mb_per_s_median'] / base:.2f}x" if base else "n/a",
+            ]
+        )
+    return "\n".join(
+        [
+            f"receive: one {size // MiB} MiB upload over loopback TCP into a file, {rounds} interleaved "
+            "rounds (medians [min-max])",
+            "",
+            _table(
+                [
+                    "receiver",
+                    "MB/s",
+                    "receiver CPU s/GB",
+                    "loop p99 ms",
+                    "other load CPUs",
+                    f"vs {CONTENDERS[1]}",
+                ],
+                rows,
+            ),
+            "",
+            "MB/s: sender, first byte -> receiver's ack (all bytes written to the file, not fsynced).",
+            "CPU: receiver process user+sys per 10^9 bytes, accept -> ack sent.",
+        ]
+    )
+
+
+def _progress(s: Sample) -> str:
+    if not s.ok:
+        return f"ERROR: {s.error}"
+    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {s.cpu_s_per_gb:.3f} s/GB  loop p99 {s.loop_delay_p99_ms:.2f} ms"
+    if s.other_load_cpus:
+        msg += f"  other load {s.other_load_cpus:.2f} CPUs"
+    return msg
+
+
+def run(
+    size_mib: int,
+    rounds: int,
+    contenders: list[str],
+    *,
+    directory: str | None = None,
+    timeout: float = 300.0,
+    log: IO[str] = sys.stderr,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Run the section; return its JSON document (also used by ``benchmarks.suite``)."""
+    size = size_mib * MiB
+    ctx = multiprocessing.get_context("spawn")
+    started = datetime.now(timezone.utc)
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="aiosendfile-recv-", dir=directory) as tmp:
+        src = make_file(tmp, size)
+        warm(src)
+        expected = _edges(src, size)
+        dest = os.path.join(tmp, "received.bin")
+        t_bench = time.perf_counter()
+        for rnd in range(1, rounds + 1):
+            shift = (rnd - 1) % len(contenders)
+            for contender in contenders[shift:] + contenders[:shift]:
+                s = run_trial(ctx, contender, rnd, src, dest, size, timeout, expected)
+                samples.append(s)
+                line = f"round {rnd}/{rounds}  {contender:<20} {_progress(s)}"
+                if progress is not None:
+                    progress(line)
+                else:
+                    print(line, file=log, flush=True)
+        elapsed = time.perf_counter() - t_bench
+    summary = summarize(samples, contenders)
+    return {
+        "benchmark": "receive",
+        "date": started.isoformat(timespec="seconds"),
+        "params": {
+            "size_bytes": size,
+            "rounds": rounds,
+            "contenders": contenders,
+            "read_chunk": READ_CHUNK,
+            "elapsed_s": elapsed,
+        },
+        "summary": summary,
+        "report": report(summary, size, rounds),
+        "samples": [asdict(s) for s in samples],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python benchmarks/receive.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="128 MiB, 1 round")
+    p.add_argument(
+        "--size", type=int, default=None, help="upload size in MiB (default 512; 128 with --quick)"
+    )
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 1 with --quick)")
+    p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset")
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    p.add_argument("--dir", default=None, help="where the source and destination files go (default: temp)")
+    args = p.parse_args(argv)
+    args.size = args.size or (128 if args.quick else 512)
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    if unknown := set(args.contenders) - set(CONTENDERS):
+        p.error(f"unknown contenders {sorted(unknown)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    doc = run(args.size, args.rounds, args.contenders, directory=args.dir)
+    print(doc["report"])
+    doc["machine"] = machine_info()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
+    print(f"results: {args.json}", file=sys.stderr)
+    return 0 if all(s["ok"] for s in doc["samples"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
