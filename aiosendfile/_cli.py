@@ -71,6 +71,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- serve ---------------------------------------------------------------------------------
 
 
+def _one_line_errors(record: logging.LogRecord) -> bool:
+    """Clients control what reaches the error log: one line per bad request, never a traceback."""
+    if record.exc_info and record.exc_info[1] is not None:
+        record.msg = f"{record.getMessage()}: {record.exc_info[1]!r}"
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+    return True
+
+
 def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop], str]:
     if choice in ("auto", "uvloop"):
         try:
@@ -99,8 +109,10 @@ def _serve_command(args: argparse.Namespace) -> int:
         print("aiosendfile: --workers must be at least 1", file=sys.stderr)
         return 2
     _, loop_name = _loop_factory(args.loop)
-    if args.access_log:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO if args.access_log else logging.WARNING, format="%(message)s", stream=sys.stderr
+    )
+    logging.getLogger("aiohttp.server").addFilter(_one_line_errors)
 
     multi = args.workers > 1
     # Bind here first: errors (port in use) show before any worker starts, and with

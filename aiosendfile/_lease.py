@@ -173,6 +173,8 @@ class TransportLease(asyncio.Protocol):
             raise ConnectionLostError("connection lost during sendfile")
         if self._transport.is_closing():
             raise ConnectionLostError("transport was closed during sendfile")
+        if _tls_shutting_down(self._transport):
+            raise ConnectionLostError("the TLS session is shutting down (the peer closed its side)")
 
     def wake_on_loss(self, fut: asyncio.Future[None] | None) -> None:
         """Have *fut* (a wait of the transfer's own) resolved if the connection is lost."""
@@ -247,6 +249,17 @@ class TransportLease(asyncio.Protocol):
         for waiter in (self._waiter, self._loss_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+
+
+def _tls_shutting_down(transport: Any) -> bool:
+    """asyncio's TLS layer (3.11+) past WRAPPED: it drops writes with only a log line.
+
+    Private state, read defensively: other transports (uvloop's, 3.10's) have
+    no such attribute and report loss through ``is_closing``/``connection_lost``.
+    """
+    state = getattr(getattr(transport, "_ssl_protocol", None), "_state", None)
+    name = getattr(state, "name", None)
+    return name is not None and name != "WRAPPED"
 
 
 def _is_reading(transport: asyncio.BaseTransport) -> bool:

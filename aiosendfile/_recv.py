@@ -92,6 +92,9 @@ async def recvfile(
         raise ValueError("file should be opened in binary mode")
     if getattr(file, "closed", False):
         raise ValueError("I/O operation on closed file")
+    writable = getattr(file, "writable", None)
+    if callable(writable) and not writable():
+        raise ValueError("file is not open for writing")
     if offset is None:
         offset = file.tell()
     elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:

@@ -145,6 +145,9 @@ def resolve_file(file: Any) -> FileInfo:
         raise ValueError("I/O operation on closed file")
     if not callable(getattr(file, "read", None)):
         raise TypeError(f"file must be a binary file object, not {type(file).__name__}")
+    readable = getattr(file, "readable", None)
+    if callable(readable) and not readable():
+        raise ValueError("file is not open for reading")
     seekable = bool(getattr(file, "seekable", lambda: False)())
     if _is_os_file(file):
         fd = file.fileno()
