@@ -31,6 +31,7 @@ import io
 import os
 import socket
 import stat
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import IO, Any
@@ -246,7 +247,15 @@ async def _from_reader_zero_copy(
 
 async def _from_reader_copy(reader: asyncio.StreamReader, job: _Job) -> None:
     while job.remaining:
-        data = await reader.read(min(FALLBACK_CHUNK, job.remaining))
+        try:
+            data = await reader.read(min(FALLBACK_CHUNK, job.remaining))
+        except AttributeError as exc:
+            # CPython 3.10's TLS transport: StreamReader.read() crashes resuming a
+            # transport whose connection is gone (its TLS layer is torn down). That
+            # read's bytes are lost inside asyncio; the file still holds `received`.
+            if sys.version_info >= (3, 11):
+                raise
+            raise job.incomplete() from exc
         if not data:
             raise job.incomplete()
         await job.write(data)
