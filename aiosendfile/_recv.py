@@ -245,8 +245,20 @@ async def _from_reader_zero_copy(
         lease.release()
 
 
+def _defuse_py310_tls_resume(reader: asyncio.StreamReader) -> None:
+    """CPython 3.10: once a TLS connection is gone, ``StreamReader.read()`` crashes (and drops
+    the bytes it took) trying to resume reading on the torn-down TLS layer. There is nothing
+    left to resume, so clear the reader's paused flag first: its buffered bytes then read fine."""
+    if sys.version_info >= (3, 11):
+        return
+    ssl_protocol = getattr(getattr(reader, "_transport", None), "_ssl_protocol", None)
+    if ssl_protocol is not None and getattr(ssl_protocol, "_transport", True) is None:
+        reader._paused = False  # type: ignore[attr-defined]
+
+
 async def _from_reader_copy(reader: asyncio.StreamReader, job: _Job) -> None:
     while job.remaining:
+        _defuse_py310_tls_resume(reader)
         try:
             data = await reader.read(min(FALLBACK_CHUNK, job.remaining))
         except AttributeError as exc:
