@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+from collections.abc import Awaitable, Callable
 from typing import IO, Any
 
 from . import _platform
@@ -73,19 +74,12 @@ async def copy_to_transport(
 ) -> None:
     """Copy through ``transport.write`` with the transport's flow control."""
     lease.set_buffer_limits(high=2 * chunk, low=chunk)
-    prefix = bytes(options.headers)
-    while not state.done:
+
+    async def send(data: bytes) -> None:
         await lease.drain()
-        data = await reader.read(state.position, state.next_chunk(chunk))
-        if not data:
-            if state.hit_eof():
-                raise state.truncated()
-            break  # unknown size: EOF is the end
-        lease.write(prefix + data if prefix else data)
-        prefix = b""
-        _advance(state, progress, options, len(data))
-    if prefix or options.trailers:
-        lease.write(prefix + bytes(options.trailers))
+        lease.write(data)
+
+    await _copy(send, reader, state, progress, options, chunk)
 
 
 async def copy_to_socket(
@@ -98,18 +92,34 @@ async def copy_to_socket(
 ) -> None:
     """Copy to a raw non-blocking socket with ``loop.sock_sendall``."""
     loop = asyncio.get_running_loop()
+
+    async def send(data: bytes) -> None:
+        await loop.sock_sendall(sock, data)
+
+    await _copy(send, reader, state, progress, options, chunk)
+
+
+async def _copy(
+    send: Callable[[bytes], Awaitable[None]],
+    reader: ChunkReader,
+    state: TransferState,
+    progress: _Progress,
+    options: Options,
+    chunk: int,
+) -> None:
+    """Read fresh chunks and *send* them: headers with the first, trailers after the last."""
     prefix = bytes(options.headers)
     while not state.done:
         data = await reader.read(state.position, state.next_chunk(chunk))
         if not data:
             if state.hit_eof():
                 raise state.truncated()
-            break
-        await loop.sock_sendall(sock, prefix + data if prefix else data)
+            break  # unknown size: EOF is the end
+        await send(prefix + data if prefix else data)
         prefix = b""
         _advance(state, progress, options, len(data))
     if prefix or options.trailers:
-        await loop.sock_sendall(sock, prefix + bytes(options.trailers))
+        await send(prefix + bytes(options.trailers))
 
 
 def _advance(state: TransferState, progress: _Progress, options: Options, n: int) -> None:

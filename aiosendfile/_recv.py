@@ -41,6 +41,7 @@ from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_ex
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._target import resolve_socket
+from ._writer import wait_ready
 
 __all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
 
@@ -338,7 +339,7 @@ async def _splice_loop(sock_fd: int, job: _Job, lease: TransportLease | None) ->
             if in_pipe and (moved <= 0 or in_pipe >= PIPE_SIZE or in_pipe == job.remaining):
                 in_pipe = _drain(pipe_r, job, in_pipe)
             if moved < 0:
-                await _wait_readable(loop, src, lease)
+                await wait_ready(loop, src, lease, writable=False)
                 since_yield = 0
             elif since_yield >= PIPE_SIZE * 2:
                 await asyncio.sleep(0)  # bounded work per wakeup
@@ -371,22 +372,3 @@ def _drain(pipe_r: int, job: _Job, in_pipe: int) -> int:
         in_pipe -= n
         job.landed(n)
     return 0
-
-
-async def _wait_readable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
-    _platform.counters.waits += 1
-    fut: asyncio.Future[None] = loop.create_future()
-
-    def on_readable() -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    loop.add_reader(fd, on_readable)
-    if lease is not None:
-        lease.wake_on_loss(fut)
-    try:
-        await fut
-    finally:
-        loop.remove_reader(fd)
-        if lease is not None:
-            lease.wake_on_loss(None)

@@ -48,7 +48,7 @@ from ._lease import TransportLease
 from ._options import Options
 from ._state import TransferState
 
-__all__ = ("send_zero_copy",)
+__all__ = ("send_zero_copy", "wait_ready")
 
 
 async def send_zero_copy(
@@ -168,19 +168,30 @@ async def _send_all(
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
     """Wait until *fd* is writable, or the leased connection is lost."""
+    await wait_ready(loop, fd, lease, writable=True)
+
+
+async def wait_ready(
+    loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None, *, writable: bool
+) -> None:
+    """Wait until our own (dup'd) *fd* is writable/readable, or the leased connection is lost.
+
+    The registration is removed in ``finally``, on success, error and cancellation alike.
+    """
     _platform.counters.waits += 1
     fut: asyncio.Future[None] = loop.create_future()
 
-    def on_writable() -> None:
+    def on_ready() -> None:
         if not fut.done():
             fut.set_result(None)
 
-    loop.add_writer(fd, on_writable)
+    add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
+    add(fd, on_ready)
     if lease is not None:
         lease.wake_on_loss(fut)
     try:
         await fut
     finally:
-        loop.remove_writer(fd)
+        remove(fd)
         if lease is not None:
             lease.wake_on_loss(None)
