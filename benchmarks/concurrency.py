@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
@@ -63,6 +62,8 @@ from benchmarks.raw_transfer import (
     _usage,
     machine_info,
     make_file,
+    report_to_parent,
+    run_on_contender_loop,
     warm,
 )
 
@@ -130,24 +131,9 @@ async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts:
 
 
 def _server_process(conn: Connection, contender: str, path: str, n: int, opts: Options) -> None:
-    try:
-        if contender.endswith("-uvloop"):
-            import uvloop
-
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        else:
-            loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            result = loop.run_until_complete(_serve_many(conn, contender, path, n, opts))
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-        conn.send(("result", result))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
+    report_to_parent(
+        conn, lambda: run_on_contender_loop(contender, lambda: _serve_many(conn, contender, path, n, opts))
+    )
 
 
 # ---------------------------------------------------------------------------

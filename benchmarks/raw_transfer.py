@@ -33,13 +33,15 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+_T = TypeVar("_T")
 
 if not __package__:  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -228,7 +230,8 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
     return result
 
 
-def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> dict[str, Any]:
+def run_on_contender_loop(contender: str, main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run *main()* on a fresh loop of the contender's kind (uvloop for ``*-uvloop``), then close it."""
     loop: asyncio.AbstractEventLoop
     if contender.endswith("-uvloop"):
         import uvloop
@@ -238,11 +241,25 @@ def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> d
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        with open(path, "rb") as f:
-            return loop.run_until_complete(_serve_async(conn, SENDERS[contender], f, opts))
+        return loop.run_until_complete(main())
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+
+
+def report_to_parent(conn: Connection, produce: Callable[[], dict[str, Any]]) -> None:
+    """Child-process epilogue: send ``("result", produce())`` or ``("error", traceback)``, then close."""
+    try:
+        conn.send(("result", produce()))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        return run_on_contender_loop(contender, lambda: _serve_async(conn, SENDERS[contender], f, opts))
 
 
 def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
@@ -280,20 +297,17 @@ def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
 
 def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
     """Child-process entry point: serve one connection, send back the measurements."""
-    try:
+
+    def serve() -> dict[str, Any]:
         if opts.netns:
             from benchmarks.netns import setns
 
             setns(f"/run/netns/{opts.netns}")
         if contender == THREAD:
-            result = _serve_thread(conn, path, opts)
-        else:
-            result = _serve_loop(conn, contender, path, opts)
-        conn.send(("result", result))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
+            return _serve_thread(conn, path, opts)
+        return _serve_loop(conn, contender, path, opts)
+
+    report_to_parent(conn, serve)
 
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
@@ -60,6 +59,8 @@ from benchmarks.raw_transfer import (
     _usage,
     machine_info,
     make_file,
+    report_to_parent,
+    run_on_contender_loop,
     warm,
 )
 
@@ -121,24 +122,9 @@ async def _receive(conn: Connection, contender: str, dest: str, size: int, timeo
 
 
 def _server_process(conn: Connection, contender: str, dest: str, size: int, timeout: float) -> None:
-    try:
-        if contender.endswith("-uvloop"):
-            import uvloop
-
-            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-        else:
-            loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            result = loop.run_until_complete(_receive(conn, contender, dest, size, timeout))
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-        conn.send(("result", result))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
+    report_to_parent(
+        conn, lambda: run_on_contender_loop(contender, lambda: _receive(conn, contender, dest, size, timeout))
+    )
 
 
 def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]:
