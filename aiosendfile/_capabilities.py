@@ -19,6 +19,8 @@ def capabilities() -> dict[str, Any]:
         "zero_copy_sendfile": _platform.HAS_SENDFILE,
         # False: chunks cannot be probed for cold pages, so each goes to the pool.
         "page_cache_probe": _platform.HAS_RWF_NOWAIT,
+        # True: the probe sees every page of a chunk (cachestat(2)), not its two ends.
+        "whole_chunk_probe": _platform.range_cached_available(),
         "cork": _platform.CORK_OPTION is not None,
         "cold_pool_threads": COLD_POOL_THREADS,
         "max_chunk": DEFAULT_MAX_CHUNK,

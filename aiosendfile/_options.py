@@ -5,8 +5,10 @@ Defaults:
 * ``max_chunk`` 2 MiB per event-loop wakeup (nginx's ``sendfile_max_chunk``);
   measured, it keeps the worst loop stall near 1 ms with no throughput loss
   (see the README).
-* ``probe`` on: before each chunk, 1-byte ``RWF_NOWAIT`` reads at the chunk's
-  first and last byte tell whether its pages are cached. A cold chunk's
+* ``probe`` on: before each chunk, ``cachestat(2)`` counts its cached pages
+  (with no side effects) and a 1-byte ``RWF_NOWAIT`` read of its last page
+  says whether they are readable yet; without ``cachestat``, 1-byte reads of
+  its first and last page decide. A cold chunk's
   ``sendfile`` runs in the cold-read pool (still zero-copy, as nginx's
   ``aio threads`` does), so the disk wait never lands on the loop thread.
   Where the probe cannot work, every chunk goes to the pool (the

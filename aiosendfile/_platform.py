@@ -25,6 +25,7 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 try:
@@ -43,6 +44,8 @@ __all__ = (
     "counters",
     "make_pipe",
     "page_cached",
+    "range_cached",
+    "range_cached_available",
     "pread_cached",
     "set_cork",
     "splice_once",
@@ -179,6 +182,83 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
             return None
         raise
     return True
+
+
+# cachestat(2) (Linux >= 6.5): how many pages of a range are in the page cache, without
+# reading anything. A 1-byte RWF_NOWAIT read of a missing page starts readahead for it
+# from the calling (loop) thread; cachestat has no side effects and sees the whole range.
+_CACHESTAT_NR = {"x86_64": 451, "aarch64": 451, "arm64": 451, "riscv64": 451, "ppc64le": 451, "s390x": 451}
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class _Cachestat:
+    """A ctypes binding of ``cachestat(2)``, built lazily; ``call`` is None where it is missing."""
+
+    def __init__(self) -> None:
+        self.call: Callable[[int, int, int], int | None] | None = None
+        if PLATFORM != "linux":
+            return
+        nr = _CACHESTAT_NR.get(os.uname().machine)
+        if nr is None:
+            return
+        try:
+            import ctypes
+        except ImportError:  # pragma: no cover - CPython without ctypes
+            return
+
+        class Range(ctypes.Structure):
+            _fields_ = (("off", ctypes.c_uint64), ("len", ctypes.c_uint64))
+
+        class Stat(ctypes.Structure):
+            _fields_ = tuple(
+                (name, ctypes.c_uint64)
+                for name in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")
+            )
+
+        try:
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+        except (OSError, AttributeError):
+            return
+        syscall.restype = ctypes.c_long
+
+        def call(fd: int, offset: int, size: int) -> int | None:
+            """Pages of [offset, offset+size) in the cache, or None if the kernel cannot tell."""
+            rng, st = Range(offset, size), Stat()
+            if syscall(ctypes.c_long(nr), ctypes.c_uint(fd), ctypes.byref(rng), ctypes.byref(st), 0) != 0:
+                err = ctypes.get_errno()
+                if err in (errno.ENOSYS, errno.EPERM):  # old kernel, or a seccomp filter
+                    self.call = None
+                elif err == errno.EBADF:
+                    raise OSError(err, os.strerror(err))
+                return None
+            return int(st.nr_cache)
+
+        self.call = call  # until the kernel says ENOSYS
+
+
+_cachestat = _Cachestat()  # built at import: ctypes set-up takes milliseconds, not for the loop thread
+
+
+def range_cached_available() -> bool:
+    """Whether :func:`range_cached` can answer here (so far: the kernel has not said ENOSYS)."""
+    return _cachestat.call is not None
+
+
+def range_cached(fd: int, offset: int, size: int) -> bool | None:
+    """Whether every page of [offset, offset+size) is in the page cache (``cachestat(2)``).
+
+    None where the kernel cannot tell (not Linux >= 6.5, or the file system
+    declines). Pages still being read in count as cached here, so callers pair a
+    True with :func:`page_cached` on the last page, which says "not yet" for those.
+    """
+    call = _cachestat.call
+    if call is None or size <= 0:
+        return None
+    pages = call(fd, offset, size)
+    if pages is None:
+        return None
+    first, last = offset // _PAGE, (offset + size - 1) // _PAGE
+    return pages >= last - first + 1
 
 
 CORK_OPTION: int | None = getattr(socket, "TCP_CORK", None) or getattr(socket, "TCP_NOPUSH", None)

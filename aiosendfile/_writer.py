@@ -23,10 +23,15 @@ Theory of operation
 * **Resuming.** The file offset is ours (``TransferState.position``) and goes
   to ``sendfile`` explicitly, so the file's own position is never read.
   After EAGAIN we simply try again from the same offset.
-* **Cold pages.** Before a chunk, two 1-byte ``RWF_NOWAIT`` reads probe its
-  first and last page. If either is not in the page cache, that chunk's
+* **Cold pages.** Before a chunk, ``cachestat(2)`` counts its pages in the
+  page cache (no side effects), and a 1-byte ``RWF_NOWAIT`` read of its last
+  page says whether the pages are readable yet (pages still being read in are
+  in the cache but not ready). Without ``cachestat`` (Linux < 6.5, BSD) the
+  first and last page are probed. If any page is missing, that chunk's
   ``sendfile`` runs in the cold-read pool (see ``_options``), so the disk wait
-  happens off the loop thread. The transfer stays zero-copy.
+  happens off the loop thread. The transfer stays zero-copy. (Measured and
+  dropped: a ``POSIX_FADV_WILLNEED`` of the next chunk from the pool halved
+  cold throughput and doubled CPU; see ``benchmarks/loop_stall.py``.)
 * **Headers and trailers** go to the same socket with ``send()``, inside
   ``TCP_CORK`` (``TCP_NOPUSH`` on BSD), so they share packets with the file's
   first and last bytes. The cork is released when the transfer ends, however
@@ -146,10 +151,15 @@ def _is_cold(file_fd: int, position: int, size: int, options: Options, device: i
     """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool)."""
     if not options.probe:
         return False
+    last = position + size - 1
+    whole = _platform.range_cached(file_fd, position, size)
+    if whole is not None:
+        # All pages present: ready unless the last is still being read in.
+        return not whole or _platform.page_cached(file_fd, last, device) is False
     first = _platform.page_cached(file_fd, position, device)
     if first is None:
         return True  # cannot tell: the conservative path
-    return not (first and _platform.page_cached(file_fd, position + size - 1, device))
+    return not (first and _platform.page_cached(file_fd, last, device))
 
 
 async def _send_all(

@@ -241,5 +241,25 @@ async def connect(
     await connector.close()
 
 
+def evict(path: Path) -> None:
+    """Drop *path*'s pages from the page cache (fsync + ``POSIX_FADV_DONTNEED``), or skip the test.
+
+    The check uses ``cachestat(2)`` where it exists: a 1-byte ``RWF_NOWAIT``
+    probe of a missing page would start readahead and warm the file again.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if _platform.range_cached_available():
+            cached = _platform.range_cached(fd, 0, 4096)
+        else:
+            cached = _platform.page_cached(fd, 0)
+        if cached is not False:
+            pytest.skip("this file system cannot evict pages or cannot probe them")
+    finally:
+        os.close(fd)
+
+
 def zero_copy_expected(kind: str) -> bool:
     return kind != "tls"

@@ -19,7 +19,7 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import Connector, pattern, zero_copy_expected
+from .conftest import Connector, evict, pattern, zero_copy_expected
 
 
 async def test_second_concurrent_sendfile_on_a_transport_is_refused(
@@ -103,13 +103,7 @@ async def test_kernel_refusal_after_headers_continues_in_userspace(
 async def test_cancel_of_a_queued_cold_chunk_is_immediate(connect: Connector, tmp_path: Path) -> None:
     path = tmp_path / "cold.bin"
     path.write_bytes(pattern(2**20))
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    cold = _platform.page_cached(fd, 0) is False
-    os.close(fd)
-    if not cold:
-        pytest.skip("cannot evict or probe pages here")
+    evict(path)
     conn = await connect()
     busy = threading.Event()
     with ThreadPoolExecutor(1) as pool, open(path, "rb") as f:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _platform
+from aiosendfile import _platform, _writer
 
-from .conftest import Connector, pattern, zero_copy_expected
+from .conftest import Connector, evict, pattern, zero_copy_expected
 
 
 def write_cold(path: Path, size: int) -> Path:
@@ -28,15 +28,40 @@ def write_cold(path: Path, size: int) -> Path:
     return path
 
 
-def evict(path: Path) -> None:
+def test_whole_chunk_probe_sees_a_hole_in_the_middle(tmp_path: Path) -> None:
+    """A chunk cached at both ends but evicted in the middle goes to the pool (cachestat)."""
+    if not _platform.range_cached_available():
+        pytest.skip("no cachestat(2) here (Linux < 6.5): the probe sees a chunk's two ends only")
+    path = tmp_path / "holey.bin"
+    path.write_bytes(pattern(4 * 2**20))
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        if _platform.page_cached(fd, 0) is not False:
-            pytest.skip("this file system cannot evict pages or cannot probe them (RWF_NOWAIT)")
+        if _platform.range_cached(fd, 0, 4 * 2**20) is not False:
+            pytest.skip("this file system cannot evict pages")
+        os.pread(fd, 4 * 2**20, 0)  # all cached now
+        assert _platform.range_cached(fd, 0, 4 * 2**20) is True
+        os.posix_fadvise(fd, 2**20, 2**20, os.POSIX_FADV_DONTNEED)  # a hole: [1 MiB, 2 MiB)
+        assert _platform.range_cached(fd, 2**20, 2**20) is False
+        assert _platform.range_cached(fd, 0, 2**20) is True  # around the hole: still cached
+        assert _platform.range_cached(fd, 2 * 2**20, 2 * 2**20) is True
+        assert _platform.range_cached(fd, 0, 4 * 2**20) is False
+        options = aiosendfile._options.Options()
+        device = os.fstat(fd).st_dev
+        assert _writer._is_cold(fd, 0, 4 * 2**20, options, device)  # ends are cached, middle is not
+        assert not _writer._is_cold(fd, 2 * 2**20, 2 * 2**20, options, device)
     finally:
         os.close(fd)
+
+
+def test_whole_chunk_probe_of_a_closed_fd_raises(tmp_path: Path) -> None:
+    if not _platform.range_cached_available():
+        pytest.skip("no cachestat(2) here")
+    fd = os.open(tmp_path, os.O_RDONLY)
+    os.close(fd)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        _platform.range_cached(fd, 0, 4096)
 
 
 async def collect(conn: Any, send: Any) -> tuple[Any, bytes]:
