@@ -6,6 +6,9 @@ import asyncio
 import io
 import socket
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +126,81 @@ async def test_cancellation_leaves_the_file_consistent(connect: Connector, tmp_p
     conn.client_writer.write(b"more")
     await conn.client_writer.drain()
     assert await server_reader(conn).readexactly(4) == b"more"
+
+
+async def test_file_writes_run_off_the_loop_thread_when_writeback_is_busy(
+    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the kernel near its dirty-page throttle point, every write into the file (the
+    pipe → file splice, or the fallback's write) runs in the executor, never on the loop
+    thread, and a slow disk still gets every byte in order."""
+    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)
+    writer_threads: set[int] = set()
+
+    class SlowDisk(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            def slow() -> Any:
+                writer_threads.add(threading.get_ident())
+                time.sleep(0.02)  # a disk that takes its time with every write
+                return fn(*args, **kwargs)
+
+            return super().submit(slow)
+
+    payload = pattern(4 * 2**20 + 11, seed=12)
+    conn = await connect()
+    sender = asyncio.create_task(upload(conn, payload))
+    with SlowDisk(2) as pool, open(tmp_path / "out.bin", "wb") as f:
+        assert await aiosendfile.recvfile(server_reader(conn), f, len(payload), executor=pool) == len(payload)
+        assert f.tell() == len(payload)
+    await sender
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    assert writer_threads, "no write went through the executor"
+    assert threading.get_ident() not in writer_threads
+    if zero_copy_expected(kind):
+        assert _platform.counters.splice_bytes == len(payload)
+
+
+async def test_calm_writeback_drains_on_the_loop_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Far from the throttle point a drain is a memory copy: no thread hop (it costs CPU)."""
+    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: True)
+    used: list[object] = []
+
+    class Watched(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            used.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    payload = pattern(3 * 2**20 + 5, seed=13)
+    loop = asyncio.get_running_loop()
+    with a, b, Watched(1) as pool, open(tmp_path / "out.bin", "wb") as f:
+        sender = asyncio.create_task(loop.sock_sendall(a, payload))
+        assert await aiosendfile.recvfile(b, f, len(payload), executor=pool) == len(payload)
+        await sender
+    assert (tmp_path / "out.bin").read_bytes() == payload
+    assert used == []
+    assert _platform.counters.splice_bytes == len(payload)
+
+
+def test_writeback_calm_rule() -> None:
+    def vmstat(dirty: int, writeback: int) -> bytes:
+        return (
+            b"nr_free_pages 5\nnr_dirty %d\nnr_writeback %d\nnr_writeback_temp 0\n"
+            b"nr_dirty_threshold 1000\nnr_dirty_background_threshold 600\n" % (dirty, writeback)
+        )
+
+    # Throttling starts at (1000 + 600) / 2 = 800 pages; calm means under 200.
+    assert _platform.vmstat_is_calm(vmstat(100, 50))
+    assert not _platform.vmstat_is_calm(vmstat(150, 50))
+    assert not _platform.vmstat_is_calm(vmstat(0, 700))
+    if Path("/proc/vmstat").exists():  # this kernel's file parses
+        _platform._writeback._measure()
+    else:
+        assert _platform.page_cache_writes_calm() is False  # cannot tell: always the pool
 
 
 async def test_concurrent_uploads(connect: Connector, tmp_path: Path) -> None:

@@ -8,12 +8,29 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from .conftest import pattern
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+_receivers: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_receiver_outlives_its_test() -> Iterator[None]:
+    """A failed or hung test must not leave a receiver process running (spinning) behind."""
+    yield
+    while _receivers:
+        proc = _receivers.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def start_receiver(out: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
@@ -25,6 +42,7 @@ def start_receiver(out: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
         text=True,
         env=ENV,
     )
+    _receivers.append(proc)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
