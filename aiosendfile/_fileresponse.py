@@ -36,6 +36,7 @@ import mimetypes
 import os
 import stat
 import uuid
+from collections import OrderedDict
 from typing import IO, Any
 
 from aiohttp import hdrs, web
@@ -57,6 +58,84 @@ _ENCODINGS = (("br", ".br"), ("gzip", ".gz"))
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
+#: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only).
+HOT_FILES_MAX_ENTRIES = 1024
+HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
+
+
+class HotFiles:
+    """Small, recently served files: their validated identity and their bytes.
+
+    A hit saves the ``open``, the ``/proc/self/fd`` containment check, the
+    ``fstat``, the read and the ``close``: a request for a hot small file costs
+    one ``stat`` of its path. An entry is used only while that ``stat`` still
+    shows the same file: device, inode, size, mtime and ctime (any write or
+    ``chmod`` changes ctime; a replacement by rename or a symlink swapped in is
+    another inode). Containment was checked on the descriptor the bytes were
+    read from, and it holds for that inode, under the same root. Bounded by
+    entries and bytes, least recently used out first (nginx's
+    ``open_file_cache`` caches descriptors; this caches the small bodies too).
+    """
+
+    def __init__(
+        self, max_entries: int = HOT_FILES_MAX_ENTRIES, max_bytes: int = HOT_FILES_MAX_BYTES
+    ) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._entries: OrderedDict[tuple[str, str | None], tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def identity(st: os.stat_result) -> tuple[int, ...]:
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def get(self, path: str, root: str | None, st: os.stat_result) -> bytes | None:
+        """The cached bytes of *path* (checked under *root*) if *st* still shows the same file."""
+        entry = self._entries.get((path, root))
+        if entry is None:
+            return None
+        if entry[0] != self.identity(st):
+            self._drop((path, root))
+            return None
+        self._entries.move_to_end((path, root))
+        return entry[1]
+
+    def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> None:
+        if len(body) != st.st_size or len(body) > self.max_bytes // 16:
+            return
+        self._drop((path, root))
+        self._entries[(path, root)] = (self.identity(st), body)
+        self._bytes += len(body)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, (_, old) = self._entries.popitem(last=False)
+            self._bytes -= len(old)
+
+    def _drop(self, key: tuple[str, str | None]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry[1])
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+
+#: The process's cache of hot small files (one per process: workers do not share memory).
+hot_files = HotFiles()
+
+
+class _Cached:
+    """A file answered from :data:`hot_files`: nothing is open."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def __enter__(self) -> _Cached:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 class FileResponse(web.StreamResponse):
     """A drop-in for ``aiohttp.web.FileResponse`` whose body goes out through aiosendfile."""
 
@@ -74,6 +153,8 @@ class FileResponse(web.StreamResponse):
         precompressed: bool = True,
         root: str | None = None,
         follow_symlinks: bool = False,
+        hot_cache: bool = True,
+        stat_result: os.stat_result | None = None,
     ) -> None:
         super().__init__(status=status, reason=reason, headers=headers)
         self._path = os.fspath(path)
@@ -82,6 +163,8 @@ class FileResponse(web.StreamResponse):
         self._chunk_size = chunk_size  # kept for aiohttp compatibility; sendfile sizes its own chunks
         self._inline_limit = inline_limit
         self._precompressed = precompressed
+        self._hot_cache = hot_cache  # small files answered from memory while unchanged (HotFiles)
+        self._stat_hint = stat_result  # the static handler's stat of path (saves one syscall)
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.prepared:
@@ -96,7 +179,7 @@ class FileResponse(web.StreamResponse):
 
     # -- choosing and opening the file ---------------------------------------------------
 
-    def _open(self, request: web.BaseRequest) -> tuple[IO[bytes], os.stat_result, str | None, bool]:
+    def _open(self, request: web.BaseRequest) -> tuple[IO[bytes] | _Cached, os.stat_result, str | None, bool]:
         """Open the best representation: (file, its fstat, its encoding, whether to send Vary).
 
         Siblings are looked up only when ``Accept-Encoding`` admits them, and
@@ -115,7 +198,17 @@ class FileResponse(web.StreamResponse):
                 chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
                 candidates += [(enc, p) for enc, p in present if enc == chosen]
         candidates.append((None, self._path))
+        cache_root = self._root if not self._follow_symlinks else None
         for encoding, path in candidates:
+            if self._hot_cache:
+                try:
+                    st = self._stat_hint if encoding is None and self._stat_hint else os.stat(path)
+                except OSError:
+                    st = None  # let the open below say what is wrong
+                if st is not None and st.st_size <= self._inline_limit and stat.S_ISREG(st.st_mode):
+                    body = hot_files.get(path, cache_root, st)
+                    if body is not None:
+                        return _Cached(body), st, encoding, self._precompressed
             try:
                 fd = os.open(path, _O_FLAGS)
             except (FileNotFoundError, NotADirectoryError):
@@ -133,6 +226,12 @@ class FileResponse(web.StreamResponse):
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
                     raise web.HTTPForbidden()
+                if self._hot_cache and st.st_size <= self._inline_limit:
+                    body = _platform.pread_cached(fd, st.st_size, 0)
+                    if body is not None and len(body) == st.st_size:
+                        hot_files.put(path, cache_root, st, body)
+                        os.close(fd)
+                        return _Cached(body), st, encoding, self._precompressed
                 os.set_blocking(fd, True)
                 return open(fd, "rb", buffering=0), st, encoding, self._precompressed
             except BaseException:
@@ -153,7 +252,12 @@ class FileResponse(web.StreamResponse):
     # -- the response ----------------------------------------------------------------------
 
     async def _respond(
-        self, request: web.BaseRequest, file: IO[bytes], st: os.stat_result, encoding: str | None, vary: bool
+        self,
+        request: web.BaseRequest,
+        file: IO[bytes] | _Cached,
+        st: os.stat_result,
+        encoding: str | None,
+        vary: bool,
     ) -> AbstractStreamWriter | None:
         size = st.st_size
         etag = _http.make_etag(st.st_mtime_ns, size)
@@ -223,7 +327,7 @@ class FileResponse(web.StreamResponse):
     async def _send_ranges(
         self,
         request: web.BaseRequest,
-        file: IO[bytes],
+        file: IO[bytes] | _Cached,
         ranges: list[_http.ByteRange],
         length: int,
         status: int,
@@ -260,12 +364,16 @@ class FileResponse(web.StreamResponse):
         self,
         request: web.BaseRequest,
         writer: AbstractStreamWriter,
-        file: IO[bytes],
+        file: IO[bytes] | _Cached,
         byte_range: _http.ByteRange,
         prefix: bytes = b"",
         suffix: bytes = b"",
     ) -> None:
         """One range of the file, with *prefix* before and *suffix* after it (multipart framing)."""
+        if isinstance(file, _Cached):  # a hot small file: its bytes are in memory
+            part = file.body[byte_range.start : byte_range.stop]
+            await writer.write(prefix + part + suffix if prefix or suffix else part)
+            return
         if self.compression or self.chunked:
             # aiohttp must frame or compress the body: it has to go through its writer.
             await self._send_through_writer(writer, file, byte_range, prefix, suffix)

@@ -37,8 +37,6 @@ from ._fileresponse import DEFAULT_INLINE_LIMIT, FileResponse, _inside
 
 __all__ = ("StaticResource", "add_static", "static")
 
-_FORBIDDEN_CHARS = ("\x00", "\\")
-
 
 class StaticResource(web.StaticResource):
     """aiohttp's static resource, answering with aiosendfile's ``FileResponse``."""
@@ -57,6 +55,7 @@ class StaticResource(web.StaticResource):
         index: str | None = "index.html",
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         precompressed: bool = True,
+        hot_cache: bool = True,
     ) -> None:
         super().__init__(
             prefix,
@@ -69,9 +68,11 @@ class StaticResource(web.StaticResource):
             append_version=append_version,
         )
         self._root = os.path.realpath(self._directory)
+        self._root_slash = self._root.rstrip(os.sep) + os.sep
         self._index = index
         self._inline_limit = inline_limit
         self._precompressed = precompressed
+        self._hot_cache = hot_cache
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = self._lexically_checked(request.match_info["filename"])
@@ -86,9 +87,9 @@ class StaticResource(web.StaticResource):
             if not self._follow_symlinks and not _inside(real, self._root):
                 raise web.HTTPNotFound()
             return self._directory_response(request, path)
-        return self._file_response(path)
+        return self._file_response(path, st)
 
-    def _file_response(self, path: str) -> FileResponse:
+    def _file_response(self, path: str, st: os.stat_result | None = None) -> FileResponse:
         return FileResponse(
             path,
             self._chunk_size,
@@ -96,15 +97,17 @@ class StaticResource(web.StaticResource):
             precompressed=self._precompressed,
             root=self._root,
             follow_symlinks=self._follow_symlinks,
+            hot_cache=self._hot_cache,
+            stat_result=st,
         )
 
     def _lexically_checked(self, filename: str) -> str:
         """The path a request names, or HTTPNotFound if its spelling is not allowed."""
-        if any(c in filename for c in _FORBIDDEN_CHARS) or filename.startswith("/"):
+        if "\x00" in filename or "\\" in filename or filename.startswith("/"):
             raise web.HTTPNotFound()
-        if ".." in filename.split("/"):
+        if ".." in filename and ".." in filename.split("/"):
             raise web.HTTPNotFound()
-        return os.path.join(self._root, filename)
+        return self._root_slash + filename if filename else self._root  # (no leading "/": checked)
 
     def _directory_response(self, request: web.Request, path: str) -> web.StreamResponse:
         if not request.path.endswith("/"):

@@ -526,3 +526,100 @@ async def test_save_upload(
                 assert not (tmp_path / "big").exists()
         finally:
             await server.close()
+
+
+# -- the hot small-file cache ---------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_hot_files() -> Any:
+    from aiosendfile import _fileresponse
+
+    _fileresponse.hot_files.clear()
+    yield _fileresponse.hot_files
+    _fileresponse.hot_files.clear()
+
+
+async def test_hot_file_is_served_without_opening_it(
+    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = await site()
+    assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    status, headers, body = await s.get("/static/small.txt")
+    assert (status, body) == (200, pattern(SMALL))
+    assert headers["ETag"]
+    assert headers["Last-Modified"]
+    assert headers["Content-Length"] == str(SMALL)
+    assert not [p for p in opened if p.endswith("small.txt")]
+    # Ranges and conditionals are answered from the cached bytes too.
+    status, headers, body = await s.get("/static/small.txt", Range="bytes=10-19")
+    assert (status, body, headers["Content-Range"]) == (206, pattern(SMALL)[10:20], f"bytes 10-19/{SMALL}")
+    status, _, body = await s.get("/static/small.txt", **{"If-None-Match": headers["ETag"]})
+    assert (status, body) == (304, b"")
+    assert not [p for p in opened if p.endswith("small.txt")]
+
+
+async def test_hot_file_changed_in_place_is_seen_at_once(site: Any, fresh_hot_files: Any) -> None:
+    """Same size, mtime put back: ctime still changes, so the new bytes are served."""
+    s = await site()
+    path = s.root / "small.txt"
+    assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.write(b"X" * 10)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (await s.get("/static/small.txt"))[2] == b"X" * 10 + pattern(SMALL)[10:]
+
+
+async def test_hot_file_replaced_by_rename_or_symlink(site: Any, fresh_hot_files: Any) -> None:
+    s = await site()
+    pub = s.root
+    assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
+    (pub / "new.txt").write_bytes(b"N" * SMALL)
+    os.replace(pub / "new.txt", pub / "small.txt")
+    assert (await s.get("/static/small.txt"))[2] == b"N" * SMALL
+    # Swapped for a symlink pointing out of the root: never served, though it was cached.
+    (pub / "small.txt").unlink()
+    (pub / "small.txt").symlink_to(pub.parent / "secret.txt")
+    status, _, body = await s.get("/static/small.txt")
+    assert status == 404
+    assert b"SECRET" not in body
+    (pub / "small.txt").unlink()
+    assert (await s.get("/static/small.txt"))[0] == 404
+
+
+async def test_hot_cache_can_be_turned_off(site: Any, fresh_hot_files: Any) -> None:
+    s = await site(hot_cache=False)
+    assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
+    assert fresh_hot_files._entries == {}
+
+
+def test_hot_files_are_bounded() -> None:
+    from aiosendfile._fileresponse import HotFiles
+
+    def st(size: int, ino: int) -> Any:
+        return os.stat_result((0o100644, ino, 1, 1, 0, 0, size, 0, 0, 0))
+
+    cache = HotFiles(max_entries=2, max_bytes=16 * 100)
+    cache.put("/a", None, st(10, 1), b"a" * 10)
+    cache.put("/b", None, st(10, 2), b"b" * 10)
+    assert cache.get("/a", None, st(10, 1)) == b"a" * 10  # /a is now the most recent
+    cache.put("/c", None, st(10, 3), b"c" * 10)
+    assert cache.get("/b", None, st(10, 2)) is None  # the least recently used went out
+    assert cache.get("/a", None, st(10, 1)) == b"a" * 10
+    assert cache.get("/a", "/root", st(10, 1)) is None  # checked under another root: not the same entry
+    assert cache.get("/a", None, st(10, 9)) is None  # another inode: dropped
+    assert cache.get("/a", None, st(10, 1)) is None
+    cache.put("/big", None, st(101, 4), b"x" * 101)  # over max_bytes / 16: never kept
+    assert cache.get("/big", None, st(101, 4)) is None
+    cache.put("/short", None, st(10, 5), b"x" * 9)  # bytes that do not match the stat: never kept
+    assert cache.get("/short", None, st(9, 5)) is None
+    assert cache._bytes == sum(len(body) for _, body in cache._entries.values())
