@@ -1,16 +1,22 @@
-"""Raw transfer benchmark: one large file, server to a fast local reader over loopback TCP.
+"""Raw transfer benchmark: one large file, server to a fast local reader over TCP.
 
 Each contender is a server-side send strategy. Every trial runs the server in a
 fresh ``spawn``ed process; the reader is this (parent) process, a blocking
 ``recv_into`` loop with a 1 MiB buffer. Contenders are interleaved
 (A B C ... A B C ... for ``--rounds`` rounds) so drift on the machine hits them
-all alike. See ``benchmarks/README.md`` for what each number means.
+all alike. The network is loopback TCP, or (``--network veth``, root only) TCP
+across a veth pair between two network namespaces made for the run and removed
+after it (``benchmarks/netns.py``), or (``--network unix``) a Unix stream
+socket; ``--network loopback,veth,unix`` (``both`` = ``loopback,veth``)
+interleaves every contender over each. See ``benchmarks/README.md`` for what
+each number means.
 
 Run from the repository root::
 
-    python benchmarks/raw_transfer.py           # 1 GiB, 5 rounds
+    python benchmarks/raw_transfer.py           # 1 GiB, 5 rounds, loopback
     python benchmarks/raw_transfer.py --quick   # 256 MiB, 3 rounds
     python benchmarks/raw_transfer.py --size 512 --rounds 7 --json /tmp/out.json
+    python benchmarks/raw_transfer.py --network both --copy-chunk 65536,262144   # as root
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import multiprocessing
 import os
 import platform
 import resource
+import select
 import socket
 import statistics
 import subprocess
@@ -34,7 +41,7 @@ import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from multiprocessing.connection import Connection
@@ -59,6 +66,10 @@ CONTENDERS = (
 )
 BASELINE = "aiosendfile-uvloop"
 THREAD = "thread-os.sendfile"
+THREAD_COPY = "thread-copy"  # blocking read + sendall in a thread (only when named in --contenders)
+THREADS = (THREAD, THREAD_COPY)
+COPY_ROWS = ("copy-uvloop", "copy-asyncio", THREAD_COPY)  # the rows that use --copy-chunk
+NETWORKS = ("loopback", "veth", "unix")  # --network: "auto", "both" (loopback,veth) or a list of these
 
 TICK_S = 0.001  # the ticker's sleep
 IDLE_S = 0.2  # the ticker runs this long on an idle loop before the transfer (baseline)
@@ -86,6 +97,8 @@ class Options:
     cold: bool = False
     host: str = "127.0.0.1"  # the server binds here and the reader connects here
     netns: str | None = None  # the server process enters this network namespace first (veth mode)
+    unix_path: str | None = None  # a Unix stream socket instead of TCP (unix mode)
+    client_netns: str | None = None  # the reader (this process's trial thread) enters this one (veth mode)
 
 
 Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]
@@ -209,10 +222,13 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
     if send is _send_aiosendfile:
         import aiosendfile  # noqa: F401  (imported before the clock starts)
 
-    server = await asyncio.start_server(handle, opts.host, 0)
+    if opts.unix_path:
+        server = await asyncio.start_unix_server(handle, opts.unix_path)
+    else:
+        server = await asyncio.start_server(handle, opts.host, 0)
     try:
         await asyncio.sleep(IDLE_S)
-        conn.send(("ready", server.sockets[0].getsockname()[1]))
+        conn.send(("ready", 0 if opts.unix_path else server.sockets[0].getsockname()[1]))
         result = await asyncio.wait_for(done, opts.timeout)
         await asyncio.sleep(3 * TICK_S)  # let the tick in flight at the end land
     finally:
@@ -262,10 +278,23 @@ def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> d
         return run_on_contender_loop(contender, lambda: _serve_async(conn, SENDERS[contender], f, opts))
 
 
-def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
-    """The ceiling: blocking os.sendfile in a plain thread, no event loop at all."""
-    with socket.create_server((opts.host, 0)) as listener, open(path, "rb") as f:
-        conn.send(("ready", listener.getsockname()[1]))
+def _listen(opts: Options) -> socket.socket:
+    if opts.unix_path:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(opts.unix_path)
+        listener.listen()
+        return listener
+    return socket.create_server((opts.host, 0))
+
+
+def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False) -> dict[str, Any]:
+    """The ceiling: blocking os.sendfile in a plain thread, no event loop at all.
+
+    With *copy*: the same thread, but ``f.readinto()`` of ``copy_chunk`` bytes then
+    ``sock.sendall()`` (the kernel copies twice) instead of ``os.sendfile``.
+    """
+    with _listen(opts) as listener, open(path, "rb", buffering=0) as f:
+        conn.send(("ready", 0 if opts.unix_path else listener.getsockname()[1]))
         listener.settimeout(opts.timeout)
         sock, _ = listener.accept()
         sock.settimeout(None)  # blocking
@@ -275,6 +304,15 @@ def _serve_thread(conn: Connection, path: str, opts: Options) -> dict[str, Any]:
         def run() -> None:
             nonlocal sent
             try:
+                if copy:
+                    buf = memoryview(bytearray(opts.copy_chunk))
+                    while sent < opts.size:
+                        n = f.readinto(buf[: min(opts.copy_chunk, opts.size - sent)])
+                        if not n:
+                            raise EOFError(f"file ended after {sent} bytes")
+                        sock.sendall(buf[:n])
+                        sent += n
+                    return
                 while sent < opts.size:
                     n = os.sendfile(sock.fileno(), f.fileno(), sent, opts.size - sent)
                     if n == 0:
@@ -303,9 +341,14 @@ def _server_process(conn: Connection, contender: str, path: str, opts: Options) 
             from benchmarks.netns import setns
 
             setns(f"/run/netns/{opts.netns}")
-        if contender == THREAD:
-            return _serve_thread(conn, path, opts)
-        return _serve_loop(conn, contender, path, opts)
+        try:
+            if contender in THREADS:
+                return _serve_thread(conn, path, opts, copy=contender == THREAD_COPY)
+            return _serve_loop(conn, contender, path, opts)
+        finally:
+            if opts.unix_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(opts.unix_path)
 
     report_to_parent(conn, serve)
 
@@ -337,15 +380,148 @@ def _host_cpu() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / _CLK_TCK, steal / _CLK_TCK
 
 
-def _read_all(port: int, size: int, timeout: float, host: str = "127.0.0.1") -> dict[str, Any]:
+def _host_split() -> tuple[float, float, float]:
+    """Whole-machine (user + nice, system, irq + softirq) CPU seconds so far, from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return math.nan, math.nan, math.nan
+    user, nice, system, _idle, _iowait, irq, softirq = (ticks + [0] * 7)[:7]
+    return (user + nice) / _CLK_TCK, system / _CLK_TCK, (irq + softirq) / _CLK_TCK
+
+
+@dataclass(frozen=True)
+class PerfSpec:
+    """``--perf``: run ``perf ARGS`` over each trial's transfer window (see ``PerfWindow``)."""
+
+    args: tuple[str, ...]  # e.g. ("stat", "-e", "task-clock") or ("record", "-g", "-e", "cpu-clock")
+    directory: Path
+    scope: str = "system"  # "system": perf -a; "server": perf -p SERVER_PID (its threads and children)
+
+
+class PerfWindow:
+    """``perf ARGS`` started disabled, enabled right before the reader's "go", disabled after its last byte.
+
+    Uses perf's control FIFOs (``-D -1 --control fifo:CTL,ACK``), so perf's own start-up and the
+    trial's set-up are outside the measured window. One output file per trial (``-o``).
+    """
+
+    def __init__(self, spec: PerfSpec, target_pid: int, out: Path) -> None:
+        self.spec, self.target_pid, self.out = spec, target_pid, out
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tmp = tempfile.mkdtemp(prefix="aiosendfile-perf-")
+        self.ctl = self.ack = -1
+
+    def _command(self, ctl: str, ack: str) -> list[str]:
+        target = ["-a"] if self.spec.scope == "system" else ["-p", str(self.target_pid)]
+        sub, *rest = self.spec.args
+        return [
+            "perf",
+            sub,
+            *target,
+            "-D",
+            "-1",
+            "--control",
+            f"fifo:{ctl},{ack}",
+            "-o",
+            str(self.out),
+            *rest,
+        ]
+
+    def _command_ack(self, word: bytes, timeout: float = 10.0) -> None:
+        assert self.proc is not None
+        os.write(self.ctl, word + b"\n")
+        deadline = time.monotonic() + timeout
+        got = b""
+        while b"ack" not in got:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise TrialError(f"perf did not acknowledge {word.decode()!r} (exit {self.proc.poll()})")
+            if select.select([self.ack], [], [], 0.05)[0]:
+                chunk = os.read(self.ack, 64)
+                if not chunk:  # EOF: perf has not opened the ACK FIFO for writing yet
+                    time.sleep(0.01)
+                got += chunk
+
+    def start(self) -> None:
+        ctl, ack = os.path.join(self.tmp, "ctl"), os.path.join(self.tmp, "ack")
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.ack = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
+        self.proc = subprocess.Popen(
+            self._command(ctl, ack), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 10
+        while self.ctl < 0:
+            try:
+                self.ctl = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO until perf opens it
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                    raise TrialError(
+                        f"perf failed to start: {' '.join(self._command(ctl, ack))}: {err}"
+                    ) from None
+                time.sleep(0.01)
+        self._command_ack(b"enable")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError, TrialError):
+            if self.proc.poll() is None:
+                self._command_ack(b"disable")
+        self.close()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(2)  # SIGINT: perf writes its output and exits
+            try:
+                self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+            self.proc = None
+        for fd in (self.ctl, self.ack):
+            if fd >= 0:
+                os.close(fd)
+        self.ctl = self.ack = -1
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.tmp):
+                os.unlink(os.path.join(self.tmp, name))
+            os.rmdir(self.tmp)
+
+
+def _connect(host: str, port: int, timeout: float, unix_path: str | None) -> socket.socket:
+    if unix_path is None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(unix_path)
+    return sock
+
+
+def _read_all(
+    port: int,
+    size: int,
+    timeout: float,
+    host: str = "127.0.0.1",
+    window: PerfWindow | None = None,
+    unix_path: str | None = None,
+) -> dict[str, Any]:
     """Send the "go" byte, then recv_into until EOF; time the first and the size-th byte."""
     view = memoryview(bytearray(READ_BUFFER))
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with _connect(host, port, timeout, unix_path) as sock:
         recv_into = sock.recv_into
         clock = time.perf_counter
         total = 0
         t_first = math.nan
+        if window is not None:
+            window.start()
+        s0 = _host_split()
         h0 = _host_cpu()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = clock()
@@ -360,6 +536,9 @@ def _read_all(port: int, size: int, timeout: float, host: str = "127.0.0.1") -> 
         t_last = clock()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         h1 = _host_cpu()
+        s1 = _host_split()
+        if window is not None:
+            window.stop()
         while n:  # anything past the file's size is an error: count it
             n = recv_into(view)
             total += n
@@ -373,6 +552,9 @@ def _read_all(port: int, size: int, timeout: float, host: str = "127.0.0.1") -> 
         "cpu_sys_s": r1.ru_stime - r0.ru_stime,
         "host_busy_s": h1[0] - h0[0],
         "host_steal_s": h1[1] - h0[1],
+        "host_user_s": s1[0] - s0[0],
+        "host_sys_s": s1[1] - s0[1],
+        "host_softirq_s": s1[2] - s0[2],
     }
 
 
@@ -421,7 +603,17 @@ class Sample:
     # CPU (approximate: /proc/stat has 10 ms ticks and the server's window differs slightly).
     other_cpu_s: float | None = None
     host_steal_s: float | None = None
+    # The whole machine's busy CPU over the reader's window (/proc/stat: server, reader, softirq
+    # and anyone else), per 10^9 bytes, and its split (user, system, irq + softirq).
+    host_cpu_s_per_gb: float | None = None
+    host_user_s: float | None = None
+    host_sys_s: float | None = None
+    host_softirq_s: float | None = None
     loop: str | None = None
+    network: str = "loopback"  # "loopback", "veth" or "unix"
+    copy_chunk: int | None = None  # the read size of the copy rows
+    server_pid: int | None = None
+    perf_output: str | None = None  # --perf: this trial's perf output file
 
 
 def _recv(conn: Connection, timeout: float, proc: multiprocessing.process.BaseProcess) -> Any:
@@ -440,15 +632,51 @@ def run_trial(
     path: str,
     opts: Options,
     label: str | None = None,
+    perf: PerfSpec | None = None,
 ) -> Sample:
-    """One trial of server strategy *contender*; the sample is filed under *label* (default: contender)."""
+    """One trial of server strategy *contender*; the sample is filed under *label* (default: contender).
+
+    With *perf*, ``perf`` measures the transfer window (``PerfWindow``).
+    """
     sample = Sample(
-        contender=label or contender, round=rnd, ok=False, bytes=opts.size, server=contender, cold=opts.cold
+        contender=label or contender,
+        round=rnd,
+        ok=False,
+        bytes=opts.size,
+        server=contender,
+        cold=opts.cold,
+        network="unix" if opts.unix_path else "veth" if opts.netns else "loopback",
+        copy_chunk=opts.copy_chunk if contender in COPY_ROWS else None,
     )
+    if opts.client_netns:
+        from benchmarks.netns import entered
+
+        # The reader's socket, and the server process started from this thread, live in the client's
+        # namespace; the server then enters its own (opts.netns).
+        with entered(opts.client_netns):
+            return _run_trial(ctx, contender, path, opts, sample, perf)
+    return _run_trial(ctx, contender, path, opts, sample, perf)
+
+
+def _run_trial(
+    ctx: multiprocessing.context.SpawnContext,
+    contender: str,
+    path: str,
+    opts: Options,
+    sample: Sample,
+    perf: PerfSpec | None = None,
+) -> Sample:
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_server_process, args=(child, contender, path, opts), daemon=True)
     proc.start()
     child.close()
+    sample.server_pid = proc.pid
+    window = None
+    if perf is not None:
+        suffix = ".data" if perf.args[0] == "record" else ".txt"
+        out = perf.directory / f"{sample.contender.replace('/', '_')}-r{sample.round}{suffix}"
+        window = PerfWindow(perf, proc.pid or 0, out)
+        sample.perf_output = str(out)
     try:
         port = _recv(parent, opts.timeout, proc)
         # The server is up (its file open, nothing read): now make the cache state the trial needs.
@@ -461,7 +689,7 @@ def run_trial(
                     f"{sample.file_pages} pages resident ({resident_ranges(resident)})"
                 )
         try:
-            rd = _read_all(port, opts.size, opts.timeout, opts.host)
+            rd = _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path)
         except (OSError, TrialError) as exc:
             # A server failure shows up here as a short read: prefer its traceback.
             if parent.poll(5):
@@ -472,6 +700,8 @@ def run_trial(
         sample.error = str(exc)
         return sample
     finally:
+        if window is not None:
+            window.close()
         parent.close()
         proc.join(10)
         if proc.is_alive():
@@ -490,6 +720,10 @@ def run_trial(
     other = rd["host_busy_s"] - rd["cpu_user_s"] - rd["cpu_sys_s"] - srv["cpu_process_time_s"]
     sample.other_cpu_s = None if math.isnan(other) else other
     sample.host_steal_s = None if math.isnan(rd["host_steal_s"]) else rd["host_steal_s"]
+    if not math.isnan(rd["host_busy_s"]):
+        sample.host_cpu_s_per_gb = rd["host_busy_s"] * GB / size
+        sample.host_user_s, sample.host_sys_s = rd["host_user_s"], rd["host_sys_s"]
+        sample.host_softirq_s = rd["host_softirq_s"]
     sample.server_seconds = srv["t_end"] - srv["t_start"]
     sample.server_mb_per_s = size / sample.server_seconds / MB
     sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
@@ -737,6 +971,7 @@ def run_rounds(
     retries: int,
     max_other_load: float | None,
     log: IO[str],
+    perf: PerfSpec | None = None,
 ) -> list[Sample]:
     """Interleaved trials: each case once per round, in order.
 
@@ -748,7 +983,7 @@ def run_rounds(
     for rnd in range(1, rounds + 1):
         for case in cases:
             for attempt in range(retries + 1):
-                s = run_trial(ctx, case.contender, rnd, path, case.opts, label=case.label)
+                s = run_trial(ctx, case.contender, rnd, path, case.opts, label=case.label, perf=perf)
                 samples.append(s)
                 load = _other_load([s])
                 noisy = max_other_load is not None and bool(load) and load[0] > max_other_load
@@ -801,7 +1036,11 @@ def _median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[str, Any]]:
+def summarize(
+    samples: list[Sample], contenders: list[str], baselines: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per label: medians, min and max. *baselines* maps a label to the label its ratio is against
+    (``ratio_vs_aiosendfile-uvloop``); by default every label's baseline is ``BASELINE``."""
     summary: dict[str, dict[str, Any]] = {}
     for name in contenders:
         mine = [s for s in samples if s.contender == name and not s.discarded]
@@ -839,6 +1078,7 @@ def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[st
                 "loop_delay_p99_ms_max": max(p99, default=None),
                 "idle_delay_p99_ms_median": _median_or_none(_values(ok, "idle_delay_p99_ms")),
                 "ttfb_ms_median": statistics.median(_values(ok, "ttfb_ms")),
+                "host_cpu_s_per_gb_median": _median_or_none(_values(ok, "host_cpu_s_per_gb")),
                 "reader_cpu_s_per_gb_median": statistics.median(
                     [(s.reader_cpu_user_s or 0) + (s.reader_cpu_sys_s or 0) for s in ok]
                 )
@@ -857,8 +1097,8 @@ def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[st
                         f"zero_copy_{counter}_max": max(got),
                     }
         summary[name] = row
-    base = summary.get(BASELINE, {}).get("mb_per_s_median")
-    for row in summary.values():
+    for name, row in summary.items():
+        base = summary.get((baselines or {}).get(name, BASELINE), {}).get("mb_per_s_median")
         if base and "mb_per_s_median" in row:
             row["ratio_vs_" + BASELINE] = row["mb_per_s_median"] / base
     return summary
@@ -880,11 +1120,14 @@ def _ms(v: float | None) -> str:
 
 
 def network(opts: Options) -> str:
-    """What the bytes crossed: "loopback", or the veth pair of the server's namespace."""
-    return f"veth ({opts.host}, server netns {opts.netns})" if opts.netns else "loopback"
+    """What the bytes crossed: "loopback", the veth pair of the server's namespace, or a Unix socket."""
+    if opts.unix_path:
+        return "a Unix stream socket"
+    return f"veth ({opts.host}, server netns {opts.netns}) TCP" if opts.netns else "loopback TCP"
 
 
-def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> str:
+def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over: str | None = None) -> str:
+    """The tables; *over* names the network(s) in the title (default: ``network(opts)``)."""
     main_rows, detail_rows = [], []
     for name, row in summary.items():
         if not row["ok"]:
@@ -913,13 +1156,14 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> st
                 f"{row['ttfb_ms_median']:.2f}",
                 f"{row['cpu_process_time_s_per_gb_median']:.3f}",
                 f"{row['reader_cpu_s_per_gb_median']:.3f}",
+                "n/a" if (h := row.get("host_cpu_s_per_gb_median")) is None else f"{h:.3f}",
                 _ms(row["idle_delay_p99_ms_median"]),
                 _ms(row["other_load_cpus_median"]),
                 "n/a" if not zc else ("all" if zc == [opts.size] else "MISMATCH " + ",".join(map(str, zc))),
             ]
         )
     out = [
-        f"raw_transfer: {opts.size // MiB} MiB over {network(opts)} TCP, {rounds} interleaved rounds "
+        f"raw_transfer: {opts.size // MiB} MiB over {over or network(opts)}, {rounds} interleaved rounds "
         f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
         "",
         _table(
@@ -948,6 +1192,7 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int) -> st
                     "ttfb ms",
                     "CPU s/GB process_time",
                     "reader CPU s/GB",
+                    "machine CPU s/GB",
                     "idle-loop p99 ms",
                     "other load CPUs",
                     "zero-copy bytes",
@@ -987,8 +1232,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated subset, in the order to run them (default: all)",
     )
     p.add_argument("--max-chunk", type=int, default=2 * MiB, help="aiosendfile max_chunk in bytes")
-    p.add_argument("--copy-chunk", type=int, default=256 * 1024, help="copy-uvloop read size in bytes")
+    p.add_argument(
+        "--copy-chunk",
+        default=str(256 * 1024),
+        help="read size of the copy rows in bytes (default 262144); a comma-separated list runs each "
+        "copy row once per size, labelled e.g. copy-uvloop-64KiB",
+    )
+    p.add_argument(
+        "--network",
+        default="loopback",
+        help="loopback (TCP, the default); veth: TCP across a veth pair between two network namespaces "
+        "made for the run and removed after it (root only); unix: a Unix stream socket; a comma-separated "
+        "list (both = loopback,veth) runs every contender over each, interleaved in the same rounds; "
+        "auto: veth when it can be made, else loopback",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="per-trial timeout, seconds")
+    p.add_argument(
+        "--veth-mtu",
+        type=int,
+        default=None,
+        help="MTU of both ends of the veth pair (default 1500, as on Ethernet: MSS 1448, and TCP's "
+        "64 KiB GSO packets cross the pair unsegmented; loopback's MTU is 65536)",
+    )
     p.add_argument(
         "--max-other-load",
         type=float,
@@ -998,46 +1263,184 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(e.g. 0.25 on a shared machine; default: keep every trial)",
     )
     p.add_argument("--retries", type=int, default=5, help="re-runs per trial with --max-other-load")
-    # veth mode (set by benchmarks/suite.py, which makes the namespaces and runs this inside the client's)
-    p.add_argument("--host", default="127.0.0.1", help="server address to bind and connect to")
-    p.add_argument("--server-netns", default=None, help="network namespace the server processes enter")
+    p.add_argument(
+        "--perf",
+        default=None,
+        metavar="ARGS",
+        help="run `perf ARGS` over each trial's transfer window, e.g. --perf 'stat -e task-clock' or "
+        "--perf 'record -g -e cpu-clock -F 1999' (root; one output file per trial in --perf-dir)",
+    )
+    p.add_argument("--perf-dir", type=Path, default=DEFAULT_JSON.parent / "perf", help="--perf output files")
+    p.add_argument(
+        "--perf-scope",
+        choices=("system", "server"),
+        default="system",
+        help="--perf: the whole machine (perf -a, the default) or the server process (perf -p PID)",
+    )
     args = p.parse_args(argv)
     args.size = args.size if args.size is not None else (256 if args.quick else 1024)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    known = (*SENDERS, THREAD)  # CONTENDERS, plus the rows only run on request (copy-asyncio)
+    known = (*SENDERS, *THREADS)  # CONTENDERS, plus the rows only run on request (copy-asyncio, thread-copy)
     unknown = set(args.contenders) - set(known)
     if unknown:
         p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(known)}")
     if args.size <= 0 or args.rounds <= 0:
         p.error("--size and --rounds must be positive")
+    try:
+        args.copy_chunks = [int(v) for v in args.copy_chunk.split(",") if v.strip()]
+    except ValueError:
+        p.error(f"--copy-chunk: not a comma-separated list of byte counts: {args.copy_chunk!r}")
+    chunks = args.copy_chunks
+    if not chunks or min(chunks) <= 0 or len(set(chunks)) != len(chunks):
+        p.error("--copy-chunk: one or more distinct positive byte counts")
+    args.perf_spec = None
+    if args.perf:
+        import shlex
+
+        perf_args = tuple(shlex.split(args.perf))
+        if not perf_args or perf_args[0] not in ("stat", "record"):
+            p.error("--perf: ARGS must start with `stat` or `record`")
+        args.perf_spec = PerfSpec(perf_args, args.perf_dir, args.perf_scope)
+    if args.network == "both":
+        args.network = "loopback,veth"
+    if args.network != "auto":
+        nets = [n.strip() for n in args.network.split(",") if n.strip()]
+        if not nets or set(nets) - set(NETWORKS) or len(set(nets)) != len(nets):
+            p.error(f"--network: auto, both, or a comma-separated list of {', '.join(NETWORKS)}")
+        args.network = ",".join(nets)
+        if "veth" in nets:
+            from benchmarks import netns
+
+            if why := netns.available():
+                p.error(f"--network {args.network}: a veth pair cannot be made here: {why}")
     return args
+
+
+def _size_label(n: int) -> str:
+    return f"{n // MiB}MiB" if n % MiB == 0 else f"{n // 1024}KiB" if n % 1024 == 0 else f"{n}B"
+
+
+class NetworkUnavailable(RuntimeError):
+    """The veth pair asked for could not be made."""
+
+
+def setup_network(
+    requested: str, stack: contextlib.ExitStack, log: IO[str], mtu: int | None = None
+) -> dict[str, Any]:
+    """Make the veth pair if *requested* needs or allows one (removed when *stack* closes).
+
+    *requested* is "auto" or a comma-separated list of NETWORKS. Returns ``{"requested", "used":
+    the networks in run order, "veth": {...} | None, "loopback_why": why not veth (auto) | None,
+    "veth_sysctl": {...}}``. Raises NetworkUnavailable when an asked-for veth pair cannot be made.
+    """
+    from benchmarks import netns
+
+    wanted = ["veth"] if requested == "auto" else requested.split(",")
+    info: dict[str, Any] = {"requested": requested, "used": wanted, "veth": None, "loopback_why": None}
+    if "veth" not in wanted:
+        info["loopback_why"] = f"asked for (--network {requested})"
+        return info
+    why = netns.available()
+    if why is None:
+        try:
+            veth = stack.enter_context(netns.veth_pair(mtu or netns.DEFAULT_MTU))
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"veth setup failed: {exc!r} {getattr(exc, 'stderr', '') or ''}".strip()
+        else:
+            info["veth"] = asdict(veth)
+            sysctl = {}
+            with netns.entered(veth.server_ns):
+                for name in ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem", "net/ipv4/tcp_congestion_control"):
+                    with contextlib.suppress(OSError):
+                        sysctl[name.replace("/", ".")] = Path("/proc/sys", name).read_text().split()
+            info["veth_sysctl"] = sysctl
+            print(
+                f"network: veth pair, server in netns {veth.server_ns} ({veth.server_addr}), reader in "
+                f"{veth.client_ns} ({veth.client_addr}), MTU {veth.mtu}; both namespaces are removed "
+                "at the end",
+                file=log,
+                flush=True,
+            )
+            return info
+    if requested != "auto":
+        raise NetworkUnavailable(f"--network {requested}: {why}")
+    info["used"] = ["loopback"]
+    info["loopback_why"] = why
+    print(f"network: loopback (veth not used: {why})", file=log, flush=True)
+    return info
+
+
+def build_cases(
+    contenders: list[str], copy_chunks: list[int], net: dict[str, Any], base: Options, tmp: str
+) -> tuple[list[Case], dict[str, str]]:
+    """The trials of one round, in order (network by network), and each label's baseline label."""
+    cases: list[Case] = []
+    baselines: dict[str, str] = {}
+    for name in net["used"]:
+        opts = base
+        if name == "veth":
+            v = net["veth"]
+            opts = replace(base, host=v["server_addr"], netns=v["server_ns"], client_netns=v["client_ns"])
+        elif name == "unix":
+            opts = replace(base, unix_path=os.path.join(tmp, "server.sock"))
+        prefix = f"{name}/" if len(net["used"]) > 1 else ""
+        for contender in contenders:
+            chunks = copy_chunks if contender in COPY_ROWS else [copy_chunks[0]]
+            for chunk in chunks:
+                label = contender + (f"-{_size_label(chunk)}" if len(chunks) > 1 else "")
+                cases.append(Case(prefix + label, contender, replace(opts, copy_chunk=chunk)))
+                baselines[prefix + label] = prefix + BASELINE
+    return cases, baselines
+
+
+def describe_network(net: dict[str, Any]) -> str:
+    """For the report's title, e.g. "loopback TCP and veth TCP (10.213.77.1 -> ..., MTU 1500)"."""
+    v = net["veth"]
+    names = {
+        "loopback": "loopback TCP",
+        "veth": f"veth TCP ({v['server_addr']} -> {v['client_addr']}, MTU {v['mtu']})" if v else "veth",
+        "unix": "a Unix stream socket",
+    }
+    text = " and ".join(names[n] for n in net["used"])
+    if net["requested"] == "auto" and net["used"] == ["loopback"]:
+        text += f" (veth not used: {net['loopback_why']})"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    opts = Options(
+    base = Options(
         size=args.size * MiB,
         max_chunk=args.max_chunk,
-        copy_chunk=args.copy_chunk,
+        copy_chunk=args.copy_chunks[0],
         timeout=args.timeout,
-        host=args.host,
-        netns=args.server_netns,
     )
     ctx = multiprocessing.get_context("spawn")
     log = sys.stderr
     started = datetime.now(timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir) as tmp:
+    # The stack removes the veth pair (if any) on the way out, on errors and Ctrl-C too.
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aiosendfile-bench-", dir=args.dir))
+        try:
+            net = setup_network(args.network, stack, log, args.veth_mtu)
+        except NetworkUnavailable as exc:
+            print(f"raw_transfer: error: {exc}", file=log, flush=True)
+            return 2
+        cases, baselines = build_cases(args.contenders, args.copy_chunks, net, base, tmp)
         print(f"creating {args.size} MiB test file in {tmp} ...", file=log, flush=True)
-        path = make_file(tmp, opts.size)
+        path = make_file(tmp, base.size)
         print(f"page cache warm-up read: {warm(path):.2f} s", file=log, flush=True)
         t_bench = time.perf_counter()
-        cases = [Case(name, name, opts) for name in args.contenders]
-        samples = run_rounds(ctx, cases, path, args.rounds, args.retries, args.max_other_load, log)
+        samples = run_rounds(
+            ctx, cases, path, args.rounds, args.retries, args.max_other_load, log, args.perf_spec
+        )
         elapsed = time.perf_counter() - t_bench
 
-    summary = summarize(samples, args.contenders)
-    print(report(summary, opts, args.rounds))
+    labels = [c.label for c in cases]
+    summary = summarize(samples, labels, baselines)
+    over = describe_network(net)
+    print(report(summary, base, args.rounds, over=over))
     print(f"\n({len(samples)} trials in {elapsed:.1f} s)")
     if args.max_other_load is not None:
         kept_noisy = [
@@ -1053,19 +1456,24 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "command": [sys.executable, *sys.argv],
         "params": {
-            "size_bytes": opts.size,
-            "network": network(opts),
-            "host": opts.host,
-            "server_netns": opts.netns,
+            "size_bytes": base.size,
+            "network": over,
+            "networks": net,
             "rounds": args.rounds,
             "contenders": args.contenders,
-            "max_chunk": opts.max_chunk,
-            "copy_chunk": opts.copy_chunk,
+            "labels": labels,
+            "max_chunk": base.max_chunk,
+            "copy_chunk": base.copy_chunk,
+            "copy_chunks": args.copy_chunks,
             "reader_buffer": READ_BUFFER,
             "ticker_sleep_s": TICK_S,
             "idle_baseline_s": IDLE_S,
             "max_other_load": args.max_other_load,
             "retries": args.retries,
+            "reader_pid": os.getpid(),  # the reader is this process (with server_pid: perf report --pid)
+            "perf": None
+            if args.perf_spec is None
+            else {**asdict(args.perf_spec), "directory": str(args.perf_spec.directory)},
             "elapsed_s": elapsed,
         },
         "units": {
@@ -1090,4 +1498,10 @@ def _json_default(obj: object) -> object:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks.netns import Terminated
+
+    try:
+        sys.exit(main())
+    except (KeyboardInterrupt, Terminated) as exc:  # the veth pair, if any, is already removed
+        print(f"\ninterrupted ({exc!r})", file=sys.stderr)
+        sys.exit(128 + getattr(exc, "signum", 2))

@@ -3,7 +3,10 @@
 Runs these sections one after another in this process tree, each with its
 own interleaved rounds and medians (see ``benchmarks/README.md``):
 
-1. ``raw``: large-file transfer, one connection (``raw_transfer.py``).
+1. ``raw``: large-file transfer, one connection (``raw_transfer.py``). As root,
+   across a veth pair between two network namespaces the suite makes and
+   removes (``netns.py``); otherwise, or with ``--loopback``, over loopback.
+   The output and the JSON say which network, and why not veth.
 2. ``concurrency``: 1, 16 and 256 simultaneous downloads of a 16 MiB file from
    one server loop (``concurrency.py``).
 3. ``http``: wrk against the aiohttp plugin, aiohttp's static and nginx (``http_static.py``).
@@ -26,11 +29,9 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,11 @@ def _plan(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     raw_contenders = list(raw_transfer.CONTENDERS)
     conc_levels = [1, 16, 256]
     plan: dict[str, dict[str, Any]] = {
-        "raw": {"size_mib": 128 if q else 1024, "rounds": args.rounds or (2 if q else 5)},
+        "raw": {
+            "size_mib": 128 if q else 1024,
+            "rounds": args.rounds or (2 if q else 5),
+            "network": args.network,  # asked for; the section's "network" says what was used
+        },
         "concurrency": {
             "size_mib": 4 if q else 16,
             "levels": conc_levels,
@@ -133,9 +138,9 @@ def _run_cli_section(
 ) -> dict[str, Any]:
     """Run an existing benchmark's main() (it prints its own progress and report); load its JSON."""
     json_path.unlink(missing_ok=True)
-    main([*argv, "--json", str(json_path)])
+    rc = main([*argv, "--json", str(json_path)])
     if not json_path.exists():
-        raise RuntimeError(f"no results in {json_path}")
+        raise RuntimeError(f"exited {rc} without results in {json_path} (its error is above)")
     doc: dict[str, Any] = json.loads(json_path.read_text())
     return doc
 
@@ -143,32 +148,20 @@ def _run_cli_section(
 def run_section(name: str, p: dict[str, Any], args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     d = ["--dir", args.dir] if args.dir else []
     if name == "raw":
-        argv = ["--size", str(p["size_mib"]), "--rounds", str(p["rounds"]), *d]
-        out = args.json.with_name(args.json.stem + "_raw_transfer.json")
-        why_not = netns.available() if args.veth else "not asked for (--veth)"
-        if why_not is None:
-            try:
-                with netns.veth_pair() as veth:
-                    progress.write(
-                        f"veth mode: server in netns {veth.server_ns} ({veth.server_addr}), "
-                        f"reader in {veth.client_ns} ({veth.client_addr}), MTU {veth.mtu}"
-                    )
-                    with progress.external(), netns.entered(veth.client_ns):
-                        veth_argv = [*argv, "--host", veth.server_addr, "--server-netns", veth.server_ns]
-                        doc = _run_cli_section(raw_transfer.main, veth_argv, out)
-                progress.advance(p["trials"])
-                doc["network"] = "veth"
-                doc["veth"] = asdict(veth)
-                return doc
-            except (OSError, subprocess.SubprocessError) as exc:
-                why_not = f"veth setup failed: {exc!r} {getattr(exc, 'stderr', '') or ''}".strip()
-        if args.veth:
-            progress.write(f"raw section over loopback: {why_not}")
+        # raw_transfer makes the veth pair itself (and removes it, on errors and Ctrl-C too).
+        argv = ["--size", str(p["size_mib"]), "--rounds", str(p["rounds"]), "--network", p["network"], *d]
+        if args.veth_mtu:
+            argv += ["--veth-mtu", str(args.veth_mtu)]
         with progress.external():
-            doc = _run_cli_section(raw_transfer.main, argv, out)
+            doc = _run_cli_section(
+                raw_transfer.main, argv, args.json.with_name(args.json.stem + "_raw_transfer.json")
+            )
         progress.advance(p["trials"])
-        doc["network"] = "loopback"
-        doc["network_note"] = why_not
+        net = doc["params"]["networks"]
+        doc["network"] = "veth" if "veth" in net["used"] else "loopback"
+        # why not veth (None over veth)
+        doc["network_note"] = "asked for (--loopback)" if p["network"] == "loopback" else net["loopback_why"]
+        doc["veth"] = net["veth"]
         return doc
     if name == "http":
         argv = [
@@ -394,12 +387,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=RESULTS / "suite.json")
     p.add_argument("--plot", type=Path, default=RESULTS / "suite.png")
     p.add_argument("--readme-plot", action="store_true", help=f"also copy the figure to {README_PLOT}")
-    p.add_argument(
+    net = p.add_mutually_exclusive_group()
+    net.add_argument(
         "--veth",
-        action="store_true",
-        help="as root: run the raw section across a veth pair between two network namespaces "
-        "the suite makes and removes (loopback otherwise; the output says which)",
+        dest="network",
+        action="store_const",
+        const="veth",
+        help="the raw section across a veth pair, or an error if one cannot be made here "
+        "(the default as root: veth when it can be made, else loopback; the output says which and why)",
     )
+    net.add_argument(
+        "--loopback",
+        dest="network",
+        action="store_const",
+        const="loopback",
+        help="the raw section over loopback even as root",
+    )
+    p.set_defaults(network="auto")
+    p.add_argument("--veth-mtu", type=int, default=None, help="MTU of the veth pair (default 1500)")
     p.add_argument("--dir", default=None, help="where to create temporary files (default: system temp)")
     p.add_argument(
         "--replot",
@@ -412,7 +417,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if unknown := set(args.sections) - set(SECTIONS):
         p.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    if args.network == "veth" and not args.replot and (why := netns.available()):
+        p.error(f"--veth: a veth pair cannot be made here: {why}")
     return args
+
+
+def network_line(sections: dict[str, dict[str, Any]]) -> str | None:
+    """Which network the raw section crossed, and on loopback why not veth."""
+    doc = sections.get("raw")
+    if not doc:
+        return None
+    if doc.get("network") == "veth" and (v := doc.get("veth")):
+        return (
+            f"raw section network: veth pair between network namespaces {v['server_ns']} "
+            f"({v['server_addr']}, server) and {v['client_ns']} ({v['client_addr']}, reader), "
+            f"MTU {v['mtu']}; the other sections ran over loopback"
+        )
+    why = doc.get("network_note") or "not recorded"
+    return f"raw section network: loopback (veth not used: {why}); the other sections ran over loopback"
 
 
 def _title(document: dict[str, Any]) -> str:
@@ -427,6 +449,8 @@ def replot(args: argparse.Namespace) -> int:
     document = json.loads(args.replot.read_text())
     rows = headline_rows(document["sections"])
     print(summary_table(rows))
+    if line := network_line(document["sections"]):
+        print("\n" + line)
     return 0 if _save_plot(rows, args, _title(document)) else 1
 
 
@@ -451,6 +475,15 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(sum(plan[s]["trials"] for s in args.sections))
     sections: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
+    if "raw" in args.sections:
+        progress.write(
+            {
+                "auto": "raw section: veth pair between two network namespaces if it can be made here "
+                "(root), else loopback",
+                "veth": "raw section: veth pair between two network namespaces (--veth)",
+                "loopback": "raw section: loopback (--loopback)",
+            }[args.network]
+        )
     try:
         for n, name in enumerate(args.sections, 1):
             progress.section(f"[{n}/{len(args.sections)}] {name}")
@@ -462,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if "report" in sections[name]:
                 print("\n" + sections[name]["report"] + "\n", flush=True)
+    except (KeyboardInterrupt, netns.Terminated) as exc:
+        # The veth pair, if any, is already removed (netns.veth_pair's finally).
+        progress.close()
+        print(f"\ninterrupted ({exc!r}); no results written", file=sys.stderr)
+        return 128 + getattr(exc, "signum", 2)
     finally:
         progress.close()
     elapsed = time.perf_counter() - t0
@@ -470,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     print(f"\nsuite summary ({mode} run, {elapsed:.0f} s; medians over interleaved rounds)\n")
     print(summary_table(rows))
+    if line := network_line(sections):
+        print("\n" + line)
     loads = [r["other_load_cpus"] for r in rows if r["other_load_cpus"] is not None]
     if loads and max(loads) > raw_transfer.OTHER_LOAD_WARN:
         print(
@@ -486,6 +526,12 @@ def main(argv: list[str] | None = None) -> int:
         "mode": mode,
         "plan": plan,
         "elapsed_s": elapsed,
+        "network": {
+            "raw": (sections.get("raw") or {}).get("network"),
+            "raw_loopback_why": (sections.get("raw") or {}).get("network_note"),
+            "raw_veth": (sections.get("raw") or {}).get("veth"),
+            "other_sections": "loopback",
+        },
         "machine": machine_info(),
         "headline": rows,
         "failed_sections": failed,
