@@ -1,10 +1,13 @@
-"""HTTP static-file benchmark: wrk against three static file servers on loopback.
+"""HTTP static-file benchmark: wrk against static file servers on loopback.
 
 Contenders, each one process (one worker) serving the same temporary directory:
 
 * ``aiosendfile-plugin``: ``python -m aiosendfile serve DIR --loop uvloop``
   (the aiohttp plugin, ``aiosendfile.aiohttp.add_static``).
 * ``aiohttp-static``: aiohttp's own ``web.static()`` on a uvloop loop.
+* ``aiohttp-memory``: a reference, not a file server: the files' bytes held in
+  memory and answered with ``web.Response`` on uvloop. It is what aiohttp's
+  own request/response machinery costs, the ceiling for any aiohttp handler.
 * ``nginx``: nginx with one worker process, ``sendfile on; tcp_nopush on;``.
 
 Files: a 4 KiB and a 1 MiB file of random bytes. Every trial starts a fresh
@@ -63,7 +66,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 
 PLUGIN = "aiosendfile-plugin"
-CONTENDERS = (PLUGIN, "aiohttp-static", "nginx")
+CONTENDERS = (PLUGIN, "aiohttp-static", "aiohttp-memory", "nginx")
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
 # The project's targets: plugin / aiohttp-static on req/s (4 KiB) and MB/s (1 MiB).
@@ -84,6 +87,38 @@ from aiohttp import web
 directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = web.Application()
 app.add_routes([web.static("/", directory)])
+web.run_app(
+    app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
+    loop=uvloop.new_event_loop(),
+)
+"""
+
+# The ceiling for any handler inside aiohttp: the files' bytes in memory, answered with web.Response
+# (no stat, no open, no validators). What aiohttp's own machinery costs per request.
+AIOHTTP_MEMORY_SERVER = """\
+import os
+import sys
+
+import uvloop
+from aiohttp import web
+
+directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bodies = {}
+for entry in os.scandir(directory):
+    if entry.is_file():
+        with open(entry.path, "rb") as f:
+            bodies[entry.name] = f.read()
+
+
+async def handle(request):
+    body = bodies.get(request.match_info["name"])
+    if body is None:
+        raise web.HTTPNotFound()
+    return web.Response(body=body, content_type="application/octet-stream")
+
+
+app = web.Application()
+app.router.add_get("/{name}", handle)
 web.run_app(
     app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
     loop=uvloop.new_event_loop(),
@@ -256,6 +291,8 @@ def start_server(ctx: Context, name: str) -> Server:
         cmd += ["--port", str(port), "--loop", "uvloop", "--workers", "1"]
     elif name == "aiohttp-static":
         cmd = [sys.executable, "-c", AIOHTTP_STATIC_SERVER, ctx.root, "127.0.0.1", str(port)]
+    elif name == "aiohttp-memory":
+        cmd = [sys.executable, "-c", AIOHTTP_MEMORY_SERVER, ctx.root, "127.0.0.1", str(port)]
     elif name == "nginx":
         assert ctx.nginx is not None
         ngx = Path(ctx.tmp, "nginx")
