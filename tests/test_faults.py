@@ -31,6 +31,7 @@ import pytest
 
 import aiosendfile
 from aiosendfile import _platform
+from aiosendfile._recv import _defuse_py310_tls_resume
 
 from .conftest import Connector, loop_name, open_fds, pattern
 
@@ -274,8 +275,19 @@ async def random_cancellations(
     received: list[bytes] = []
 
     async def read_slowly() -> None:
-        assert conn.client_reader is not None
-        while chunk := await conn.client_reader.read(65536):
+        client = conn.client_reader
+        assert client is not None
+        # CPython 3.10's TLS StreamReader crashes resuming a torn-down TLS layer, and the bytes
+        # of that read are lost inside asyncio. recvfile's workaround, applied at every resume,
+        # keeps this client reading what arrived.
+        resume = client._maybe_resume_transport  # type: ignore[attr-defined]
+
+        def resume_safely() -> None:
+            _defuse_py310_tls_resume(client)
+            resume()
+
+        client._maybe_resume_transport = resume_safely  # type: ignore[attr-defined]
+        while chunk := await client.read(65536):
             received.append(chunk)
             if rng.random() < 0.5:
                 await asyncio.sleep(0.002)
