@@ -2,10 +2,12 @@
 
 Rules:
 
-* Memory is bounded. On a transport, the write-buffer limits are set to
+* Memory is bounded. On a plain transport, the write-buffer limits are set to
   (``chunk``, ``2 * chunk``) for the transfer and we wait for the transport
   to drain below the high-water mark before each read. At most about three
-  chunks are held at any time.
+  chunks are held at any time. A TLS transport needs more care: see below.
+* A transfer waits for the transport *before* it reads a chunk, so a stalled
+  transfer holds no chunk of its own.
 * Every chunk is a **new** bytes object that nobody touches after
   ``transport.write()``. The transport may keep a view of it until the peer
   reads it (CPython 3.12+ does), so reusing one buffer corrupts data under a
@@ -16,15 +18,56 @@ Rules:
   may block. In-memory files (``BytesIO``) are read inline.
 * Headers go in the first write, with the file's first chunk. Trailers go in
   the last write.
+* Bounded work per wakeup: after ``max_chunk`` bytes sent without a pause the
+  transfer yields to the loop once, as the zero-copy path does, even when the
+  peer reads as fast as we write.
+
+Memory over TLS
+---------------
+asyncio's TLS transport (3.11+) and uvloop's encrypt each ``write()`` at once,
+whole, into an OpenSSL memory BIO, then pass the ciphertext to the socket
+transport under them. Two consequences, measured (``tests/test_stress.py``):
+
+* The BIO's buffer never shrinks: for as long as the connection lives it stays
+  as large as the largest write it was given (OpenSSL grows it in 4/3 steps).
+  256 KiB writes leave about 256-340 KiB behind on every connection.
+* ``get_write_buffer_size()`` counts the BIO, not the socket transport under
+  it, which takes each piece of ciphertext whole while it is under its own
+  high-water mark (64 KiB). With limits of (256 KiB, 512 KiB), a stalled
+  download held 512 KiB in the BIO and as much again in the socket transport:
+  1.2-1.5 MiB of RSS per connection.
+
+So over TLS:
+
+* The limits are (1, 0): the transfer is paused while *any* ciphertext waits
+  in the TLS layer. Ciphertext waits there only while the socket transport
+  under it is paused, so this also waits for that transport to drain.
+* A chunk is written in pieces, and a piece the TLS layer keeps ends the
+  chunk: the rest is dropped and read again (``pread``) once the transport
+  resumes. A stalled transfer thus holds one piece in the BIO and at most one
+  piece over the socket transport's high-water mark, and no chunk.
+* Pieces are one TLS record (16 KiB) unless ``TLS_BUFFER_BUDGET`` allows more.
+  Bytes per ``SSL_write`` and per ``send()`` set the CPU cost of a byte: 16 KiB
+  pieces cost 1.5-1.9x the CPU per byte of 256 KiB ones. A connection may grow
+  its pieces up to 256 KiB while the growth of all open connections' BIOs past
+  16 KiB fits the budget; it gives its share back when it closes. A few fast
+  downloads so run as fast as with 256 KiB writes, and a thousand connections
+  still cost about 16 KiB each, plus the budget.
+* While a regular file is sent, the socket under TLS is corked (``TCP_CORK``),
+  so small pieces still leave in full segments; the cork is released when the
+  transfer ends, however it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
+import threading
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from . import _platform
 from ._errors import _Progress
@@ -32,10 +75,25 @@ from ._lease import TransportLease
 from ._options import Options
 from ._state import TransferState
 
-__all__ = ("DEFAULT_FALLBACK_CHUNK", "copy_to_socket", "copy_to_transport", "ChunkReader")
+__all__ = (
+    "DEFAULT_FALLBACK_CHUNK",
+    "TLS_BUFFER_BUDGET",
+    "copy_to_socket",
+    "copy_to_transport",
+    "ChunkReader",
+)
 
 #: Bytes per userspace read/write (aiohttp uses 256 KiB too).
 DEFAULT_FALLBACK_CHUNK = 256 * 1024
+#: The smallest write to a TLS transport: one full TLS record.
+TLS_MIN_WRITE = 16 * 1024
+#: The largest write to a TLS transport.
+TLS_MAX_WRITE = 256 * 1024
+#: Bytes of TLS-layer buffers that writes above ``TLS_MIN_WRITE`` may claim, all open connections
+#: together: 17 connections at ``TLS_MAX_WRITE``.
+TLS_BUFFER_BUDGET = 4 * 1024 * 1024
+#: TLS pieces per file read (a read is at most a chunk).
+_PIECES_PER_READ = 4
 
 
 class ChunkReader:
@@ -47,6 +105,11 @@ class ChunkReader:
         self._in_memory = isinstance(file, io.BytesIO)
         self._read = getattr(file, "read1", None) or file.read
         self._options = options
+
+    @property
+    def positional(self) -> bool:
+        """Reads at any offset (``pread``): bytes read but not sent can simply be read again."""
+        return self._fd is not None
 
     async def read(self, position: int, size: int) -> bytes:
         loop = asyncio.get_running_loop()
@@ -73,13 +136,110 @@ async def copy_to_transport(
     chunk: int = DEFAULT_FALLBACK_CHUNK,
 ) -> None:
     """Copy through ``transport.write`` with the transport's flow control."""
+    if is_tls(lease.transport):
+        await _copy_to_tls(lease, reader, state, progress, options, chunk)
+        return
     lease.set_buffer_limits(high=2 * chunk, low=chunk)
 
-    async def send(data: bytes) -> None:
-        await lease.drain()
-        lease.write(data)
+    async def send(prefix: bytes, data: bytes) -> int:
+        lease.write(prefix + data if prefix else data)
+        return len(data)
 
-    await _copy(send, reader, state, progress, options, chunk)
+    await _copy(send, reader, state, progress, options, chunk, ready=lease.drain)
+
+
+async def _copy_to_tls(
+    lease: TransportLease,
+    reader: ChunkReader,
+    state: TransferState,
+    progress: _Progress,
+    options: Options,
+    chunk: int,
+) -> None:
+    """Copy to a TLS transport in pieces that stop where the TLS layer starts to hold them.
+
+    See "Memory over TLS" above.
+    """
+    transport = lease.transport
+    # Paused while any ciphertext waits in the TLS layer, so resumed only once the socket
+    # transport under it took it all (that transport is not in get_write_buffer_size()).
+    lease.set_buffer_limits(high=1, low=0)
+    buffered = transport.get_write_buffer_size
+    write = cast("Callable[[bytes | memoryview], None]", lease.write)  # views of the chunk: no copies
+    connection = transport.get_extra_info("ssl_object")
+    piece = TLS_MIN_WRITE
+    short = 0  # what the last send took, if it stopped short of its chunk
+
+    def read_size() -> int:
+        nonlocal piece
+        if connection is not None:
+            piece = tls_buffers.write_size(connection)
+        if not reader.positional:
+            return piece  # a stream cannot be read again: one piece, which is always sent
+        size = min(chunk, _PIECES_PER_READ * piece)
+        # After a chunk stopped short, read about what went then: less to read again.
+        return min(size, short + piece) if short else size
+
+    async def send(prefix: bytes, data: bytes) -> int:
+        nonlocal short
+        view = memoryview(data)
+        end = len(view)
+        write(prefix + view[:piece] if prefix else view[:piece])
+        sent = piece
+        while sent < end and not buffered():
+            write(view[sent : sent + piece])
+            sent += piece
+        # Stopped at the first piece the TLS layer kept (the socket under it is full), or at the end.
+        short = sent if sent < end else 0
+        return min(sent, end)
+
+    sock = transport.get_extra_info("socket") if reader.positional else None
+    corked = sock is not None and _platform.set_cork(sock, True)
+    try:
+        await _copy(send, reader, state, progress, options, read_size, ready=lease.drain)
+    finally:
+        if corked and sock is not None:
+            with contextlib.suppress(OSError, ValueError):  # ValueError: uvloop's socket is closed
+                _platform.set_cork(sock, False)  # flush what the cork holds
+
+
+class TLSBuffers:
+    """How large our writes made each open TLS connection's buffer (see "Memory over TLS").
+
+    Writes above ``TLS_MIN_WRITE`` draw on ``TLS_BUFFER_BUDGET``, shared by all
+    open TLS connections of the process; a connection gives its share back when
+    it is gone (its SSL object is freed).
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.claimed = 0
+        self._lock = threading.RLock()  # a finalizer may run in any thread, or during a claim
+        self._sizes: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
+
+    def write_size(self, connection: Any) -> int:
+        """The largest write for *connection* now: the most it has made, or more while the budget allows."""
+        with self._lock:
+            record = self._sizes.get(connection)
+            if record is None:
+                record = self._sizes[connection] = [TLS_MIN_WRITE]
+                weakref.finalize(connection, self._release, record).atexit = False
+            have = record[0]
+            size = TLS_MAX_WRITE
+            while size > have and self.claimed + size - have > self.budget:
+                size //= 2
+            if size <= have:
+                return have
+            self.claimed += size - have
+            record[0] = size
+            return size
+
+    def _release(self, record: list[int]) -> None:
+        with self._lock:
+            self.claimed -= record[0] - TLS_MIN_WRITE
+
+
+tls_buffers = TLSBuffers(TLS_BUFFER_BUDGET)
 
 
 async def copy_to_socket(
@@ -93,33 +253,59 @@ async def copy_to_socket(
     """Copy to a raw non-blocking socket with ``loop.sock_sendall``."""
     loop = asyncio.get_running_loop()
 
-    async def send(data: bytes) -> None:
-        await loop.sock_sendall(sock, data)
+    async def send(prefix: bytes, data: bytes) -> int:
+        await loop.sock_sendall(sock, prefix + data if prefix else data)
+        return len(data)
 
     await _copy(send, reader, state, progress, options, chunk)
 
 
 async def _copy(
-    send: Callable[[bytes], Awaitable[None]],
+    send: Callable[[bytes, bytes], Awaitable[int]],
     reader: ChunkReader,
     state: TransferState,
     progress: _Progress,
     options: Options,
-    chunk: int,
+    chunk: int | Callable[[], int],
+    ready: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Read fresh chunks and *send* them: headers with the first, trailers after the last."""
+    """Read fresh chunks and *send* them: headers with the first, trailers after the last.
+
+    *chunk* is the read size (or says it, per read). *ready* (if given) is
+    awaited before each read. ``send(prefix, data)`` sends *prefix* and some of
+    *data*, and returns how much of *data*: the rest is read again next time.
+    The last send (headers if nothing else went, then trailers) is whole.
+    """
     prefix = bytes(options.headers)
+    unyielded = 0
     while not state.done:
-        data = await reader.read(state.position, state.next_chunk(chunk))
+        if ready is not None:
+            await ready()
+        if unyielded >= options.max_chunk:
+            unyielded = 0
+            await asyncio.sleep(0)  # the peer keeps up: let other connections run
+        size = chunk() if callable(chunk) else chunk
+        data = await reader.read(state.position, state.next_chunk(size))
         if not data:
             if state.hit_eof():
                 raise state.truncated()
             break  # unknown size: EOF is the end
-        await send(prefix + data if prefix else data)
+        n = await send(prefix, data)
+        del data  # not kept while the next ready() waits
         prefix = b""
-        _advance(state, progress, options, len(data))
+        _advance(state, progress, options, n)
+        unyielded += n
     if prefix or options.trailers:
-        await send(prefix + bytes(options.trailers))
+        if ready is not None:
+            await ready()
+        frame = prefix + bytes(options.trailers)
+        while frame:  # whole: a TLS send may take it in more than one call
+            frame = frame[await send(b"", frame) :]
+
+
+def is_tls(transport: Any) -> bool:
+    """Whether *transport* is a TLS transport (asyncio's, uvloop's: both report their context)."""
+    return transport.get_extra_info("sslcontext") is not None
 
 
 def _advance(state: TransferState, progress: _Progress, options: Options, n: int) -> None:
