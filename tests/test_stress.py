@@ -28,7 +28,6 @@ import hashlib
 import http.client
 import json
 import os
-import socket
 import ssl
 import statistics
 import sys
@@ -549,66 +548,6 @@ async def test_slowloris_does_not_starve_a_fast_client(
 
 
 # -- the TLS fallback's pieces ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["tls"])
-@pytest.mark.parametrize(("budget", "piece"), [(0, 16 * 1024), (48 * 1024, 64 * 1024)])
-async def test_tls_pieces_stopped_short_are_read_again(
-    connect: Connector, kind: str, make_file: Any, monkeypatch: pytest.MonkeyPatch, budget: int, piece: int
-) -> None:
-    """A slow reader keeps the socket under TLS full, so chunks end early: every byte still arrives once.
-
-    With no budget left a connection writes 16 KiB pieces (64 KiB reads); with 48 KiB of budget,
-    64 KiB pieces (256 KiB reads). The bytes read exceed the file: the rest of a chunk the TLS
-    layer stopped short was read again.
-    """
-    import aiosendfile
-    from aiosendfile import _fallback
-
-    buffers = _fallback.TLSBuffers(budget)
-    monkeypatch.setattr(_fallback, "tls_buffers", buffers)
-    read_total = 0
-    real_read = _fallback.ChunkReader.read
-
-    async def read(self: Any, position: int, size: int) -> bytes:
-        nonlocal read_total
-        data = await real_read(self, position, size)
-        read_total += len(data)
-        return data
-
-    monkeypatch.setattr(_fallback.ChunkReader, "read", read)
-    size = 3 * MiB + 7
-    path = make_file(size)
-    conn = await connect(rcvbuf=16384)
-    # A small send buffer too (the kernel's autotuned one takes megabytes before it fills).
-    conn.writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
-    headers, trailers = b"H" * 1000, b"T" * 40_000  # trailers longer than a piece go whole too
-
-    expected = headers + pattern(size) + trailers
-
-    async def send() -> int:
-        with open(path, "rb") as f:
-            return await aiosendfile.sendfile(conn.writer, f, headers=headers, trailers=trailers)
-
-    async def read_slowly() -> bytes:
-        # Up to the expected length, with the connection still open (CPython 3.10's TLS transport
-        # crashes when a paused StreamReader resumes after the peer closed).
-        assert conn.client_reader is not None
-        chunks, got = [], 0
-        while got < len(expected):
-            chunk = await conn.client_reader.read(8192)
-            assert chunk, "the connection ended early"
-            chunks.append(chunk)
-            got += len(chunk)
-            await asyncio.sleep(0.0005)
-        return b"".join(chunks)
-
-    sent, data = await asyncio.gather(send(), read_slowly())
-    assert sent == size
-    assert data == expected
-    assert max(r[0] for r in buffers._sizes.values()) == piece
-    assert read_total > size, "no chunk was stopped short"
-    report(f"TLS pieces of {piece // 1024} KiB", reread=mib(read_total - size))
 
 
 # -- many random cancellations ------------------------------------------------------------------------
