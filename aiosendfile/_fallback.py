@@ -67,7 +67,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from . import _platform
 from ._errors import _Progress
@@ -111,7 +111,7 @@ class ChunkReader:
         """Reads at any offset (``pread``): bytes read but not sent can simply be read again."""
         return self._fd is not None
 
-    async def read(self, position: int, size: int) -> bytes:
+    async def read(self, position: int, size: int) -> bytes | bytearray:
         loop = asyncio.get_running_loop()
         if self._fd is not None:
             if self._options.probe:
@@ -141,7 +141,7 @@ async def copy_to_transport(
         return
     lease.set_buffer_limits(high=2 * chunk, low=chunk)
 
-    async def send(prefix: bytes, data: bytes) -> int:
+    async def send(prefix: bytes, data: bytes | bytearray) -> int:
         lease.write(prefix + data if prefix else data)
         return len(data)
 
@@ -165,7 +165,7 @@ async def _copy_to_tls(
     # transport under it took it all (that transport is not in get_write_buffer_size()).
     lease.set_buffer_limits(high=1, low=0)
     buffered = transport.get_write_buffer_size
-    write = cast("Callable[[bytes | memoryview], None]", lease.write)  # views of the chunk: no copies
+    write = lease.write  # given views of the chunk: no copies
     connection = transport.get_extra_info("ssl_object")
     piece = TLS_MIN_WRITE
     short = 0  # what the last send took, if it stopped short of its chunk
@@ -180,7 +180,7 @@ async def _copy_to_tls(
         # After a chunk stopped short, read about what went then: less to read again.
         return min(size, short + piece) if short else size
 
-    async def send(prefix: bytes, data: bytes) -> int:
+    async def send(prefix: bytes, data: bytes | bytearray) -> int:
         nonlocal short
         view = memoryview(data)
         end = len(view)
@@ -253,7 +253,7 @@ async def copy_to_socket(
     """Copy to a raw non-blocking socket with ``loop.sock_sendall``."""
     loop = asyncio.get_running_loop()
 
-    async def send(prefix: bytes, data: bytes) -> int:
+    async def send(prefix: bytes, data: bytes | bytearray) -> int:
         await loop.sock_sendall(sock, prefix + data if prefix else data)
         return len(data)
 
@@ -261,7 +261,7 @@ async def copy_to_socket(
 
 
 async def _copy(
-    send: Callable[[bytes, bytes], Awaitable[int]],
+    send: Callable[[bytes, bytes | bytearray], Awaitable[int]],
     reader: ChunkReader,
     state: TransferState,
     progress: _Progress,

@@ -227,8 +227,9 @@ class FileResponse(web.StreamResponse):
                 if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
                     raise web.HTTPForbidden()
                 if self._hot_cache and st.st_size <= self._inline_limit:
-                    body = _platform.pread_cached(fd, st.st_size, 0)
-                    if body is not None and len(body) == st.st_size:
+                    read = _platform.pread_cached(fd, st.st_size, 0)
+                    if read is not None and len(read) == st.st_size:
+                        body = bytes(read)  # shared by every request while cached: immutable
                         hot_files.put(path, cache_root, st, body)
                         os.close(fd)
                         return _Cached(body), st, encoding, self._precompressed
@@ -379,7 +380,9 @@ class FileResponse(web.StreamResponse):
             await self._send_through_writer(writer, file, byte_range, prefix, suffix)
             return
         if byte_range.length <= self._inline_limit:
-            data = _platform.pread_cached(file.fileno(), byte_range.length, byte_range.start)
+            data: bytes | bytearray | None = _platform.pread_cached(
+                file.fileno(), byte_range.length, byte_range.start
+            )
             if data is None:  # cold (or cannot tell): read off the loop thread
                 loop = asyncio.get_running_loop()
                 data = await loop.run_in_executor(

@@ -184,7 +184,7 @@ class TransportLease(asyncio.Protocol):
         """Change the write-buffer limits for the rest of the lease."""
         self._transport.set_write_buffer_limits(high=high, low=low)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write through the real ``transport.write`` (the fallback's path)."""
         self.check_alive()
         self._transport_write(data)

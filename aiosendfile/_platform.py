@@ -140,10 +140,10 @@ _nowait_unsupported_errnos = frozenset(
 )
 
 
-def pread_cached(fd: int, size: int, offset: int) -> bytes | None:
+def pread_cached(fd: int, size: int, offset: int) -> bytearray | None:
     """Read *size* bytes at *offset* only if they are all in the page cache.
 
-    Returns the bytes (fewer at end of file), or None if reading would wait for
+    Returns a new buffer of the bytes (fewer at end of file), or None if reading would wait for
     the disk, or if the platform or file system cannot tell. The caller then
     reads off the event-loop thread.
     """
@@ -158,9 +158,13 @@ def pread_cached(fd: int, size: int, offset: int) -> bytes | None:
         if exc.errno in _nowait_unsupported_errnos:
             return None
         raise
-    if got < size and offset + got < os.fstat(fd).st_size:
-        return None  # short, but not at EOF: only part of the range is cached
-    return bytes(memoryview(buf)[:got])
+    if got < size:
+        if offset + got < os.fstat(fd).st_size:
+            return None  # short, but not at EOF: only part of the range is cached
+        del buf[got:]
+    # The buffer itself, not a copy: it is fresh and nobody else holds it. (A bytes() copy
+    # made a 256 KiB read take 240 µs instead of 50.)
+    return buf
 
 
 _no_probe_devices: set[int] = set()  # file systems (st_dev) where RWF_NOWAIT is refused
