@@ -2,9 +2,10 @@
 
 Defaults:
 
-* ``max_chunk`` 2 MiB per event-loop wakeup (nginx's ``sendfile_max_chunk``);
-  measured, it keeps the worst loop stall near 1 ms with no throughput loss
-  (see the README).
+* ``max_chunk`` 4 MiB per event-loop wakeup (nginx's ``sendfile_max_chunk`` is
+  2 MiB). Measured (``benchmarks/loop_stall.py``): the worst loop stall stays
+  near 1.5-3 ms, and throughput at 0.91-0.95x of unbounded mode, where 2 MiB
+  cost 0.75-0.91x (each ``sendfile`` call and probe has a fixed cost).
 * ``probe`` on: before each chunk, ``cachestat(2)`` counts its cached pages
   (with no side effects) and a 1-byte ``RWF_NOWAIT`` read of its last page
   says whether they are readable yet; without ``cachestat``, 1-byte reads of

@@ -20,7 +20,7 @@ from ._errors import FileTruncatedError
 __all__ = ("DEFAULT_MAX_CHUNK", "TransferState")
 
 #: Most bytes one transfer moves per event-loop wakeup (nginx's sendfile_max_chunk).
-DEFAULT_MAX_CHUNK = 2 * 1024 * 1024
+DEFAULT_MAX_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass

@@ -972,11 +972,13 @@ def run_rounds(
     max_other_load: float | None,
     log: IO[str],
     perf: PerfSpec | None = None,
+    max_steal_s: float | None = None,
 ) -> list[Sample]:
     """Interleaved trials: each case once per round, in order.
 
     A trial is re-run (the first try kept as ``discarded``) when other load
-    exceeded *max_other_load*, or when the page cache could not be made cold or warm.
+    exceeded *max_other_load*, when the hypervisor stole more than *max_steal_s*
+    of CPU during it, or when the page cache could not be made cold or warm.
     """
     samples: list[Sample] = []
     width = max(22, *(len(c.label) for c in cases))
@@ -987,6 +989,8 @@ def run_rounds(
                 samples.append(s)
                 load = _other_load([s])
                 noisy = max_other_load is not None and bool(load) and load[0] > max_other_load
+                stolen = s.host_steal_s or 0.0
+                noisy = noisy or (max_steal_s is not None and stolen > max_steal_s)
                 no_cache_state = not s.ok and (s.error or "").startswith(CACHE_STATE_ERROR)
                 if (noisy or no_cache_state) and attempt < retries:
                     s.discarded = True
@@ -1012,6 +1016,8 @@ def _progress(s: Sample) -> str:
         msg += f"  cold chunks {s.zero_copy_cold}/{s.zero_copy_calls}"
     if load := _other_load([s]):
         msg += f"  other load {load[0]:.2f} CPUs"
+    if s.host_steal_s:
+        msg += f"  steal {s.host_steal_s * 1e3:.0f} ms"
     if s.discarded:
         msg += "  -> discarded, retrying"
     return msg
