@@ -220,13 +220,13 @@ async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) 
     from aiohttp import web
     from aiohttp.log import access_logger
 
-    from .aiohttp import add_static
+    from ._static import StaticResource
 
-    app = web.Application()
-    add_static(app.router, "/", directory, show_index=args.show_index, follow_symlinks=args.follow_symlinks)
-    runner = web.AppRunner(
-        app, access_log=access_logger if args.access_log else None, shutdown_timeout=SHUTDOWN_TIMEOUT
-    )
+    # aiohttp's low-level server: no router, middlewares or signals to run per
+    # request, just the static resource (see StaticResource.handle).
+    resource = StaticResource("", directory, show_index=args.show_index, follow_symlinks=args.follow_symlinks)
+    server = web.Server(resource.handle, access_log=access_logger if args.access_log else None)
+    runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

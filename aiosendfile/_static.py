@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
 
 from ._fileresponse import DEFAULT_INLINE_LIMIT, FileResponse, _inside
@@ -74,8 +74,31 @@ class StaticResource(web.StaticResource):
         self._precompressed = precompressed
         self._hot_cache = hot_cache
 
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Answer *request* with no ``Application`` around: a handler for ``web.Server``.
+
+        ``serve`` runs on aiohttp's low-level server, which has no router,
+        middlewares or signals to run: about 25 µs less per request. The path is
+        matched by aiohttp's own ``resolve`` (same decoding, same 404/405) and
+        ``Expect`` is handled as the application would.
+        """
+        match_info, allowed = await self.resolve(request)  # type: ignore[arg-type]  # uses path+method only
+        if match_info is None:
+            if allowed:
+                raise web.HTTPMethodNotAllowed(request.method, allowed)
+            raise web.HTTPNotFound()
+        if request.headers.get(hdrs.EXPECT):
+            expected = await match_info.expect_handler(request)  # type: ignore[arg-type]
+            await request.writer.drain()
+            if expected is not None:
+                return expected
+        return await self._answer(request, match_info["filename"])
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        path = self._lexically_checked(request.match_info["filename"])
+        return await self._answer(request, request.match_info["filename"])
+
+    async def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
+        path = self._lexically_checked(filename)
         try:
             st = os.stat(path)
         except PermissionError as exc:
@@ -109,7 +132,7 @@ class StaticResource(web.StaticResource):
             raise web.HTTPNotFound()
         return self._root_slash + filename if filename else self._root  # (no leading "/": checked)
 
-    def _directory_response(self, request: web.Request, path: str) -> web.StreamResponse:
+    def _directory_response(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         if not request.path.endswith("/"):
             # (A request path starting "//" never gets here: such names fail the lexical check.)
             query = request.rel_url.raw_query_string
@@ -123,7 +146,7 @@ class StaticResource(web.StaticResource):
             return web.Response(text=self._listing(request, path), content_type="text/html")
         raise web.HTTPForbidden()
 
-    def _listing(self, request: web.Request, path: str) -> str:
+    def _listing(self, request: web.BaseRequest, path: str) -> str:
         title = html.escape(f"Index of {request.path}")
         rows = []
         with os.scandir(path) as entries:

@@ -3,7 +3,9 @@
 Contenders, each one process (one worker) serving the same temporary directory:
 
 * ``aiosendfile-plugin``: ``python -m aiosendfile serve DIR --loop uvloop``
-  (the aiohttp plugin, ``aiosendfile.aiohttp.add_static``).
+  (the plugin's static resource on aiohttp's low-level ``web.Server``).
+* ``aiosendfile-app``: the plugin as a user mounts it, ``aiosendfile.aiohttp.static()``
+  in a ``web.Application`` on uvloop: the router and signals cost per request.
 * ``aiohttp-static``: aiohttp's own ``web.static()`` on a uvloop loop.
 * ``aiohttp-memory``: a reference, not a file server: the files' bytes held in
   memory and answered with ``web.Response`` on uvloop. It is what aiohttp's
@@ -66,7 +68,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 
 PLUGIN = "aiosendfile-plugin"
-CONTENDERS = (PLUGIN, "aiohttp-static", "aiohttp-memory", "nginx")
+CONTENDERS = (PLUGIN, "aiosendfile-app", "aiohttp-static", "aiohttp-memory", "nginx")
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
 # The project's targets: plugin / aiohttp-static on req/s (4 KiB) and MB/s (1 MiB).
@@ -87,6 +89,24 @@ from aiohttp import web
 directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = web.Application()
 app.add_routes([web.static("/", directory)])
+web.run_app(
+    app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
+    loop=uvloop.new_event_loop(),
+)
+"""
+
+# The plugin mounted in an Application, as users of aiosendfile.aiohttp do. argv: DIR HOST PORT.
+PLUGIN_APP_SERVER = """\
+import sys
+
+import uvloop
+from aiohttp import web
+
+import aiosendfile.aiohttp as sf
+
+directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+app = web.Application()
+app.add_routes([sf.static("/", directory)])
 web.run_app(
     app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
     loop=uvloop.new_event_loop(),
@@ -289,6 +309,9 @@ def start_server(ctx: Context, name: str) -> Server:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--loop", "uvloop", "--workers", "1"]
+    elif name == "aiosendfile-app":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-c", PLUGIN_APP_SERVER, ctx.root, "127.0.0.1", str(port)]
     elif name == "aiohttp-static":
         cmd = [sys.executable, "-c", AIOHTTP_STATIC_SERVER, ctx.root, "127.0.0.1", str(port)]
     elif name == "aiohttp-memory":

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import BodyPartReader, ClientSession, MultipartReader, TCPConnector, web
 from aiohttp.test_utils import TestServer
+from yarl import URL
 
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
@@ -623,3 +624,68 @@ def test_hot_files_are_bounded() -> None:
     cache.put("/short", None, st(10, 5), b"x" * 9)  # bytes that do not match the stat: never kept
     assert cache.get("/short", None, st(9, 5)) is None
     assert cache._bytes == sum(len(body) for _, body in cache._entries.values())
+
+
+# -- StaticResource.handle: the same answers without an Application (what `serve` runs) ----
+
+
+async def test_low_level_handle_answers_as_the_application_does(tmp_path: Path) -> None:
+    """``serve`` runs ``StaticResource.handle`` on aiohttp's ``web.Server``: same statuses,
+    headers that matter and bodies as the resource mounted in an ``Application``, for files,
+    directories, ranges, conditionals, bad methods, ``Expect`` and hostile spellings."""
+    from aiohttp.test_utils import RawTestServer
+
+    from aiosendfile._static import StaticResource
+
+    build_tree(tmp_path)
+    app = web.Application()
+    app.add_routes([sf.static("/", tmp_path / "public")])
+    mounted = TestServer(app)
+    bare = RawTestServer(StaticResource("", tmp_path / "public").handle)  # "/" as the router spells it
+    await mounted.start_server()
+    await bare.start_server()
+    cases: list[tuple[str, str, dict[str, str]]] = [
+        ("GET", "/small.txt", {}),
+        ("HEAD", "/big.bin", {}),
+        ("GET", "/big.bin", {"Range": "bytes=5-99,-7"}),
+        ("GET", "/small.txt", {"Range": "bytes=9999999-"}),
+        ("GET", "/doc.txt", {"Accept-Encoding": "gzip"}),
+        ("GET", "/small.txt", {"If-None-Match": "*"}),
+        ("GET", "/small.txt", {"Expect": "100-continue"}),
+        ("POST", "/small.txt", {}),
+        ("DELETE", "/nothing-here", {}),
+        ("GET", "/missing", {}),
+        ("GET", "/dir", {}),
+        ("GET", "/dir/", {}),
+        ("GET", "/noindex/", {}),
+        ("GET", "/escape", {}),
+        ("GET", "/outdir/secret.txt", {}),
+        ("GET", "/space%20name.txt", {}),
+        ("GET", "/%2e%2e/secret.txt", {}),
+        ("GET", "/%252e%252e", {}),
+        ("GET", "/..%2fsecret.txt", {}),
+        ("GET", "//etc/passwd", {}),
+        ("GET", "/a/../../secret.txt", {}),
+        ("GET", "/fifo", {}),
+    ]
+    try:
+        async with ClientSession(auto_decompress=False) as session:
+            for method, target, headers in cases:
+                answers = []
+                for server in (mounted, bare):
+                    url = URL(str(server.make_url("/"))).with_path(target, encoded=True)
+                    async with session.request(method, url, headers=headers, allow_redirects=False) as resp:
+                        body = await resp.read()
+                        kept = {
+                            k: resp.headers.get(k)
+                            for k in ("Allow", "Location", "Content-Range", "Content-Length", "ETag", "Vary")
+                        }
+                        if resp.content_type.startswith("multipart/"):  # random boundaries differ
+                            boundary = resp.headers["Content-Type"].partition("boundary=")[2]
+                            body = body.replace(boundary.encode(), b"BOUNDARY")
+                        answers.append((resp.status, kept, body if resp.status < 300 else b""))
+                assert answers[0] == answers[1], (method, target, headers)
+                assert answers[0][0] != 500, (method, target)
+    finally:
+        await bare.close()
+        await mounted.close()
