@@ -79,39 +79,26 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 OTHER_LOAD_WARN = 0.25  # median CPUs of other load that makes the report warn
 
-# aiohttp's built-in static handler on uvloop, one process. argv: DIR HOST PORT.
-AIOHTTP_STATIC_SERVER = """\
+# A static directory in a web.Application on uvloop, one process. argv: DIR HOST PORT.
+# The module's static(): aiohttp's built-in handler, or the plugin as its users mount it.
+_APP_SERVER = """\
 import sys
 
 import uvloop
 from aiohttp import web
 
+import {module} as static_module
+
 directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = web.Application()
-app.add_routes([web.static("/", directory)])
+app.add_routes([static_module.static("/", directory)])
 web.run_app(
     app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
     loop=uvloop.new_event_loop(),
 )
 """
-
-# The plugin mounted in an Application, as users of aiosendfile.aiohttp do. argv: DIR HOST PORT.
-PLUGIN_APP_SERVER = """\
-import sys
-
-import uvloop
-from aiohttp import web
-
-import aiosendfile.aiohttp as sf
-
-directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-app = web.Application()
-app.add_routes([sf.static("/", directory)])
-web.run_app(
-    app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
-    loop=uvloop.new_event_loop(),
-)
-"""
+AIOHTTP_STATIC_SERVER = _APP_SERVER.format(module="aiohttp.web")
+PLUGIN_APP_SERVER = _APP_SERVER.format(module="aiosendfile.aiohttp")
 
 # The ceiling for any handler inside aiohttp: the files' bytes in memory, answered with web.Response
 # (no stat, no open, no validators). What aiohttp's own machinery costs per request.
