@@ -42,6 +42,7 @@ from typing import IO, Any
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.typedefs import LooseHeaders, PathLike
+from multidict import CIMultiDict
 
 from . import _http, _platform
 from ._api import sendfile
@@ -63,6 +64,21 @@ HOT_FILES_MAX_ENTRIES = 1024
 HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
 
 
+class HotEntry:
+    """One hot file: its identity, its bytes, and the response headers built for it so far.
+
+    ``headers`` maps the static resource's ``precompressed`` flag (which decides
+    ``Vary``) to the headers of a plain 200 answer. They stay valid exactly as
+    long as the entry does: every value comes from the identity-checked stat.
+    """
+
+    __slots__ = ("body", "headers", "identity")
+
+    def __init__(self, identity: tuple[int, ...], body: bytes) -> None:
+        self.identity, self.body = identity, body
+        self.headers: dict[bool, CIMultiDict[str]] = {}
+
+
 class HotFiles:
     """Small, recently served files: their validated identity and their bytes.
 
@@ -81,7 +97,7 @@ class HotFiles:
         self, max_entries: int = HOT_FILES_MAX_ENTRIES, max_bytes: int = HOT_FILES_MAX_BYTES
     ) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[tuple[str, str | None], tuple[tuple[int, ...], bytes]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str | None], HotEntry] = OrderedDict()
         self._bytes = 0
 
     @staticmethod
@@ -90,29 +106,35 @@ class HotFiles:
 
     def get(self, path: str, root: str | None, st: os.stat_result) -> bytes | None:
         """The cached bytes of *path* (checked under *root*) if *st* still shows the same file."""
-        entry = self._entries.get((path, root))
+        entry = self.entry(path, root, st)
+        return None if entry is None else entry.body
+
+    def entry(self, path: str, root: str | None, st: os.stat_result) -> HotEntry | None:
+        """:meth:`get`, with the whole entry."""
+        key = (path, root)
+        entry = self._entries.get(key)
         if entry is None:
             return None
-        if entry[0] != self.identity(st):
-            self._drop((path, root))
+        if entry.identity != self.identity(st):
+            self._drop(key)
             return None
-        self._entries.move_to_end((path, root))
-        return entry[1]
+        self._entries.move_to_end(key)
+        return entry
 
     def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> None:
         if len(body) != st.st_size or len(body) > self.max_bytes // 16:
             return
         self._drop((path, root))
-        self._entries[(path, root)] = (self.identity(st), body)
+        self._entries[(path, root)] = HotEntry(self.identity(st), body)
         self._bytes += len(body)
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-            _, (_, old) = self._entries.popitem(last=False)
-            self._bytes -= len(old)
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= len(old.body)
 
     def _drop(self, key: tuple[str, str | None]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._bytes -= len(entry[1])
+            self._bytes -= len(entry.body)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -189,11 +211,7 @@ class FileResponse(web.StreamResponse):
         candidates: list[tuple[str | None, str]] = []
         accept = request.headers.get(hdrs.ACCEPT_ENCODING) if self._precompressed else None
         if accept:
-            present = [
-                (enc, self._path + ext)
-                for enc, ext in _ENCODINGS
-                if _http.choose_encoding(accept, (enc,)) == enc and _is_file(self._path + ext)
-            ]
+            present = precompressed_siblings(self._path, accept)
             if present:
                 chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
                 candidates += [(enc, p) for enc, p in present if enc == chosen]
@@ -264,9 +282,7 @@ class FileResponse(web.StreamResponse):
         etag = _http.make_etag(st.st_mtime_ns, size)
         last_modified = int(st.st_mtime)
         headers = self.headers
-        headers[hdrs.ETAG] = etag
-        headers[hdrs.LAST_MODIFIED] = _http_date(last_modified)
-        headers[hdrs.ACCEPT_RANGES] = "bytes"
+        headers.update(validator_headers(st, etag))
         if vary:
             headers.add(hdrs.VARY, hdrs.ACCEPT_ENCODING)
 
@@ -451,6 +467,24 @@ def _http_date(timestamp: int) -> str:
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def precompressed_siblings(path: str, accept: str) -> list[tuple[str, str]]:
+    """(encoding, sibling path) of the ``.br``/``.gz`` siblings *accept* admits and that exist."""
+    return [
+        (enc, path + ext)
+        for enc, ext in _ENCODINGS
+        if _http.choose_encoding(accept, (enc,)) == enc and _is_file(path + ext)
+    ]
+
+
+def validator_headers(st: os.stat_result, etag: str) -> dict[str, str]:
+    """The validators and range support that every answer about a file carries."""
+    return {
+        hdrs.ETAG: etag,
+        hdrs.LAST_MODIFIED: _http_date(int(st.st_mtime)),
+        hdrs.ACCEPT_RANGES: "bytes",
+    }
 
 
 def _is_file(path: str) -> bool:

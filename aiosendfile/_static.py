@@ -32,10 +32,29 @@ from urllib.parse import quote
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
+from multidict import CIMultiDict
 
-from ._fileresponse import DEFAULT_INLINE_LIMIT, FileResponse, _inside
+from . import _http
+from ._fileresponse import (
+    DEFAULT_INLINE_LIMIT,
+    FileResponse,
+    _content_type_for,
+    _inside,
+    hot_files,
+    precompressed_siblings,
+    validator_headers,
+)
 
 __all__ = ("StaticResource", "add_static", "static")
+
+# Request headers that need FileResponse's full handling (ranges, preconditions).
+_NOT_PLAIN = (
+    hdrs.RANGE,
+    hdrs.IF_MATCH,
+    hdrs.IF_NONE_MATCH,
+    hdrs.IF_MODIFIED_SINCE,
+    hdrs.IF_UNMODIFIED_SINCE,
+)
 
 
 class StaticResource(web.StaticResource):
@@ -92,12 +111,13 @@ class StaticResource(web.StaticResource):
             await request.writer.drain()
             if expected is not None:
                 return expected
-        return await self._answer(request, match_info["filename"])
+        return self._answer(request, match_info["filename"])
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, request.match_info["filename"])
+        return self._answer(request, request.match_info["filename"])
 
-    async def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
+    def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
+        """The response for *filename*: decided inline (no await: stat and lookups only)."""
         path = self._lexically_checked(filename)
         try:
             st = os.stat(path)
@@ -106,11 +126,44 @@ class StaticResource(web.StaticResource):
         except OSError as exc:  # missing, ENOTDIR (``a.txt/``), ELOOP, ENAMETOOLONG
             raise web.HTTPNotFound() from exc
         if stat.S_ISDIR(st.st_mode):
-            real = os.path.realpath(path)  # noqa: ASYNC240 - directories only, and microseconds
+            real = os.path.realpath(path)  # on the loop: directories only, and microseconds
             if not self._follow_symlinks and not _inside(real, self._root):
                 raise web.HTTPNotFound()
             return self._directory_response(request, path)
+        if self._hot_cache and st.st_size <= self._inline_limit:
+            hot = self._hot_response(request, path, st)
+            if hot is not None:
+                return hot
         return self._file_response(path, st)
+
+    def _hot_response(self, request: web.BaseRequest, path: str, st: os.stat_result) -> web.Response | None:
+        """A plain GET/HEAD of a hot small file, answered with aiohttp's plain ``Response``.
+
+        The same answer ``FileResponse`` gives (the tests compare them header by
+        header), without its per-request work: no response subclass, no range or
+        precondition logic when the request has none. Ranges, conditional
+        requests, a pre-compressed sibling the client accepts, and files not (or
+        no longer) in :data:`hot_files` take the full path, which also fills the cache.
+        """
+        headers = request.headers
+        for name in _NOT_PLAIN:
+            if name in headers:
+                return None
+        if self._precompressed:
+            accept = headers.get(hdrs.ACCEPT_ENCODING)
+            if accept and precompressed_siblings(path, accept):
+                return None
+        entry = hot_files.entry(path, None if self._follow_symlinks else self._root, st)
+        if entry is None:
+            return None
+        answer = entry.headers.get(self._precompressed)
+        if answer is None:
+            answer = CIMultiDict(validator_headers(st, _http.make_etag(st.st_mtime_ns, st.st_size)))
+            if self._precompressed:
+                answer[hdrs.VARY] = hdrs.ACCEPT_ENCODING
+            answer[hdrs.CONTENT_TYPE] = _content_type_for(os.path.basename(path))
+            entry.headers[self._precompressed] = answer
+        return web.Response(body=entry.body, headers=answer.copy())  # aiohttp adds to its copy
 
     def _file_response(self, path: str, st: os.stat_result | None = None) -> FileResponse:
         return FileResponse(

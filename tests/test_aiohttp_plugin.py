@@ -603,6 +603,50 @@ async def test_hot_cache_can_be_turned_off(site: Any, fresh_hot_files: Any) -> N
     assert fresh_hot_files._entries == {}
 
 
+async def test_hot_plain_requests_answer_as_fileresponse_does(
+    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The static handler's hot path (aiohttp's plain Response from the cached bytes) gives the
+    same status, headers (all but Date) and body as FileResponse, and is taken only for plain
+    GET/HEAD of a hot file."""
+    from aiosendfile import _static
+
+    hot, cold = await site(), await site(hot_cache=False)
+    full: list[str] = []
+    real = _static.StaticResource._file_response
+
+    def counting(self: Any, path: str, st: Any = None) -> Any:
+        full.append(os.path.basename(path))
+        return real(self, path, st)
+
+    monkeypatch.setattr(_static.StaticResource, "_file_response", counting)
+    cases: list[tuple[str, str, dict[str, str], bool]] = [  # method, name, headers, takes the hot path
+        ("GET", "small.txt", {}, True),
+        ("HEAD", "small.txt", {}, True),
+        ("GET", "empty.txt", {}, False),  # empty files are not cached
+        ("GET", "archive.tar.gz", {}, True),
+        ("GET", "page.html", {"Accept-Encoding": "identity"}, True),
+        # Its .gz is a symlink out of the root: only the full path sees it as absent.
+        ("GET", "page.html", {"Accept-Encoding": "gzip, br"}, False),
+        ("GET", "doc.txt", {"Accept-Encoding": "identity"}, True),
+        ("GET", "doc.txt", {"Accept-Encoding": "gzip"}, False),  # a sibling to serve
+        ("GET", "small.txt", {"Range": "bytes=1-5"}, False),
+        ("GET", "small.txt", {"If-None-Match": "*"}, False),
+        ("GET", "small.txt", {"If-Modified-Since": "Sun, 06 Nov 1994 08:49:37 GMT"}, False),
+        ("GET", "big.bin", {}, False),  # above the inline limit: never cached
+    ]
+    for method, name, headers, fast in cases:
+        await hot.get(f"/static/{name}", method, **headers)  # fills the cache
+        full.clear()
+        answers = []
+        for s in (hot, cold):
+            status, got, body = await s.get(f"/static/{name}", method, **headers)
+            answers.append((status, sorted((k, v) for k, v in got.items() if k != "Date"), body))
+        assert answers[0] == answers[1], (method, name, headers)
+        assert full.count(name) == (1 if fast else 2), (method, name, headers)  # cold: always the full path
+    assert answers[0][0] == 200
+
+
 def test_hot_files_are_bounded() -> None:
     from aiosendfile._fileresponse import HotFiles
 
@@ -623,7 +667,7 @@ def test_hot_files_are_bounded() -> None:
     assert cache.get("/big", None, st(101, 4)) is None
     cache.put("/short", None, st(10, 5), b"x" * 9)  # bytes that do not match the stat: never kept
     assert cache.get("/short", None, st(9, 5)) is None
-    assert cache._bytes == sum(len(body) for _, body in cache._entries.values())
+    assert cache._bytes == sum(len(entry.body) for entry in cache._entries.values())
 
 
 # -- StaticResource.handle: the same answers without an Application (what `serve` runs) ----
