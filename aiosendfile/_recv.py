@@ -41,7 +41,7 @@ from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_ex
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._target import resolve_socket
-from ._writer import wait_ready
+from ._writer import _outcome, wait_ready
 
 __all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
 
@@ -200,27 +200,42 @@ class _Job:
         )
 
     async def write(self, data: bytes) -> None:
-        """Write *data* at the current end of what has landed, off the loop thread."""
+        """Write *data* at the current end of what has landed, off the loop thread.
+
+        Cancellation-safe: a write already handed to a thread lands whatever we
+        do, so a cancelled caller first waits for it and counts it. The file
+        then holds exactly ``offset..offset+received``.
+        """
         position = self.offset + self.received
         loop = asyncio.get_running_loop()
         if self.fd is not None:
-            await loop.run_in_executor(self.pool, _pwrite_all, self.fd, data, position)
+            pending = loop.run_in_executor(self.pool, _pwrite_all, self.fd, data, position)
         else:
-            await loop.run_in_executor(self.pool, _write_at, self.file, data, position)
-        self.landed(len(data))
+            pending = loop.run_in_executor(self.pool, _write_at, self.file, data, position)
+        try:
+            written = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            self.landed(await _outcome(pending))
+            raise
+        self.landed(written)
 
 
-def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+def _pwrite_all(fd: int, data: bytes, position: int) -> int:
     view = memoryview(data)
     while view:
         n = os.pwrite(fd, view, position)
         view, position = view[n:], position + n
+    return len(data)
 
 
-def _write_at(file: Any, data: bytes, position: int) -> None:
+def _write_at(file: Any, data: bytes, position: int) -> int:
     if file.seekable():
         file.seek(position)
-    file.write(data)
+    view = memoryview(data)
+    while view:
+        n = file.write(view)
+        view = view[len(view) if n is None else n :]  # a raw file may take less
+    return len(data)
 
 
 async def _from_reader_zero_copy(

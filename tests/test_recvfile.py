@@ -268,3 +268,42 @@ async def test_bad_arguments(tmp_path: Path) -> None:
         a.setblocking(True)
         with pytest.raises(ValueError, match="non-blocking"):
             await aiosendfile.recvfile(a, f, 1)
+
+
+async def test_cancelled_during_a_thread_write_counts_what_lands(
+    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while a write into the file runs in the executor (the fallback's write, or a
+    pipe → file drain): that write lands anyway, so recvfile waits for it and counts it. The file
+    position then matches the file's bytes exactly, and they are the stream's first bytes."""
+    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)  # every write in the pool
+    started = threading.Event()
+
+    class SlowDisk(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            def slow() -> Any:
+                started.set()
+                time.sleep(0.3)  # the write is in flight while the task is cancelled
+                return fn(*args, **kwargs)
+
+            return super().submit(slow)
+
+    payload = pattern(2**20, seed=21)
+    conn = await connect()
+    assert conn.client_writer is not None
+    conn.client_writer.write(payload)  # of the promised 8 MiB
+    with SlowDisk(1) as pool, open(tmp_path / "out.bin", "wb") as f:
+        task = asyncio.create_task(aiosendfile.recvfile(server_reader(conn), f, 8 * 2**20, executor=pool))
+        for _ in range(3000):
+            if started.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        position = f.tell()
+    landed = (tmp_path / "out.bin").read_bytes()
+    assert position > 0
+    assert len(landed) == position
+    assert landed == payload[:position]
