@@ -41,7 +41,8 @@ from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_ex
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._target import resolve_socket
-from ._writer import _outcome, wait_ready
+from ._threads import settled
+from ._writer import wait_ready
 
 __all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
 
@@ -215,7 +216,7 @@ class _Job:
         try:
             written = await asyncio.shield(pending)
         except asyncio.CancelledError:
-            self.landed(await _outcome(pending))
+            self.landed(await settled(pending) or 0)
             raise
         self.landed(written)
 

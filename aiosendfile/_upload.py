@@ -21,6 +21,7 @@ from aiohttp import web
 
 from ._options import default_cold_executor
 from ._recv import IncompleteTransferError
+from ._threads import settled
 
 __all__ = ("save_upload",)
 
@@ -46,14 +47,18 @@ async def save_upload(
     pool = executor or default_cold_executor()
     loop = asyncio.get_running_loop()
     own = not hasattr(destination, "write")
-    file: Any = await loop.run_in_executor(pool, _open_for_writing, destination) if own else destination
+    file: Any = (
+        await _in_thread(loop.run_in_executor(pool, _open_for_writing, destination), close=True)
+        if own
+        else destination
+    )
     received = 0
     try:
         while chunk := await request.content.readany():
             received += len(chunk)
             if max_size is not None and received > max_size:
                 raise web.HTTPRequestEntityTooLarge(max_size=max_size, actual_size=received)
-            await loop.run_in_executor(pool, file.write, chunk)
+            await _in_thread(loop.run_in_executor(pool, file.write, chunk))
         if length is not None and received != length:
             raise IncompleteTransferError(
                 f"the client sent {received} of {length} bytes", received=received, expected=length
@@ -63,6 +68,21 @@ async def save_upload(
         if own:
             await loop.run_in_executor(pool, file.close)
     return received
+
+
+async def _in_thread(pending: asyncio.Future[Any], *, close: bool = False) -> Any:
+    """Await a pool call; if we are cancelled, let it finish first (and *close* what it opened).
+
+    So a cancelled upload never closes the file under a write still running in
+    a thread, nor leaks a file a thread opened meanwhile.
+    """
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        result = await settled(pending)
+        if close and result is not None:
+            result.close()
+        raise
 
 
 def _open_for_writing(path: Any) -> IO[bytes]:

@@ -52,6 +52,7 @@ from ._errors import _Progress
 from ._lease import TransportLease
 from ._options import Options
 from ._state import TransferState
+from ._threads import settled
 
 __all__ = ("send_zero_copy", "wait_ready")
 
@@ -115,7 +116,7 @@ async def _send_file(
                 except asyncio.CancelledError:
                     if not job.cancel():
                         # The thread is already sending on our fd: count what it sends, then stop.
-                        state.advance(await _outcome(pending))
+                        state.advance(await settled(pending) or 0)
                         progress.sent = state.sent
                     raise
             else:
@@ -135,16 +136,6 @@ async def _send_file(
             await _wait_writable(loop, out_fd, lease)
         else:
             await asyncio.sleep(0)
-
-
-async def _outcome(pending: asyncio.Future[int]) -> int:
-    """Wait for a pool call to finish, whatever cancels us meanwhile; its byte count or 0."""
-    while not pending.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([pending])
-    if pending.cancelled() or pending.exception() is not None:
-        return 0
-    return pending.result()
 
 
 def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int) -> bool:

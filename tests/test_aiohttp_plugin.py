@@ -26,7 +26,7 @@ from yarl import URL
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
-from .conftest import pattern
+from .conftest import open_fds, pattern
 
 BIG = 3 * 2**20 + 11  # above the inline limit: goes through sendfile
 SMALL = 4096  # at most the inline limit: leaves with the headers
@@ -733,3 +733,52 @@ async def test_low_level_handle_answers_as_the_application_does(tmp_path: Path) 
     finally:
         await bare.close()
         await mounted.close()
+
+
+@pytest.mark.parametrize("stage", ["open", "write"])
+async def test_save_upload_cancelled_while_a_thread_works(tmp_path: Path, stage: str) -> None:
+    """Cancelled while the pool opens the file or writes a chunk: the thread's work finishes
+    first, the file is closed (no fd leaks), and it holds exactly the chunks written."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = threading.Event()
+
+    class SlowDisk(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            def slow() -> Any:
+                if stage == "open" or fn.__name__ == "write":
+                    started.set()
+                    time.sleep(0.3)
+                return fn(*args, **kwargs)
+
+            return super().submit(slow)
+
+    class Body:
+        def __init__(self) -> None:
+            self.chunks = [b"a" * 1000, b"b" * 1000]
+
+        async def readany(self) -> bytes:
+            if self.chunks:
+                return self.chunks.pop(0)
+            await asyncio.sleep(3600)  # the client goes quiet
+            return b""
+
+    class Request:
+        content_length = None
+        content = Body()
+
+    before = open_fds()
+    with SlowDisk(2) as pool:
+        task = asyncio.create_task(sf.save_upload(Request(), tmp_path / "up.bin", executor=pool))  # type: ignore[arg-type]
+        for _ in range(3000):
+            if started.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert started.is_set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert open_fds() == before
+    assert (tmp_path / "up.bin").read_bytes() == (b"" if stage == "open" else b"a" * 1000)
