@@ -14,7 +14,10 @@ import gc
 import os
 import socket
 import ssl
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,37 @@ async def _no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
     yield errors
     await asyncio.sleep(0)
     assert not errors, f"the loop's exception handler was called: {errors}"
+
+
+class SlowDisk(ThreadPoolExecutor):
+    """A pool whose jobs (those *slow* picks) first sleep *delay*: a disk that takes its time.
+
+    ``started`` is set when a slow job begins, and ``threads`` holds the threads they ran on.
+    """
+
+    def __init__(self, workers: int, delay: float, slow: Callable[[Any], bool] = lambda fn: True) -> None:
+        super().__init__(workers)
+        self.delay, self.slow = delay, slow
+        self.started = threading.Event()
+        self.threads: set[int] = set()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            if self.slow(fn):
+                self.threads.add(threading.get_ident())
+                self.started.set()
+                time.sleep(self.delay)
+            return fn(*args, **kwargs)
+
+        return super().submit(run)
+
+
+async def until_set(event: threading.Event, timeout: float = 30.0) -> None:
+    """Wait (without blocking the loop) until another thread sets *event*."""
+    deadline = time.monotonic() + timeout
+    while not event.is_set():
+        assert time.monotonic() < deadline, "the event was never set"
+        await asyncio.sleep(0.01)
 
 
 def open_fds() -> set[int]:

@@ -26,7 +26,7 @@ from yarl import URL
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
-from .conftest import open_fds, pattern
+from .conftest import SlowDisk, open_fds, pattern, until_set
 
 BIG = 3 * 2**20 + 11  # above the inline limit: goes through sendfile
 SMALL = 4096  # at most the inline limit: leaves with the headers
@@ -739,21 +739,6 @@ async def test_low_level_handle_answers_as_the_application_does(tmp_path: Path) 
 async def test_save_upload_cancelled_while_a_thread_works(tmp_path: Path, stage: str) -> None:
     """Cancelled while the pool opens the file or writes a chunk: the thread's work finishes
     first, the file is closed (no fd leaks), and it holds exactly the chunks written."""
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    started = threading.Event()
-
-    class SlowDisk(ThreadPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            def slow() -> Any:
-                if stage == "open" or fn.__name__ == "write":
-                    started.set()
-                    time.sleep(0.3)
-                return fn(*args, **kwargs)
-
-            return super().submit(slow)
 
     class Body:
         def __init__(self) -> None:
@@ -770,13 +755,10 @@ async def test_save_upload_cancelled_while_a_thread_works(tmp_path: Path, stage:
         content = Body()
 
     before = open_fds()
-    with SlowDisk(2) as pool:
+    slow = (lambda fn: True) if stage == "open" else (lambda fn: fn.__name__ == "write")
+    with SlowDisk(2, 0.3, slow) as pool:
         task = asyncio.create_task(sf.save_upload(Request(), tmp_path / "up.bin", executor=pool))  # type: ignore[arg-type]
-        for _ in range(3000):
-            if started.is_set():
-                break
-            await asyncio.sleep(0.01)
-        assert started.is_set()
+        await until_set(pool.started)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -7,7 +7,6 @@ import io
 import socket
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import Connector, pattern, zero_copy_expected
+from .conftest import Connector, SlowDisk, pattern, until_set, zero_copy_expected
 
 
 async def upload(conn: Any, payload: bytes, *, close: bool = True) -> None:
@@ -135,27 +134,16 @@ async def test_file_writes_run_off_the_loop_thread_when_writeback_is_busy(
     pipe → file splice, or the fallback's write) runs in the executor, never on the loop
     thread, and a slow disk still gets every byte in order."""
     monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)
-    writer_threads: set[int] = set()
-
-    class SlowDisk(ThreadPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            def slow() -> Any:
-                writer_threads.add(threading.get_ident())
-                time.sleep(0.02)  # a disk that takes its time with every write
-                return fn(*args, **kwargs)
-
-            return super().submit(slow)
-
     payload = pattern(4 * 2**20 + 11, seed=12)
     conn = await connect()
     sender = asyncio.create_task(upload(conn, payload))
-    with SlowDisk(2) as pool, open(tmp_path / "out.bin", "wb") as f:
+    with SlowDisk(2, 0.02) as pool, open(tmp_path / "out.bin", "wb") as f:
         assert await aiosendfile.recvfile(server_reader(conn), f, len(payload), executor=pool) == len(payload)
         assert f.tell() == len(payload)
     await sender
     assert (tmp_path / "out.bin").read_bytes() == payload
-    assert writer_threads, "no write went through the executor"
-    assert threading.get_ident() not in writer_threads
+    assert pool.threads, "no write went through the executor"
+    assert threading.get_ident() not in pool.threads
     if zero_copy_expected(kind):
         assert _platform.counters.splice_bytes == len(payload)
 
@@ -277,28 +265,13 @@ async def test_cancelled_during_a_thread_write_counts_what_lands(
     pipe → file drain): that write lands anyway, so recvfile waits for it and counts it. The file
     position then matches the file's bytes exactly, and they are the stream's first bytes."""
     monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)  # every write in the pool
-    started = threading.Event()
-
-    class SlowDisk(ThreadPoolExecutor):
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            def slow() -> Any:
-                started.set()
-                time.sleep(0.3)  # the write is in flight while the task is cancelled
-                return fn(*args, **kwargs)
-
-            return super().submit(slow)
-
     payload = pattern(2**20, seed=21)
     conn = await connect()
     assert conn.client_writer is not None
     conn.client_writer.write(payload)  # of the promised 8 MiB
-    with SlowDisk(1) as pool, open(tmp_path / "out.bin", "wb") as f:
+    with SlowDisk(1, 0.3) as pool, open(tmp_path / "out.bin", "wb") as f:  # in flight when cancelled
         task = asyncio.create_task(aiosendfile.recvfile(server_reader(conn), f, 8 * 2**20, executor=pool))
-        for _ in range(3000):
-            if started.is_set():
-                break
-            await asyncio.sleep(0.01)
-        assert started.is_set()
+        await until_set(pool.started)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
