@@ -187,6 +187,8 @@ class FileResponse(web.StreamResponse):
         self._precompressed = precompressed
         self._hot_cache = hot_cache  # small files answered from memory while unchanged (HotFiles)
         self._stat_hint = stat_result  # the static handler's stat of path (saves one syscall)
+        # The static handler's lookup of pre-compressed siblings for this request (saves their stats).
+        self._siblings_hint: list[tuple[str, str]] | None = None
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.prepared:
@@ -211,7 +213,9 @@ class FileResponse(web.StreamResponse):
         candidates: list[tuple[str | None, str]] = []
         accept = request.headers.get(hdrs.ACCEPT_ENCODING) if self._precompressed else None
         if accept:
-            present = precompressed_siblings(self._path, accept)
+            present = self._siblings_hint
+            if present is None:
+                present = precompressed_siblings(self._path, accept)
             if present:
                 chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
                 candidates += [(enc, p) for enc, p in present if enc == chosen]

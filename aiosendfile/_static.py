@@ -130,32 +130,37 @@ class StaticResource(web.StaticResource):
             if not self._follow_symlinks and not _inside(real, self._root):
                 raise web.HTTPNotFound()
             return self._directory_response(request, path)
+        siblings = None
         if self._hot_cache and st.st_size <= self._inline_limit:
-            hot = self._hot_response(request, path, st)
+            hot, siblings = self._hot_response(request, path, st)
             if hot is not None:
                 return hot
-        return self._file_response(path, st)
+        return self._file_response(path, st, siblings)
 
-    def _hot_response(self, request: web.BaseRequest, path: str, st: os.stat_result) -> web.Response | None:
+    def _hot_response(
+        self, request: web.BaseRequest, path: str, st: os.stat_result
+    ) -> tuple[web.Response | None, list[tuple[str, str]] | None]:
         """A plain GET/HEAD of a hot small file, answered with aiohttp's plain ``Response``.
 
         The same answer ``FileResponse`` gives (the tests compare them header by
         header), without its per-request work: no response subclass, no range or
         precondition logic when the request has none. Ranges, conditional
         requests, a pre-compressed sibling the client accepts, and files not (or
-        no longer) in :data:`hot_files` take the full path, which also fills the cache.
+        no longer) in :data:`hot_files` take the full path, which also fills the
+        cache. Second item: the siblings looked up, if any were, for the full
+        path to reuse.
         """
         headers = request.headers
         for name in _NOT_PLAIN:
             if name in headers:
-                return None
-        if self._precompressed:
-            accept = headers.get(hdrs.ACCEPT_ENCODING)
-            if accept and precompressed_siblings(path, accept):
-                return None
+                return None, None
         entry = hot_files.entry(path, None if self._follow_symlinks else self._root, st)
         if entry is None:
-            return None
+            return None, None
+        if self._precompressed and (accept := headers.get(hdrs.ACCEPT_ENCODING)):
+            siblings = precompressed_siblings(path, accept)
+            if siblings:
+                return None, siblings
         answer = entry.headers.get(self._precompressed)
         if answer is None:
             answer = CIMultiDict(validator_headers(st, _http.make_etag(st.st_mtime_ns, st.st_size)))
@@ -163,10 +168,12 @@ class StaticResource(web.StaticResource):
                 answer[hdrs.VARY] = hdrs.ACCEPT_ENCODING
             answer[hdrs.CONTENT_TYPE] = _content_type_for(os.path.basename(path))
             entry.headers[self._precompressed] = answer
-        return web.Response(body=entry.body, headers=answer.copy())  # aiohttp adds to its copy
+        return web.Response(body=entry.body, headers=answer.copy()), None  # aiohttp adds to its copy
 
-    def _file_response(self, path: str, st: os.stat_result | None = None) -> FileResponse:
-        return FileResponse(
+    def _file_response(
+        self, path: str, st: os.stat_result | None = None, siblings: list[tuple[str, str]] | None = None
+    ) -> FileResponse:
+        response = FileResponse(
             path,
             self._chunk_size,
             inline_limit=self._inline_limit,
@@ -176,6 +183,8 @@ class StaticResource(web.StaticResource):
             hot_cache=self._hot_cache,
             stat_result=st,
         )
+        response._siblings_hint = siblings
+        return response
 
     def _lexically_checked(self, filename: str) -> str:
         """The path a request names, or HTTPNotFound if its spelling is not allowed."""

@@ -615,9 +615,9 @@ async def test_hot_plain_requests_answer_as_fileresponse_does(
     full: list[str] = []
     real = _static.StaticResource._file_response
 
-    def counting(self: Any, path: str, st: Any = None) -> Any:
+    def counting(self: Any, path: str, *hints: Any) -> Any:
         full.append(os.path.basename(path))
-        return real(self, path, st)
+        return real(self, path, *hints)
 
     monkeypatch.setattr(_static.StaticResource, "_file_response", counting)
     cases: list[tuple[str, str, dict[str, str], bool]] = [  # method, name, headers, takes the hot path
@@ -645,6 +645,29 @@ async def test_hot_plain_requests_answer_as_fileresponse_does(
         assert answers[0] == answers[1], (method, name, headers)
         assert full.count(name) == (1 if fast else 2), (method, name, headers)  # cold: always the full path
     assert answers[0][0] == 200
+
+
+async def test_siblings_are_looked_up_once_per_request(
+    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hot file whose accepted .gz sibling exists: the hot path's lookup of the siblings is
+    handed to the full path, not repeated (one stat per admitted encoding)."""
+    from aiosendfile import _fileresponse
+
+    s = await site()
+    await s.get("/static/doc.txt", **{"Accept-Encoding": "identity"})  # doc.txt is now hot
+    looked_up: list[str] = []
+    real = _fileresponse._is_file
+
+    def counting(path: str) -> bool:
+        looked_up.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_fileresponse, "_is_file", counting)
+    status, headers, body = await s.get("/static/doc.txt", **{"Accept-Encoding": "gzip"})
+    assert (status, headers["Content-Encoding"]) == (200, "gzip")
+    assert body == (s.root / "doc.txt.gz").read_bytes()
+    assert [os.path.basename(p) for p in looked_up] == ["doc.txt.gz"]
 
 
 def test_hot_files_are_bounded() -> None:
