@@ -211,6 +211,49 @@ async def run_clients(mode: str, config: dict[str, Any], tmp_path: Path) -> asyn
     )
 
 
+@contextlib.asynccontextmanager
+async def slow_clients(
+    site: Site, ca: Path | None, tmp_path: Path, *, clients: int, dribblers: int, path: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The "slow" clients: each asks for *path* and then stops reading; *dribblers* of them
+    send a partial request first. Killed on the way out if still running."""
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+    config = {
+        "host": "127.0.0.1",
+        "port": site.port,
+        "ca": str(ca) if ca else None,
+        "clients": clients,
+        "dribblers": dribblers,
+        "request": request + "\r\n",
+        "partial": request if dribblers else "",
+    }
+    proc = await run_clients("slow", config, tmp_path)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def until_ready(proc: asyncio.subprocess.Process) -> None:
+    """Wait for the clients' "ready" line: every connection is open and has sent its request."""
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 120)
+    assert line.strip() == b"ready", line
+
+
+async def let_go(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    """Tell the slow clients to close (end of their stdin) and return their report."""
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.close()
+    out = await asyncio.wait_for(proc.stdout.read(), 60)
+    await asyncio.wait_for(proc.wait(), 60)
+    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 async def idle_connections_peak(site: Site, ca: Path | None, n: int, tmp_path: Path) -> int:
     """Peak RSS growth while *n* connections are open and idle.
 
@@ -221,35 +264,13 @@ async def idle_connections_peak(site: Site, ca: Path | None, n: int, tmp_path: P
     gc.collect()
     malloc_trim()
     before, fds_before = rss(), fd_count()
-    proc = await run_clients(
-        "slow",
-        {
-            "host": "127.0.0.1",
-            "port": site.port,
-            "ca": str(ca) if ca else None,
-            "clients": n,
-            "dribblers": 0,
-            "request": "GET /s/tiny.txt HTTP/1.1\r\nHost: x\r\n\r\n",
-            "partial": "",
-        },
-        tmp_path,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdin is not None
+    async with slow_clients(site, ca, tmp_path, clients=n, dribblers=0, path="/s/tiny.txt") as proc:
         async with Sampler() as sampler:
-            line = await asyncio.wait_for(proc.stdout.readline(), 120)
-            assert line.strip() == b"ready", line
+            await until_ready(proc)
             await _until(lambda: fd_count() >= fds_before + n, timeout=30)
             await asyncio.sleep(1.0)
-        proc.stdin.close()
-        out = await asyncio.wait_for(proc.stdout.read(), 60)
-        await asyncio.wait_for(proc.wait(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert json.loads(out.decode().strip().splitlines()[-1])["closed_by_server"] == 0
+        result = await let_go(proc)
+    assert result["closed_by_server"] == 0
     await _until(lambda: fd_count() <= fds_before, timeout=30)
     return sampler.max_rss - before
 
@@ -449,24 +470,10 @@ async def test_slowloris_does_not_starve_a_fast_client(
 
     prober = asyncio.create_task(probe())
     t0 = time.monotonic()
-    proc = await run_clients(
-        "slow",
-        {
-            "host": "127.0.0.1",
-            "port": site.port,
-            "ca": str(ca) if tls else None,
-            "clients": SLOW_CLIENTS,
-            "dribblers": DRIBBLERS,
-            "request": "GET /s/big.bin HTTP/1.1\r\nHost: x\r\n\r\n",
-            "partial": "GET /s/big.bin HTTP/1.1\r\nHost: x\r\n",
-        },
-        tmp_path,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdin is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 120)
-        assert line.strip() == b"ready", line
+    async with slow_clients(
+        site, ca if tls else None, tmp_path, clients=SLOW_CLIENTS, dribblers=DRIBBLERS, path="/s/big.bin"
+    ) as proc:
+        await until_ready(proc)
         setup = time.monotonic() - t0
         await asyncio.sleep(1.0)  # the stalled transfers fill their sockets and wait
         held_fds = fd_count() - fds_before
@@ -491,14 +498,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
                 await asyncio.sleep(0.05)
         rss_during = rss()
         fds_end = fd_count() - fds_before
-        proc.stdin.close()
-        out = await asyncio.wait_for(proc.stdout.read(), 60)
-        await asyncio.wait_for(proc.wait(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    result = json.loads(out.decode().strip().splitlines()[-1])
+        result = await let_go(proc)
     stop.set()
     await prober
     await _until(lambda: fd_count() <= fds_before + 2, timeout=30)  # every aborted transfer cleaned up
