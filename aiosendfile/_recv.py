@@ -41,7 +41,7 @@ from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_ex
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._target import resolve_socket
-from ._threads import settled
+from ._threads import shielded
 from ._writer import wait_ready
 
 __all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
@@ -213,12 +213,7 @@ class _Job:
             pending = loop.run_in_executor(self.pool, _pwrite_all, self.fd, data, position)
         else:
             pending = loop.run_in_executor(self.pool, _write_at, self.file, data, position)
-        try:
-            written = await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            self.landed(await settled(pending) or 0)
-            raise
-        self.landed(written)
+        self.landed(await shielded(pending, lambda written: self.landed(written or 0)))
 
 
 def _pwrite_all(fd: int, data: bytes, position: int) -> int:

@@ -3,17 +3,18 @@
 A call submitted to an executor runs to its end once a thread has picked it
 up: cancelling the task that awaits it does not stop the write or open it
 does. Code that must account for such a call (bytes that landed in a file, a
-file that was opened) shields it, and on cancellation waits with
-:func:`settled` before re-raising.
+file that was opened) awaits it with :func:`shielded`, which on cancellation
+waits for it (:func:`settled`) and hands over its result before re-raising.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ("settled",)
+__all__ = ("settled", "shielded")
 
 _T = TypeVar("_T")
 
@@ -26,3 +27,14 @@ async def settled(pending: asyncio.Future[_T]) -> _T | None:
     if pending.cancelled() or pending.exception() is not None:
         return None
     return pending.result()
+
+
+async def shielded(pending: asyncio.Future[_T], if_cancelled: Callable[[_T | None], object]) -> _T:
+    """Await *pending*. If we are cancelled meanwhile, let it finish, pass its result (None
+    if it failed) to *if_cancelled* (count it, close it), then re-raise."""
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        result = await settled(pending)
+        if_cancelled(result)
+        raise

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ._options import default_cold_executor
 from ._recv import IncompleteTransferError
-from ._threads import settled
+from ._threads import shielded
 
 __all__ = ("save_upload",)
 
@@ -48,7 +48,7 @@ async def save_upload(
     loop = asyncio.get_running_loop()
     own = not hasattr(destination, "write")
     file: Any = (
-        await _in_thread(loop.run_in_executor(pool, _open_for_writing, destination), close=True)
+        await shielded(loop.run_in_executor(pool, _open_for_writing, destination), _close_if_opened)
         if own
         else destination
     )
@@ -58,7 +58,8 @@ async def save_upload(
             received += len(chunk)
             if max_size is not None and received > max_size:
                 raise web.HTTPRequestEntityTooLarge(max_size=max_size, actual_size=received)
-            await _in_thread(loop.run_in_executor(pool, file.write, chunk))
+            # A write still running when we are cancelled finishes before the file is closed.
+            await shielded(loop.run_in_executor(pool, file.write, chunk), lambda written: None)
         if length is not None and received != length:
             raise IncompleteTransferError(
                 f"the client sent {received} of {length} bytes", received=received, expected=length
@@ -70,19 +71,10 @@ async def save_upload(
     return received
 
 
-async def _in_thread(pending: asyncio.Future[Any], *, close: bool = False) -> Any:
-    """Await a pool call; if we are cancelled, let it finish first (and *close* what it opened).
-
-    So a cancelled upload never closes the file under a write still running in
-    a thread, nor leaks a file a thread opened meanwhile.
-    """
-    try:
-        return await asyncio.shield(pending)
-    except asyncio.CancelledError:
-        result = await settled(pending)
-        if close and result is not None:
-            result.close()
-        raise
+def _close_if_opened(file: IO[bytes] | None) -> None:
+    """A cancelled upload must not leak the file a thread opened meanwhile."""
+    if file is not None:
+        file.close()
 
 
 def _open_for_writing(path: Any) -> IO[bytes]:
