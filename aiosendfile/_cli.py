@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
+from ._cli_common import Parser, port
 
 __all__ = ("main",)
 
@@ -31,41 +32,29 @@ SHUTDOWN_TIMEOUT = 0.5  # seconds open connections get to finish on stop
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiosendfile", description="Zero-copy file serving for asyncio.")
+    from ._transfer_cli import add_commands
+
+    parser = Parser(prog="aiosendfile", description="Zero-copy file serving for asyncio.")
     parser.add_argument("--version", action="version", version=f"aiosendfile {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     serve = commands.add_parser("serve", help="serve a directory over HTTP", description=__doc__)
     serve.add_argument("directory", nargs="?", default=".", help="directory to serve (default: .)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    serve.add_argument("--port", type=port, default=8000, help="port (default: 8000; 0 picks a free one)")
     serve.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto", help="event loop")
     serve.add_argument("--workers", type=int, default=1, help="processes sharing the port (default: 1)")
     serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
     serve.add_argument("--show-index", action="store_true", help="list directories without index.html")
     serve.add_argument("--follow-symlinks", action="store_true", help="serve symlinks that point outside")
-    send = commands.add_parser("send", help="send a file to 'aiosendfile recv' (zero-copy, checksummed)")
-    send.add_argument("file")
-    send.add_argument("address", metavar="HOST:PORT")
-    recv = commands.add_parser("recv", help="receive one file from 'aiosendfile send' (zero-copy)")
-    recv.add_argument("out", help="where to write the file")
-    recv.add_argument(
-        "--listen", default="127.0.0.1:9000", metavar="HOST:PORT", help="(default: 127.0.0.1:9000)"
-    )
-    recv.add_argument("--resume", action="store_true", help="keep a verified partial OUT and fetch the rest")
+    add_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "send":
-        from ._transfer_cli import send_main
-
-        return send_main(args)
-    if args.command == "recv":
-        from ._transfer_cli import recv_main
-
-        return recv_main(args)
-    return _serve_command(args)
+    if args.command == "serve":
+        return _serve_command(args)
+    return int(args.run(args))
 
 
 # -- serve ---------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ._api import sendfile
+from ._cli_common import address, destination
 from ._recv import recvfile
 
-__all__ = ("recv_main", "send_main")
+__all__ = ("add_commands", "recv_main", "send_main")
 
 LINE_LIMIT = 64 * 1024
 
@@ -101,11 +102,23 @@ def _summary(verb: str, moved: int, elapsed: float, extra: str) -> str:
     return f"{verb} {moved} bytes in {elapsed:.2f}s ({rate:.0f} MB/s){extra}"
 
 
-def _split_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise SystemExit(f"aiosendfile: expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+def add_commands(commands: Any) -> None:
+    """Add ``send`` and ``recv`` to the ``aiosendfile`` command line (*commands*: its subparsers)."""
+    send = commands.add_parser("send", help="send a file to 'aiosendfile recv' (zero-copy, checksummed)")
+    send.add_argument("file")
+    send.add_argument("address", metavar="HOST:PORT", type=destination)
+    send.set_defaults(run=send_main)
+    recv = commands.add_parser("recv", help="receive one file from 'aiosendfile send' (zero-copy)")
+    recv.add_argument("out", help="where to write the file")
+    recv.add_argument(
+        "--listen",
+        default=("127.0.0.1", 9000),
+        type=address,
+        metavar="HOST:PORT",
+        help="(default: 127.0.0.1:9000)",
+    )
+    recv.add_argument("--resume", action="store_true", help="keep a verified partial OUT and fetch the rest")
+    recv.set_defaults(run=recv_main)
 
 
 # -- send ------------------------------------------------------------------------------------
@@ -142,7 +155,7 @@ async def send_file(path: str, host: str, port: int) -> str:
 
 
 def send_main(args: Any) -> int:
-    host, port = _split_address(args.address)
+    host, port = args.address
     try:
         print(asyncio.run(send_file(args.file, host, port)), flush=True)
     except TransferFailed as exc:
@@ -223,7 +236,7 @@ async def _receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, o
 
 
 def recv_main(args: Any) -> int:
-    host, port = _split_address(args.listen)
+    host, port = args.listen
 
     def ready(bound: int) -> None:
         print(f"aiosendfile recv listening on {host}:{bound}, writing {args.out}", flush=True)

@@ -200,3 +200,39 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", ".", "--port", "99999"],
+        ["serve", ".", "--port", "65536"],
+        ["serve", ".", "--port", "-1"],
+        ["serve", ".", "--port", "http"],
+        ["send", "README.md", "127.0.0.1:99999"],
+        ["send", "README.md", "127.0.0.1:0"],
+        ["send", "README.md", "127.0.0.1"],
+        ["recv", "out.bin", "--listen", "127.0.0.1:99999"],
+        ["recv", "out.bin", "--listen", "127.0.0.1:-1"],
+    ],
+)
+def test_bad_ports_are_refused_in_one_line_at_once(tmp_path: Path, argv: list[str]) -> None:
+    """Every command checks ports the same way: no wrap-around (99999 → 34463), no cryptic resolver text."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"aiosendfile {argv[0]}: ")
+    assert "port" in lines[0].lower()
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out.bin").exists()

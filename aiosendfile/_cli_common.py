@@ -1,0 +1,98 @@
+"""What every command line shares: one parser behaviour, one port rule, OS errors said in words.
+
+- :class:`Parser` reports a bad argument in one line (``aiosendfile serve: --port: ...``)
+  and exits 2, instead of argparse's usage block.
+- :func:`port` and :func:`address` are the only places a port is checked (0-65535;
+  a destination port is 1-65535). ``getaddrinfo`` would otherwise take 99999 as
+  34463 (mod 65536) and say "Servname not supported" for -1.
+- :func:`in_words` turns an ``OSError`` into something a user acts on, instead of
+  ``[Errno 104] Connection reset by peer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from typing import NoReturn
+
+__all__ = ("Parser", "address", "destination", "in_words", "port")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported in one line and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def port(text: str) -> int:
+    """A port to listen on: 0 (the system picks a free one) to 65535."""
+    return _port(text, lowest=0)
+
+
+def _port(text: str, *, lowest: int) -> int:
+    value = text.strip()
+    if not value.isdigit() or not lowest <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from {lowest} to 65535, not {text!r}")
+    return int(value)
+
+
+def _split(text: str, *, lowest: int, default_host: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (for example 127.0.0.1:9000), not {text!r}")
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):  # [::1]:9000
+        host = host[1:-1]
+    return host or default_host, _port(port_text, lowest=lowest)
+
+
+def address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` to listen on (port 0 picks a free one; an empty host is 127.0.0.1)."""
+    return _split(text, lowest=0, default_host="127.0.0.1")
+
+
+def destination(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` to connect to (port 1-65535)."""
+    return _split(text, lowest=1, default_host="127.0.0.1")
+
+
+_WORDS = {
+    errno.ECONNREFUSED: "nothing is listening there (connection refused)",
+    errno.ECONNRESET: "the other side dropped the connection",
+    errno.EPIPE: "the other side closed the connection",
+    errno.ECONNABORTED: "the connection was aborted",
+    errno.ETIMEDOUT: "the other side did not answer in time",
+    errno.EHOSTUNREACH: "that host cannot be reached",
+    errno.ENETUNREACH: "that network cannot be reached",
+    errno.EADDRINUSE: "the address is already in use by another program",
+    errno.EADDRNOTAVAIL: "that address is not one of this machine's",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOENT: "no such file or directory",
+    errno.EISDIR: "it is a directory",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+def in_words(exc: BaseException) -> str:
+    """One short phrase for an error, in words a user acts on (no errno numbers)."""
+    if isinstance(exc, OSError):
+        if exc.errno in _WORDS:
+            return _WORDS[exc.errno]
+        if exc.strerror:
+            return exc.strerror[0].lower() + exc.strerror[1:]
+        if isinstance(exc, (ConnectionError, EOFError)):
+            return "the connection was lost"
+    text = str(exc)
+    return text or type(exc).__name__
+
+
+def fail(prog: str, message: str, status: int = 1) -> int:
+    """Print ``prog: message`` on stderr and return *status* (for ``return fail(...)``)."""
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    return status
