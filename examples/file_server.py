@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 
 import aiosendfile
@@ -30,7 +31,10 @@ async def serve(path: str, host: str, port: int) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, host, port)
+    try:
+        server = await asyncio.start_server(handle, host, port)
+    except OSError as exc:
+        raise SystemExit(f"file_server: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     print(f"serving {path} ({size} bytes) on {host}:{port}", flush=True)
     async with server:
         await server.serve_forever()
@@ -43,6 +47,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     args = parser.parse_args()
+    if not os.path.isfile(args.file):
+        raise SystemExit(f"file_server: {args.file}: not a file")
     runner = asyncio.run
     if args.loop != "asyncio":
         try:
@@ -52,6 +58,7 @@ def main() -> None:
         except ImportError:
             if args.loop == "uvloop":
                 raise
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop as quietly as on Ctrl-C
     with contextlib.suppress(KeyboardInterrupt):
         runner(serve(args.file, args.host, args.port))
 

@@ -1,0 +1,70 @@
+"""The examples as a newcomer runs them: they work, and bad input gets one line, not a traceback."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import pattern
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_file_server_and_client_move_a_file(tmp_path: Path, loop: str) -> None:
+    src, out = tmp_path / "src.bin", tmp_path / "out.bin"
+    src.write_bytes(pattern(3_000_000))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "file_server.py"), str(src), "--port", str(port), "--loop", loop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert re.search(r"serving .* on 127\.0\.0\.1:\d+", server.stdout.readline())
+        client = run(str(EXAMPLES / "file_client.py"), str(out), "--port", str(port))
+        assert client.returncode == 0, client.stderr
+        assert ": ok" in client.stdout
+        assert out.read_bytes() == src.read_bytes()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0
+    assert "Traceback" not in err
+
+
+def test_file_client_without_a_server_says_so(tmp_path: Path) -> None:
+    done = run(str(EXAMPLES / "file_client.py"), str(tmp_path / "out.bin"), "--port", str(free_port()))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "cannot connect" in done.stderr
+    assert "file_server.py" in done.stderr
+
+
+def test_file_server_with_a_missing_file_says_so(tmp_path: Path) -> None:
+    done = run(str(EXAMPLES / "file_server.py"), str(tmp_path / "missing.bin"), "--port", str(free_port()))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "not a file" in done.stderr
