@@ -23,19 +23,28 @@ def _works(exe: str) -> bool:
         return False
 
 
-def _interpreter(version: str) -> str | None:
-    """``pythonX.Y`` from PATH, else from a pyenv install (whose shims only run the global one)."""
-    exe = shutil.which(f"python{version}")
-    if exe and _works(exe):
-        return version
+def _put_pyenv_versions_on_path() -> None:
+    """Let nox find every pyenv-installed Python by version (pyenv's shims run only the global one).
+
+    Sessions keep version names (``tests-3.12``) whatever PATH holds: a ``pythonX.Y`` that does not
+    run is shadowed by pyenv's real interpreter of that version, when one is installed.
+    """
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    for candidate in sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"), reverse=True):
-        if _works(candidate):
-            return candidate
-    return None
+    extra = []
+    for version in PYTHONS:
+        exe = shutil.which(f"python{version}")
+        if exe and _works(exe):
+            continue
+        for candidate in sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"), reverse=True):
+            if _works(candidate):
+                extra.append(os.path.dirname(candidate))
+                break
+    if extra:
+        os.environ["PATH"] = os.pathsep.join([*extra, os.environ.get("PATH", "")])
 
 
-INSTALLED = [exe for v in PYTHONS if (exe := _interpreter(v))] or PYTHONS
+_put_pyenv_versions_on_path()
+INSTALLED = [v for v in PYTHONS if (exe := shutil.which(f"python{v}")) and _works(exe)] or PYTHONS
 
 
 # What differs between Python versions is asyncio itself (sslproto, streams, cancellation): these
