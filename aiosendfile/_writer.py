@@ -16,10 +16,11 @@ Theory of operation
   can be intercepted). After we return, the transport's buffer is empty and
   later writes follow the file.
 * **Bounded work per wakeup.** One attempt moves at most ``max_chunk`` bytes.
-  After a full chunk we yield (``sleep(0)``) so other connections run. After
-  a short one the socket buffer is full, so we wait until the poller says it
-  is writable again. That wait yields too, and it avoids a string of tiny
-  sends.
+  After a full chunk we yield behind every timer and I/O callback that came
+  due meanwhile, and behind the tasks they wake (``_yield_to_others``), so a
+  waiting task is late by at most the chunk in progress. After a short one
+  the socket buffer is full, so we wait until the poller says it is writable
+  again. That wait yields too, and it avoids a string of tiny sends.
 * **Resuming.** The file offset is ours (``TransferState.position``) and goes
   to ``sendfile`` explicitly, so the file's own position is never read.
   After EAGAIN we simply try again from the same offset.
@@ -135,7 +136,7 @@ async def _send_file(
         if n < size:
             await _wait_writable(loop, out_fd, lease)
         else:
-            await asyncio.sleep(0)
+            await _yield_to_others(loop)
 
 
 def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int) -> bool:
@@ -151,6 +152,32 @@ def _is_cold(file_fd: int, position: int, size: int, options: Options, device: i
     if first is None:
         return True  # cannot tell: the conservative path
     return not (first and _platform.page_cached(file_fd, last, device))
+
+
+async def _yield_to_others(loop: asyncio.AbstractEventLoop) -> None:
+    """Give way after a full chunk to every callback that came due meanwhile and what it wakes.
+
+    ``asyncio.sleep(0)`` resumes us in the next loop iteration ahead of the
+    timers and I/O callbacks that iteration finds due, and a task waiting on
+    one of those needs one more iteration (the callback sets its future, the
+    future's callback resumes it): it waited for the chunk in progress and two
+    more on stock asyncio, one more on uvloop.
+    A zero-delay timer queues us behind them instead (stock asyncio runs due
+    timers in deadline order, after I/O callbacks; uvloop turns a zero delay
+    into ``call_soon``, one hop more than the woken task needs), so such a
+    task waits for at most the chunk in progress. Cost: one loop iteration.
+    """
+    woken: asyncio.Future[None] = loop.create_future()
+    timer = loop.call_later(0, _wake, woken)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 async def _send_all(

@@ -190,6 +190,55 @@ async def test_two_transfers_share_the_loop(connect: Connector, make_file: Any) 
     assert other_share >= 0.25, f"the other transfer had sent only {other_share:.0%} when one finished"
 
 
+@pytest.mark.parametrize("source", ["timer", "io"])
+async def test_a_task_woken_during_a_chunk_runs_before_the_next_chunk(
+    make_file: Any, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    """A callback that came due during a full chunk, and the task it wakes, run before the next chunk.
+
+    With ``sleep(0)`` after a full chunk the writer was resumed ahead of them:
+    on stock asyncio such a task waited for two more chunks (the loop stall
+    benchmark's 1 ms ticker was late by about three ``sendfile`` calls), on
+    uvloop for one. The sends are faked (every chunk "goes" in full), so the
+    order does not depend on socket buffers or timing.
+    """
+    loop = asyncio.get_running_loop()
+    events: list[str] = []
+    woken: asyncio.Future[None] = loop.create_future()
+    rsock, wsock = socket.socketpair()
+
+    def due() -> None:
+        events.append("due")
+        if source == "io":
+            loop.remove_reader(rsock.fileno())
+        woken.set_result(None)
+
+    def fake_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        events.append("chunk")
+        if events.count("chunk") == 4:  # something becomes ready while this chunk is sent
+            if source == "timer":
+                loop.call_at(loop.time() - 1, due)  # a timer whose deadline passed during the chunk
+            else:
+                wsock.send(b"x")  # a readable socket, seen by the next poll
+                loop.add_reader(rsock.fileno(), due)
+        return count
+
+    async def waiter() -> None:
+        await woken
+        events.append("woke")
+
+    monkeypatch.setattr(_platform, "sendfile_once", fake_sendfile)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    with a, b, rsock, wsock, open(make_file(16 * 2**16), "rb") as f:
+        task = asyncio.create_task(waiter())
+        assert await aiosendfile.sock_sendfile(a, f, max_chunk=2**16, probe=False) == 16 * 2**16
+        await task
+    armed = 4  # the 4th chunk armed the wake-up: index of the first event after it
+    after = events[armed : events.index("woke")]
+    assert after == ["due"], f"chunks sent between the wake-up and the woken task: {events}"
+
+
 @pytest.mark.parametrize(("size", "count"), [(0, None), (1, None), (700_001, None), (700_001, 5)])
 async def test_headers_and_trailers_order(
     connect: Connector, kind: str, make_file: Any, size: int, count: Any
