@@ -28,6 +28,32 @@ protocol's help we borrow it through public transport APIs only:
    the user's writing if we swallowed its resume, restore its limits (which
    may pause it again, correctly) and resume reading.
 
+A TLS connection fresh from its handshake
+-----------------------------------------
+uvloop (checked: 0.23.0, ``uvloop/sslproto.pyx``) ends a server-side handshake
+with ciphertext still in its outgoing memory BIO: the TLS 1.3 session tickets,
+or under TLS 1.2 the server's ChangeCipherSpec and Finished. It does not send
+it then: ``_on_handshake_complete`` calls ``connection_made`` (which, for
+``asyncio.start_server``, schedules the handler task) and *then* schedules its
+first ``_do_read`` with ``call_soon``, and only that ``_do_read`` sends the
+BIO. So when ``sendfile`` is the handler's first await, step 1 pauses reading
+before that ``_do_read`` runs, and a ``_do_read`` with reading paused skips
+its flush. The bytes stay buffered, ``get_write_buffer_size()`` never falls to
+zero, nothing else would send them, and the wait for "everything written
+before the call has left" lasts until the peer gives up (under TLS 1.2 the
+peer cannot even finish its handshake). CPython's ``asyncio.sslproto`` calls
+``_do_read()`` synchronously at the end of the handshake, so it never shows.
+
+So, when a TLS transport holds bytes as we take it over, :meth:`acquire`
+runs its write path once with nothing to write: ``writelines(())``. uvloop's
+(and CPython's) ``_write_appdata`` then encrypts nothing, sends what the BIO
+holds (unless the socket transport under it is paused: then its
+``resume_writing`` sends it) and reports flow control, so the resume we wait
+for comes. This is the flush the suppressed ``_do_read`` would have done.
+It reads no private state (uvloop's are C fields, unreachable from Python)
+and costs nothing where nothing waits. Elsewhere (``write(b"")`` returns
+early in both loops) an empty ``writelines`` writes nothing either.
+
 While the lease is held, the transfer may also use the write path itself
 (the userspace fallback). It uses :meth:`write` and :meth:`drain`, which go to
 the unshadowed methods and respect whatever limits it set.
@@ -71,7 +97,8 @@ class TransportLease(asyncio.Protocol):
         self._user_protocol = transport.get_protocol()
         self._was_reading = _is_reading(transport)
         self._limits = transport.get_write_buffer_limits()  # (low, high)
-        self._transport_write = transport.write  # the real one, kept before guarding
+        self._transport_write = transport.write  # the real ones, kept before guarding
+        self._transport_writelines = getattr(transport, "writelines", None)  # a duck-typed one may lack it
         self._paused = False  # our mirror of the transport's "protocol paused" flag
         # The first flow-control event we hear tells what the flag was when we
         # took over, and so what the user's protocol still believes: a
@@ -104,6 +131,11 @@ class TransportLease(asyncio.Protocol):
             for obj in (transport, self._writer):
                 if obj is not None:
                     self._shadow(obj)
+            kick = self._transport_writelines
+            if kick is not None and transport.get_write_buffer_size() > 0 and _is_tls(transport):
+                # Send what a fresh TLS handshake left buffered (see "A TLS connection
+                # fresh from its handshake"): no flush would come while reading is paused.
+                kick(())
         except BaseException:
             self.release()
             raise
@@ -260,6 +292,10 @@ def _tls_shutting_down(transport: Any) -> bool:
     state = getattr(getattr(transport, "_ssl_protocol", None), "_state", None)
     name = getattr(state, "name", None)
     return name is not None and name != "WRAPPED"
+
+
+def _is_tls(transport: Any) -> bool:
+    return transport.get_extra_info("sslcontext") is not None
 
 
 def _is_reading(transport: asyncio.BaseTransport) -> bool:
