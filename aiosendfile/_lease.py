@@ -41,8 +41,9 @@ before that ``_do_read`` runs, and a ``_do_read`` with reading paused skips
 its flush. The bytes stay buffered, ``get_write_buffer_size()`` never falls to
 zero, nothing else would send them, and the wait for "everything written
 before the call has left" lasts until the peer gives up (under TLS 1.2 the
-peer cannot even finish its handshake). CPython's ``asyncio.sslproto`` calls
-``_do_read()`` synchronously at the end of the handshake, so it never shows.
+peer cannot even finish its handshake). CPython's ``asyncio.sslproto`` (3.11+)
+calls ``_do_read()`` synchronously at the end of the handshake, so it never
+shows there.
 
 So, when a TLS transport holds bytes as we take it over, :meth:`acquire`
 runs its write path once with nothing to write: ``writelines(())``. uvloop's
@@ -50,8 +51,9 @@ runs its write path once with nothing to write: ``writelines(())``. uvloop's
 holds (unless the socket transport under it is paused: then its
 ``resume_writing`` sends it) and reports flow control, so the resume we wait
 for comes. This is the flush the suppressed ``_do_read`` would have done.
-It reads no private state (uvloop's are C fields, unreachable from Python)
-and costs nothing where nothing waits. Elsewhere (``write(b"")`` returns
+It reads no private state (uvloop's ``_state``, ``_app_reading_paused`` and
+``_outgoing`` are C fields, unreachable from Python) and costs nothing where
+nothing waits. Elsewhere (``write(b"")`` returns
 early in both loops) an empty ``writelines`` writes nothing either.
 
 While the lease is held, the transfer may also use the write path itself
