@@ -15,10 +15,21 @@ Path rules (a request never reaches outside ``directory``):
 * The file actually opened (and a directory's real path) must lie inside the
   real ``directory``, unless ``follow_symlinks=True``. Then symlinks may
   point anywhere, but the request path itself still cannot climb out.
+* Dotfiles are hidden unless ``show_dotfiles=True``: a request whose path has
+  any component starting with ``.`` (``/.env``, ``/.git/config``,
+  ``/a/.ssh/id_rsa``, after percent-decoding) → 404, and listings leave such
+  names out. Only a leading ``/.well-known/`` is served (RFC 8615). As nginx's
+  usual ``location ~ /\\. { deny all; }``, this looks at the request path only:
+  a normally named symlink to a dot directory is served.
+* A name that is not valid UTF-8 is decoded from the raw request bytes (as the
+  file system names it), so a listing's link to it fetches it.
 * A directory: without a trailing slash → 301 to add it (query kept, as nginx
   does, so relative links work). With one → ``index.html`` if present, a
   listing if ``show_index=True``, else 403. A file named with a trailing slash
   (``/a.txt/``) → 404.
+* A listing (nginx autoindex style): a parent link except at the root,
+  directories first and with a trailing ``/``, then files, each sorted by name
+  (bytes), with a size (``-`` for directories) and a UTC modification date.
 """
 
 from __future__ import annotations
@@ -26,9 +37,10 @@ from __future__ import annotations
 import html
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
@@ -75,6 +87,7 @@ class StaticResource(web.StaticResource):
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         precompressed: bool = True,
         hot_cache: bool = True,
+        show_dotfiles: bool = False,
     ) -> None:
         super().__init__(
             prefix,
@@ -92,6 +105,7 @@ class StaticResource(web.StaticResource):
         self._inline_limit = inline_limit
         self._precompressed = precompressed
         self._hot_cache = hot_cache
+        self._show_dotfiles = show_dotfiles
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Answer *request* with no ``Application`` around: a handler for ``web.Server``.
@@ -118,6 +132,8 @@ class StaticResource(web.StaticResource):
 
     def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
         """The response for *filename*: decided inline (no await: stat and lookups only)."""
+        if "%" in filename:  # maybe bytes yarl left encoded (not UTF-8): decode them as the OS names files
+            filename = self._raw_filename(request, filename)
         path = self._lexically_checked(filename)
         try:
             st = os.stat(path)
@@ -186,12 +202,30 @@ class StaticResource(web.StaticResource):
         response._siblings_hint = siblings
         return response
 
+    def _raw_filename(self, request: web.BaseRequest, filename: str) -> str:
+        """*filename* decoded from the request's raw bytes, with ``os.fsdecode`` (surrogateescape).
+
+        yarl leaves percent-escapes that are not UTF-8 encoded (``/%FF`` gives
+        ``%FF``, as does ``/%25FF``), so a file whose name is not UTF-8 could not
+        be named. Decoding the raw path here gives the same result as aiohttp's
+        for valid UTF-8 and the file system's name otherwise.
+        """
+        full = os.fsdecode(unquote_to_bytes(request.rel_url.raw_path))
+        head = self._prefix + "/"
+        return full[len(head) :] if full.startswith(head) else filename
+
     def _lexically_checked(self, filename: str) -> str:
         """The path a request names, or HTTPNotFound if its spelling is not allowed."""
         if "\x00" in filename or "\\" in filename or filename.startswith("/"):
             raise web.HTTPNotFound()
         if ".." in filename and ".." in filename.split("/"):
             raise web.HTTPNotFound()
+        if not self._show_dotfiles and (filename.startswith(".") or "/." in filename):
+            parts = filename.split("/")
+            if parts[0] == ".well-known":
+                parts = parts[1:]
+            if any(part.startswith(".") and part != "." for part in parts):
+                raise web.HTTPNotFound()
         return self._root_slash + filename if filename else self._root  # (no leading "/": checked)
 
     def _directory_response(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
@@ -205,20 +239,76 @@ class StaticResource(web.StaticResource):
             if os.path.isfile(index):
                 return self._file_response(index)
         if self._show_index:
-            return web.Response(text=self._listing(request, path), content_type="text/html")
+            try:
+                listing = self._listing(request, path)
+            except PermissionError as exc:
+                raise web.HTTPForbidden() from exc
+            except OSError as exc:  # removed meanwhile
+                raise web.HTTPNotFound() from exc
+            return web.Response(text=listing, content_type="text/html", charset="utf-8")
         raise web.HTTPForbidden()
 
     def _listing(self, request: web.BaseRequest, path: str) -> str:
-        title = html.escape(f"Index of {request.path}")
+        """An nginx-autoindex-like page for the directory *path* (names escaped, links quoted)."""
+        shown = _display(unquote_to_bytes(request.rel_url.raw_path))
+        title = html.escape(f"Index of {shown}")
         rows = []
-        with os.scandir(path) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                name = entry.name + ("/" if entry.is_dir() else "")
-                rows.append(f'<li><a href="{quote(name)}">{html.escape(name)}</a></li>')
+        if os.path.realpath(path) != self._root:
+            rows.append('<tr><td><a href="../">../</a></td><td></td><td class="size"></td></tr>')
+        entries = []
+        with os.scandir(path) as found:
+            for entry in found:
+                if entry.name.startswith(".") and not self._show_dotfiles:
+                    continue
+                try:
+                    st = entry.stat()  # follows symlinks, as the request for it would
+                except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
+                    continue
+                is_dir = stat.S_ISDIR(st.st_mode)
+                entries.append((not is_dir, os.fsencode(entry.name), is_dir, st))
+        entries.sort(key=lambda e: e[:2])
+        for _, raw, is_dir, st in entries:
+            slash = "/" if is_dir else ""
+            href = html.escape(quote(raw) + slash)
+            size = "-" if is_dir else _human_size(st.st_size)
+            rows.append(
+                f'<tr><td><a href="{href}">{html.escape(_display(raw) + slash)}</a></td>'
+                f'<td>{_listing_date(st.st_mtime)}</td><td class="size">{size}</td></tr>'
+            )
         return (
-            f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>"
-            f"<body><h1>{title}</h1><ul>\n" + "\n".join(rows) + "\n</ul></body></html>\n"
+            "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+            f"<title>{title}</title>\n<style>td{{padding:0 1em 0 0}}.size{{text-align:right}}</style>"
+            f"</head>\n<body><h1>{title}</h1>\n<table>\n"
+            "<tr><th>Name</th><th>Last modified (UTC)</th><th class='size'>Size</th></tr>\n"
+            + "\n".join(rows)
+            + "\n</table></body></html>\n"
         )
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _display(raw: bytes) -> str:
+    """A file name's bytes as text to show: UTF-8, anything else as U+FFFD."""
+    return raw.decode("utf-8", "replace")
+
+
+def _listing_date(mtime: float) -> str:
+    """As nginx's autoindex: ``24-Nov-2026 03:21`` (UTC, English month whatever the locale)."""
+    t = time.gmtime(mtime)
+    return f"{t.tm_mday:02d}-{_MONTHS[t.tm_mon - 1]}-{t.tm_year} {t.tm_hour:02d}:{t.tm_min:02d}"
+
+
+def _human_size(size: int) -> str:
+    """``ls -h`` style: 512, 1.5K, 12K, 3.4M, 2.0G (powers of 1024)."""
+    if size < 1024:
+        return str(size)
+    value = float(size)
+    for unit in "KMGTPE":
+        value /= 1024
+        if value < 1023.95 or unit == "E":
+            return f"{value:.1f}{unit}" if value < 9.95 else f"{value:.0f}{unit}"
+    raise AssertionError("unreachable")
 
 
 def add_static(router: web.UrlDispatcher, prefix: str, directory: PathLike, **kwargs: Any) -> StaticResource:

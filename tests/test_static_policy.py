@@ -1,0 +1,232 @@
+"""Static directory policy: dotfiles hidden by default, and nginx-autoindex-like listings.
+
+Runs the plugin's StaticResource both ways it is mounted: in an Application
+under a prefix (``add_static``) and at the root of aiohttp's low-level server
+(as ``serve`` runs it). Requests are sent byte for byte, so percent-escapes
+reach the server exactly as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import contextlib
+import html
+import os
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import RawTestServer, TestServer
+
+import aiosendfile.aiohttp as sf
+
+RAW_NAME = b"caf\xe9-\xff.txt"  # Latin-1 bytes: not valid UTF-8
+
+
+@dataclass
+class Mounted:
+    base: str  # "" at the root, "/static" under a prefix
+    host: str
+    port: int
+
+    async def get(self, target: str) -> tuple[int, dict[str, str], bytes]:
+        """GET ``base + target``, sent exactly as written; status, headers (lower-case names), body."""
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        writer.write(f"GET {self.base}{target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = await reader.read()
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        return int(lines[0].split()[1]), headers, body
+
+
+def build(root: Path) -> Path:
+    public = root / "public"
+    (public / ".git").mkdir(parents=True)
+    (public / ".git" / "config").write_text("[core] secret")
+    (public / ".env").write_text("TOKEN=secret")
+    (public / ".well-known").mkdir()
+    (public / ".well-known" / "security.txt").write_text("Contact: x")
+    (public / ".well-known" / ".hidden").write_text("no")
+    (public / "sub" / ".ssh").mkdir(parents=True)
+    (public / "sub" / ".ssh" / "id_rsa").write_text("key")
+    (public / "sub" / ".well-known").mkdir()
+    (public / "sub" / ".well-known" / "x").write_text("not the site's")
+    (public / "sub" / "b.txt").write_text("b" * 1536)
+    (public / "sub" / "deeper").mkdir()
+    (public / "a.txt").write_text("a")
+    (public / "zeta").mkdir()
+    (public / "Big.bin").write_bytes(b"\0" * (3 * 2**20))
+    (public / '<odd & "name">.txt').write_text("odd")
+    (public / "space name.txt").write_text("spaced")
+    (public / "link-to-git").symlink_to(public / ".git")
+    with open(os.fsencode(public) + b"/" + RAW_NAME, "wb") as f:
+        f.write(b"raw bytes name")
+    stamp = calendar.timegm((2026, 11, 24, 3, 21, 0))  # 24-Nov-2026 03:21 UTC
+    os.utime(public / "a.txt", (stamp, stamp))
+    return public
+
+
+@pytest.fixture(params=["app", "server"])
+async def mount(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    public = build(tmp_path)
+    servers: list[Any] = []
+
+    async def make(**kwargs: Any) -> Mounted:
+        if request.param == "app":
+            app = web.Application()
+            sf.add_static(app.router, "/static", public, **kwargs)
+            server: Any = TestServer(app)
+            base = "/static"
+        else:
+            resource = sf.StaticResource("", public, **kwargs)
+            server = RawTestServer(resource.handle)
+            base = ""
+        await server.start_server()
+        servers.append(server)
+        return Mounted(base, server.host, server.port)
+
+    yield make
+    for server in servers:
+        await server.close()
+
+
+# -- dotfiles ----------------------------------------------------------------------------------
+
+HIDDEN = [
+    "/.env",
+    "/.git/config",
+    "/.git/",
+    "/.git",  # a directory: 404, not a 301 that shows it exists
+    "/%2egit/config",  # percent-decoded before the check
+    "/%2Eenv",
+    "/sub/.ssh/id_rsa",
+    "/sub/%2essh/id_rsa",
+    "/sub/.ssh/",
+    "/.well-known/.hidden",  # only the .well-known component itself is allowed
+    "/sub/.well-known/x",  # .well-known is a top-level name (RFC 8615)
+    "/.env/",
+    "/...",
+]
+
+
+@pytest.mark.parametrize("target", HIDDEN)
+async def test_dotfiles_are_hidden_by_default(mount: Any, target: str) -> None:
+    s = await mount()
+    status, _, body = await s.get(target)
+    assert status == 404, body
+    assert b"secret" not in body
+
+
+async def test_well_known_and_dot_segments_are_served(mount: Any) -> None:
+    s = await mount()
+    assert (await s.get("/.well-known/security.txt"))[::2] == (200, b"Contact: x")
+    assert (await s.get("/./a.txt"))[::2] == (200, b"a")  # "." is a dot segment, not a name
+    # A normally named symlink into a dot directory: the request path decides (nginx's practice).
+    assert (await s.get("/link-to-git/config"))[::2] == (200, b"[core] secret")
+
+
+@pytest.mark.parametrize("target", ["/.env", "/.git/config", "/%2egit/config", "/sub/.ssh/id_rsa"])
+async def test_show_dotfiles_serves_them(mount: Any, target: str) -> None:
+    s = await mount(show_dotfiles=True)
+    status, _, body = await s.get(target)
+    assert status == 200
+    assert body in (b"TOKEN=secret", b"[core] secret", b"key")
+
+
+async def test_listing_leaves_dotfiles_out_unless_shown(mount: Any) -> None:
+    hidden = await mount(show_index=True)
+    _, _, body = await hidden.get("/")
+    assert b".env" not in body
+    assert b".git" not in body
+    assert b".well-known" not in body
+    _, _, body = await hidden.get("/sub/")
+    assert b".ssh" not in body
+    shown = await mount(show_index=True, show_dotfiles=True)
+    _, _, body = await shown.get("/")
+    assert b'<a href=".env">.env</a>' in body
+    assert b'<a href=".git/">.git/</a>' in body
+
+
+# -- listings ------------------------------------------------------------------------------------
+
+
+def links(body: bytes) -> list[tuple[str, str]]:
+    """(href, shown text) of each link, in order."""
+    return [
+        (html.unescape(href), html.unescape(text))
+        for href, text in re.findall(r'<a href="([^"]*)">([^<]*)</a>', body.decode("utf-8"))
+    ]
+
+
+async def test_listing_is_sorted_with_parent_sizes_and_dates(mount: Any) -> None:
+    s = await mount(show_index=True)
+    status, headers, body = await s.get("/")
+    assert status == 200
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    names = [text for _, text in links(body)]
+    assert "../" not in names  # no parent above the served root
+    assert names == [
+        "link-to-git/",
+        "sub/",
+        "zeta/",
+        '<odd & "name">.txt',
+        "Big.bin",
+        "a.txt",
+        "caf\ufffd-\ufffd.txt",  # shown with U+FFFD, fetched by its raw bytes
+        "space name.txt",
+    ], names
+    page = body.decode()
+    assert re.search(r'href="a.txt">a.txt</a></td><td>24-Nov-2026 03:21</td><td class="size">1</td>', page)
+    assert re.search(r'href="Big.bin">Big.bin</a></td><td>[^<]+</td><td class="size">3.0M</td>', page)
+    assert re.search(
+        r'href="zeta/">zeta/</a></td><td>\d\d-\w\w\w-\d{4} \d\d:\d\d</td><td class="size">-</td>', page
+    )
+    assert "&lt;odd &amp; &quot;name&quot;&gt;.txt" in page  # escaped as text...
+    assert 'href="%3Codd%20%26%20%22name%22%3E.txt"' in page  # ...and quoted as a link
+
+    status, _, body = await s.get("/sub/")
+    assert status == 200
+    assert links(body) == [("../", "../"), ("deeper/", "deeper/"), ("b.txt", "b.txt")]
+    assert b'<td class="size">1.5K</td>' in body
+
+
+async def test_every_listed_link_fetches_its_entry(mount: Any) -> None:
+    """Including a name that is not UTF-8: its link quotes the raw bytes, and they find the file."""
+    s = await mount(show_index=True)
+    _, _, body = await s.get("/")
+    hrefs = dict((text, href) for href, text in links(body))
+    assert hrefs["caf\ufffd-\ufffd.txt"] == "caf%E9-%FF.txt"
+    for text, href in hrefs.items():
+        status, _, got = await s.get("/" + href)
+        assert status == 200, (text, href)
+        if text == "caf\ufffd-\ufffd.txt":
+            assert got == b"raw bytes name"
+        if text == '<odd & "name">.txt':
+            assert got == b"odd"
+    # A literal "%" in a name still means itself (%25), not a raw byte.
+    assert (await s.get("/caf%25E9-%25FF.txt"))[0] == 404
+
+
+async def test_listing_of_a_non_utf8_directory_name(mount: Any, tmp_path: Path) -> None:
+    raw_dir = os.fsencode(tmp_path / "public") + b"/d\xff"
+    os.mkdir(raw_dir)
+    with open(raw_dir + b"/in.txt", "wb") as f:
+        f.write(b"inside")
+    s = await mount(show_index=True)
+    status, _, body = await s.get("/d%FF/")
+    assert status == 200
+    assert "Index of " in body.decode("utf-8")
+    assert links(body) == [("../", "../"), ("in.txt", "in.txt")]
+    assert (await s.get("/d%FF/in.txt"))[::2] == (200, b"inside")
+    status, headers, _ = await s.get("/d%FF")
+    assert status == 301
+    assert headers["location"].endswith("/d%FF/")
