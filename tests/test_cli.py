@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,7 +154,7 @@ def test_serve_errors(tmp_path: Path) -> None:
         timeout=30,
     )
     assert missing.returncode == 2
-    assert "not a directory" in missing.stderr
+    assert "no such file or directory" in missing.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -165,6 +168,7 @@ def test_serve_errors(tmp_path: Path) -> None:
         )
     assert taken.returncode == 1
     assert "cannot listen" in taken.stderr
+    assert "already in use" in taken.stderr
     version = subprocess.run(
         [sys.executable, "-m", "aiosendfile", "--version"],
         capture_output=True,
@@ -236,3 +240,226 @@ def test_bad_ports_are_refused_in_one_line_at_once(tmp_path: Path, argv: list[st
     assert "port" in lines[0].lower()
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out.bin").exists()
+
+
+# -- stopping at any moment ------------------------------------------------------------------
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether *pid* has a handler for *signum* (SigCgt in /proc): serve's own code is running."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def _serve_proc(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
+    served: Path, signum: int, loop: str, workers: str
+) -> None:
+    """Ctrl-C or SIGTERM while serve starts (importing aiohttp, binding, forking workers, just
+    after the banner, while it stops): status 0, nothing on stderr.
+
+    Only a signal that lands before serve's own code runs (the interpreter starting,
+    ``import aiosendfile``: no SIGTERM handler in /proc yet) has Python's default
+    effect; such runs are told apart by looking before sending, not by timing.
+    """
+    args = (str(served), "--port", "0", "--loop", loop, "--workers", workers)
+    for delay in (0.0, 0.02, 0.1, 0.3):  # from Popen
+        proc = _serve_proc(*args)
+        try:
+            time.sleep(delay)
+            ours = _catches(proc.pid, signal.SIGTERM)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        if ours:
+            assert (proc.returncode, err) == (0, ""), (delay, err)
+        # else: Python's own (killed by the signal, or KeyboardInterrupt in runpy or in
+        # ``import aiosendfile``); all that is asked of it is to end, which it did.
+    for delay in (0.0, 0.005, 0.05):  # from the banner (the server is still getting ready), twice
+        proc = _serve_proc(*args)
+        try:
+            assert proc.stdout is not None
+            assert BANNER.search(proc.stdout.readline())
+            time.sleep(delay)
+            proc.send_signal(signum)
+            time.sleep(delay)
+            proc.send_signal(signum)  # a second one, while it stops
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert (proc.returncode, err) == (0, ""), (delay, err)
+
+
+def test_stop_signal_while_serving_and_again_while_stopping(
+    served: Path, server_factory: type[Server]
+) -> None:
+    """A second Ctrl-C during the graceful stop (and after the loop closed) is quiet too."""
+    for pause in (0.0, 0.001, 0.01, 0.1, 0.3, 0.6):
+        server = server_factory(str(served), "--port", "0", "--loop", "asyncio")
+        assert server.get("/hello.txt")[2] == b"hello"
+        server.proc.send_signal(signal.SIGINT)
+        time.sleep(pause)
+        if server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=30) == 0
+        assert server.proc.stderr is not None
+        assert server.proc.stderr.read() == "", pause
+
+
+# -- bad arguments ---------------------------------------------------------------------------
+
+
+def _run(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "aiosendfile", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+        **kwargs,
+    )
+
+
+def _refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("aiosendfile serve: ")
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-5", "two", "1.5", "", "99999"])
+def test_bad_worker_counts_are_refused_in_one_line(tmp_path: Path, value: str) -> None:
+    _refused(_run("serve", str(tmp_path), "--port", "0", "--workers", value), "--workers", "1 to")
+
+
+def test_a_directory_that_is_missing_or_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    _refused(_run("serve", str(tmp_path / "missing"), "--port", "0"), "no such file or directory")
+    _refused(_run("serve", str(tmp_path / "file"), "--port", "0"), "not a directory")
+    _refused(_run("serve", str(tmp_path / "file" / "below"), "--port", "0"), "not a directory")
+
+
+@pytest.fixture
+def world_readable_tmp() -> Iterator[Path]:
+    """A directory nobody may enter (pytest's tmp_path is 0700, owned by root)."""
+    path = Path(tempfile.mkdtemp(prefix="aiosendfile-cli-"))
+    path.chmod(0o755)
+    yield path
+    for sub in path.iterdir():
+        sub.chmod(0o755)
+    shutil.rmtree(path)
+
+
+# Run as nobody (root reads everything). The interpreter lives under /root (0700), so
+# the child imports what serve needs while still root, then drops its privileges.
+AS_NOBODY = """
+import os, sys
+import aiosendfile._cli, aiosendfile._static, aiohttp.web
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+sys.exit(aiosendfile._cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(("mode", "missing"), [(0o311, "r"), (0o644, "x"), (0o000, "rx")])
+def test_a_directory_it_cannot_read_is_refused_at_start(
+    world_readable_tmp: Path, mode: int, missing: str
+) -> None:
+    """Not answered with 403 to everything: serve says so and stops, at once."""
+    folder = world_readable_tmp / "folder"
+    folder.mkdir()
+    (folder / "index.html").write_text("hi")
+    folder.chmod(mode)
+    command = (
+        [sys.executable, "-c", AS_NOBODY] if os.geteuid() == 0 else [sys.executable, "-m", "aiosendfile"]
+    )
+    proc = subprocess.Popen(
+        [*command, "serve", str(folder), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        cwd=world_readable_tmp,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # (the old serve started and answered 403 to everything)
+        proc.kill()
+        out, err = proc.communicate()
+    _refused(
+        subprocess.CompletedProcess(proc.args, proc.returncode, out, err), "cannot serve", "permission denied"
+    )
+
+
+# -- help ------------------------------------------------------------------------------------
+
+
+def test_help_is_written_for_users() -> None:
+    top = _run("--help")
+    serve = _run("serve", "--help")
+    for done in (top, serve):
+        assert done.returncode == 0
+        assert "examples:" in done.stdout
+        assert "``" not in done.stdout  # no reST
+        assert ":mod:" not in done.stdout
+        assert "_cli" not in done.stdout  # no private module names
+    assert "aiosendfile serve ./public" in top.stdout
+    for option in ("--show-index", "--show-dotfiles", "--follow-symlinks", "--workers", "--loop", "--port"):
+        assert option in serve.stdout
+    assert "default: 8000" in serve.stdout
+    assert "default: 127.0.0.1" in serve.stdout
+    assert ".well-known" in serve.stdout
+    assert "Exit status" in serve.stdout
+
+
+# -- dotfiles and listings, as serve runs them -------------------------------------------------
+
+
+def test_serve_hides_dotfiles_unless_asked_and_lists_raw_names(
+    served: Path, server_factory: type[Server]
+) -> None:
+    (served / ".env").write_text("TOKEN=secret")
+    (served / ".git").mkdir()
+    (served / ".git" / "config").write_text("secret")
+    with open(os.fsencode(served) + b"/raw-\xff.txt", "wb") as f:
+        f.write(b"raw")
+    server = server_factory(str(served), "--port", "0", "--show-index")
+    assert server.get("/.env")[0] == 404
+    assert server.get("/.git/config")[0] == 404
+    status, headers, body = server.get("/")
+    assert status == 200
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+    assert b".env" not in body
+    assert b".git" not in body
+    assert b'<a href="raw-%FF.txt">raw-\xef\xbf\xbd.txt</a>' in body
+    assert server.get("/raw-%FF.txt")[::2] == (200, b"raw")
+    assert server.interrupt() == 0
+    shown = server_factory(str(served), "--port", "0", "--show-dotfiles")
+    assert shown.get("/.env")[::2] == (200, b"TOKEN=secret")
+    assert shown.interrupt() == 0
