@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,9 +55,9 @@ def start_receiver(out: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(match[1])
 
 
-def send(path: Path, port: int) -> subprocess.CompletedProcess[str]:
+def send(path: Path, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "aiosendfile", "send", str(path), f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "aiosendfile", "send", str(path), f"127.0.0.1:{port}", *extra],
         capture_output=True,
         text=True,
         env=ENV,
@@ -117,7 +122,6 @@ def test_resume_after_a_killed_sender(tmp_path: Path) -> None:
     source = tmp_path / "in.bin"
     source.write_bytes(pattern(12 * 2**20 + 1, seed=3))
     data = source.read_bytes()
-    import hashlib
 
     receiver, port = start_receiver(tmp_path / "out.bin")
     _fake_sender(port, data[: 5 * 2**20], len(data), hashlib.sha256(data).hexdigest())
@@ -133,11 +137,502 @@ def test_resume_after_a_killed_sender(tmp_path: Path) -> None:
     assert (tmp_path / "out.bin").read_bytes() == data
 
 
-def test_refused_connection(tmp_path: Path) -> None:
+# -- a receiver that does not trust whoever connects (issue #13) ------------------------------
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll *condition* (a generous deadline only catches a hang; nothing here is timed)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.01)
+
+
+class Peer:
+    """A hand-written client speaking (or not) the protocol, to play any part."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.stream = self.sock.makefile("rwb")
+
+    def send(self, data: bytes) -> None:
+        self.stream.write(data)
+        self.stream.flush()
+
+    def say(self, message: object) -> None:
+        self.send(json.dumps(message).encode() + b"\n")
+
+    def hear(self) -> dict[str, object] | None:
+        line = self.stream.readline()
+        return json.loads(line) if line else None
+
+    def until_closed(self) -> bytes:
+        """Everything the receiver sends until it closes (its error line, if any)."""
+        try:
+            return self.stream.read()
+        except ConnectionResetError:
+            return b""
+
+    def leave(self) -> bytes:
+        """Hang up and wait until the receiver has let go of this connection."""
+        self.sock.shutdown(socket.SHUT_WR)
+        return self.until_closed()
+
+    def close(self) -> None:
+        self.stream.close()
+        self.sock.close()
+
+    def __enter__(self) -> Peer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def announce(peer: Peer, data: bytes, size: int | None = None) -> dict[str, object]:
+    peer.say({"name": "x", "size": len(data) if size is None else size, "sha256": sha(data)})
+    offer = peer.hear()
+    assert offer is not None
+    return offer
+
+
+def no_traceback(*texts: str) -> None:
+    for text in texts:
+        assert "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_byte_exact_on_both_loops(tmp_path: Path, loop: str) -> None:
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(5 * 2**20 + 7, seed=1))
+    receiver, port = start_receiver(tmp_path / "out.bin", "--loop", loop)
+    sent = send(source, port, "--loop", loop)
+    code, _out, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_stray_peers_before_the_sender_are_logged_and_ignored(tmp_path: Path, loop: str) -> None:
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(3 * 2**20, seed=2))
+    receiver, port = start_receiver(tmp_path / "out.bin", "--loop", loop)
+    with Peer(port) as garbage:
+        garbage.send(b"\x00\xffhello, is anyone there?\n")
+        assert b'"error"' in garbage.until_closed()
+    with Peer(port) as http:
+        http.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        http.until_closed()
+    Peer(port).close()  # a port scanner: connect, close
+    with Peer(port):  # stays connected, says nothing, during the real transfer
+        sent = send(source, port)
+        code, _, err = finish(receiver)
+        assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+    ignored = [line for line in err.splitlines() if "ignored 127.0.0.1:" in line]
+    assert len(ignored) == 3, err
+    assert "not an aiosendfile sender" in ignored[0]
+    assert "GET / HTTP/1.1" in ignored[1]
+    no_traceback(err, sent.stderr)
+
+
+def test_a_handshake_that_never_completes_is_dropped(tmp_path: Path) -> None:
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(2**20, seed=4))
+    receiver, port = start_receiver(tmp_path / "out.bin", "--handshake-timeout", "0.3")
+    with Peer(port) as silent, Peer(port) as dribbler:
+        dribbler.send(b'{"name": "x", "size"')  # never a newline
+        assert b"within 0.3s" in silent.until_closed()
+        assert b"within 0.3s" in dribbler.until_closed()
+    sent = send(source, port)
+    code, _, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+    assert err.count("sent no complete handshake within 0.3s") == 2, err
+
+
+def test_malformed_announcements_are_bad_peers(tmp_path: Path) -> None:
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(2**20 + 1, seed=5))
+    good = sha(b"")
+    bad: list[object] = [
+        [1, 2],
+        {"name": "x", "size": -1, "sha256": good},
+        {"name": "x", "size": "12", "sha256": good},
+        {"name": "x", "size": 1.5, "sha256": good},
+        {"name": "x", "size": True, "sha256": good},
+        {"name": "x", "size": 2**64, "sha256": good},
+        {"name": "x", "sha256": good},
+        {"name": "x", "size": 1, "sha256": "xyz"},
+        {"name": "x", "size": 1, "sha256": "g" * 64},
+        {"name": "../escape", "size": 1, "sha256": good},
+        {"name": "a/b", "size": 1, "sha256": good},
+        {"name": 7, "size": 1, "sha256": good},
+    ]
+    receiver, port = start_receiver(tmp_path / "out.bin")
+    for message in bad:
+        with Peer(port) as peer:
+            peer.say(message)
+            reply = peer.hear()
+            assert reply is not None, message
+            assert "error" in reply, (message, reply)
+    assert not (tmp_path / "out.bin").exists()
+    sent = send(source, port)
+    code, _, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+    assert len([line for line in err.splitlines() if "ignored" in line]) == len(bad), err
+    assert not (tmp_path.parent / "escape").exists()
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_second_connection_cannot_take_over(tmp_path: Path, loop: str) -> None:
+    data = pattern(4 * 2**20, seed=6)
+    half = len(data) // 2
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out, "--loop", loop)
+    with Peer(port) as first:
+        assert announce(first, data)["offset"] == 0
+        first.say({"start": 0})
+        first.send(data[:half])
+        wait_until(lambda: out.exists() and out.stat().st_size == half, "the first half in OUT")
+        with Peer(port) as intruder:
+            intruder.say({"name": "evil", "size": 10, "sha256": sha(b"0123456789")})
+            reply = intruder.hear()
+            assert reply is not None
+            assert "busy" in str(reply["error"])
+            intruder.send(b"0123456789")
+        assert out.read_bytes() == data[:half]
+        first.send(data[half:])
+        assert first.hear() == {"ok": True, "sha256": sha(data)}
+    code, _, err = finish(receiver)
+    assert code == 0, err
+    assert out.read_bytes() == data
+    assert "refused 127.0.0.1:" in err
+    assert "a transfer is in progress" in err
+
+
+def test_resume_offers_no_hash_of_a_prefix(tmp_path: Path) -> None:
+    out = tmp_path / "out.bin"
+    secret = pattern(1000, seed=7)
+    out.write_bytes(secret)
+    receiver, port = start_receiver(out, "--resume")
+    for size in (1, 999):  # a probe: "my file is 1 byte long; what is the hash of yours?"
+        with Peer(port) as probe:
+            offer = announce(probe, secret[:size])
+            assert offer["offset"] == 0, offer
+            assert offer["prefix_sha256"] == "", offer
+            assert str(out) not in str(offer)
+            probe.leave()
+    with Peer(port) as peer:  # a file at least as long: only the whole of OUT is offered
+        offer = announce(peer, secret + b"more")
+        assert offer == {"offset": 1000, "prefix_sha256": sha(secret)}
+    assert out.read_bytes() == secret
+    receiver.kill()
+
+
+def test_a_start_that_was_not_offered_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "in.bin"
+    data = pattern(2**20, seed=8)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out)
+    with Peer(port) as peer:
+        assert announce(peer, data)["offset"] == 0
+        peer.say({"start": 4096})
+        assert "was offered" in str((peer.hear() or {}).get("error"))
+    assert not out.exists()  # not created, not padded with NUL bytes
+    sent = send(source, port)
+    assert (sent.returncode, finish(receiver)[0]) == (0, 0), sent.stderr
+    assert out.read_bytes() == data
+
+    out.write_bytes(data[:1000])
+    receiver, port = start_receiver(out, "--resume")
+    for start in (500, 1001, -1, "0", None):
+        with Peer(port) as peer:
+            assert announce(peer, data)["offset"] == 1000
+            peer.say({"start": start})
+            reply = peer.hear()
+            assert reply is not None, start
+            assert "was offered" in str(reply["error"]), (start, reply)
+    assert out.read_bytes() == data[:1000]
+    sent = send(source, port)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert "resumed at 1000" in got
+    assert out.read_bytes() == data
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_receiver_interrupted_mid_transfer_keeps_a_prefix(tmp_path: Path, signum: int, loop: str) -> None:
+    source = tmp_path / "in.bin"
+    data = pattern(6 * 2**20 + 5, seed=9)
+    source.write_bytes(data)
+    part = 2 * 2**20 + 3
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out, "--loop", loop)
+    with Peer(port) as sender:  # a sender that pauses mid-body
+        announce(sender, data)
+        sender.say({"start": 0})
+        sender.send(data[:part])
+        wait_until(lambda: out.exists() and out.stat().st_size == part, "part of the body in OUT")
+        receiver.send_signal(signum)
+        code, _, err = finish(receiver)
+    assert code == 128 + signum, err
+    no_traceback(err)
+    assert err.strip().splitlines()[-1] == (
+        f"aiosendfile recv: interrupted; kept the first {part} of {len(data)} bytes in {out} "
+        "(recv --resume continues it)"
+    ), err
+    assert out.read_bytes() == data[:part]
+    receiver, port = start_receiver(out, "--resume", "--loop", loop)
+    sent = send(source, port, "--loop", loop)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert f"resumed at {part}" in got
+    assert out.read_bytes() == data
+
+
+def test_receiver_interrupted_while_waiting(tmp_path: Path) -> None:
+    receiver, _ = start_receiver(tmp_path / "out.bin")
+    receiver.send_signal(signal.SIGINT)
+    code, _, err = finish(receiver)
+    assert code == 130
+    assert err == f"aiosendfile recv: interrupted before any transfer; {tmp_path / 'out.bin'} untouched\n"
+
+
+class HoldingProxy:
+    """Between sender and receiver: passes the handshake and *body* bytes, then stops reading from
+    the sender (which then blocks mid-transfer), until told to close both sides."""
+
+    def __init__(self, target: int, body: int) -> None:
+        self.target, self.body = target, body
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.port = self.listener.getsockname()[1]
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        down, _ = self.listener.accept()
+        up = socket.create_connection(("127.0.0.1", self.target))
+        threading.Thread(target=self.back, args=(up, down), daemon=True).start()
+        newlines, body = 0, 0
+        while body < self.body:
+            chunk = down.recv(min(65536, self.body - body) if newlines >= 2 else 1)
+            if not chunk:
+                break
+            if newlines < 2:
+                newlines += chunk.count(b"\n")
+            else:
+                body += len(chunk)
+            up.sendall(chunk)
+        self.holding.set()
+        self.release.wait(60)
+        for sock in (up, down):  # shutdown first: close() alone waits for back()'s recv
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.listener.close()
+
+    @staticmethod
+    def back(up: socket.socket, down: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := up.recv(65536):
+                down.sendall(chunk)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sender_interrupted_mid_transfer(tmp_path: Path, signum: int) -> None:
+    source = tmp_path / "in.bin"
+    data = pattern(48 * 2**20, seed=10)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    part = 3 * 2**20
+    receiver, port = start_receiver(out)
+    proxy = HoldingProxy(port, part)
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", "send", str(source), f"127.0.0.1:{proxy.port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    _receivers.append(sender)
+    assert proxy.holding.wait(60)
+    sender.send_signal(signum)
+    sent_code, _, sent_err = finish(sender)
+    proxy.release.set()
+    code, _, err = finish(receiver)
+    assert sent_code == 128 + signum, sent_err
+    no_traceback(sent_err, err)
+    line = sent_err.strip()
+    assert "\n" not in line, line
+    assert line.startswith("aiosendfile send: interrupted after sending "), line
+    assert f"of {len(data)} bytes" in line
+    assert "recv --resume" in line
+    assert code == 1, err
+    assert f"kept the first {part} of {len(data)} bytes" in err, err
+    assert out.read_bytes() == data[:part]
+    receiver, port = start_receiver(out, "--resume")
+    sent = send(source, port)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert f"resumed at {part}" in got
+    assert out.read_bytes() == data
+
+
+def test_a_failed_write_is_told_to_the_sender(tmp_path: Path) -> None:
+    """A full disk, simulated by a file size limit: both sides say why; OUT keeps a prefix."""
+    resource = pytest.importorskip("resource")
+    source = tmp_path / "in.bin"
+    data = pattern(6 * 2**20, seed=11)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    limit = 2**20
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", "recv", str(out), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=ENV,
+        preexec_fn=small_disk,
+    )
+    _receivers.append(proc)
+    assert proc.stdout is not None
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+)", proc.stdout.readline())
+    assert match
+    sent = send(source, int(match[1]))
+    code, _, err = finish(proc)
+    assert (sent.returncode, code) == (1, 1), (sent.stderr, err)
+    no_traceback(sent.stderr, err)
+    assert sent.stderr.startswith("aiosendfile send: the receiver stopped the transfer: cannot write")
+    assert "file too large" in sent.stderr
+    assert f"kept the first {limit} of" in sent.stderr
+    assert f"kept the first {limit} of {len(data)} bytes in {out}" in err
+    assert out.read_bytes() == data[:limit]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aiosendfile", *args], capture_output=True, text=True, env=ENV, timeout=60
+    )
+
+
+def test_out_is_checked_before_listening(tmp_path: Path) -> None:
+    existing = tmp_path / "existing.bin"
+    existing.write_bytes(b"keep me")
+    cases = {
+        str(tmp_path / "missing" / "out.bin"): "does not exist",
+        str(tmp_path): "is a directory",
+        str(existing): "already exists; use --force to overwrite it, or --resume",
+    }
+    for out, words in cases.items():
+        result = run_cli("recv", out, "--listen", "127.0.0.1:0")
+        assert result.returncode == 2, result
+        assert result.stdout == ""  # no listening banner
+        assert result.stderr.startswith("aiosendfile recv: "), result.stderr
+        assert words in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
+    assert existing.read_bytes() == b"keep me"
+
+
+def test_force_overwrites(tmp_path: Path) -> None:
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old contents, longer than the new")
+    (tmp_path / "in.bin").write_bytes(b"new")
+    receiver, port = start_receiver(out, "--force")
+    sent = send(tmp_path / "in.bin", port)
+    assert (sent.returncode, finish(receiver)[0]) == (0, 0), sent.stderr
+    assert out.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("case", ["differs", "longer"])
+def test_resume_that_starts_over_says_so_on_both_sides(tmp_path: Path, case: str) -> None:
+    source = tmp_path / "in.bin"
+    data = pattern(2**20, seed=12)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"not the start" if case == "differs" else data + b"tail")
+    receiver, port = start_receiver(out, "--resume")
+    sent = send(source, port)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert "starting over" in err
+    assert "sending it all again" in sent.stderr or "starting over" in sent.stderr
+    assert "resumed" not in got
+    assert out.read_bytes() == data
+
+
+def test_sender_errors_in_words(tmp_path: Path) -> None:
+    for path, words in ((tmp_path / "missing", "no such file or directory"), (tmp_path, "is a directory")):
+        result = run_cli("send", str(path), "127.0.0.1:9")
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"aiosendfile send: {path}") or "cannot read" in result.stderr
+        assert words in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "Errno" not in result.stderr
+
+
+def test_refused_connection_in_words(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        port = s.getsockname()[1]
         (tmp_path / "f").write_bytes(b"x")
         result = send(tmp_path / "f", port)
     assert result.returncode == 1
-    assert "cannot connect" in result.stderr
+    assert result.stderr == (
+        f"aiosendfile send: cannot connect to 127.0.0.1:{port}: "
+        "nothing is listening there (connection refused)\n"
+    )
+
+
+def test_help_describes_the_arguments() -> None:
+    send_help = run_cli("send", "--help").stdout
+    for words in ("FILE ", "the file to send", "HOST:PORT ", "where 'aiosendfile recv' listens", "examples:"):
+        assert words in send_help, send_help
+    recv_help = run_cli("recv", "--help").stdout
+    for words in (
+        "OUT ",
+        "--force",
+        "--resume",
+        "default: 127.0.0.1:9000",
+        "--handshake-timeout",
+        "examples:",
+    ):
+        assert words in recv_help, recv_help
+
+
+def test_a_file_too_big_for_the_disk_is_refused_up_front(tmp_path: Path) -> None:
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(1000, seed=13))
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out)
+    with Peer(port) as peer:
+        peer.say({"name": "huge", "size": 2**62, "sha256": sha(b"")})
+        reply = peer.hear()
+        assert reply is not None
+        assert "not enough disk space" in str(reply["error"]), reply
+    assert not out.exists()
+    sent = send(source, port)  # the receiver kept waiting
+    code, _, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert out.read_bytes() == source.read_bytes()
+    assert "refused 127.0.0.1:" in err
