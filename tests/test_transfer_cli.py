@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from aiosendfile._transfer_cli import BUSY
+
 from .conftest import pattern
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,6 +311,10 @@ def test_a_second_connection_cannot_take_over(tmp_path: Path, loop: str) -> None
             assert reply is not None
             assert "busy" in str(reply["error"])
             intruder.send(b"0123456789")
+        (tmp_path / "other.bin").write_bytes(b"other")
+        other = send(tmp_path / "other.bin", port)  # the real sender says why, in one line
+        assert other.returncode == 1
+        assert other.stderr == f"aiosendfile send: the receiver refused the transfer: {BUSY}\n"
         assert out.read_bytes() == data[:half]
         first.send(data[half:])
         assert first.hear() == {"ok": True, "sha256": sha(data)}
