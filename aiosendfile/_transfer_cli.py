@@ -57,6 +57,7 @@ from typing import IO, Any, TypeGuard
 from ._api import sendfile
 from ._cli import _loop_factory
 from ._cli_common import address, destination, fail, in_words
+from ._errors import FileTruncatedError
 from ._recv import recvfile
 
 __all__ = ("add_commands", "recv_main", "send_main")
@@ -299,6 +300,8 @@ def _run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Call
             if not signalled and not isinstance(exc, TransferFailed):
                 raise
             outcome = exc
+        except Exception as exc:  # one we did not foresee: still one line, never a traceback
+            outcome = TransferFailed(f"unexpected error: {in_words(exc)} ({type(exc).__name__})")
         finally:
             _finish(event_loop)
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -441,7 +444,12 @@ async def _send_over(
         progress.update(start + sent)
 
     try:
-        await sendfile(writer, f, start, on_progress=sent_so_far)
+        await sendfile(writer, f, start, size - start, on_progress=sent_so_far)
+    except FileTruncatedError as exc:
+        raise TransferFailed(
+            f"{path} got shorter while it was being sent, after {start + exc.sent} of its {size} bytes; "
+            "the receiver keeps what arrived"
+        ) from exc
     except OSError as exc:
         why = await _last_word(reader)
         if why is not None:
@@ -633,7 +641,7 @@ class _Receiver:
         except OSError:
             return  # cannot tell: the writes will say
         if size - have > free:
-            raise Refused(f"not enough disk space for {self.out}: the file is {size} bytes, {free} are free")
+            raise Refused(f"not enough disk space: the file is {size} bytes, {free} are free")
 
     async def offer(self, size: int) -> tuple[int, str, str | None]:
         """(offset, prefix hash, notice): only the whole of OUT, only to a file at least as long."""

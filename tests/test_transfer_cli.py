@@ -428,6 +428,7 @@ class HoldingProxy:
         self.port = self.listener.getsockname()[1]
         self.holding = threading.Event()
         self.release = threading.Event()
+        self.pass_rest = False  # on release: forward the rest (True) or hang up (False)
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
@@ -447,6 +448,10 @@ class HoldingProxy:
             up.sendall(chunk)
         self.holding.set()
         self.release.wait(60)
+        if self.pass_rest:
+            with contextlib.suppress(OSError):
+                while chunk := down.recv(65536):
+                    up.sendall(chunk)
         for sock in (up, down):  # shutdown first: close() alone waits for back()'s recv
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -642,3 +647,36 @@ def test_a_file_too_big_for_the_disk_is_refused_up_front(tmp_path: Path) -> None
     assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
     assert out.read_bytes() == source.read_bytes()
     assert "refused 127.0.0.1:" in err
+
+
+def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
+    source = tmp_path / "in.bin"
+    data = pattern(48 * 2**20, seed=14)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out)
+    proxy = HoldingProxy(port, 3 * 2**20)
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", "send", str(source), f"127.0.0.1:{proxy.port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    _receivers.append(sender)
+    assert proxy.holding.wait(60)
+    shorter = 24 * 2**20  # beyond what the sender can have handed the kernel by now
+    os.truncate(source, shorter)
+    proxy.pass_rest = True
+    proxy.release.set()
+    sent_code, _, sent_err = finish(sender)
+    code, _, err = finish(receiver)
+    no_traceback(sent_err, err)
+    assert sent_code == 1
+    assert sent_err == (
+        f"aiosendfile send: {source} got shorter while it was being sent, after {shorter} of its "
+        f"{len(data)} bytes; the receiver keeps what arrived\n"
+    )
+    assert code == 1
+    assert f"kept the first {shorter} of {len(data)} bytes" in err
+    assert out.read_bytes() == data[:shorter]
