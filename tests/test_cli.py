@@ -311,6 +311,25 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
         assert (proc.returncode, err) == (0, ""), (delay, err)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_while_workers_start(served: Path, signum: int) -> None:
+    """Sent as soon as the first worker is forked: the parent used to wait 60 s for it to say ready."""
+    for _ in range(3):
+        proc = _serve_proc(str(served), "--port", "0", "--workers", "2")
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            while proc.poll() is None and not children.read_text().split():
+                time.sleep(0.0005)
+            proc.send_signal(signum)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert (proc.returncode, err) == (0, "")
+        assert out == "" or BANNER.search(out)  # the banner only if every worker was ready
+
+
 def test_stop_signal_while_serving_and_again_while_stopping(
     served: Path, server_factory: type[Server]
 ) -> None:
