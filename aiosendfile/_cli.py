@@ -334,8 +334,8 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
     while waiting and not stopping and not start_failed:  # the banner promises a working server
         try:
             error = ready.get(timeout=0.2)
-        except queue.Empty:
-            if any(p.exitcode is not None for p in started):
+        except queue.Empty:  # (a stop during the wait ends the loop: its workers exit, not fail)
+            if not stopping and any(p.exitcode is not None for p in started):
                 start_failed = "it exited"
             continue
         waiting -= 1
