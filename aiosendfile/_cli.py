@@ -50,9 +50,9 @@ to the socket with sendfile(2), on stock asyncio or uvloop."""
 
 _EPILOG = """\
 examples:
-  aiosendfile serve ./public --port 8080     serve a folder over HTTP
-  aiosendfile recv out.bin --listen :9000    wait for one file...
-  aiosendfile send big.iso host:9000         ...and send it from another machine
+  aiosendfile serve ./public --port 8080              serve a folder over HTTP
+  aiosendfile recv big.iso --listen 0.0.0.0:9000      wait for one file from any machine...
+  aiosendfile send big.iso receiver.example:9000      ...and send it from another one
 
 'aiosendfile COMMAND --help' describes each command."""
 
@@ -77,10 +77,10 @@ examples:
   aiosendfile serve site --host 0.0.0.0 --port 8080 --workers 4
                                              every interface, 4 processes
 
-Exit status: 0 when stopped by Ctrl-C/SIGTERM; 2 for a bad argument (a port
-outside 0-65535, a DIRECTORY that is missing or unreadable); 1 when the
-address cannot be listened on (in use, not this machine's, or a port below
-1024 without privileges)."""
+exit status: 0 when stopped by Ctrl-C/SIGTERM; 2 for a bad argument (a port
+outside 0-65535, --workers outside 1-1024, a DIRECTORY that is missing or
+unreadable); 1 when the address cannot be listened on (in use, not this
+machine's, or a port below 1024 without privileges)."""
 
 
 def _workers(text: str) -> int:

@@ -454,7 +454,7 @@ def test_help_is_written_for_users() -> None:
     assert "default: 8000" in serve.stdout
     assert "default: 127.0.0.1" in serve.stdout
     assert ".well-known" in serve.stdout
-    assert "Exit status" in serve.stdout
+    assert "exit status:" in serve.stdout
 
 
 # -- dotfiles and listings, as serve runs them -------------------------------------------------
