@@ -63,13 +63,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import IO, Any
 
 from . import _platform
+from ._coldread import read_range
 from ._errors import _Progress
 from ._lease import TransportLease
 from ._options import Options
@@ -112,18 +112,12 @@ class ChunkReader:
         return self._fd is not None
 
     async def read(self, position: int, size: int) -> bytes | bytearray:
-        loop = asyncio.get_running_loop()
         if self._fd is not None:
-            if self._options.probe:
-                data = _platform.pread_cached(self._fd, size, position)
-                if data is not None:
-                    return data
-                _platform.counters.cold += 1
-            else:
-                return os.pread(self._fd, size, position)
-            return await loop.run_in_executor(self._options.cold_executor, os.pread, self._fd, size, position)
+            options = self._options
+            return await read_range(self._fd, size, position, options.cold_executor, probe=options.probe)
         if self._in_memory:
             return bytes(self._read(size))
+        loop = asyncio.get_running_loop()
         return bytes(await loop.run_in_executor(self._options.cold_executor, self._read, size))
 
 

@@ -5,6 +5,9 @@ up: cancelling the task that awaits it does not stop the write or open it
 does. Code that must account for such a call (bytes that landed in a file, a
 file that was opened) awaits it with :func:`shielded`, which on cancellation
 waits for it (:func:`settled`) and hands over its result before re-raising.
+A call that only needs its inputs to stay valid (a read from a descriptor the
+caller closes next) is run with :func:`in_pool`: dropped if no thread has
+picked it up yet, waited for if one has.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import Executor
+from typing import Any, TypeVar
 
-__all__ = ("settled", "shielded")
+__all__ = ("in_pool", "settled", "shielded")
 
 _T = TypeVar("_T")
 
@@ -37,4 +41,18 @@ async def shielded(pending: asyncio.Future[_T], if_cancelled: Callable[[_T | Non
     except asyncio.CancelledError:
         result = await settled(pending)
         if_cancelled(result)
+        raise
+
+
+async def in_pool(executor: Executor, fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in *executor*. If we are cancelled meanwhile, a call no thread has picked
+    up yet is dropped, and one already running is waited for before re-raising: it may be
+    using a descriptor the caller closes as soon as we return."""
+    job = executor.submit(fn, *args)
+    pending = asyncio.wrap_future(job)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        if not job.cancel():
+            await settled(pending)
         raise

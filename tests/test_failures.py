@@ -259,8 +259,6 @@ async def test_disk_read_error_keeps_its_type_and_carries_sent(
     """A simulated EIO after 1 MiB: raised as OSError(EIO) with .sent, position consistent."""
     import errno
 
-    from aiosendfile import _fallback
-
     conn = await connect()
     real_sendfile, real_pread = os.sendfile, os.pread
     limit = 2**20  # the "bad sector": every read at or past it fails
@@ -276,7 +274,7 @@ async def test_disk_read_error_keeps_its_type_and_carries_sent(
         return real_pread(fd, min(n, limit - offset), offset)
 
     monkeypatch.setattr(os, "sendfile", sendfile)
-    monkeypatch.setattr(_fallback.os, "pread", pread)
+    monkeypatch.setattr(os, "pread", pread)  # (the fallback's reads: aiosendfile._coldread)
     # A failing disk is never "cached": the fallback's reads go to the pool, through pread.
     monkeypatch.setattr(_platform, "pread_cached", lambda fd, size, offset: None)
     reader = asyncio.create_task(conn.read_all())
