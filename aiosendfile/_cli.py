@@ -8,21 +8,22 @@ serve runs the aiohttp plugin's ``StaticResource`` on uvloop when installed.
 ``--workers N`` runs N processes that share the port with ``SO_REUSEPORT``.
 
 Stopping: SIGINT (Ctrl-C) or SIGTERM ends ``serve`` with status 0 and no
-traceback, however early it lands once ``main`` runs. ``main`` installs a quiet-exit handler first
-thing, before anything heavy is imported (aiohttp, uvloop); a running server swaps it for the
-loop's graceful stop and puts it back (signals blocked meanwhile) before the
-loop is closed, since closing an asyncio loop restores the default handlers.
-Workers are forked with the signals blocked, so one that arrives before a
-worker has its own handler waits for it instead of hitting the parent's.
-Only what runs before ``main`` (the interpreter starting, ``import
-aiosendfile``) is beyond reach: a signal then has its default effect.
+traceback (send/recv: 128 + the signal, one line), however early it lands once
+our code runs. ``python -m aiosendfile`` and the ``aiosendfile`` script install a
+quiet-exit handler (``_cli_common.quiet_exit_on_signals``) before this module,
+asyncio, aiohttp or uvloop are imported, and ``main`` does again when called
+directly. A running server swaps it for the loop's graceful stop and puts it back
+(signals blocked meanwhile) before the loop is closed, since closing an asyncio
+loop restores the default handlers. Workers are forked with the signals blocked,
+so one that arrives before a worker has its own handler waits for it instead of
+hitting the parent's. Only the interpreter's own start (about 10 ms) is beyond
+reach: a signal then has its default effect.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -30,15 +31,12 @@ import socket
 import stat
 import sys
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
 
 from . import __version__
-from ._cli_common import Parser, in_words, port
+from ._cli_common import STOP_SIGNALS, Parser, in_words, port, quiet_exit_on_signals
 
 __all__ = ("main",)
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 SHUTDOWN_TIMEOUT = 0.5  # seconds open connections get to finish on stop
 MAX_WORKERS = 1024
@@ -179,11 +177,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] != ["serve"]:
-        return _main(words)
     # Before anything else (aiohttp, uvloop, even argparse): a signal from now on
-    # ends serve quietly. Called in-process (tests), the caller's handlers come back.
-    replaced = _quiet_exit_on_signals()
+    # ends the command quietly. Called in-process (tests), the caller's handlers come back.
+    replaced = quiet_exit_on_signals(words[0] if words else "")
     try:
         return _main(words)
     finally:
@@ -191,19 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Done: a stop signal is moot now. The interpreter's exit would put SIG_DFL
             # back for a Python handler (killed by the signal); it leaves SIG_IGN alone.
             signal.signal(signum, handler if argv is not None else signal.SIG_IGN)
-
-
-def _exit_quietly(signum: int, frame: FrameType | None) -> None:
-    """Before the server runs (and once it stopped), SIGINT/SIGTERM end serve: status 0, no traceback."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a reentrant flush, a closed pipe: we are leaving anyway
-            stream.flush()
-    os._exit(0)
-
-
-def _quiet_exit_on_signals() -> dict[int, Any]:
-    """Install :func:`_exit_quietly` for SIGINT and SIGTERM; returns the handlers it replaced."""
-    return {signum: signal.signal(signum, _exit_quietly) for signum in _STOP_SIGNALS}
 
 
 def _main(words: list[str]) -> int:
@@ -324,7 +307,7 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
         # Forked with SIGINT/SIGTERM blocked: a stop that comes before the worker has
         # its own handler waits for it (the child would otherwise run our `stop`).
         # Here, a stop during the fork runs once `p.pid` is known, so it reaches p.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             p.start()
         finally:
@@ -356,8 +339,8 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
 def _worker(args: argparse.Namespace, directory: str, host: str, port: int, ready: Any) -> None:
     # Started with SIGINT/SIGTERM blocked and the parent's handlers: take our own, then
     # let any signal that came meanwhile in.
-    _quiet_exit_on_signals()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    quiet_exit_on_signals("serve")
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     args.parent_pid = os.getppid()
     try:
         sock = _bind(host, port, reuse_port=True, listen=True)
@@ -380,19 +363,19 @@ def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket) -
 async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for signum in _STOP_SIGNALS:  # from here on a signal stops the server gracefully
+    for signum in STOP_SIGNALS:  # from here on a signal stops the server gracefully
         loop.add_signal_handler(signum, stop.set)
     try:
         await _serve_until(args, directory, sock, stop)
     finally:
         # Closing the loop would put back the default handlers (SIGTERM kills, SIGINT
-        # raises KeyboardInterrupt): hand the signals back to _exit_quietly instead,
+        # raises KeyboardInterrupt): hand the signals back to the quiet exit instead,
         # with them blocked for the swap so that none falls in between.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            for signum in _STOP_SIGNALS:
+            for signum in STOP_SIGNALS:
                 loop.remove_signal_handler(signum)
-            _quiet_exit_on_signals()
+            quiet_exit_on_signals("serve")
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

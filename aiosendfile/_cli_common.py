@@ -5,6 +5,9 @@
 - :func:`port` and :func:`address` are the only places a port is checked (0-65535;
   a destination port is 1-65535). ``getaddrinfo`` would otherwise take 99999 as
   34463 (mod 65536) and say "Servname not supported" for -1.
+- :func:`quiet_exit_on_signals` makes Ctrl-C/SIGTERM end a command without a
+  traceback until the command's own handling takes over (this module imports no
+  asyncio, so ``python -m aiosendfile`` installs it within milliseconds of starting).
 - :func:`in_words` turns an ``OSError`` into something a user acts on, instead of
   ``[Errno 104] Connection reset by peer``.
 """
@@ -12,11 +15,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import os
+import signal
 import sys
-from typing import NoReturn
+from types import FrameType
+from typing import Any, NoReturn
 
-__all__ = ("Parser", "address", "destination", "in_words", "port")
+__all__ = (
+    "STOP_SIGNALS",
+    "Parser",
+    "address",
+    "destination",
+    "fail",
+    "in_words",
+    "port",
+    "quiet_exit_on_signals",
+)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Parser(argparse.ArgumentParser):
@@ -96,3 +114,23 @@ def fail(prog: str, message: str, status: int = 1) -> int:
     """Print ``prog: message`` on stderr and return *status* (for ``return fail(...)``)."""
     print(f"{prog}: {message}", file=sys.stderr, flush=True)
     return status
+
+
+def quiet_exit_on_signals(command: str) -> dict[int, Any]:
+    """SIGINT/SIGTERM before a command's own handling starts (and once it ended): no traceback.
+
+    serve exits 0 ("stopped"); send and recv exit 128 + the signal's number, as their own
+    handlers do mid-transfer, saying nothing was moved yet. Returns the handlers replaced.
+    """
+
+    def exit_quietly(signum: int, frame: FrameType | None) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a reentrant flush, a closed pipe: we are leaving anyway
+                stream.flush()
+        if command in ("send", "recv"):
+            with contextlib.suppress(Exception):
+                os.write(2, f"aiosendfile {command}: interrupted before any transfer began\n".encode())
+            os._exit(128 + signum)
+        os._exit(0)
+
+    return {signum: signal.signal(signum, exit_quietly) for signum in STOP_SIGNALS}

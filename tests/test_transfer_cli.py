@@ -680,3 +680,46 @@ def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
     assert code == 1
     assert f"kept the first {shorter} of {len(data)} bytes" in err
     assert out.read_bytes() == data[:shorter]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", ["recv", "send"])
+def test_a_signal_while_starting_is_one_line(tmp_path: Path, command: str, signum: int) -> None:
+    """Ctrl-C/SIGTERM while send/recv start (imports, argparse, before the loop): 128+N, one line.
+
+    As for serve, a signal that lands before our code runs (no handler in /proc yet) has
+    Python's default effect; such runs are told apart by looking before sending.
+    """
+    from .test_cli import _catches
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x" * 1000)
+    with socket.socket() as silent:  # a receiver that never answers: send stays in its handshake
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        argv = {
+            "recv": ["recv", str(tmp_path / "out.bin"), "--listen", "127.0.0.1:0"],
+            "send": ["send", str(src), f"127.0.0.1:{silent.getsockname()[1]}"],
+        }[command]
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "aiosendfile", *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=ENV,
+            )
+            try:
+                time.sleep(delay)
+                ours = _catches(proc.pid, signal.SIGTERM)
+                proc.send_signal(signum)
+                _, err = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+            if ours:
+                assert proc.returncode == 128 + signum, (delay, err)
+                assert err.count("\n") == 1, (delay, err)
+                no_traceback(err)
