@@ -114,7 +114,7 @@ class ChunkReader:
     async def read(self, position: int, size: int) -> bytes | bytearray:
         if self._fd is not None:
             options = self._options
-            return await read_range(self._fd, size, position, options.cold_executor, probe=options.probe)
+            return await read_range(self._fd, size, position, options.executor, probe=options.probe)
         if self._in_memory:
             return bytes(self._read(size))
         loop = asyncio.get_running_loop()
