@@ -3,7 +3,11 @@
 How a request is answered, in order:
 
 1. Pick the representation: a pre-compressed sibling (``.br``, ``.gz``) when
-   ``Accept-Encoding`` allows it and the sibling exists, else the file.
+   ``Accept-Encoding`` allows it and the sibling exists, else the file. A
+   sibling that cannot be opened (unreadable, replaced by a directory) counts
+   as absent: the file is served, as nginx's ``gzip_static`` does. Without a
+   static root (``FileResponse(path)`` in a handler) a symlinked sibling counts
+   as absent too, as in aiohttp's class: nothing would contain where it points.
    ``Vary: Accept-Encoding`` is sent whenever pre-compressed variants are on.
 2. Open it (``O_NONBLOCK``, so a FIFO cannot hang the loop). Under a static
    root, check that the *opened descriptor* lies inside the root (its
@@ -18,7 +22,8 @@ How a request is answered, in order:
    whose pages are in the page cache are read on the loop and leave in one
    write together with the headers. Anything else goes through
    ``aiosendfile.sendfile`` (zero-copy on plain TCP/Unix, bounded copy over TLS).
-   A cold small file is read in the executor. If a middleware enabled
+   A cold small file is read in the cold-read pool (``_coldread``), never in
+   the loop's default executor. If a middleware enabled
    compression, the body goes through aiohttp's writer, which compresses and
    frames it.
 
@@ -30,7 +35,7 @@ body is never passed off as complete on a keep-alive connection.
 
 from __future__ import annotations
 
-import asyncio
+import errno
 import functools
 import mimetypes
 import os
@@ -46,6 +51,7 @@ from multidict import CIMultiDict
 
 from . import _http, _platform
 from ._api import sendfile
+from ._coldread import read_range
 from ._errors import SendfileError
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
@@ -57,6 +63,8 @@ DEFAULT_INLINE_LIMIT = 64 * 1024
 _ENCODINGS = (("br", ".br"), ("gzip", ".gz"))
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+#: For a sibling with no root to contain it: a symlink is refused (ELOOP), as aiohttp's class does.
+_O_NOFOLLOW_FLAGS = _O_FLAGS | getattr(os, "O_NOFOLLOW", 0)
 
 
 #: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only).
@@ -221,6 +229,8 @@ class FileResponse(web.StreamResponse):
                 candidates += [(enc, p) for enc, p in present if enc == chosen]
         candidates.append((None, self._path))
         cache_root = self._root if not self._follow_symlinks else None
+        # With no root to check containment against, a symlinked sibling could name any file.
+        sibling_flags = _O_NOFOLLOW_FLAGS if self._root is None and not self._follow_symlinks else _O_FLAGS
         for encoding, path in candidates:
             if self._hot_cache:
                 try:
@@ -232,13 +242,15 @@ class FileResponse(web.StreamResponse):
                     if body is not None:
                         return _Cached(body), st, encoding, self._precompressed
             try:
-                fd = os.open(path, _O_FLAGS)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # a sibling that vanished: fall back to the next candidate
-            except PermissionError as exc:
-                raise web.HTTPForbidden() from exc
-            except OSError as exc:  # ELOOP, ENAMETOOLONG, ...
-                raise web.HTTPNotFound() from exc
+                fd = os.open(path, _O_FLAGS if encoding is None else sibling_flags)
+            except OSError as exc:
+                if encoding is not None:
+                    # A sibling that vanished or that we may not read (EACCES, ELOOP, ...): serve the
+                    # next candidate, as nginx's gzip_static declines on any open error.
+                    continue
+                if isinstance(exc, PermissionError) or exc.errno == errno.ENXIO:  # ENXIO: a socket
+                    raise web.HTTPForbidden() from exc
+                raise web.HTTPNotFound() from exc  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, ...
             if not self._opened_inside_root(fd, path):  # a symlink (sibling, index, race) pointing out
                 os.close(fd)
                 if encoding is not None:
@@ -247,6 +259,9 @@ class FileResponse(web.StreamResponse):
             try:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):  # a directory, FIFO or device
+                    if encoding is not None:  # a sibling replaced since its stat: as if absent
+                        os.close(fd)
+                        continue
                     raise web.HTTPForbidden()
                 if self._hot_cache and st.st_size <= self._inline_limit:
                     read = _platform.pread_cached(fd, st.st_size, 0)
@@ -362,6 +377,8 @@ class FileResponse(web.StreamResponse):
         if request.method == hdrs.METH_HEAD or length == 0:
             await super().write_eof()
             return writer
+        if request.transport is None:  # the client left before its body: what aiohttp's class raises
+            raise ConnectionResetError("Connection lost")
         try:
             if parts is None:
                 await self._send_body(request, writer, file, ranges[0])
@@ -400,14 +417,8 @@ class FileResponse(web.StreamResponse):
             await self._send_through_writer(writer, file, byte_range, prefix, suffix)
             return
         if byte_range.length <= self._inline_limit:
-            data: bytes | bytearray | None = _platform.pread_cached(
-                file.fileno(), byte_range.length, byte_range.start
-            )
-            if data is None:  # cold (or cannot tell): read off the loop thread
-                loop = asyncio.get_running_loop()
-                data = await loop.run_in_executor(
-                    None, os.pread, file.fileno(), byte_range.length, byte_range.start
-                )
+            # On the loop when cached, else in the cold-read pool.
+            data = await read_range(file.fileno(), byte_range.length, byte_range.start)
             if len(data) != byte_range.length:
                 raise _http_truncated(byte_range, len(data))
             await writer.write(prefix + data + suffix if prefix or suffix else data)  # with the headers
@@ -429,13 +440,12 @@ class FileResponse(web.StreamResponse):
         prefix: bytes,
         suffix: bytes,
     ) -> None:
-        loop = asyncio.get_running_loop()
         if prefix:
             await writer.write(prefix)
         position, end = byte_range.start, byte_range.stop
         while position < end:
             size = min(self._chunk_size, end - position)
-            data = await loop.run_in_executor(None, os.pread, file.fileno(), size, position)
+            data = await read_range(file.fileno(), size, position)  # on the loop when cached
             if not data:
                 raise _http_truncated(byte_range, position - byte_range.start)
             await writer.write(data)
