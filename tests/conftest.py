@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -297,3 +300,47 @@ def evict(path: Path) -> None:
 
 def zero_copy_expected(kind: str) -> bool:
     return kind != "tls"
+
+
+# -- command-line processes ------------------------------------------------------------
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether *pid* has a handler for *signum* (SigCgt in /proc): aiosendfile's own code is running."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def cli_env() -> dict[str, str]:
+    """The environment for ``python -m aiosendfile`` subprocesses: this checkout first on the path."""
+    root = Path(__file__).resolve().parent.parent
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[bool, int, str]:
+    """Start ``python -m aiosendfile *argv``, send *signum* after *delay* s, wait for the end.
+
+    Returns (ours, exit status, stderr). *ours* says whether the process had a SIGTERM
+    handler when the signal was sent: without one, the signal landed before any
+    aiosendfile code ran (the interpreter's start) and has Python's default effect.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosendfile", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(),
+    )
+    try:
+        time.sleep(delay)
+        ours = catches(proc.pid, signal.SIGTERM)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return ours, proc.returncode, err

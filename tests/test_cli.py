@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import pattern
+from .conftest import pattern, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?")
@@ -245,14 +245,6 @@ def test_bad_ports_are_refused_in_one_line_at_once(tmp_path: Path, argv: list[st
 # -- stopping at any moment ------------------------------------------------------------------
 
 
-def _catches(pid: int, signum: int) -> bool:
-    """Whether *pid* has a handler for *signum* (SigCgt in /proc): serve's own code is running."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    return False
-
-
 def _serve_proc(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen(
@@ -280,20 +272,11 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
     """
     args = (str(served), "--port", "0", "--loop", loop, "--workers", workers)
     for delay in (0.0, 0.02, 0.1, 0.3):  # from Popen
-        proc = _serve_proc(*args)
-        try:
-            time.sleep(delay)
-            ours = _catches(proc.pid, signal.SIGTERM)
-            proc.send_signal(signum)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        ours, status, err = signal_while_starting(["serve", *args], signum, delay)
         if ours:
-            assert (proc.returncode, err) == (0, ""), (delay, err)
-        # else: Python's own (killed by the signal, or KeyboardInterrupt in runpy or in
-        # ``import aiosendfile``); all that is asked of it is to end, which it did.
+            assert (status, err) == (0, ""), (delay, err)
+        # else: Python's own (killed by the signal, or KeyboardInterrupt in runpy):
+        # all that is asked of it is to end, which it did.
     for delay in (0.0, 0.005, 0.05):  # from the banner (the server is still getting ready), twice
         proc = _serve_proc(*args)
         try:

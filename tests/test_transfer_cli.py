@@ -20,7 +20,7 @@ import pytest
 
 from aiosendfile._transfer_cli import BUSY
 
-from .conftest import pattern
+from .conftest import pattern, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -690,8 +690,6 @@ def test_a_signal_while_starting_is_one_line(tmp_path: Path, command: str, signu
     As for serve, a signal that lands before our code runs (no handler in /proc yet) has
     Python's default effect; such runs are told apart by looking before sending.
     """
-    from .test_cli import _catches
-
     src = tmp_path / "src.bin"
     src.write_bytes(b"x" * 1000)
     with socket.socket() as silent:  # a receiver that never answers: send stays in its handshake
@@ -702,24 +700,8 @@ def test_a_signal_while_starting_is_one_line(tmp_path: Path, command: str, signu
             "send": ["send", str(src), f"127.0.0.1:{silent.getsockname()[1]}"],
         }[command]
         for delay in (0.0, 0.02, 0.05, 0.1, 0.2):
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "aiosendfile", *argv],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                env=ENV,
-            )
-            try:
-                time.sleep(delay)
-                ours = _catches(proc.pid, signal.SIGTERM)
-                proc.send_signal(signum)
-                _, err = proc.communicate(timeout=30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.communicate()
+            ours, status, err = signal_while_starting(argv, signum, delay)
             if ours:
-                assert proc.returncode == 128 + signum, (delay, err)
+                assert status == 128 + signum, (delay, err)
                 assert err.count("\n") == 1, (delay, err)
                 no_traceback(err)
