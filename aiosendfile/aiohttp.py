@@ -10,6 +10,9 @@ Needs the ``aiohttp`` extra (``pip install aiosendfile[aiohttp]``)::
     # or: sf.add_static(app.router, "/static", "./public", show_index=True)
     # or, in a handler: return sf.FileResponse(path)
     # and for uploads:   await sf.save_upload(request, "/srv/uploads/x.bin", max_size=2**30)
+
+Unlike aiohttp's own ``add_static``, dotfiles (``/.env``, ``/.git/config``) are
+hidden (404, not listed) unless ``show_dotfiles=True``; ``/.well-known/`` is served.
 """
 
 from __future__ import annotations
