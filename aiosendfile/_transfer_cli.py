@@ -370,7 +370,7 @@ async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: st
         )
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: deeply nested, e.g. 5000 "["
         message = None
     if not isinstance(message, dict):
         raise TransferFailed(
@@ -614,7 +614,7 @@ class _Receiver:
             raise BadPeer(f"closed the connection in the middle of its {what}")
         try:
             message = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: deeply nested, e.g. 5000 "["
             message = None
         if not isinstance(message, dict):
             raise BadPeer(f"not an aiosendfile sender (it sent {_short(raw.rstrip()[:60])})")

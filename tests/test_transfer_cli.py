@@ -376,6 +376,34 @@ def test_a_start_that_was_not_offered_is_refused(tmp_path: Path) -> None:
     assert out.read_bytes() == data
 
 
+def test_deeply_nested_json_is_a_bad_peer_not_the_end_of_recv(tmp_path: Path) -> None:
+    """A line of 5000 '[' is under the line limit, but json.loads raises RecursionError on it
+    (not a ValueError): it must be one more garbage peer, not an 'unexpected error' exit."""
+    source = tmp_path / "in.bin"
+    data = pattern(2**20, seed=12)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out)
+    with Peer(port) as peer:  # as the handshake
+        peer.send(b"[" * 5000 + b"\n")
+        reply = peer.hear()
+        assert reply is not None
+        assert "not an aiosendfile sender" in str(reply["error"]), reply
+    with Peer(port) as peer:  # as the start line
+        assert announce(peer, data)["offset"] == 0
+        peer.send(b'{"start": ' + b"[" * 5000 + b"\n")
+        reply = peer.hear()
+        assert reply is not None
+        assert "not an aiosendfile sender" in str(reply["error"]), reply
+    assert not out.exists()
+    sent = send(source, port)
+    code, _, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert out.read_bytes() == data
+    assert err.count("ignored 127.0.0.1:") == 2, err
+    no_traceback(err, sent.stderr)
+
+
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_receiver_interrupted_mid_transfer_keeps_a_prefix(tmp_path: Path, signum: int, loop: str) -> None:
