@@ -30,6 +30,8 @@ Path rules (a request never reaches outside ``directory``):
 * A listing (nginx autoindex style): a parent link except at the root,
   directories first and with a trailing ``/``, then files, each sorted by name
   (bytes), with a size (``-`` for directories) and a UTC modification date.
+  Only what a request could fetch is listed: not a broken symlink, a symlink
+  out of the root (unless ``follow_symlinks=True``), or a name with a backslash.
 """
 
 from __future__ import annotations
@@ -260,8 +262,16 @@ class StaticResource(web.StaticResource):
             for entry in found:
                 if entry.name.startswith(".") and not self._show_dotfiles:
                     continue
+                if "\\" in entry.name:  # refused by the path rules: nothing to fetch
+                    continue
                 try:
                     st = entry.stat()  # follows symlinks, as the request for it would
+                    if (
+                        not self._follow_symlinks
+                        and entry.is_symlink()
+                        and not _inside(os.path.realpath(entry.path), self._root)
+                    ):
+                        continue  # out of the root: refused when fetched; its size and date are not ours
                 except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)

@@ -230,3 +230,30 @@ async def test_listing_of_a_non_utf8_directory_name(mount: Any, tmp_path: Path) 
     status, headers, _ = await s.get("/d%FF")
     assert status == 301
     assert headers["location"].endswith("/d%FF/")
+
+
+async def test_listing_leaves_out_what_cannot_be_fetched(mount: Any, tmp_path: Path) -> None:
+    """A symlink out of the root (served only with follow_symlinks) and a name with a backslash
+    (refused by the path rules) are not listed: their links would 404, and the link out would
+    show the size and date of a file outside the root."""
+    public = tmp_path / "public"
+    (tmp_path / "outside.txt").write_bytes(b"o" * 12345)
+    (public / "link-out").symlink_to(tmp_path / "outside.txt")
+    (public / "dir-out").symlink_to(tmp_path)
+    (public / "back\\slash.txt").write_text("b")
+    (public / "link-in").symlink_to(public / "a.txt")  # inside: listed and served
+    s = await mount(show_index=True)
+    _, _, body = await s.get("/")
+    names = [text for _, text in links(body)]
+    assert "link-in" in names
+    for name in ("link-out", "dir-out/", "back\\slash.txt"):
+        assert name not in names, names
+    assert b"12K" not in body
+    for href, text in links(body):
+        assert (await s.get("/" + href))[0] == 200, (text, href)
+    followed = await mount(show_index=True, follow_symlinks=True)
+    _, _, body = await followed.get("/")
+    names = [text for _, text in links(body)]
+    assert "link-out" in names
+    assert "dir-out/" in names
+    assert (await followed.get("/link-out"))[::2] == (200, b"o" * 12345)
