@@ -636,7 +636,14 @@ class _Receiver:
     def check_room(self, size: int) -> None:
         """Refuse a file the disk has no room for, before anything is written."""
         try:
-            have = os.path.getsize(self.out) if os.path.isfile(self.out) else 0
+            st = os.stat(self.out)
+        except OSError:
+            have = 0  # not there yet: a new regular file
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                return  # a device or a pipe (/dev/null, /dev/stdout): not the directory's disk
+            have = st.st_size
+        try:
             free = shutil.disk_usage(os.path.dirname(os.path.abspath(self.out))).free
         except OSError:
             return  # cannot tell: the writes will say

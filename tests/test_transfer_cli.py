@@ -677,6 +677,18 @@ def test_a_file_too_big_for_the_disk_is_refused_up_front(tmp_path: Path) -> None
     assert "refused 127.0.0.1:" in err
 
 
+def test_no_disk_space_check_for_a_device_out(tmp_path: Path) -> None:
+    """OUT a device (/dev/null, /dev/stdout piped on): the free space of /dev says nothing
+    about what it can take, so a big file is offered, not refused as 'not enough disk space'."""
+    receiver, port = start_receiver(Path(os.devnull), "--force")
+    with Peer(port) as peer:
+        assert announce(peer, b"", size=2**62) == {"offset": 0, "prefix_sha256": ""}
+        peer.leave()
+    receiver.kill()
+    _, _, err = finish(receiver)
+    assert "disk space" not in err, err
+
+
 def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
     source = tmp_path / "in.bin"
     data = pattern(48 * 2**20, seed=14)
