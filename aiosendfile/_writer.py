@@ -195,22 +195,38 @@ async def _send_all(
 
 
 async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
-    """Wait until *fd* is writable, or the leased connection is lost."""
-    await wait_ready(loop, fd, lease, writable=True)
+    """Wait until *fd* is writable, or the leased connection is lost; then give way as after a chunk."""
+    await wait_ready(loop, fd, lease, writable=True, behind_timers=True)
 
 
 async def wait_ready(
-    loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None, *, writable: bool
+    loop: asyncio.AbstractEventLoop,
+    fd: int,
+    lease: TransportLease | None,
+    *,
+    writable: bool,
+    behind_timers: bool = False,
 ) -> None:
     """Wait until our own (dup'd) *fd* is writable/readable, or the leased connection is lost.
 
+    With *behind_timers* the readiness is passed on through a zero-delay timer
+    (see ``_yield_to_others``): stock asyncio runs I/O callbacks before the
+    timers that came due in the same iteration, so a task woken by one of
+    those timers would otherwise wait for the chunk we send next.
     The registration is removed in ``finally``, on success, error and cancellation alike.
     """
     _platform.counters.waits += 1
     fut: asyncio.Future[None] = loop.create_future()
+    passed_on = False
 
     def on_ready() -> None:
-        if not fut.done():
+        nonlocal passed_on
+        if fut.done() or passed_on:
+            return
+        if behind_timers:
+            passed_on = True
+            loop.call_later(0, _wake, fut)  # a no-op if we are cancelled meanwhile
+        else:
             fut.set_result(None)
 
     add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
