@@ -51,8 +51,8 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import IO, Any, TypeGuard
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import IO, Any, TypeGuard, TypeVar
 
 from ._api import sendfile
 from ._cli import _loop_factory
@@ -64,6 +64,7 @@ __all__ = ("add_commands", "recv_main", "send_main")
 
 LINE_LIMIT = 64 * 1024
 HANDSHAKE_TIMEOUT = 10.0  # seconds a peer has for each handshake line
+IDLE_TIMEOUT = 60.0  # seconds a body may stop coming before the transfer ends (nginx: client_body_timeout)
 HASH_RATE = 50e6  # bytes/s: the sender gets extra time to hash the prefix it was offered
 MAX_SIZE = 2**63 - 1
 MAX_PENDING = 64  # connections in their handshake at once; more are dropped
@@ -74,12 +75,41 @@ _SHA256 = re.compile(r"[0-9a-fA-F]{64}\Z")
 _STOP = threading.Event()  # set on SIGINT/SIGTERM: hashing threads give up
 
 
+T = TypeVar("T")
+
+
 class TransferFailed(Exception):
     """A transfer that did not complete; the message says why and what is left behind."""
 
 
 class BadPeer(Exception):
     """A peer that does not speak the protocol (or breaks it): logged in one line and dropped."""
+
+
+class _Idle(Exception):
+    """The body stopped coming for the idle timeout."""
+
+
+async def _until_idle(aw: Awaitable[T], idle: float, last_activity: Callable[[], float]) -> T:
+    """Await *aw*; if *last_activity()* (a loop time) falls *idle* seconds behind, cancel it and
+    raise :class:`_Idle`. *aw* has always settled when this returns or raises (a cancelled
+    ``recvfile`` leaves OUT consistent only once it has)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(aw)
+    try:
+        while True:
+            left = last_activity() + idle - loop.time()
+            if left <= 0:
+                raise _Idle()
+            await asyncio.wait({task}, timeout=left)
+            if task.done():
+                return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: an error raced with the verdict is not logged as lost
 
 
 class Refused(BadPeer):
@@ -268,6 +298,14 @@ def add_commands(commands: Any) -> None:
         metavar="SECONDS",
         help=f"drop a peer that takes longer than this to send a handshake line "
         f"(default: {HANDSHAKE_TIMEOUT:g})",
+    )
+    recv.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="end a transfer whose data stops coming for this long; OUT keeps what arrived "
+        f"(default: {IDLE_TIMEOUT:g})",
     )
     _add_loop(recv)
     recv.set_defaults(run=recv_main)
@@ -529,8 +567,10 @@ def _short(value: Any, limit: int = 60) -> str:
 class _Receiver:
     """One ``recv``: at most one transfer, from the first peer with a valid handshake."""
 
-    def __init__(self, out: str, resume: bool, handshake_timeout: float) -> None:
-        self.out, self.resume, self.timeout = out, resume, handshake_timeout
+    def __init__(
+        self, out: str, resume: bool, handshake_timeout: float, idle_timeout: float = IDLE_TIMEOUT
+    ) -> None:
+        self.out, self.resume, self.timeout, self.idle = out, resume, handshake_timeout, idle_timeout
         self.busy = False
         self.pending = 0
         self.connections: set[asyncio.StreamWriter] = set()
@@ -717,17 +757,29 @@ class _Receiver:
             try:
                 if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                     f.truncate(start)
-                await recvfile(
-                    reader,
-                    f,
-                    size - start,
-                    offset=start,
-                    on_progress=lambda got, _t: progress.update(start + got),
+                loop = asyncio.get_running_loop()
+                last = loop.time()
+
+                def landed(got: int, _total: int | None) -> None:
+                    nonlocal last
+                    last = loop.time()
+                    progress.update(start + got)
+
+                await _until_idle(
+                    recvfile(reader, f, size - start, offset=start, on_progress=landed),
+                    self.idle,
+                    lambda: last,
                 )
             except BaseException as exc:
                 self.kept = _settle(f, start)
                 progress.close()
                 kept = f"kept the first {self.kept} of {size} bytes in {out}"
+                if isinstance(exc, _Idle):
+                    with contextlib.suppress(Exception):  # it may be gone for good
+                        _send_message(writer, {"error": f"sent nothing for {self.idle:g}s; giving up"})
+                    raise TransferFailed(
+                        f"{peer} sent nothing for {self.idle:g}s mid-transfer; {kept} (--resume continues it)"
+                    ) from None
                 if isinstance(exc, (EOFError, ConnectionError)):
                     how = "disconnected" if isinstance(exc, EOFError) else f"was lost ({in_words(exc)})"
                     raise TransferFailed(
@@ -790,7 +842,7 @@ def recv_main(args: Any) -> int:
     if problem:
         return fail(prog, problem, 2)
     host, port = args.listen
-    receiver = _Receiver(args.out, args.resume, args.handshake_timeout)
+    receiver = _Receiver(args.out, args.resume, args.handshake_timeout, args.idle_timeout)
 
     def ready(bound: int) -> None:
         print(

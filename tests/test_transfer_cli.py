@@ -745,3 +745,32 @@ def test_a_signal_while_starting_is_one_line(tmp_path: Path, command: str, signu
                 assert status == 128 + signum, (delay, err)
                 assert err.count("\n") == 1, (delay, err)
                 no_traceback(err)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_sender_that_goes_silent_mid_body_is_dropped(tmp_path: Path, loop: str) -> None:
+    """Like nginx's client_body_timeout: a body that stops coming for --idle-timeout seconds ends
+    the transfer (recv used to wait forever, refusing every real sender as busy). OUT keeps what
+    arrived, and --resume continues it."""
+    data = pattern(2 * 2**20, seed=21)
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out, "--idle-timeout", "1", "--loop", loop)
+    with Peer(port) as peer:
+        assert announce(peer, data)["offset"] == 0
+        peer.say({"start": 0})
+        peer.send(data[:1000])
+        code, _, err = finish(receiver)  # the peer stays connected and silent meanwhile
+    assert code == 1, err
+    assert "sent nothing for 1s" in err
+    assert "kept the first 1000 of 2097152 bytes" in err
+    assert err.count("\n") == 1, err
+    no_traceback(err)
+    assert out.read_bytes() == data[:1000]
+    source = tmp_path / "in.bin"
+    source.write_bytes(data)
+    receiver, port = start_receiver(out, "--resume", "--loop", loop)
+    sent = send(source, port)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert "resumed at 1000" in got
+    assert out.read_bytes() == data
