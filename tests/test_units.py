@@ -166,3 +166,23 @@ def test_map_exceptions_stamps_sent_and_keeps_types() -> None:
     with pytest.raises(FileTruncatedError) as trunc_info, map_exceptions(progress):
         raise FileTruncatedError("short", sent=0, expected=9)
     assert trunc_info.value.sent == 5
+
+
+def test_import_loads_the_core_but_the_command_line_defers_it() -> None:
+    """``import aiosendfile`` loads the core, so a server's first sendfile() does not import it on
+    the loop's thread (~15 ms stall); ``python -m aiosendfile`` defers it until its Ctrl-C
+    handling is in place."""
+    import subprocess
+    import sys
+
+    probe = "import sys, aiosendfile; print('aiosendfile._api' in sys.modules, 'asyncio' in sys.modules)"
+    library = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert library.stdout.split() == ["True", "True"], library.stderr
+    # The command line: the signal handlers are in place before asyncio is imported.
+    check = (
+        "import runpy, signal, sys; sys.argv = ['-m', '--version']; sys.orig_argv = ['python', '-m', "
+        "'aiosendfile', '--version']; import aiosendfile, aiosendfile._cli_common as c; "
+        "print('asyncio' in sys.modules)"
+    )
+    cli = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert cli.stdout.split() == ["False"], cli.stderr
