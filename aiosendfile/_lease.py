@@ -130,14 +130,15 @@ class TransportLease(asyncio.Protocol):
             # paused the user's protocol already, only a bare resume_writing later.
             self._paused = transport.get_write_buffer_size() > 0
             transport.set_write_buffer_limits(high=0, low=0)
-            for obj in (transport, self._writer):
-                if obj is not None:
-                    self._shadow(obj)
             kick = self._transport_writelines
             if kick is not None and transport.get_write_buffer_size() > 0 and _is_tls(transport):
                 # Send what a fresh TLS handshake left buffered (see "A TLS connection
                 # fresh from its handshake"): no flush would come while reading is paused.
+                # Before the guards: CPython 3.10's writelines goes through self.write.
                 kick(())
+            for obj in (transport, self._writer):
+                if obj is not None:
+                    self._shadow(obj)
         except BaseException:
             self.release()
             raise
