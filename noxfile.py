@@ -52,6 +52,7 @@ INSTALLED = [v for v in PYTHONS if (exe := shutil.which(f"python{v}")) and _work
 # CI under ten minutes on two cores.
 VERSION_SENSITIVE = [
     "tests/test_sendfile.py",
+    "tests/test_first_await.py",
     "tests/test_failures.py",
     "tests/test_faults.py",
     "tests/test_edge_cases.py",
