@@ -379,10 +379,11 @@ def world_readable_tmp() -> Iterator[Path]:
 
 
 # Run as nobody (root reads everything). The interpreter lives under /root (0700), so
-# the child imports what serve needs while still root, then drops its privileges.
+# the child imports what serve needs while still root (the checkout may be under a 0700
+# directory too, as mkdtemp makes them), then drops its privileges.
 AS_NOBODY = """
 import os, sys
-import aiosendfile._cli, aiosendfile._static, aiohttp.web
+import aiosendfile._cli, aiosendfile._static, aiosendfile._transfer_cli, aiohttp.web
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.exit(aiosendfile._cli.main(sys.argv[1:]))
 """
