@@ -415,8 +415,15 @@ async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: st
             f"{host}:{port} does not speak the protocol: is 'aiosendfile recv' listening there?"
         )
     if "error" in message:
-        raise TransferFailed(f"{refused}: {message['error']}")
+        raise TransferFailed(f"{refused}: {_printable(message['error'])}")
     return message
+
+
+def _printable(text: Any, limit: int = 300) -> str:
+    """What the receiver said, safe for a terminal: control characters (escape sequences that
+    could rewrite the screen) shown escaped, and no longer than *limit*."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 async def _last_word(reader: asyncio.StreamReader) -> str | None:
@@ -425,7 +432,7 @@ async def _last_word(reader: asyncio.StreamReader) -> str | None:
         line = await asyncio.wait_for(reader.readline(), FAREWELL_TIMEOUT)
         message = json.loads(line)
         if isinstance(message, dict) and "error" in message:
-            return str(message["error"])
+            return _printable(message["error"])
     return None
 
 
@@ -458,7 +465,9 @@ async def _send_over(
     _send_message(writer, {"name": os.path.basename(path), "size": size, "sha256": digest})
     offer = await _reply(reader, host, port, "the receiver refused the transfer")
     if "notice" in offer:
-        print(f"aiosendfile send: the receiver says: {offer['notice']}", file=sys.stderr, flush=True)
+        print(
+            f"aiosendfile send: the receiver says: {_printable(offer['notice'])}", file=sys.stderr, flush=True
+        )
     offset = offer.get("offset", 0)
     if not _is_int(offset) or offset < 0:
         raise TransferFailed(f"{host}:{port} offered a malformed resume offset {offset!r}")

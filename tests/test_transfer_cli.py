@@ -774,3 +774,28 @@ def test_a_sender_that_goes_silent_mid_body_is_dropped(tmp_path: Path, loop: str
     assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
     assert "resumed at 1000" in got
     assert out.read_bytes() == data
+
+
+def test_a_hostile_receivers_words_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """send prints what the receiver says; escape sequences in it are shown, not obeyed."""
+    source = tmp_path / "in.bin"
+    source.write_bytes(b"x" * 100)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def receiver() -> None:
+            conn, _ = server.accept()
+            with conn, conn.makefile("rwb") as stream:
+                stream.readline()
+                evil = "\x1b[2J\x1b]0;pwned\x07busy\r\nfake line"
+                stream.write(json.dumps({"error": evil}).encode() + b"\n")
+                stream.flush()
+
+        thread = threading.Thread(target=receiver)
+        thread.start()
+        done = send(source, server.getsockname()[1])
+        thread.join(30)
+    assert done.returncode == 1
+    assert "\x1b" not in done.stderr
+    assert "\x07" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "\\x1b[2J" in done.stderr
