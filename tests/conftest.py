@@ -48,6 +48,14 @@ def loop_name() -> str:
     return "uvloop" if isinstance(asyncio.get_running_loop(), uvloop.Loop) else "asyncio"
 
 
+# When the suite runs in the background of a shell without job control (CI runners, `cmd &`
+# in a script), SIGINT arrives ignored, and every subprocess would inherit that: a Ctrl-C sent
+# to a CLI under test before its own handler is in place would then be dropped instead of
+# having Python's default effect. Tests see what a user at a terminal sees.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 # -- guards ------------------------------------------------------------------------
 
 
