@@ -327,14 +327,9 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[bool, int, str]:
-    """Start ``python -m aiosendfile *argv``, send *signum* after *delay* s, wait for the end.
-
-    Returns (ours, exit status, stderr). *ours* says whether the process had a SIGTERM
-    handler when the signal was sent: without one, the signal landed before any
-    aiosendfile code ran (the interpreter's start) and has Python's default effect.
-    """
-    proc = subprocess.Popen(
+def aiosendfile_process(*argv: str) -> subprocess.Popen[str]:
+    """``python -m aiosendfile *argv`` from this checkout, stdout/stderr piped (text), no stdin."""
+    return subprocess.Popen(
         [sys.executable, "-m", "aiosendfile", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -342,6 +337,16 @@ def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[b
         text=True,
         env=cli_env(),
     )
+
+
+def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[bool, int, str]:
+    """Start ``python -m aiosendfile *argv``, send *signum* after *delay* s, wait for the end.
+
+    Returns (ours, exit status, stderr). *ours* says whether the process had a SIGTERM
+    handler when the signal was sent: without one, the signal landed before any
+    aiosendfile code ran (the interpreter's start) and has Python's default effect.
+    """
+    proc = aiosendfile_process(*argv)
     try:
         time.sleep(delay)
         ours = catches(proc.pid, signal.SIGTERM)

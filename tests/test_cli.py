@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import pattern, signal_while_starting
+from .conftest import aiosendfile_process, pattern, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?")
@@ -31,15 +31,7 @@ BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+)
 
 class Server:
     def __init__(self, *args: str) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aiosendfile", "serve", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            text=True,
-        )
+        self.proc = aiosendfile_process("serve", *args)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         match = BANNER.search(line)
@@ -245,18 +237,6 @@ def test_bad_ports_are_refused_in_one_line_at_once(tmp_path: Path, argv: list[st
 # -- stopping at any moment ------------------------------------------------------------------
 
 
-def _serve_proc(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "aiosendfile", "serve", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-    )
-
-
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -278,7 +258,7 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
         # else: Python's own (killed by the signal, or KeyboardInterrupt in runpy):
         # all that is asked of it is to end, which it did.
     for delay in (0.0, 0.005, 0.05):  # from the banner (the server is still getting ready), twice
-        proc = _serve_proc(*args)
+        proc = aiosendfile_process("serve", *args)
         try:
             assert proc.stdout is not None
             assert BANNER.search(proc.stdout.readline())
@@ -298,7 +278,7 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
 def test_a_stop_signal_while_workers_start(served: Path, signum: int) -> None:
     """Sent as soon as the first worker is forked: the parent used to wait 60 s for it to say ready."""
     for _ in range(3):
-        proc = _serve_proc(str(served), "--port", "0", "--workers", "2")
+        proc = aiosendfile_process("serve", str(served), "--port", "0", "--workers", "2")
         try:
             children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
             while proc.poll() is None and not children.read_text().split():

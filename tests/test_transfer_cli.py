@@ -20,7 +20,7 @@ import pytest
 
 from aiosendfile._transfer_cli import BUSY
 
-from .conftest import pattern, signal_while_starting
+from .conftest import aiosendfile_process, pattern, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -41,14 +41,7 @@ def _no_receiver_outlives_its_test() -> Iterator[None]:
 
 
 def start_receiver(out: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aiosendfile", "recv", str(out), "--listen", "127.0.0.1:0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=ENV,
-    )
+    proc = aiosendfile_process("recv", str(out), "--listen", "127.0.0.1:0", *extra)
     _receivers.append(proc)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -502,13 +495,7 @@ def test_sender_interrupted_mid_transfer(tmp_path: Path, signum: int) -> None:
     part = 3 * 2**20
     receiver, port = start_receiver(out)
     proxy = HoldingProxy(port, part)
-    sender = subprocess.Popen(
-        [sys.executable, "-m", "aiosendfile", "send", str(source), f"127.0.0.1:{proxy.port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    sender = aiosendfile_process("send", str(source), f"127.0.0.1:{proxy.port}")
     _receivers.append(sender)
     assert proxy.holding.wait(60)
     sender.send_signal(signum)
@@ -696,13 +683,7 @@ def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
     out = tmp_path / "out.bin"
     receiver, port = start_receiver(out)
     proxy = HoldingProxy(port, 3 * 2**20)
-    sender = subprocess.Popen(
-        [sys.executable, "-m", "aiosendfile", "send", str(source), f"127.0.0.1:{proxy.port}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    sender = aiosendfile_process("send", str(source), f"127.0.0.1:{proxy.port}")
     _receivers.append(sender)
     assert proxy.holding.wait(60)
     shorter = 24 * 2**20  # beyond what the sender can have handed the kernel by now
