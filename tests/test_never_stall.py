@@ -40,7 +40,10 @@ def test_whole_chunk_probe_sees_a_hole_in_the_middle(tmp_path: Path) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         if _platform.range_cached(fd, 0, 4 * 2**20) is not False:
             pytest.skip("this file system cannot evict pages")
-        os.pread(fd, 4 * 2**20, 0)  # all cached now
+        for _ in range(3):  # all cached now (a read right after DONTNEED once left a page out in CI)
+            os.pread(fd, 4 * 2**20, 0)
+            if _platform.range_cached(fd, 0, 4 * 2**20):
+                break
         assert _platform.range_cached(fd, 0, 4 * 2**20) is True
         os.posix_fadvise(fd, 2**20, 2**20, os.POSIX_FADV_DONTNEED)  # a hole: [1 MiB, 2 MiB)
         assert _platform.range_cached(fd, 2**20, 2**20) is False
