@@ -71,7 +71,7 @@ from typing import IO, Any
 from . import _platform
 from ._coldread import read_range
 from ._errors import _Progress
-from ._lease import TransportLease
+from ._lease import TransportLease, is_tls
 from ._options import Options
 from ._state import TransferState
 
@@ -295,11 +295,6 @@ async def _copy(
         frame = prefix + bytes(options.trailers)
         while frame:  # whole: a TLS send may take it in more than one call
             frame = frame[await send(b"", frame) :]
-
-
-def is_tls(transport: Any) -> bool:
-    """Whether *transport* is a TLS transport (asyncio's, uvloop's: both report their context)."""
-    return transport.get_extra_info("sslcontext") is not None
 
 
 def _advance(state: TransferState, progress: _Progress, options: Options, n: int) -> None:

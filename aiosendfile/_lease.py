@@ -73,7 +73,7 @@ from typing import Any
 
 from ._errors import ConnectionLostError
 
-__all__ = ("TransportLease",)
+__all__ = ("TransportLease", "is_tls")
 
 _GUARDED = ("write", "writelines", "write_eof")
 _MISSING = object()
@@ -131,7 +131,7 @@ class TransportLease(asyncio.Protocol):
             self._paused = transport.get_write_buffer_size() > 0
             transport.set_write_buffer_limits(high=0, low=0)
             kick = self._transport_writelines
-            if kick is not None and transport.get_write_buffer_size() > 0 and _is_tls(transport):
+            if kick is not None and transport.get_write_buffer_size() > 0 and is_tls(transport):
                 # Send what a fresh TLS handshake left buffered (see "A TLS connection
                 # fresh from its handshake"): no flush would come while reading is paused.
                 # Before the guards: CPython 3.10's writelines goes through self.write.
@@ -297,7 +297,8 @@ def _tls_shutting_down(transport: Any) -> bool:
     return name is not None and name != "WRAPPED"
 
 
-def _is_tls(transport: Any) -> bool:
+def is_tls(transport: Any) -> bool:
+    """Whether *transport* is a TLS transport (asyncio's, uvloop's: both report their context)."""
     return transport.get_extra_info("sslcontext") is not None
 
 
