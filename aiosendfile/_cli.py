@@ -34,12 +34,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
-from ._cli_common import STOP_SIGNALS, Parser, in_words, port, quiet_exit_on_signals
+from ._cli_common import STOP_SIGNALS, Parser, fail, in_words, port, quiet_exit_on_signals
 
 __all__ = ("main",)
 
 SHUTDOWN_TIMEOUT = 0.5  # seconds open connections get to finish on stop
 MAX_WORKERS = 1024
+PROG = "aiosendfile serve"
 
 _DESCRIPTION = """\
 Zero-copy file transfer for asyncio: an HTTP static file server (serve) and a
@@ -227,8 +228,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     try:
         import aiohttp  # noqa: F401
     except ImportError:
-        print("aiosendfile serve: needs aiohttp (pip install 'aiosendfile[aiohttp]')", file=sys.stderr)
-        return 2
+        return fail(PROG, "needs aiohttp (pip install 'aiosendfile[aiohttp]')", 2)
     directory = args.directory  # absolute, and checked readable by _directory
     _, loop_name = _loop_factory(args.loop)
     logging.basicConfig(
@@ -243,10 +243,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     try:
         sock = _bind(args.host, args.port, reuse_port=multi, listen=not multi)
     except OSError as exc:
-        print(
-            f"aiosendfile serve: cannot listen on {args.host}:{args.port}: {in_words(exc)}", file=sys.stderr
-        )
-        return 1
+        return fail(PROG, f"cannot listen on {args.host}:{args.port}: {in_words(exc)}")
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     banner = (
@@ -324,7 +321,7 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
         waiting -= 1
         start_failed = error
     if start_failed:
-        print(f"aiosendfile serve: a worker failed to start: {start_failed}", file=sys.stderr, flush=True)
+        fail(PROG, f"a worker failed to start: {start_failed}")
         stop(signal.SIGTERM, None)
     elif not stopping:
         print(banner, flush=True)
