@@ -406,11 +406,8 @@ async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: st
         raise TransferFailed(
             "the receiver closed the connection without a word (busy, or not 'aiosendfile recv'?)"
         )
-    try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: deeply nested, e.g. 5000 "["
-        message = None
-    if not isinstance(message, dict):
+    message = _json_object(line)
+    if message is None:
         raise TransferFailed(
             f"{host}:{port} does not speak the protocol: is 'aiosendfile recv' listening there?"
         )
@@ -419,19 +416,32 @@ async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: st
     return message
 
 
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    """A protocol line as a JSON object; None for anything else. (``json`` raises
+    RecursionError, not ValueError, on deep nesting such as 5000 "[" in one line.)"""
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _printable(text: Any, limit: int = 300) -> str:
     """What the receiver said, safe for a terminal: control characters (escape sequences that
     could rewrite the screen) shown escaped, and no longer than *limit*."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    return _clip("".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text)), limit)
 
 
 async def _last_word(reader: asyncio.StreamReader) -> str | None:
     """After a send failed: the ``error`` line the receiver left, if it did (it says why)."""
     with contextlib.suppress(Exception):
         line = await asyncio.wait_for(reader.readline(), FAREWELL_TIMEOUT)
-        message = json.loads(line)
-        if isinstance(message, dict) and "error" in message:
+        message = _json_object(line)
+        if message is not None and "error" in message:
             return _printable(message["error"])
     return None
 
@@ -569,8 +579,7 @@ def _check_announcement(message: Any) -> tuple[int, str]:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _clip(repr(value), limit)
 
 
 class _Receiver:
@@ -661,11 +670,8 @@ class _Receiver:
             raise BadPeer("closed the connection without a handshake")
         if not raw.endswith(b"\n"):
             raise BadPeer(f"closed the connection in the middle of its {what}")
-        try:
-            message = json.loads(raw)
-        except (ValueError, RecursionError):  # RecursionError: deeply nested, e.g. 5000 "["
-            message = None
-        if not isinstance(message, dict):
+        message = _json_object(raw)
+        if message is None:
             raise BadPeer(f"not an aiosendfile sender (it sent {_short(raw.rstrip()[:60])})")
         return message
 
