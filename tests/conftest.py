@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,6 +340,18 @@ def aiosendfile_process(*argv: str) -> subprocess.Popen[str]:
     )
 
 
+@contextlib.contextmanager
+def cli_process(*argv: str) -> Iterator[subprocess.Popen[str]]:
+    """:func:`aiosendfile_process`, killed (and reaped) on the way out if it is still running."""
+    proc = aiosendfile_process(*argv)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[bool, int, str]:
     """Start ``python -m aiosendfile *argv``, send *signum* after *delay* s, wait for the end.
 
@@ -346,14 +359,9 @@ def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[b
     handler when the signal was sent: without one, the signal landed before any
     aiosendfile code ran (the interpreter's start) and has Python's default effect.
     """
-    proc = aiosendfile_process(*argv)
-    try:
+    with cli_process(*argv) as proc:
         time.sleep(delay)
         ours = catches(proc.pid, signal.SIGTERM)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     return ours, proc.returncode, err

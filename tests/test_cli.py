@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import aiosendfile_process, pattern, signal_while_starting
+from .conftest import aiosendfile_process, cli_process, pattern, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?")
@@ -258,8 +258,7 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
         # else: Python's own (killed by the signal, or KeyboardInterrupt in runpy):
         # all that is asked of it is to end, which it did.
     for delay in (0.0, 0.005, 0.05):  # from the banner (the server is still getting ready), twice
-        proc = aiosendfile_process("serve", *args)
-        try:
+        with cli_process("serve", *args) as proc:
             assert proc.stdout is not None
             assert BANNER.search(proc.stdout.readline())
             time.sleep(delay)
@@ -267,10 +266,6 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
             time.sleep(delay)
             proc.send_signal(signum)  # a second one, while it stops
             _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
         assert (proc.returncode, err) == (0, ""), (delay, err)
 
 
@@ -278,17 +273,12 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
 def test_a_stop_signal_while_workers_start(served: Path, signum: int) -> None:
     """Sent as soon as the first worker is forked: the parent used to wait 60 s for it to say ready."""
     for _ in range(3):
-        proc = aiosendfile_process("serve", str(served), "--port", "0", "--workers", "2")
-        try:
+        with cli_process("serve", str(served), "--port", "0", "--workers", "2") as proc:
             children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
             while proc.poll() is None and not children.read_text().split():
                 time.sleep(0.0005)
             proc.send_signal(signum)
             out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
         assert (proc.returncode, err) == (0, "")
         assert out == "" or BANNER.search(out)  # the banner only if every worker was ready
 
