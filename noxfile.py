@@ -23,28 +23,31 @@ def _works(exe: str) -> bool:
         return False
 
 
-def _put_pyenv_versions_on_path() -> None:
-    """Let nox find every pyenv-installed Python by version (pyenv's shims run only the global one).
+def _installed_versions() -> list[str]:
+    """The versions of PYTHONS this machine can run, each findable by nox as ``pythonX.Y``.
 
-    Sessions keep version names (``tests-3.12``) whatever PATH holds: a ``pythonX.Y`` that does not
-    run is shadowed by pyenv's real interpreter of that version, when one is installed.
+    pyenv's shims run only the global Python: a ``pythonX.Y`` on PATH that does not run is
+    shadowed by pyenv's real interpreter of that version, when one is installed, so sessions
+    keep version names (``tests-3.12``) whatever PATH holds.
     """
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    extra = []
+    found, extra = [], []
     for version in PYTHONS:
         exe = shutil.which(f"python{version}")
         if exe and _works(exe):
+            found.append(version)
             continue
         for candidate in sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"), reverse=True):
             if _works(candidate):
+                found.append(version)
                 extra.append(os.path.dirname(candidate))
                 break
     if extra:
         os.environ["PATH"] = os.pathsep.join([*extra, os.environ.get("PATH", "")])
+    return found
 
 
-_put_pyenv_versions_on_path()
-INSTALLED = [v for v in PYTHONS if (exe := shutil.which(f"python{v}")) and _works(exe)] or PYTHONS
+INSTALLED = _installed_versions() or PYTHONS
 
 
 # What differs between Python versions is asyncio itself (sslproto, streams, cancellation): these
