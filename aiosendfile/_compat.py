@@ -1,0 +1,181 @@
+"""Other libraries' internals, behind one door: the only module that touches asyncio's, uvloop's
+or aiohttp's private names.
+
+The rule is the syscall shim's (``_platform``): nothing else in the package reads or writes
+another library's underscore names, or imports its undocumented modules. Each access is one
+small function here, documented with the versions it was checked against (by reading their
+source) and what happens when the name is missing. ``tests/test_compat.py`` checks every
+entry of :data:`RELIED_ON` on real objects and fails naming the attribute, so a new CPython,
+uvloop or aiohttp release means reading this one file.
+
+Checked against CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0; uvloop 0.23.0; aiohttp 3.14.5.
+
+Every access:
+
+asyncio (``asyncio/selector_events.py``, ``asyncio/sslproto.py``, ``asyncio/streams.py``)
+  * :func:`native_transport_types`: ``selector_events._SelectorSocketTransport``, the plain
+    TCP/Unix transport that writes straight to its socket (plus uvloop's, below).
+  * :func:`tls_protocol_types`: ``sslproto.SSLProtocol`` (plus uvloop's, below).
+  * :func:`tls_shutting_down`: ``_SSLProtocolTransport._ssl_protocol._state`` (3.11+).
+  * :func:`reader_transport`: ``StreamReader._transport``.
+  * :func:`reader_buffer`: ``StreamReader._buffer``.
+  * :func:`defuse_py310_tls_resume`: 3.10's ``_SSLProtocolTransport._ssl_protocol._transport``
+    (read) and ``StreamReader._paused`` (written).
+uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
+  * :func:`native_transport_types`: ``uvloop.loop.TCPTransport``, ``uvloop.loop.UnixTransport``.
+  * :func:`tls_protocol_types`: ``uvloop.loop.SSLProtocol``.
+aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``)
+  * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+__all__ = (
+    "RELIED_ON",
+    "defuse_py310_tls_resume",
+    "native_transport_types",
+    "reader_buffer",
+    "reader_transport",
+    "take_buffered_headers",
+    "tls_protocol_types",
+    "tls_shutting_down",
+)
+
+#: (library, object, attribute) for every private name this module relies on, the object named
+#: as ``tests/test_compat.py`` finds a real one (a module, or a live object of a connection).
+RELIED_ON: tuple[tuple[str, str, str], ...] = (
+    ("asyncio", "asyncio.selector_events", "_SelectorSocketTransport"),
+    ("asyncio", "asyncio.sslproto", "SSLProtocol"),
+    ("asyncio", "TLS transport", "_ssl_protocol"),
+    ("asyncio", "TLS transport._ssl_protocol", "_state"),
+    ("asyncio", "StreamReader", "_transport"),
+    ("asyncio", "StreamReader", "_buffer"),
+    ("asyncio", "StreamReader", "_paused"),
+    ("asyncio", "TLS transport._ssl_protocol", "_transport"),
+    ("uvloop", "uvloop.loop", "TCPTransport"),
+    ("uvloop", "uvloop.loop", "UnixTransport"),
+    ("uvloop", "uvloop.loop", "SSLProtocol"),
+    ("aiohttp", "aiohttp StreamWriter", "_headers_buf"),
+    ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
+)
+
+
+# -- asyncio and uvloop: transports ------------------------------------------------------------
+
+
+def native_transport_types() -> tuple[type, ...]:
+    """The transport classes known to write straight to their socket: zero-copy can go around them.
+
+    asyncio's ``selector_events._SelectorSocketTransport`` (the TCP and Unix transport in every
+    version checked), and, only if the program has imported uvloop, ``uvloop.loop.TCPTransport``
+    and ``uvloop.loop.UnixTransport``. Missing: asyncio's class raises ``AttributeError`` (every
+    transport ``sendfile`` is given would fail loudly: nothing can be assumed about the new
+    classes); uvloop's raise ``AttributeError`` too.
+    """
+    from asyncio import selector_events
+
+    types: list[type] = [selector_events._SelectorSocketTransport]  # type: ignore[attr-defined]
+    uvloop_mod = sys.modules.get("uvloop.loop")  # only if the program uses uvloop
+    if uvloop_mod is not None:
+        types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
+    return tuple(types)
+
+
+def tls_protocol_types() -> tuple[type, ...]:
+    """The TLS layers' protocol classes: a transport whose protocol is one of them carries TLS.
+
+    ``asyncio.sslproto.SSLProtocol`` (every version checked: an undocumented module), and,
+    only if the program has imported uvloop and it has one, ``uvloop.loop.SSLProtocol``.
+    Missing: asyncio's raises ``AttributeError``; uvloop's is left out (a raw uvloop
+    transport under TLS is then not recognised as one).
+    """
+    from asyncio import sslproto
+
+    uvloop_mod = sys.modules.get("uvloop.loop")
+    tls_protocols: tuple[type, ...] = (sslproto.SSLProtocol,)
+    if uvloop_mod is not None and hasattr(uvloop_mod, "SSLProtocol"):
+        tls_protocols += (uvloop_mod.SSLProtocol,)
+    return tls_protocols
+
+
+def tls_shutting_down(transport: Any) -> bool:
+    """asyncio's TLS layer (3.11+) past WRAPPED: it drops writes with only a log line.
+
+    Private state, read defensively: other transports (uvloop's, 3.10's) have
+    no such attribute and report loss through ``is_closing``/``connection_lost``.
+    (Reads ``transport._ssl_protocol._state``, an ``SSLProtocolState`` enum in 3.11-3.13;
+    3.10's ``_state`` is a plain string, with no ``name``: never "shutting down".) Missing
+    (either name, or ``name``): False, as for any other transport.
+    """
+    state = getattr(getattr(transport, "_ssl_protocol", None), "_state", None)
+    name = getattr(state, "name", None)
+    return name is not None and name != "WRAPPED"
+
+
+# -- asyncio: StreamReader ---------------------------------------------------------------------
+
+
+def reader_transport(reader: asyncio.StreamReader) -> Any:
+    """The transport a ``StreamReader`` reads from (it has no public accessor), or None.
+
+    ``StreamReader._transport``, every version checked (None until ``set_transport``).
+    Missing: None, which ``recvfile`` reports as a reader with no transport (``ValueError``).
+    """
+    return getattr(reader, "_transport", None)
+
+
+def reader_buffer(reader: asyncio.StreamReader) -> bytearray:
+    """The bytes a ``StreamReader`` has received but not handed out: the live buffer, to consume.
+
+    ``StreamReader._buffer``, a ``bytearray`` in every version checked; the caller takes
+    bytes from its front (``del buffer[:n]``) while reading is paused, as ``read()`` would.
+    Missing: ``AttributeError`` (no fallback: those bytes would be lost or reordered).
+    """
+    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
+    return buffer
+
+
+def defuse_py310_tls_resume(reader: asyncio.StreamReader) -> None:
+    """CPython 3.10: once a TLS connection is gone, ``StreamReader.read()`` crashes (and drops
+    the bytes it took) trying to resume reading on the torn-down TLS layer. There is nothing
+    left to resume, so clear the reader's paused flag first: its buffered bytes then read fine.
+
+    Reads ``reader._transport._ssl_protocol._transport`` (3.10's ``SSLProtocol`` sets it to
+    None in ``connection_lost``) and writes ``StreamReader._paused``. A no-op on 3.11+.
+    Missing (any of them): nothing is done, and such a read fails as before (``recvfile``
+    maps 3.10's ``AttributeError`` there to an incomplete transfer).
+    """
+    if sys.version_info >= (3, 11):
+        return
+    ssl_protocol = getattr(getattr(reader, "_transport", None), "_ssl_protocol", None)
+    if ssl_protocol is not None and getattr(ssl_protocol, "_transport", True) is None:
+        reader._paused = False  # type: ignore[attr-defined]
+
+
+# -- aiohttp -------------------------------------------------------------------------------------
+
+
+def take_buffered_headers(writer: Any) -> bytes:
+    """Take aiohttp's not-yet-sent response headers, to send them with the file's first bytes.
+
+    aiohttp (3.10+) buffers them until the first body write. Where its writer
+    does not look as expected, send them now the ordinary way: the order is
+    right either way, only the packet count differs.
+
+    Reads and clears ``StreamWriter._headers_buf`` (bytes) and sets ``_headers_written``
+    (``aiohttp/http_writer.py``, 3.14.5; what its own ``send_headers`` does). Missing: the
+    public ``send_headers()`` sends them in a write of their own (one more packet).
+    """
+    buf = getattr(writer, "_headers_buf", None)
+    if isinstance(buf, bytes) and buf and getattr(writer, "_headers_written", True) is False:
+        writer._headers_buf = None
+        writer._headers_written = True
+        return buf
+    send_headers = getattr(writer, "send_headers", None)
+    if send_headers is not None:
+        send_headers()
+    return b""
