@@ -30,11 +30,20 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from . import __version__
-from ._cli_common import STOP_SIGNALS, Parser, fail, in_words, port, quiet_exit_on_signals
+from ._cli_common import (
+    STOP_SIGNALS,
+    Parser,
+    add_loop_option,
+    fail,
+    in_words,
+    loop_factory,
+    port,
+    quiet_exit_on_signals,
+)
 
 __all__ = ("main",)
 
@@ -143,12 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", type=port, default=8000, help="port to listen on (default: %(default)s; 0 picks a free one)"
     )
-    serve.add_argument(
-        "--loop",
-        choices=["auto", "asyncio", "uvloop"],
-        default="auto",
-        help="event loop (default: auto = uvloop if installed, else asyncio)",
-    )
+    add_loop_option(serve)
     serve.add_argument(
         "--workers",
         type=_workers,
@@ -210,27 +214,13 @@ def _one_line_errors(record: logging.LogRecord) -> bool:
     return True
 
 
-def _loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop], str]:
-    if choice in ("auto", "uvloop"):
-        try:
-            import uvloop
-        except ImportError:
-            if choice == "uvloop":
-                raise SystemExit(
-                    "aiosendfile: --loop uvloop needs uvloop (pip install 'aiosendfile[uvloop]')"
-                ) from None
-        else:
-            return uvloop.new_event_loop, "uvloop"
-    return asyncio.new_event_loop, "asyncio"
-
-
 def _serve_command(args: argparse.Namespace) -> int:
     try:
         import aiohttp  # noqa: F401
     except ImportError:
         return fail(PROG, "needs aiohttp (pip install 'aiosendfile[aiohttp]')", 2)
     directory = args.directory  # absolute, and checked readable by _directory
-    _, loop_name = _loop_factory(args.loop)
+    _, loop_name = loop_factory(args.loop)
     logging.basicConfig(
         level=logging.INFO if args.access_log else logging.WARNING, format="%(message)s", stream=sys.stderr
     )
@@ -349,7 +339,7 @@ def _worker(args: argparse.Namespace, directory: str, host: str, port: int, read
 
 
 def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
-    factory, _ = _loop_factory(args.loop)
+    factory, _ = loop_factory(args.loop)
     loop = factory()
     try:
         loop.run_until_complete(_serve(args, directory, sock))

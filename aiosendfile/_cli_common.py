@@ -20,16 +20,22 @@ import errno
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = (
     "STOP_SIGNALS",
     "Parser",
+    "add_loop_option",
     "address",
     "destination",
     "fail",
     "in_words",
+    "loop_factory",
     "port",
     "quiet_exit_on_signals",
 )
@@ -134,3 +140,31 @@ def quiet_exit_on_signals(command: str) -> dict[int, Any]:
         os._exit(0)
 
     return {signum: signal.signal(signum, exit_quietly) for signum in STOP_SIGNALS}
+
+
+def add_loop_option(parser: argparse.ArgumentParser) -> None:
+    """``--loop auto|asyncio|uvloop``, the same for every command; :func:`loop_factory` reads it."""
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop (default: auto, which is uvloop when it is installed)",
+    )
+
+
+def loop_factory(choice: str) -> tuple[Callable[[], asyncio.AbstractEventLoop], str]:
+    """The factory and name of the ``--loop`` *choice* (``auto``: uvloop when it is installed).
+    asyncio is imported here, not at the top: see :func:`quiet_exit_on_signals`."""
+    import asyncio
+
+    if choice in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise SystemExit(
+                    "aiosendfile: --loop uvloop needs uvloop (pip install 'aiosendfile[uvloop]')"
+                ) from None
+        else:
+            return uvloop.new_event_loop, "uvloop"
+    return asyncio.new_event_loop, "asyncio"

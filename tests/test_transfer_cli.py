@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aiosendfile._transfer_cli import BUSY
+from aiosendfile._transfer_protocol import BUSY
 
 from .conftest import aiosendfile_process, pattern, signal_while_starting
 

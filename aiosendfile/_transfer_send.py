@@ -1,0 +1,168 @@
+"""``aiosendfile send``: announce a file, resume where the receiver's partial copy allows, send the
+rest zero-copy, and exit 0 only when the receiver's checksum matches (see :mod:`._transfer_protocol`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import sys
+from typing import IO, Any
+
+from ._api import sendfile
+from ._cli_common import in_words
+from ._errors import FileTruncatedError
+from ._transfer_protocol import FAREWELL_TIMEOUT, LINE_LIMIT, TransferFailed, is_int, json_object, printable
+from ._transfer_session import Progress, hash_file, in_thread, run, send_message, summary
+
+__all__ = ("send_file", "send_main")
+
+
+class _Sending:
+    """What the sender has done so far, for the line it prints when interrupted."""
+
+    def __init__(self) -> None:
+        self.size: int | None = None
+        self.start = 0
+        self.sent: int | None = None  # body bytes sent, once the body started
+
+
+def _open_source(path: str) -> IO[bytes]:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except IsADirectoryError:
+        raise TransferFailed(f"{path} is a directory; send one file") from None
+    except OSError as exc:
+        raise TransferFailed(f"cannot read {path}: {in_words(exc)}") from exc
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        kind = "a directory; send one file" if os.path.isdir(path) else "not a regular file"
+        raise TransferFailed(f"{path} is {kind}")
+    return f
+
+
+async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: str) -> dict[str, Any]:
+    """The receiver's next line; its ``error`` (or a broken reply) as a TransferFailed."""
+    try:
+        line = await reader.readline()
+    except ValueError as exc:  # over the line limit
+        raise TransferFailed(f"{host}:{port} sent a reply too long to be from 'aiosendfile recv'") from exc
+    except OSError as exc:
+        raise TransferFailed(f"the receiver dropped the connection: {in_words(exc)}") from exc
+    if not line.endswith(b"\n"):
+        raise TransferFailed(
+            "the receiver closed the connection without a word (busy, or not 'aiosendfile recv'?)"
+        )
+    message = json_object(line)
+    if message is None:
+        raise TransferFailed(
+            f"{host}:{port} does not speak the protocol: is 'aiosendfile recv' listening there?"
+        )
+    if "error" in message:
+        raise TransferFailed(f"{refused}: {printable(message['error'])}")
+    return message
+
+
+async def _last_word(reader: asyncio.StreamReader) -> str | None:
+    """After a send failed: the ``error`` line the receiver left, if it did (it says why)."""
+    with contextlib.suppress(Exception):
+        line = await asyncio.wait_for(reader.readline(), FAREWELL_TIMEOUT)
+        message = json_object(line)
+        if message is not None and "error" in message:
+            return printable(message["error"])
+    return None
+
+
+async def send_file(path: str, host: str, port: int, state: _Sending | None = None) -> str:
+    state = state or _Sending()
+    with _open_source(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        digest = await in_thread(hash_file, path, size)
+        try:
+            reader, writer = await asyncio.open_connection(host, port, limit=LINE_LIMIT)
+        except OSError as exc:
+            raise TransferFailed(f"cannot connect to {host}:{port}: {in_words(exc)}") from exc
+        try:
+            return await _send_over(f, path, size, digest, reader, writer, host, port, state)
+        finally:
+            writer.transport.abort()
+
+
+async def _send_over(
+    f: IO[bytes],
+    path: str,
+    size: int,
+    digest: str,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    host: str,
+    port: int,
+    state: _Sending,
+) -> str:
+    send_message(writer, {"name": os.path.basename(path), "size": size, "sha256": digest})
+    offer = await _reply(reader, host, port, "the receiver refused the transfer")
+    if "notice" in offer:
+        print(
+            f"aiosendfile send: the receiver says: {printable(offer['notice'])}", file=sys.stderr, flush=True
+        )
+    offset = offer.get("offset", 0)
+    if not is_int(offset) or offset < 0:
+        raise TransferFailed(f"{host}:{port} offered a malformed resume offset {offset!r}")
+    start = 0
+    if 0 < offset <= size:
+        if await in_thread(hash_file, path, offset) == offer.get("prefix_sha256"):
+            start = offset
+        else:
+            print(
+                f"aiosendfile send: the receiver's partial file ({offset} bytes) is not the start of "
+                f"{path}: sending it all again",
+                file=sys.stderr,
+                flush=True,
+            )
+    send_message(writer, {"start": start})
+    state.size, state.start, state.sent = size, start, 0
+    progress = Progress(size, start, "send")
+
+    def sent_so_far(sent: int, _total: int | None) -> None:
+        state.sent = sent
+        progress.update(start + sent)
+
+    try:
+        await sendfile(writer, f, start, size - start, on_progress=sent_so_far)
+    except FileTruncatedError as exc:
+        raise TransferFailed(
+            f"{path} got shorter while it was being sent, after {start + exc.sent} of its {size} bytes; "
+            "the receiver keeps what arrived"
+        ) from exc
+    except OSError as exc:
+        why = await _last_word(reader)
+        if why is not None:
+            raise TransferFailed(f"the receiver stopped the transfer: {why}") from exc
+        moved = getattr(exc, "sent", state.sent) or 0
+        raise TransferFailed(
+            f"the transfer broke off after {start + moved} of {size} bytes: {in_words(exc)}"
+        ) from exc
+    finally:
+        elapsed = progress.close()
+    state.sent = size - start
+    verdict = await _reply(reader, host, port, "the receiver stopped the transfer")
+    resumed = f", resumed at {start}" if start else ""
+    if verdict.get("ok") is not True:
+        raise TransferFailed(f"the receiver's checksum does not match (sha256 {verdict.get('sha256')})")
+    return summary("sent", size - start, elapsed, f"{resumed}; checksum verified by the receiver")
+
+
+def send_main(args: Any) -> int:
+    host, port = args.address
+    state = _Sending()
+
+    def interrupted() -> str:
+        if state.sent is None or state.size is None:
+            return "interrupted before sending any of the file"
+        return (
+            f"interrupted after sending {state.start + state.sent} of {state.size} bytes; the receiver "
+            "keeps what arrived: run 'recv --resume' and send again to finish"
+        )
+
+    return run("aiosendfile send", args.loop, send_file(args.file, host, port, state), interrupted)
