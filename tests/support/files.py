@@ -1,0 +1,65 @@
+"""Test data and the disk under it: position-dependent bytes, page-cache eviction, a slow disk."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiosendfile import _platform
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    """Deterministic, position-dependent bytes: misordered or repeated chunks show up."""
+    block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
+    reps = size // len(block) + 1
+    return (block * reps)[:size]
+
+
+def evict(path: Path) -> None:
+    """Drop *path*'s pages from the page cache (fsync + ``POSIX_FADV_DONTNEED``), or skip the test.
+
+    The check uses ``cachestat(2)`` where it exists: a 1-byte ``RWF_NOWAIT``
+    probe of a missing page would start readahead and warm the file again.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if _platform.range_cached_available():
+            cached = _platform.range_cached(fd, 0, 4096)
+        else:
+            cached = _platform.page_cached(fd, 0)
+        if cached is not False:
+            pytest.skip("this file system cannot evict pages or cannot probe them")
+    finally:
+        os.close(fd)
+
+
+class SlowDisk(ThreadPoolExecutor):
+    """A pool whose jobs (those *slow* picks) first sleep *delay*: a disk that takes its time.
+
+    ``started`` is set when a slow job begins, and ``threads`` holds the threads they ran on.
+    """
+
+    def __init__(self, workers: int, delay: float, slow: Callable[[Any], bool] = lambda fn: True) -> None:
+        super().__init__(workers)
+        self.delay, self.slow = delay, slow
+        self.started = threading.Event()
+        self.threads: set[int] = set()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            if self.slow(fn):
+                self.threads.add(threading.get_ident())
+                self.started.set()
+                time.sleep(self.delay)
+            return fn(*args, **kwargs)
+
+        return super().submit(run)
