@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from ._errors import (
         ConnectionLostError,
         FileTruncatedError,
+        IncompleteTransferError,
         SendfileError,
         SendfileNotAvailableError,
     )
     from ._patch import loop_factory, patch_loop
-    from ._recv import IncompleteTransferError, recvfile
+    from ._recv import recvfile
 
 __version__ = "0.1.0"
 
@@ -52,11 +53,11 @@ _HOME = {
     "capabilities": "._capabilities",
     "ConnectionLostError": "._errors",
     "FileTruncatedError": "._errors",
+    "IncompleteTransferError": "._errors",
     "SendfileError": "._errors",
     "SendfileNotAvailableError": "._errors",
     "loop_factory": "._patch",
     "patch_loop": "._patch",
-    "IncompleteTransferError": "._recv",
     "recvfile": "._recv",
 }
 

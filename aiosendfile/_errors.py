@@ -5,6 +5,7 @@
     SendfileError                 .sent: bytes that reached the socket before the error
     ├── SendfileNotAvailableError also asyncio.SendfileNotAvailableError
     ├── FileTruncatedError        the file ended before the promised byte count
+    ├── IncompleteTransferError   also EOFError: the peer closed before ``count`` bytes arrived
     └── ConnectionLostError       also ConnectionError (an OSError): the peer or
                                   the transport went away mid-transfer
 
@@ -23,6 +24,7 @@ from typing import Any
 __all__ = (
     "ConnectionLostError",
     "FileTruncatedError",
+    "IncompleteTransferError",
     "SendfileError",
     "SendfileNotAvailableError",
     "map_exceptions",
@@ -68,6 +70,23 @@ class FileTruncatedError(SendfileError):
     def __init__(self, message: str, *, sent: int, expected: int) -> None:
         super().__init__(message, sent=sent)
         self.expected = expected
+
+
+class IncompleteTransferError(SendfileError, EOFError):
+    """The peer closed the connection before ``count`` bytes arrived.
+
+    ``received`` bytes (also ``.sent``) are in the file, at ``offset``.
+    """
+
+    expected: int
+
+    def __init__(self, message: str, *, received: int, expected: int) -> None:
+        super().__init__(message, sent=received)
+        self.expected = expected
+
+    @property
+    def received(self) -> int:
+        return self.sent
 
 
 class ConnectionLostError(SendfileError, ConnectionError):

@@ -37,36 +37,19 @@ from concurrent.futures import Executor
 from typing import IO, Any
 
 from . import _platform
-from ._errors import SendfileError, SendfileNotAvailableError, _Progress, map_exceptions
+from ._errors import IncompleteTransferError, SendfileNotAvailableError, _Progress, map_exceptions
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._target import resolve_socket
 from ._threads import shielded
 from ._writer import wait_ready
 
-__all__ = ("IncompleteTransferError", "close_idle_pipes", "recvfile")
+__all__ = ("close_idle_pipes", "recvfile")
 
 PIPE_SIZE = 1024 * 1024
 FALLBACK_CHUNK = 256 * 1024
 _POOL_LIMIT = 8
 _pipes: list[tuple[int, int]] = []
-
-
-class IncompleteTransferError(SendfileError, EOFError):
-    """The peer closed the connection before ``count`` bytes arrived.
-
-    ``received`` bytes (also ``.sent``) are in the file, at ``offset``.
-    """
-
-    expected: int
-
-    def __init__(self, message: str, *, received: int, expected: int) -> None:
-        super().__init__(message, sent=received)
-        self.expected = expected
-
-    @property
-    def received(self) -> int:
-        return self.sent
 
 
 async def recvfile(
