@@ -31,7 +31,9 @@ import aiosendfile
 import aiosendfile.aiohttp as sf
 from aiosendfile import _fileresponse, _options, _platform
 
-from .conftest import Connector, SlowDisk, pattern, until_set
+from .support.connections import Connector
+from .support.files import SlowDisk, pattern
+from .support.waiting import until_set
 
 SMALL = 4096  # inline: leaves with the headers
 BIG = 2 * 2**20 + 7  # above the inline limit: through aiosendfile.sendfile
