@@ -26,7 +26,9 @@ from yarl import URL
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
-from .conftest import SlowDisk, open_fds, pattern, until_set
+from .support.fds import open_fds
+from .support.files import SlowDisk, pattern
+from .support.waiting import until_set
 
 BIG = 3 * 2**20 + 11  # above the inline limit: goes through sendfile
 SMALL = 4096  # at most the inline limit: leaves with the headers
