@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import pattern
+from .support.files import pattern
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
