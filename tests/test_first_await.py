@@ -26,7 +26,7 @@ import trustme
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import pattern
+from .support.files import pattern
 
 #: Seconds a whole case may take (a fresh connection, a file of a few MiB). Only a hang reaches it.
 DEADLINE = 20.0
