@@ -29,7 +29,7 @@ from aiosendfile._http import (
     parse_ranges,
 )
 
-from .conftest import pattern
+from .support.files import pattern
 
 
 # This module does no I/O and runs no loop: the conftest's loop and fd guards (an event
