@@ -18,7 +18,8 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform, _writer
 
-from .conftest import Connector, evict, pattern, zero_copy_expected
+from .support.connections import Connector, zero_copy_expected
+from .support.files import evict, pattern
 
 
 def write_cold(path: Path, size: int) -> Path:
