@@ -21,7 +21,7 @@ import aiosendfile
 from aiosendfile import _platform
 from aiosendfile._patch import _unpatch
 
-from .conftest import pattern
+from .support.files import pattern
 
 
 @pytest.fixture
