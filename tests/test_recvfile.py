@@ -16,7 +16,9 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import Connector, SlowDisk, pattern, until_set, zero_copy_expected
+from .support.connections import Connector, zero_copy_expected
+from .support.files import SlowDisk, pattern
+from .support.waiting import until_set
 
 
 async def upload(conn: Any, payload: bytes, *, close: bool = True) -> None:
