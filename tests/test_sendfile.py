@@ -17,7 +17,8 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import Conn, Connector, pattern, zero_copy_expected
+from .support.connections import Conn, Connector, zero_copy_expected
+from .support.files import pattern
 
 HEAD, TAIL = b"HEAD\r\n", b"\r\nTAIL"
 
