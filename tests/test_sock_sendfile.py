@@ -13,7 +13,7 @@ import pytest
 import aiosendfile
 from aiosendfile import _platform
 
-from .conftest import pattern
+from .support.files import pattern
 
 
 async def _recv_all(sock: socket.socket) -> bytes:
