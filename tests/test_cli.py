@@ -7,7 +7,6 @@ under test is chosen with ``--loop``.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -15,55 +14,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import aiosendfile_process, cli_process, pattern, signal_while_starting
+from .support.files import pattern
+from .support.processes import BANNER, Server, cli_process, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
-BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?")
-
-
-class Server:
-    def __init__(self, *args: str) -> None:
-        self.proc = aiosendfile_process("serve", *args)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = BANNER.search(line)
-        if not match:
-            self.proc.kill()
-            raise AssertionError(f"no banner: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
-        self.banner = match
-        self.url = match["url"]
-
-    def get(self, path: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
-        req = urllib.request.Request(self.url + path.lstrip("/"), headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
-
-    def interrupt(self, timeout: float = 5.0) -> int:
-        """SIGINT, as Ctrl-C sends; returns the exit status (fails if it hangs)."""
-        self.proc.send_signal(signal.SIGINT)
-        start = time.monotonic()
-        code = self.proc.wait(timeout=timeout)
-        self.stopped_after = time.monotonic() - start
-        return code
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
 
 
 @pytest.fixture
