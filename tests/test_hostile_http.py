@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import itertools
 import os
 import re
 import socket
@@ -42,8 +41,10 @@ from hypothesis import strategies as st
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
-from .conftest import pattern
-from .test_cli import Server
+from .support.files import pattern
+from .support.processes import Server
+from .support.ranges import model
+from .support.raw_http import Response, parse_multipart, parse_response, raw_async, raw_sync, request_bytes
 
 SECRET = b"TOP SECRET 7f3a"  # outside the served directory
 SIBLING_SECRET = b"SIBLING SECRET 91c2"  # in a directory whose name extends the root's
@@ -81,78 +82,6 @@ def build_tree(base: Path) -> Path:
     (public / "sibling-link").symlink_to(base / "public-secret" / "file.txt")
     (public / "sibling-dir").symlink_to(base / "public-secret")
     return public
-
-
-# -- raw HTTP ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Response:
-    status: int
-    headers: dict[str, list[str]]
-    body: bytes
-    raw: bytes
-
-    def header(self, name: str) -> str | None:
-        values = self.headers.get(name.lower())
-        return values[0] if values else None
-
-
-def parse_response(raw: bytes) -> Response:
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    if not sep or not head.startswith(b"HTTP/1."):
-        return Response(0, {}, b"", raw)
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split(b" ", 2)[1])
-    headers: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        name, _, value = line.decode("latin-1").partition(":")
-        headers.setdefault(name.strip().lower(), []).append(value.strip())
-    return Response(status, headers, body, raw)
-
-
-def request_bytes(target: bytes, extra: bytes = b"", method: bytes = b"GET") -> bytes:
-    return method + b" " + target + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + extra + b"\r\n"
-
-
-async def raw_async(
-    host: str, port: int, data: bytes, ctx: ssl.SSLContext | None, timeout: float = 20
-) -> bytes:
-    reader, writer = await asyncio.open_connection(
-        host, port, ssl=ctx, server_hostname="localhost" if ctx else None, limit=2**20
-    )
-    try:
-        writer.write(data)
-        chunks = []
-        async with asyncio.timeout(timeout) if hasattr(asyncio, "timeout") else contextlib.nullcontext():
-            while True:
-                try:
-                    chunk = await reader.read(2**20)
-                except (ConnectionError, ssl.SSLError):
-                    break
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, ssl.SSLError):
-            await writer.wait_closed()
-
-
-def raw_sync(host: str, port: int, data: bytes, timeout: float = 20) -> bytes:
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(data)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(2**20)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 # -- the servers ---------------------------------------------------------------------------------
@@ -471,7 +400,9 @@ def check_range_response(response: Response, data: bytes) -> str | None:
         if content_type.startswith("multipart/byteranges"):
             boundary = content_type.split("boundary=", 1)[1].encode()
             try:
-                parts = parse_multipart(response.body, boundary)
+                parts = [
+                    (cr.decode(), payload) for _, cr, payload in parse_multipart(response.body, boundary)
+                ]
             except AssertionError as exc:
                 return f"bad multipart body: {exc}"
             if not 2 <= len(parts) <= MAX_PARTS:
@@ -495,29 +426,6 @@ def _parse_content_range(value: str, size: int) -> tuple[int, int]:
     assert total == size, value
     assert start <= last < size, value
     return start, last + 1
-
-
-def parse_multipart(body: bytes, boundary: bytes) -> list[tuple[str, bytes]]:
-    """A strict multipart/byteranges reader: [(content_range, payload)]."""
-    delimiter = b"\r\n--" + boundary
-    out: list[tuple[str, bytes]] = []
-    pos = 0
-    while True:
-        assert body.startswith(delimiter, pos), f"no delimiter at {pos}"
-        pos += len(delimiter)
-        if body.startswith(b"--\r\n", pos):
-            assert pos + 4 == len(body), "bytes after the closing delimiter"
-            return out
-        assert body.startswith(b"\r\n", pos)
-        end = body.index(b"\r\n\r\n", pos + 2)
-        fields = dict(line.split(b": ", 1) for line in body[pos + 2 : end].split(b"\r\n"))
-        content_range = fields[b"Content-Range"].decode()
-        m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", content_range)
-        assert m, content_range
-        length = int(m[2]) - int(m[1]) + 1
-        pos = end + 4
-        out.append((content_range, body[pos : pos + length]))
-        pos += length
 
 
 def _range_cases() -> list[tuple[bytes, list[str], int | None]]:
@@ -571,58 +479,6 @@ async def test_oversized_range_header_is_refused_with_a_small_answer(plugin: Plu
 
 
 # -- Range responses against a reference model (property-based) ------------------------------------
-
-OWS = " \t"
-MAX_RANGES = 16
-
-
-def model(header: str | None, size: int) -> tuple[str, list[tuple[int, int]]]:
-    """RFC 9110 §14 with nginx's guards: ("full"|"416"|"ranges", [(start, stop), ...]).
-
-    Independent of aiosendfile._http: written from the README's rules.
-    """
-    if header is None:
-        return "full", []
-    unit, eq, rest = header.partition("=")
-    if not eq or unit.strip(OWS).lower() != "bytes":
-        return "full", []
-    specs = [s.strip(OWS) for s in rest.split(",")]
-    specs = [s for s in specs if s]
-    if not specs:
-        return "full", []
-    wanted: list[tuple[int, int]] = []
-    for spec in specs:
-        m = re.fullmatch(r"([0-9]*)-([0-9]*)", spec)
-        if not m or (not m[1] and not m[2]):
-            return "full", []
-        if m[1]:
-            first = int(m[1])
-            if m[2] and int(m[2]) < first:
-                return "full", []
-            stop = min(int(m[2]) + 1, size) if m[2] else size
-            if first < size:
-                wanted.append((first, stop))
-        else:
-            suffix = int(m[2])
-            if suffix > 0 and size > 0:
-                wanted.append((max(size - suffix, 0), size))
-    if not wanted:
-        return "416", []
-    if sum(stop - start for start, stop in wanted) > size:
-        return "full", []
-    ordered = sorted(wanted)
-    if any(a[1] >= b[0] for a, b in itertools.pairwise(ordered)):
-        merged = [ordered[0]]
-        for start, stop in ordered[1:]:
-            if start <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-            else:
-                merged.append((start, stop))
-        wanted = merged
-    if len(wanted) > MAX_RANGES:
-        return "full", []
-    return "ranges", wanted
-
 
 JUNK_SPECS = ["", " ", "-", "a-b", "1-2-3", "7", "+1-2", "1 -2", "--1", "0x1-", "\u0661-2"]
 
@@ -703,7 +559,9 @@ async def test_range_responses_match_the_model(
         assert status == 206, header
         assert content_type.startswith("multipart/byteranges; boundary="), content_type
         parts = parse_multipart(body, content_type.split("boundary=", 1)[1].encode())
-        assert parts == [(f"bytes {a}-{b - 1}/{size}", data[a:b]) for a, b in ranges], header
+        assert [(cr.decode(), payload) for _, cr, payload in parts] == [
+            (f"bytes {a}-{b - 1}/{size}", data[a:b]) for a, b in ranges
+        ], header
         assert len(body) <= sum(b - a for a, b in ranges) + MAX_PARTS * PART_OVERHEAD
 
 
