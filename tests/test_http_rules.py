@@ -30,6 +30,7 @@ from aiosendfile._http import (
 )
 
 from .support.files import pattern
+from .support.raw_http import parse_multipart
 
 
 # This module does no I/O and runs no loop: the conftest's loop and fd guards (an event
@@ -669,29 +670,6 @@ def test_choose_encoding_available(accept: str, available: tuple[str, ...], expe
 
 def assemble(parts: list[tuple[bytes, ByteRange]], closing: bytes, data: bytes) -> bytes:
     return b"".join(header + data[r.start : r.stop] for header, r in parts) + closing
-
-
-def parse_multipart(body: bytes, boundary: bytes) -> list[tuple[bytes | None, bytes, bytes]]:
-    """A strict reader: [(content_type, content_range, payload)], payload length from Content-Range."""
-    delimiter = b"\r\n--" + boundary
-    out: list[tuple[bytes | None, bytes, bytes]] = []
-    pos = 0
-    while True:
-        assert body.startswith(delimiter, pos)
-        pos += len(delimiter)
-        if body.startswith(b"--\r\n", pos):
-            assert pos + 4 == len(body)
-            return out
-        assert body.startswith(b"\r\n", pos)
-        end = body.index(b"\r\n\r\n", pos + 2)
-        fields = dict(line.split(b": ", 1) for line in body[pos + 2 : end].split(b"\r\n"))
-        assert set(fields) <= {b"Content-Type", b"Content-Range"}
-        m = re.fullmatch(rb"bytes (\d+)-(\d+)/(\d+)", fields[b"Content-Range"])
-        assert m
-        length = int(m[2]) - int(m[1]) + 1
-        pos = end + 4
-        out.append((fields.get(b"Content-Type"), fields[b"Content-Range"], body[pos : pos + length]))
-        pos += length
 
 
 def test_multipart_byteranges_layout() -> None:
