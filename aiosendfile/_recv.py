@@ -7,7 +7,7 @@ Theory of operation
   grown to 1 MiB (``F_SETPIPE_SZ``), so one pipe-full moves per step.
 * **Waiting.** The socket is read through a ``dup()`` of its fd (a transport
   owns the original). On EAGAIN we drain the pipe into the file, then wait
-  for the duplicate to be readable, as ``_writer`` waits for writable.
+  for the duplicate to be readable (``_readiness``), as ``_writer`` waits for writable.
 * **Nothing lost, nothing reordered.** The transport's reading is paused, and
   its protocol swapped (``TransportLease(receiving=True)``) before we look at
   the ``StreamReader``. Whatever the reader had already buffered (the start of
@@ -40,9 +40,9 @@ from . import _platform
 from ._errors import IncompleteTransferError, SendfileNotAvailableError, _Progress, map_exceptions
 from ._lease import TransportLease
 from ._options import default_cold_executor
+from ._readiness import wait_ready
 from ._target import resolve_socket
 from ._threads import shielded
-from ._writer import wait_ready
 
 __all__ = ("close_idle_pipes", "recvfile")
 

@@ -17,10 +17,11 @@ Theory of operation
   later writes follow the file.
 * **Bounded work per wakeup.** One attempt moves at most ``max_chunk`` bytes.
   After a full chunk we yield behind every timer and I/O callback that came
-  due meanwhile, and behind the tasks they wake (``_yield_to_others``), so a
+  due meanwhile, and behind the tasks they wake (``yield_to_others``), so a
   waiting task is late by at most the chunk in progress. After a short one
   the socket buffer is full, so we wait until the poller says it is writable
-  again. That wait yields too, and it avoids a string of tiny sends.
+  again (``wait_ready``). That wait yields too, and it avoids a string of
+  tiny sends. Both waits live in ``_readiness``, shared with the splice driver.
 * **Resuming.** The file offset is ours (``TransferState.position``) and goes
   to ``sendfile`` explicitly, so the file's own position is never read.
   After EAGAIN we simply try again from the same offset.
@@ -52,10 +53,11 @@ from . import _platform
 from ._errors import _Progress
 from ._lease import TransportLease
 from ._options import Options
+from ._readiness import wait_ready, yield_to_others
 from ._state import TransferState
 from ._threads import settled
 
-__all__ = ("send_zero_copy", "wait_ready")
+__all__ = ("send_zero_copy",)
 
 
 async def send_zero_copy(
@@ -136,7 +138,7 @@ async def _send_file(
         if n < size:
             await _wait_writable(loop, out_fd, lease)
         else:
-            await _yield_to_others(loop)
+            await yield_to_others(loop)
 
 
 def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int) -> bool:
@@ -152,32 +154,6 @@ def _is_cold(file_fd: int, position: int, size: int, options: Options, device: i
     if first is None:
         return True  # cannot tell: the conservative path
     return not (first and _platform.page_cached(file_fd, last, device))
-
-
-async def _yield_to_others(loop: asyncio.AbstractEventLoop) -> None:
-    """Give way after a full chunk to every callback that came due meanwhile and what it wakes.
-
-    ``asyncio.sleep(0)`` resumes us in the next loop iteration ahead of the
-    timers and I/O callbacks that iteration finds due, and a task waiting on
-    one of those needs one more iteration (the callback sets its future, the
-    future's callback resumes it): it waited for the chunk in progress and two
-    more on stock asyncio, one more on uvloop.
-    A zero-delay timer queues us behind them instead (stock asyncio runs due
-    timers in deadline order, after I/O callbacks; uvloop turns a zero delay
-    into ``call_soon``, one hop more than the woken task needs), so such a
-    task waits for at most the chunk in progress. Cost: one loop iteration.
-    """
-    woken: asyncio.Future[None] = loop.create_future()
-    timer = loop.call_later(0, _wake, woken)
-    try:
-        await woken
-    finally:
-        timer.cancel()
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 async def _send_all(
@@ -197,45 +173,3 @@ async def _send_all(
 async def _wait_writable(loop: asyncio.AbstractEventLoop, fd: int, lease: TransportLease | None) -> None:
     """Wait until *fd* is writable, or the leased connection is lost; then give way as after a chunk."""
     await wait_ready(loop, fd, lease, writable=True, behind_timers=True)
-
-
-async def wait_ready(
-    loop: asyncio.AbstractEventLoop,
-    fd: int,
-    lease: TransportLease | None,
-    *,
-    writable: bool,
-    behind_timers: bool = False,
-) -> None:
-    """Wait until our own (dup'd) *fd* is writable/readable, or the leased connection is lost.
-
-    With *behind_timers* the readiness is passed on through a zero-delay timer
-    (see ``_yield_to_others``): stock asyncio runs I/O callbacks before the
-    timers that came due in the same iteration, so a task woken by one of
-    those timers would otherwise wait for the chunk we send next.
-    The registration is removed in ``finally``, on success, error and cancellation alike.
-    """
-    _platform.counters.waits += 1
-    fut: asyncio.Future[None] = loop.create_future()
-    passed_on = False
-
-    def on_ready() -> None:
-        nonlocal passed_on
-        if fut.done() or passed_on:
-            return
-        if behind_timers:
-            passed_on = True
-            loop.call_later(0, _wake, fut)  # a no-op if we are cancelled meanwhile
-        else:
-            fut.set_result(None)
-
-    add, remove = (loop.add_writer, loop.remove_writer) if writable else (loop.add_reader, loop.remove_reader)
-    add(fd, on_ready)
-    if lease is not None:
-        lease.wake_on_loss(fut)
-    try:
-        await fut
-    finally:
-        remove(fd)
-        if lease is not None:
-            lease.wake_on_loss(None)
