@@ -20,7 +20,8 @@ import pytest
 
 from aiosendfile._transfer_protocol import BUSY
 
-from .conftest import aiosendfile_process, pattern, signal_while_starting
+from .support.files import pattern
+from .support.processes import aiosendfile_process, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
