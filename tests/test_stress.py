@@ -43,14 +43,15 @@ from aiohttp import web
 
 import aiosendfile.aiohttp as sf
 
-from .conftest import Connector, loop_name, pattern
-from .test_cli import Server
-from .test_faults import random_cancellations
+from .support.cancellations import random_cancellations
+from .support.connections import Connector, loop_name
+from .support.files import pattern
+from .support.processes import Server
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
 
 MiB = 2**20
-CLIENTS = Path(__file__).with_name("stress_clients.py")
+CLIENTS = Path(__file__).parent / "support" / "stress_clients.py"
 
 
 # -- measuring --------------------------------------------------------------------------------------
