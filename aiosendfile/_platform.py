@@ -23,10 +23,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import socket
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,7 +43,6 @@ __all__ = (
     "ShimCounters",
     "counters",
     "make_pipe",
-    "page_cache_writes_calm",
     "page_cached",
     "range_cached",
     "range_cached_available",
@@ -313,96 +310,6 @@ def splice_once(src: int, dst: int, count: int, offset_dst: int | None = None) -
     if offset_dst is not None:  # pipe → file legs only (the pool's): no racing read-modify-write
         counters.splice_bytes += moved
     return moved
-
-
-class _Writeback:
-    """Whether a write into the page cache can be throttled by the kernel right now.
-
-    Linux makes a writer sleep (``balance_dirty_pages``) once dirty + writeback
-    pages pass halfway between the background and the hard dirty thresholds;
-    below that a buffered write is a memory copy. We call it calm while dirty +
-    writeback stay under a quarter of that point (and of the cgroup v2 memory
-    limit's share, inside a container), read from ``/proc/vmstat`` at most every
-    ``interval`` seconds for the whole process (about 40 µs a read).
-    """
-
-    interval = 0.02
-
-    def __init__(self) -> None:
-        self.checked_at = -1.0
-        self.calm = False
-        self.available = PLATFORM == "linux" and os.path.exists("/proc/vmstat")
-        self.cgroup_dir = _cgroup2_dir() if self.available else None
-        try:
-            with open("/proc/sys/vm/dirty_ratio", "rb") as f:
-                self.dirty_ratio = int(f.read()) or 20
-        except (OSError, ValueError):
-            self.dirty_ratio = 20
-
-    def is_calm(self) -> bool:
-        if not self.available:
-            return False
-        now = time.monotonic()
-        if now - self.checked_at < self.interval:
-            return self.calm
-        self.checked_at = now
-        try:
-            self.calm = self._measure()
-        except (OSError, ValueError, KeyError):
-            self.calm = False
-        return self.calm
-
-    def _measure(self) -> bool:
-        with open("/proc/vmstat", "rb") as f:
-            if not vmstat_is_calm(f.read()):
-                return False
-        if self.cgroup_dir is None:
-            return True
-        with open(os.path.join(self.cgroup_dir, "memory.max"), "rb") as f:
-            limit = f.read().strip()
-        if limit == b"max":
-            return True
-        with open(os.path.join(self.cgroup_dir, "memory.stat"), "rb") as f:
-            mstat = dict(line.split()[:2] for line in f.read().splitlines())
-        cg_dirty = int(mstat[b"file_dirty"]) + int(mstat[b"file_writeback"])
-        return cg_dirty < int(limit) * self.dirty_ratio // 100 // 4
-
-
-_VMSTAT_FIELDS = re.compile(
-    rb"^(nr_dirty|nr_writeback|nr_dirty_threshold|nr_dirty_background_threshold) (\d+)$", re.M
-)
-
-
-def vmstat_is_calm(vmstat: bytes) -> bool:
-    """From ``/proc/vmstat``'s text: dirty + writeback pages under a quarter of the throttle point."""
-    stats = dict(_VMSTAT_FIELDS.findall(vmstat))
-    dirty = int(stats[b"nr_dirty"]) + int(stats[b"nr_writeback"])
-    freerun = (int(stats[b"nr_dirty_threshold"]) + int(stats[b"nr_dirty_background_threshold"])) // 2
-    return dirty < freerun // 4
-
-
-def _cgroup2_dir() -> str | None:
-    """This process's cgroup v2 directory, if it has a memory controller file there."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    path = os.path.join("/sys/fs/cgroup", line[3:].strip().lstrip("/"))
-                    return path if os.path.exists(os.path.join(path, "memory.max")) else None
-    except OSError:
-        pass
-    return None
-
-
-_writeback = _Writeback()
-
-
-def page_cache_writes_calm() -> bool:
-    """Whether a buffered file write is (very likely) a memory copy now, not a throttled wait.
-
-    False where it cannot tell (not Linux): callers then write off the event-loop thread.
-    """
-    return _writeback.is_calm()
 
 
 def make_pipe(size: int) -> tuple[int, int]:

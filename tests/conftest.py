@@ -31,7 +31,7 @@ import trustme
 import uvloop
 
 from aiosendfile import _platform
-from aiosendfile._recv import close_idle_pipes
+from aiosendfile._splice import close_idle_pipes
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,

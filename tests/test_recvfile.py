@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _platform
+from aiosendfile import _platform, _splice
 
 from .support.connections import Connector, zero_copy_expected
 from .support.files import SlowDisk, pattern
@@ -135,7 +135,7 @@ async def test_file_writes_run_off_the_loop_thread_when_writeback_is_busy(
     """With the kernel near its dirty-page throttle point, every write into the file (the
     pipe → file splice, or the fallback's write) runs in the executor, never on the loop
     thread, and a slow disk still gets every byte in order."""
-    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)
+    monkeypatch.setattr(_splice, "page_cache_writes_calm", lambda: False)
     payload = pattern(4 * 2**20 + 11, seed=12)
     conn = await connect()
     sender = asyncio.create_task(upload(conn, payload))
@@ -154,7 +154,7 @@ async def test_calm_writeback_drains_on_the_loop_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Far from the throttle point a drain is a memory copy: no thread hop (it costs CPU)."""
-    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: True)
+    monkeypatch.setattr(_splice, "page_cache_writes_calm", lambda: True)
     used: list[object] = []
 
     class Watched(ThreadPoolExecutor):
@@ -184,13 +184,13 @@ def test_writeback_calm_rule() -> None:
         )
 
     # Throttling starts at (1000 + 600) / 2 = 800 pages; calm means under 200.
-    assert _platform.vmstat_is_calm(vmstat(100, 50))
-    assert not _platform.vmstat_is_calm(vmstat(150, 50))
-    assert not _platform.vmstat_is_calm(vmstat(0, 700))
+    assert _splice.vmstat_is_calm(vmstat(100, 50))
+    assert not _splice.vmstat_is_calm(vmstat(150, 50))
+    assert not _splice.vmstat_is_calm(vmstat(0, 700))
     if Path("/proc/vmstat").exists():  # this kernel's file parses
-        _platform._writeback._measure()
+        _splice._writeback._measure()
     else:
-        assert _platform.page_cache_writes_calm() is False  # cannot tell: always the pool
+        assert _splice.page_cache_writes_calm() is False  # cannot tell: always the pool
 
 
 async def test_concurrent_uploads(connect: Connector, tmp_path: Path) -> None:
@@ -266,7 +266,7 @@ async def test_cancelled_during_a_thread_write_counts_what_lands(
     """Cancelled while a write into the file runs in the executor (the fallback's write, or a
     pipe → file drain): that write lands anyway, so recvfile waits for it and counts it. The file
     position then matches the file's bytes exactly, and they are the stream's first bytes."""
-    monkeypatch.setattr(_platform, "page_cache_writes_calm", lambda: False)  # every write in the pool
+    monkeypatch.setattr(_splice, "page_cache_writes_calm", lambda: False)  # every write in the pool
     payload = pattern(2**20, seed=21)
     conn = await connect()
     assert conn.client_writer is not None

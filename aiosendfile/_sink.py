@@ -1,0 +1,90 @@
+"""The file side of one receive: where the bytes go, how many have landed, the write off the loop.
+
+Shared by ``recvfile``'s copy loops (``_recv``) and the splice driver
+(``_splice``), as ``TransferState`` is by the send side's drivers. What has
+landed is always the contiguous ``offset .. offset + received`` of the file:
+a write handed to a thread is counted even when the caller is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from ._errors import IncompleteTransferError, _Progress
+from ._threads import shielded
+
+__all__ = ("FileSink", "pwrite_all")
+
+
+class FileSink:
+    """One receive: where the bytes go and how many have landed."""
+
+    def __init__(
+        self,
+        file: Any,
+        fd: int | None,
+        offset: int,
+        count: int,
+        progress: _Progress,
+        pool: Executor,
+        on_progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.file, self.fd, self.offset, self.count = file, fd, offset, count
+        self.progress, self.pool, self.on_progress = progress, pool, on_progress
+
+    @property
+    def received(self) -> int:
+        return self.progress.sent
+
+    @property
+    def remaining(self) -> int:
+        return self.count - self.progress.sent
+
+    def landed(self, n: int) -> None:
+        self.progress.sent += n
+        if self.on_progress is not None:
+            self.on_progress(self.progress.sent, self.count)
+
+    def incomplete(self) -> IncompleteTransferError:
+        return IncompleteTransferError(
+            f"the peer closed the connection after {self.received} of {self.count} bytes",
+            received=self.received,
+            expected=self.count,
+        )
+
+    async def write(self, data: bytes) -> None:
+        """Write *data* at the current end of what has landed, off the loop thread.
+
+        Cancellation-safe: a write already handed to a thread lands whatever we
+        do, so a cancelled caller first waits for it and counts it. The file
+        then holds exactly ``offset..offset+received``.
+        """
+        position = self.offset + self.received
+        loop = asyncio.get_running_loop()
+        if self.fd is not None:
+            pending = loop.run_in_executor(self.pool, pwrite_all, self.fd, data, position)
+        else:
+            pending = loop.run_in_executor(self.pool, _write_at, self.file, data, position)
+        self.landed(await shielded(pending, lambda written: self.landed(written or 0)))
+
+
+def pwrite_all(fd: int, data: bytes, position: int) -> int:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view, position = view[n:], position + n
+    return len(data)
+
+
+def _write_at(file: Any, data: bytes, position: int) -> int:
+    if file.seekable():
+        file.seek(position)
+    view = memoryview(data)
+    while view:
+        n = file.write(view)
+        view = view[len(view) if n is None else n :]  # a raw file may take less
+    return len(data)
