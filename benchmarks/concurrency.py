@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import math
 import multiprocessing
-import os
 import resource
 import selectors
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -38,34 +34,19 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.raw_transfer import (
-    _CLK_TCK,
-    GB,
-    IDLE_S,
-    MB,
-    READ_BUFFER,
-    SENDERS,
-    TICK_S,
-    MiB,
-    Options,
-    TrialError,
-    _delay_stats,
-    _host_cpu,
-    _json_default,
-    _measured,
-    _recv,
-    _table,
-    _ticker,
-    _usage,
-    machine_info,
-    make_file,
+from benchmarks.harness import GB, MB, MiB, TrialError
+from benchmarks.harness.children import (
+    child_error_first,
+    recv_result,
     report_to_parent,
     run_on_contender_loop,
-    warm,
+    serving,
+    spawned,
 )
+from benchmarks.harness.files import make_file, warm
+from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
+from benchmarks.harness.report import finish, machine_info, median_min_max, median_range, table
+from benchmarks.raw_transfer import READ_BUFFER, SENDERS, Options
 
 CONTENDERS = ("aiosendfile-uvloop", "copy-uvloop", "loop.sendfile-asyncio")
 LEVELS = (1, 16, 256)
@@ -80,8 +61,7 @@ DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "concurrency.json"
 async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts: Options) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     send = SENDERS[contender]
-    ticks: list[tuple[float, float]] = []
-    ticker = asyncio.create_task(_ticker(ticks))
+    ticker = LoopTicker()
     done: asyncio.Future[None] = loop.create_future()
     sent_total = 0
     finished = 0
@@ -92,7 +72,7 @@ async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts:
         try:
             await reader.readexactly(1)
             if not started:
-                started.append(_usage())
+                started.append(usage())
             with open(path, "rb") as f:
                 sent = await send(writer, f, opts)
             await writer.drain()
@@ -110,23 +90,14 @@ async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts:
         import aiosendfile  # noqa: F401  (imported before the clock starts)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=max(128, 2 * n))
-    try:
-        await asyncio.sleep(IDLE_S)
-        conn.send(("ready", server.sockets[0].getsockname()[1]))
+    async with serving(conn, server, server.sockets[0].getsockname()[1], ticker):
         await asyncio.wait_for(done, opts.timeout)
-        end = _usage()
-        await asyncio.sleep(3 * TICK_S)
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
-        server.close()
-        await server.wait_closed()
-    result = _measured(started[0], end, sent_total)
+        end = usage()
+    result = measured(started[0], end, sent_total)
     t0, t1 = result["t_start"], result["t_end"]
-    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
-    result["loop_idle"] = _delay_stats([w - s - TICK_S for s, w in ticks if w < t0])
-    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    result["loop_busy"] = ticker.busy(t0, t1)
+    result["loop_idle"] = ticker.idle(t0)
+    result["loop"] = loop_name(loop)
     return result
 
 
@@ -152,7 +123,7 @@ def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.setblocking(False)
             sel.register(s, selectors.EVENT_READ, i)
-        h0 = _host_cpu()
+        h0 = host_cpu()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         clock = time.perf_counter
         t0 = clock()
@@ -178,7 +149,7 @@ def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
                     open_ -= 1
         t1 = clock()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
-        h1 = _host_cpu()
+        h1 = host_cpu()
     finally:
         sel.close()
         for s in socks:
@@ -224,28 +195,18 @@ def run_trial(
     ctx: multiprocessing.context.SpawnContext, contender: str, n: int, rnd: int, path: str, opts: Options
 ) -> Sample:
     sample = Sample(contender=contender, concurrency=n, round=rnd, file_bytes=opts.size)
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_server_process, args=(child, contender, path, n, opts), daemon=True)
-    proc.start()
-    child.close()
-    try:
-        port = _recv(parent, opts.timeout, proc)
+    with spawned(ctx, _server_process, contender, path, n, opts) as (parent, proc):
         try:
-            rd = read_many(port, n, opts.size, opts.timeout)
-        except (OSError, TrialError) as exc:
-            if parent.poll(5):
-                _recv(parent, 0, proc)
-            raise TrialError(f"reader: {exc!r}") from exc
-        srv = _recv(parent, opts.timeout, proc)
-    except TrialError as exc:
-        sample.error = str(exc)
-        return sample
-    finally:
-        parent.close()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+            port = recv_result(parent, opts.timeout, proc)
+            try:
+                rd = read_many(port, n, opts.size, opts.timeout)
+            except (OSError, TrialError) as exc:
+                child_error_first(parent, proc)
+                raise TrialError(f"reader: {exc!r}") from exc
+            srv = recv_result(parent, opts.timeout, proc)
+        except TrialError as exc:
+            sample.error = str(exc)
+            return sample
     total = opts.size * n
     if srv["sent"] != total:
         sample.error = f"server reported {srv['sent']} bytes sent, expected {total}"
@@ -265,8 +226,7 @@ def run_trial(
     sample.loop = srv["loop"]
     if not math.isnan(rd["host_busy_s"]):
         sample.other_cpu_s = rd["host_busy_s"] - rd["cpu_s"] - srv["cpu_process_time_s"]
-        slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
-        sample.other_load_cpus = max(0.0, sample.other_cpu_s - slack) / sample.reader_seconds
+        sample.other_load_cpus = other_load(sample.other_cpu_s, sample.reader_seconds)
     return sample
 
 
@@ -303,11 +263,7 @@ def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
             "other_load_cpus",
         ):
             if got := _vals(ok, name):
-                row |= {
-                    f"{name}_median": statistics.median(got),
-                    f"{name}_min": min(got),
-                    f"{name}_max": max(got),
-                }
+                row |= median_min_max(name, got)
         summary[key] = row
     return summary
 
@@ -321,7 +277,7 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
         rows.append(
             [
                 key,
-                f"{r['mb_per_s_median']:.0f} [{r['mb_per_s_min']:.0f}-{r['mb_per_s_max']:.0f}]",
+                median_range(r, "mb_per_s", ".0f"),
                 f"{r['cpu_s_per_gb_median']:.3f}",
                 f"{r['loop_delay_p99_ms_median']:.2f}",
                 f"{r['loop_delay_worst_ms_max']:.2f}",
@@ -333,7 +289,7 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
             f"concurrency: N simultaneous downloads of a {size // MiB} MiB file from one server loop, "
             f"{rounds} interleaved rounds (medians [min-max])",
             "",
-            _table(
+            table(
                 [
                     "contender x N",
                     "total MB/s",
@@ -413,7 +369,7 @@ def run(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python benchmarks/concurrency.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.concurrency", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="4 MiB file, 1 round")
     p.add_argument("--size", type=int, default=None, help="file size in MiB (default 16; 4 with --quick)")
     p.add_argument(
@@ -436,12 +392,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     doc = run(args.size, args.levels, args.rounds, args.contenders, directory=args.dir)
-    print(doc["report"])
     doc["machine"] = machine_info()
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
-    print(f"results: {args.json}", file=sys.stderr)
-    return 0 if all(s["ok"] for s in doc["samples"]) else 1
+    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
 
 
 if __name__ == "__main__":

@@ -19,10 +19,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -32,27 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.raw_transfer import (
-    IDLE_S,
-    OTHER_LOAD_WARN,
-    READ_BUFFER,
-    TICK_S,
-    Case,
-    MiB,
-    Options,
-    Sample,
-    _json_default,
-    _table,
-    cache_state,
-    machine_info,
-    make_file,
-    run_rounds,
-    summarize,
-    warm,
-)
+from benchmarks.harness import MiB
+from benchmarks.harness.files import cache_state, make_file, storage_info, warm
+from benchmarks.harness.measure import IDLE_S, TICK_S
+from benchmarks.harness.report import finish, machine_info, median_range, other_load_warning, table
+from benchmarks.raw_transfer import READ_BUFFER, Case, Options, Sample, run_rounds, summarize
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "loop_stall.json"
 KiB = 1 << 10
@@ -117,14 +98,6 @@ def build_cases(args: argparse.Namespace, base: Options) -> tuple[list[Case], di
 # ---------------------------------------------------------------------------
 
 
-def _rng(row: dict[str, Any], key: str, fmt: str = ".2f") -> str:
-    med, lo = row.get(f"{key}_median"), row.get(f"{key}_min")
-    hi = row.get(f"{key}_max", row.get(key))  # the worst delay's max is stored under its bare name
-    if med is None or lo is None or hi is None:
-        return "n/a"
-    return f"{med:{fmt}} [{lo:{fmt}}-{hi:{fmt}}]"
-
-
 def _ratio_per_round(samples: list[Sample], a: str, b: str) -> list[float]:
     """MB/s of *a* over *b*, one ratio per round where both ran (trials close together in time)."""
     by = {(s.contender, s.round): s for s in samples if s.ok and not s.discarded}
@@ -150,16 +123,16 @@ def _main_row(name: str, row: dict[str, Any], vs: str) -> list[str]:
         return [name, f"ERROR ({len(row['errors'])}/{row['runs']} runs failed)", "", "", "", "", ""]
     failed = f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else ""
     chunks = (
-        f"{_rng(row, 'zero_copy_cold', '.0f')} / {row['zero_copy_calls_median']:.0f}"
+        f"{median_range(row, 'zero_copy_cold', '.0f')} / {row['zero_copy_calls_median']:.0f}"
         if "zero_copy_cold_median" in row
         else "n/a"
     )
     return [
         name + failed,
-        _rng(row, "mb_per_s", ".0f"),
-        _rng(row, "cpu_total_s_per_gb", ".3f"),
-        _rng(row, "loop_delay_worst_ms"),
-        _rng(row, "loop_delay_p99_ms"),
+        median_range(row, "mb_per_s", ".0f"),
+        median_range(row, "cpu_total_s_per_gb", ".3f"),
+        median_range(row, "loop_delay_worst_ms"),
+        median_range(row, "loop_delay_p99_ms"),
         chunks,
         vs,
     ]
@@ -212,7 +185,7 @@ def report(
             "",
             f"{state.upper()} file"
             + (" (evicted before each trial)" if state == "cold" else " (in page cache)"),
-            _table([state, *HEADER[1:], "vs unbounded"], rows),
+            table([state, *HEADER[1:], "vs unbounded"], rows),
         ]
     if sweep:
         base = label("warm", "aiosendfile-unbounded", "uvloop")
@@ -225,7 +198,7 @@ def report(
         out += [
             "",
             "max_chunk sweep: aiosendfile, uvloop, warm (probe on)",
-            _table(["max_chunk", *HEADER[1:], "vs unbounded"], rows),
+            table(["max_chunk", *HEADER[1:], "vs unbounded"], rows),
         ]
     out += [
         "",
@@ -262,7 +235,7 @@ def report(
                 name,
                 f"{row['server_mb_per_s_median']:.0f}",
                 f"{row['ttfb_ms_median']:.2f}",
-                _rng(row, "zero_copy_waits", ".0f"),
+                median_range(row, "zero_copy_waits", ".0f"),
                 "n/a"
                 if row["idle_delay_p99_ms_median"] is None
                 else f"{row['idle_delay_p99_ms_median']:.2f}",
@@ -274,7 +247,7 @@ def report(
         )
     out += [
         "",
-        _table(
+        table(
             [
                 "details (medians)",
                 "server MB/s",
@@ -290,13 +263,7 @@ def report(
         ),
     ]
     loads = [v for row in summary.values() if (v := row.get("other_load_cpus_median")) is not None]
-    if loads and max(loads) > OTHER_LOAD_WARN:
-        out += [
-            "",
-            f"WARNING: a median of up to {max(loads):.2f} CPUs of other load on this machine during the",
-            "trials (other_cpu_s in the JSON samples): these numbers are not from a quiet machine.",
-        ]
-    return "\n".join(out), targets
+    return "\n".join(out + other_load_warning(loads)), targets
 
 
 # ---------------------------------------------------------------------------
@@ -304,25 +271,8 @@ def report(
 # ---------------------------------------------------------------------------
 
 
-def storage_info(path: str) -> dict[str, Any]:
-    """The block device under *path*: readahead, scheduler, rotational (what a cold read depends on)."""
-    st = os.stat(path)
-    dev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    info: dict[str, Any] = {"dev": f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"}
-    try:
-        real = dev.resolve(strict=True)
-    except OSError:
-        return info
-    info["name"] = real.name
-    queue = real / "queue" if (real / "queue").exists() else real.parent / "queue"
-    for key in ("read_ahead_kb", "scheduler", "rotational", "nr_requests", "max_sectors_kb"):
-        with contextlib.suppress(OSError):
-            info[key] = (queue / key).read_text().strip()
-    return info
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="benchmarks/loop_stall.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.loop_stall", description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=None, help="file size in MiB (default 512; 128 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
     p.add_argument("--quick", action="store_true", help="128 MiB, 1 round: a smoke run")
@@ -398,9 +348,8 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = summarize(samples, [c.label for c in cases])
     text, targets = report(summary, samples, cases, sweep, args)
-    print(text)
     rerun = sum(s.discarded for s in samples)
-    print(f"\n({len(samples)} trials in {elapsed:.1f} s; {rerun} disturbed and re-run, kept in the JSON)")
+    text += f"\n\n({len(samples)} trials in {elapsed:.1f} s; {rerun} disturbed and re-run, kept in the JSON)"
 
     document = {
         "benchmark": "loop_stall",
@@ -433,10 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         "samples": [asdict(s) for s in samples],
         "sample_fields": [f.name for f in fields(Sample)],
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
-    print(f"results: {args.json}", file=log)
-    return 0 if all(s.ok for s in samples) else 1
+    return finish(text, document, args.json, ok=all(s.ok for s in samples), allow_nan=False, log=log)
 
 
 if __name__ == "__main__":

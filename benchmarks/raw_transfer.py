@@ -24,14 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import json
 import math
 import multiprocessing
 import os
-import platform
 import resource
-import select
 import socket
 import statistics
 import subprocess
@@ -39,23 +35,51 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
-from importlib import metadata
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
-_T = TypeVar("_T")
+from benchmarks.harness import GB, MB, MiB, TrialError
+from benchmarks.harness.children import (
+    child_error_first,
+    recv_result,
+    report_to_parent,
+    run_on_contender_loop,
+    serving,
+    spawned,
+)
+from benchmarks.harness.files import CACHE_STATE_ERROR, cache_state, make_file, resident_ranges, warm
+from benchmarks.harness.measure import (
+    CLK_TCK,
+    IDLE_S,
+    TICK_S,
+    LoopTicker,
+    PerfSpec,
+    PerfWindow,
+    host_cpu,
+    host_split,
+    loop_name,
+    measured,
+    other_load,
+    usage,
+    zero_copy_counters,
+)
+from benchmarks.harness.report import (
+    finish,
+    json_default,
+    machine_info,
+    median_min_max,
+    median_or_none,
+    ms,
+    other_load_warning,
+    table,
+)
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-MiB = 1 << 20
-MB = 1_000_000  # throughput is in MB/s (10**6 bytes)
-GB = 1_000_000_000  # CPU cost is in seconds per 10**9 bytes
+# Until http_static and tls_static import these from the harness themselves (helper B2):
+_CLK_TCK, _host_cpu, _table, _json_default = CLK_TCK, host_cpu, table, json_default
 
 CONTENDERS = (
     "aiosendfile-uvloop",
@@ -71,10 +95,7 @@ THREADS = (THREAD, THREAD_COPY)
 COPY_ROWS = ("copy-uvloop", "copy-asyncio", THREAD_COPY)  # the rows that use --copy-chunk
 NETWORKS = ("loopback", "veth", "unix")  # --network: "auto", "both" (loopback,veth) or a list of these
 
-TICK_S = 0.001  # the ticker's sleep
-IDLE_S = 0.2  # the ticker runs this long on an idle loop before the transfer (baseline)
 READ_BUFFER = MiB
-OTHER_LOAD_WARN = 0.25  # median CPUs of other load over the trials that makes the report warn
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "raw_transfer.json"
 
 
@@ -135,80 +156,23 @@ SENDERS: dict[str, Sender] = {
 }
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted, non-empty values (q in 0..100)."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def _delay_stats(delays: list[float]) -> dict[str, float | int | None]:
-    ordered = sorted(delays)
-    if not ordered:
-        return {"ticks": 0, "worst_ms": None, "p99_ms": None, "p50_ms": None}
-    return {
-        "ticks": len(ordered),
-        "worst_ms": ordered[-1] * 1e3,
-        "p99_ms": _percentile(ordered, 99) * 1e3,
-        "p50_ms": _percentile(ordered, 50) * 1e3,
-    }
-
-
-async def _ticker(ticks: list[tuple[float, float]]) -> None:
-    """Record (sleep start, wake-up time) for back-to-back 1 ms sleeps."""
-    clock = time.perf_counter
-    while True:
-        start = clock()
-        await asyncio.sleep(TICK_S)
-        ticks.append((start, clock()))
-
-
-Usage = tuple[float, float, resource.struct_rusage]
-
-
-def _usage() -> Usage:
-    return time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
-
-
-def _measured(start: Usage, end: Usage, sent: int) -> dict[str, Any]:
-    (t0, p0, r0), (t1, p1, r1) = start, end
-    return {
-        "sent": sent,
-        "t_start": t0,
-        "t_end": t1,
-        "cpu_process_time_s": p1 - p0,
-        "cpu_user_s": r1.ru_utime - r0.ru_utime,
-        "cpu_sys_s": r1.ru_stime - r0.ru_stime,
-        "vol_ctx_switches": r1.ru_nvcsw - r0.ru_nvcsw,
-        "invol_ctx_switches": r1.ru_nivcsw - r0.ru_nivcsw,
-    }
-
-
-def _zero_copy_counters() -> Any:
-    if "aiosendfile" not in sys.modules:
-        return None
-    from aiosendfile import _platform
-
-    return _platform.counters
-
-
 async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Options) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
-    ticks: list[tuple[float, float]] = []
-    ticker = asyncio.create_task(_ticker(ticks))
+    ticker = LoopTicker()
     done: asyncio.Future[dict[str, Any]] = loop.create_future()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readexactly(1)  # the reader's "go"
-            counters = _zero_copy_counters()
+            counters = zero_copy_counters()
             if counters is not None:
                 counters.reset()
-            start = _usage()
+            start = usage()
             sent = await send(writer, f, opts)
             await writer.drain()
             writer.close()
             await writer.wait_closed()  # everything is in the kernel; the socket is closed
-            result = _measured(start, _usage(), sent)
+            result = measured(start, usage(), sent)
             if counters is not None:
                 result["zero_copy_calls"], result["zero_copy_bytes"] = counters.calls, counters.bytes
                 result["zero_copy_eagain"], result["zero_copy_waits"] = counters.eagain, counters.waits
@@ -228,51 +192,15 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
         server = await asyncio.start_unix_server(handle, opts.unix_path)
     else:
         server = await asyncio.start_server(handle, opts.host, 0)
-    try:
-        await asyncio.sleep(IDLE_S)
-        conn.send(("ready", 0 if opts.unix_path else server.sockets[0].getsockname()[1]))
+    async with serving(conn, server, 0 if opts.unix_path else server.sockets[0].getsockname()[1], ticker):
         result = await asyncio.wait_for(done, opts.timeout)
-        await asyncio.sleep(3 * TICK_S)  # let the tick in flight at the end land
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
-        server.close()
-        await server.wait_closed()
     t0, t1 = result["t_start"], result["t_end"]
     # A tick belongs to the transfer if its sleep overlaps [t0, t1] at all, so a
     # loop blocked for the whole transfer still shows up as one huge delay.
-    result["loop_idle"] = _delay_stats([w - s - TICK_S for s, w in ticks if w < t0])
-    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
-    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    result["loop_idle"] = ticker.idle(t0)
+    result["loop_busy"] = ticker.busy(t0, t1)
+    result["loop"] = loop_name(loop)
     return result
-
-
-def run_on_contender_loop(contender: str, main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run *main()* on a fresh loop of the contender's kind (uvloop for ``*-uvloop``), then close it."""
-    loop: asyncio.AbstractEventLoop
-    if contender.endswith("-uvloop"):
-        import uvloop
-
-        loop = uvloop.new_event_loop()
-    else:
-        loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(main())
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
-
-
-def report_to_parent(conn: Connection, produce: Callable[[], dict[str, Any]]) -> None:
-    """Child-process epilogue: send ``("result", produce())`` or ``("error", traceback)``, then close."""
-    try:
-        conn.send(("result", produce()))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-    finally:
-        conn.close()
 
 
 def _serve_loop(conn: Connection, contender: str, path: str, opts: Options) -> dict[str, Any]:
@@ -325,14 +253,14 @@ def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False
 
         with sock:
             sock.recv(1)  # the reader's "go"
-            start = _usage()
+            start = usage()
             worker = threading.Thread(target=run, name="sendfile")
             worker.start()
             worker.join()
-        end = _usage()  # after close, as for the loop contenders
+        end = usage()  # after close, as for the loop contenders
         if errors:
             raise errors[0]
-        return _measured(start, end, sent)
+        return measured(start, end, sent)
 
 
 def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
@@ -340,7 +268,7 @@ def _server_process(conn: Connection, contender: str, path: str, opts: Options) 
 
     def serve() -> dict[str, Any]:
         if opts.netns:
-            from benchmarks.netns import setns
+            from benchmarks.harness.netns import setns
 
             setns(f"/run/netns/{opts.netns}")
         try:
@@ -358,141 +286,6 @@ def _server_process(conn: Connection, contender: str, path: str, opts: Options) 
 # ---------------------------------------------------------------------------
 # Reader side (this process)
 # ---------------------------------------------------------------------------
-
-
-class TrialError(RuntimeError):
-    pass
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _host_cpu() -> tuple[float, float]:
-    """Whole-machine (busy, steal) CPU seconds so far, from /proc/stat; (nan, nan) elsewhere.
-
-    Used to spot other load on the machine during a trial: busy time that is
-    neither the server's nor the reader's belongs to someone else.
-    """
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return math.nan, math.nan
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (ticks + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq) / _CLK_TCK, steal / _CLK_TCK
-
-
-def _host_split() -> tuple[float, float, float]:
-    """Whole-machine (user + nice, system, irq + softirq) CPU seconds so far, from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return math.nan, math.nan, math.nan
-    user, nice, system, _idle, _iowait, irq, softirq = (ticks + [0] * 7)[:7]
-    return (user + nice) / _CLK_TCK, system / _CLK_TCK, (irq + softirq) / _CLK_TCK
-
-
-@dataclass(frozen=True)
-class PerfSpec:
-    """``--perf``: run ``perf ARGS`` over each trial's transfer window (see ``PerfWindow``)."""
-
-    args: tuple[str, ...]  # e.g. ("stat", "-e", "task-clock") or ("record", "-g", "-e", "cpu-clock")
-    directory: Path
-    scope: str = "system"  # "system": perf -a; "server": perf -p SERVER_PID (its threads and children)
-
-
-class PerfWindow:
-    """``perf ARGS`` started disabled, enabled right before the reader's "go", disabled after its last byte.
-
-    Uses perf's control FIFOs (``-D -1 --control fifo:CTL,ACK``), so perf's own start-up and the
-    trial's set-up are outside the measured window. One output file per trial (``-o``).
-    """
-
-    def __init__(self, spec: PerfSpec, target_pid: int, out: Path) -> None:
-        self.spec, self.target_pid, self.out = spec, target_pid, out
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.tmp = tempfile.mkdtemp(prefix="aiosendfile-perf-")
-        self.ctl = self.ack = -1
-
-    def _command(self, ctl: str, ack: str) -> list[str]:
-        target = ["-a"] if self.spec.scope == "system" else ["-p", str(self.target_pid)]
-        sub, *rest = self.spec.args
-        return [
-            "perf",
-            sub,
-            *target,
-            "-D",
-            "-1",
-            "--control",
-            f"fifo:{ctl},{ack}",
-            "-o",
-            str(self.out),
-            *rest,
-        ]
-
-    def _command_ack(self, word: bytes, timeout: float = 10.0) -> None:
-        assert self.proc is not None
-        os.write(self.ctl, word + b"\n")
-        deadline = time.monotonic() + timeout
-        got = b""
-        while b"ack" not in got:
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise TrialError(f"perf did not acknowledge {word.decode()!r} (exit {self.proc.poll()})")
-            if select.select([self.ack], [], [], 0.05)[0]:
-                chunk = os.read(self.ack, 64)
-                if not chunk:  # EOF: perf has not opened the ACK FIFO for writing yet
-                    time.sleep(0.01)
-                got += chunk
-
-    def start(self) -> None:
-        ctl, ack = os.path.join(self.tmp, "ctl"), os.path.join(self.tmp, "ack")
-        os.mkfifo(ctl)
-        os.mkfifo(ack)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.ack = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)
-        self.proc = subprocess.Popen(
-            self._command(ctl, ack), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        deadline = time.monotonic() + 10
-        while self.ctl < 0:
-            try:
-                self.ctl = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO until perf opens it
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                    raise TrialError(
-                        f"perf failed to start: {' '.join(self._command(ctl, ack))}: {err}"
-                    ) from None
-                time.sleep(0.01)
-        self._command_ack(b"enable")
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(OSError, TrialError):
-            if self.proc.poll() is None:
-                self._command_ack(b"disable")
-        self.close()
-
-    def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(2)  # SIGINT: perf writes its output and exits
-            try:
-                self.proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate()
-            self.proc = None
-        for fd in (self.ctl, self.ack):
-            if fd >= 0:
-                os.close(fd)
-        self.ctl = self.ack = -1
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self.tmp):
-                os.unlink(os.path.join(self.tmp, name))
-            os.rmdir(self.tmp)
 
 
 def _connect(host: str, port: int, timeout: float, unix_path: str | None) -> socket.socket:
@@ -523,8 +316,8 @@ def _read_all(
         t_first = math.nan
         if window is not None:
             window.start()
-        s0 = _host_split()
-        h0 = _host_cpu()
+        s0 = host_split()
+        h0 = host_cpu()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = clock()
         sock.sendall(b"G")
@@ -537,8 +330,8 @@ def _read_all(
             total += n
         t_last = clock()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
-        h1 = _host_cpu()
-        s1 = _host_split()
+        h1 = host_cpu()
+        s1 = host_split()
         if window is not None:
             window.stop()
         while n:  # anything past the file's size is an error: count it
@@ -618,15 +411,6 @@ class Sample:
     perf_output: str | None = None  # --perf: this trial's perf output file
 
 
-def _recv(conn: Connection, timeout: float, proc: multiprocessing.process.BaseProcess) -> Any:
-    if not conn.poll(timeout):
-        raise TrialError(f"server sent nothing in {timeout} s (alive: {proc.is_alive()})")
-    kind, payload = conn.recv()
-    if kind == "error":
-        raise TrialError("server failed:\n" + payload)
-    return payload
-
-
 def run_trial(
     ctx: multiprocessing.context.SpawnContext,
     contender: str,
@@ -651,7 +435,7 @@ def run_trial(
         copy_chunk=opts.copy_chunk if contender in COPY_ROWS else None,
     )
     if opts.client_netns:
-        from benchmarks.netns import entered
+        from benchmarks.harness.netns import entered
 
         # The reader's socket, and the server process started from this thread, live in the client's
         # namespace; the server then enters its own (opts.netns).
@@ -668,47 +452,37 @@ def _run_trial(
     sample: Sample,
     perf: PerfSpec | None = None,
 ) -> Sample:
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_server_process, args=(child, contender, path, opts), daemon=True)
-    proc.start()
-    child.close()
-    sample.server_pid = proc.pid
-    window = None
-    if perf is not None:
-        suffix = ".data" if perf.args[0] == "record" else ".txt"
-        out = perf.directory / f"{sample.contender.replace('/', '_')}-r{sample.round}{suffix}"
-        window = PerfWindow(perf, proc.pid or 0, out)
-        sample.perf_output = str(out)
-    try:
-        port = _recv(parent, opts.timeout, proc)
-        # The server is up (its file open, nothing read): now make the cache state the trial needs.
-        resident, sample.file_pages = cache_state(path, evict=opts.cold)
-        if resident is not None:
-            sample.cached_pages = sum(resident)
-            if sample.cached_pages != (0 if opts.cold else sample.file_pages):
-                raise TrialError(
-                    f"{CACHE_STATE_ERROR}{'cold' if opts.cold else 'warm'}: {sample.cached_pages}/"
-                    f"{sample.file_pages} pages resident ({resident_ranges(resident)})"
-                )
+    with spawned(ctx, _server_process, contender, path, opts) as (parent, proc):
+        sample.server_pid = proc.pid
+        window = None
+        if perf is not None:
+            suffix = ".data" if perf.args[0] == "record" else ".txt"
+            out = perf.directory / f"{sample.contender.replace('/', '_')}-r{sample.round}{suffix}"
+            window = PerfWindow(perf, proc.pid or 0, out)
+            sample.perf_output = str(out)
         try:
-            rd = _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path)
-        except (OSError, TrialError) as exc:
-            # A server failure shows up here as a short read: prefer its traceback.
-            if parent.poll(5):
-                _recv(parent, 0, proc)
-            raise TrialError(f"reader: {exc!r}") from exc
-        srv = _recv(parent, opts.timeout, proc)
-    except TrialError as exc:
-        sample.error = str(exc)
-        return sample
-    finally:
-        if window is not None:
-            window.close()
-        parent.close()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+            port = recv_result(parent, opts.timeout, proc)
+            # The server is up (its file open, nothing read): now make the cache state the trial needs.
+            resident, sample.file_pages = cache_state(path, evict=opts.cold)
+            if resident is not None:
+                sample.cached_pages = sum(resident)
+                if sample.cached_pages != (0 if opts.cold else sample.file_pages):
+                    raise TrialError(
+                        f"{CACHE_STATE_ERROR}{'cold' if opts.cold else 'warm'}: {sample.cached_pages}/"
+                        f"{sample.file_pages} pages resident ({resident_ranges(resident)})"
+                    )
+            try:
+                rd = _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path)
+            except (OSError, TrialError) as exc:
+                child_error_first(parent, proc)
+                raise TrialError(f"reader: {exc!r}") from exc
+            srv = recv_result(parent, opts.timeout, proc)
+        except TrialError as exc:
+            sample.error = str(exc)
+            return sample
+        finally:
+            if window is not None:
+                window.close()
 
     if srv["sent"] != opts.size:
         sample.error = f"server reported {srv['sent']} bytes sent, expected {opts.size}"
@@ -755,205 +529,6 @@ def _run_trial(
 # ---------------------------------------------------------------------------
 # Setup, summary, report
 # ---------------------------------------------------------------------------
-
-
-def make_file(directory: str, size: int) -> str:
-    """A real (non-sparse) file of random-looking bytes: one random MiB, repeated."""
-    block = os.urandom(MiB)
-    path = os.path.join(directory, "payload.bin")
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            left -= f.write(block[: min(left, MiB)])
-        f.flush()
-        os.fsync(f.fileno())
-    return path
-
-
-def warm(path: str) -> float:
-    """Read the file once so every trial reads from the page cache; return seconds taken."""
-    t0 = time.perf_counter()
-    view = memoryview(bytearray(8 * MiB))
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(view):
-            pass
-    return time.perf_counter() - t0
-
-
-def _mincore(fd: int, size: int) -> bytes | None:
-    """Per page of the file, whether it is in the page cache (mincore on a mapping); None if unknown.
-
-    Unlike a read probe this has no side effects: ``preadv(RWF_NOWAIT)`` on a
-    missing page starts readahead of it (Linux >= 5.9), so probing would warm the file.
-    """
-    try:
-        import ctypes
-        import mmap
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_long,
-        ]
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    except (ImportError, OSError, AttributeError):
-        return None
-    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        return None
-    try:
-        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
-        if libc.mincore(addr, size, vec) != 0:
-            return None
-        return bytes(b & 1 for b in vec.raw)
-    finally:
-        libc.munmap(addr, size)
-
-
-def resident_ranges(resident: bytes, limit: int = 4) -> str:
-    """The first *limit* runs of resident pages, as byte ranges in MiB, for error messages."""
-    runs: list[str] = []
-    page = os.sysconf("SC_PAGE_SIZE")
-    start = None
-    for i, flag in enumerate([*resident, 0]):
-        if flag and start is None:
-            start = i
-        elif not flag and start is not None:
-            runs.append(f"{start * page / MiB:g}-{i * page / MiB:g} MiB")
-            start = None
-    return ", ".join(runs[:limit]) + (", ..." if len(runs) > limit else "")
-
-
-def _flush_deferred_skbs() -> None:
-    """Run a little loopback TCP on each CPU, so skbs of earlier transfers release the file's pages.
-
-    TCP frees a consumed skb on the CPU that allocated it: it waits on that
-    CPU's defer list (``net.core.skb_defer_max``) until the CPU next runs
-    network receive work. Such an skb from a sendfile still references page-cache
-    pages (seen here: the file's last 2 MiB folio), and ``FADV_DONTNEED`` cannot
-    drop a page with extra references. It stays pinned until that CPU next sees traffic.
-    """
-    if not hasattr(os, "sched_setaffinity"):
-        return
-    cpus = os.sched_getaffinity(0)
-    try:
-        for cpu in sorted(cpus):
-            os.sched_setaffinity(0, {cpu})
-            with (
-                socket.create_server(("127.0.0.1", 0)) as listener,
-                socket.create_connection(listener.getsockname()) as a,
-                listener.accept()[0] as b,
-            ):
-                for _ in range(16):
-                    a.sendall(b"x" * 1024)
-                    b.recv(4096)
-    finally:
-        os.sched_setaffinity(0, cpus)
-
-
-CACHE_STATE_ERROR = "page cache not "  # how run_trial's error starts when it could not make the cache state
-
-
-def cache_state(path: str, *, evict: bool) -> tuple[bytes | None, int]:
-    """Make *path* cold (``evict``) or warm in the page cache; return (``_mincore``, file pages).
-
-    Cold: ``posix_fadvise(DONTNEED)`` (the file was fsynced, so every page can
-    go, once ``_flush_deferred_skbs`` has released the last transfer's pages),
-    then a 1-byte ``preadv(RWF_NOWAIT)`` at offset 0 must raise
-    ``BlockingIOError``. That probe starts a readahead, and pages still under
-    I/O cannot be dropped, so the file is evicted again every 20 ms until
-    ``mincore`` counts nothing left (or 2 s pass: the caller sees the count).
-    Warm: read the whole file (from memory if it is already cached), then count
-    (all pages expected).
-    """
-    size = os.path.getsize(path)
-    pages = (size + os.sysconf("SC_PAGE_SIZE") - 1) // os.sysconf("SC_PAGE_SIZE")
-    if not evict:
-        warm(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if evict:
-            _flush_deferred_skbs()
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            try:
-                os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
-            except BlockingIOError:
-                pass
-            else:
-                raise TrialError(f"{CACHE_STATE_ERROR}cold: offset 0 still cached after POSIX_FADV_DONTNEED")
-            deadline = time.monotonic() + 2.0
-            while True:
-                time.sleep(0.02)  # let the probe's readahead I/O finish
-                _flush_deferred_skbs()
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                resident = _mincore(fd, size)
-                if resident is None or not any(resident) or time.monotonic() > deadline:
-                    return resident, pages
-        return _mincore(fd, size), pages
-    finally:
-        os.close(fd)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def machine_info() -> dict[str, Any]:
-    import aiosendfile
-
-    cpu_model = None
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    sysctls = {}
-    for name in ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem", "net/core/wmem_max", "net/core/rmem_max"):
-        with contextlib.suppress(OSError):
-            sysctls[name.replace("/", ".")] = Path("/proc/sys", name).read_text().split()
-    git = None
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        root = Path(__file__).resolve().parent.parent
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "aiosendfile"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        git = {"head": head, "aiosendfile_dirty": bool(dirty)}
-    digest = hashlib.sha256()
-    for src in sorted(Path(aiosendfile.__file__).parent.glob("*.py")):
-        digest.update(src.name.encode() + b"\0" + src.read_bytes())
-    return {
-        "uname": platform.uname()._asdict(),
-        "cpu_model": cpu_model,
-        "nproc": os.cpu_count(),
-        "nproc_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": sys.version,
-        "python_implementation": platform.python_implementation(),
-        "versions": {
-            "aiosendfile": aiosendfile.__version__,
-            "uvloop": _version("uvloop"),
-            "aiohttp": _version("aiohttp"),
-        },
-        "sysctl": sysctls,
-        "git": git,
-        "aiosendfile_sources_sha256": digest.hexdigest(),
-        "aiosendfile_path": str(Path(aiosendfile.__file__).parent),
-    }
 
 
 @dataclass(frozen=True)
@@ -1026,22 +601,12 @@ def _progress(s: Sample) -> str:
 
 
 def _other_load(samples: list[Sample]) -> list[float]:
-    """Other processes' load during each trial, in CPUs, beyond what /proc/stat can resolve.
-
-    /proc/stat counts in 1/CLK_TCK ticks per CPU, so each trial's ``other_cpu_s``
-    is only good to about two ticks per CPU: that much is forgiven, and a quiet
-    trial reads 0.
-    """
-    slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
+    """Other processes' load during each trial, in CPUs (``measure.other_load``: a quiet trial reads 0)."""
     return [
-        max(0.0, s.other_cpu_s - slack) / s.reader_seconds
+        other_load(s.other_cpu_s, s.reader_seconds)
         for s in samples
         if s.other_cpu_s is not None and s.reader_seconds
     ]
-
-
-def _median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def summarize(
@@ -1079,52 +644,33 @@ def summarize(
                 "cpu_total_s_per_gb_max": max(totals),
                 # worst: over every tick of every round; p99: median of the per-round p99s
                 "loop_delay_worst_ms": max(worst) if worst else None,
-                "loop_delay_worst_ms_median": _median_or_none(worst),  # of the per-round worsts
+                "loop_delay_worst_ms_median": median_or_none(worst),  # of the per-round worsts
                 "loop_delay_worst_ms_min": min(worst, default=None),
-                "loop_delay_p99_ms_median": _median_or_none(p99),
+                "loop_delay_p99_ms_median": median_or_none(p99),
                 "loop_delay_p99_ms_min": min(p99, default=None),
                 "loop_delay_p99_ms_max": max(p99, default=None),
-                "idle_delay_p99_ms_median": _median_or_none(_values(ok, "idle_delay_p99_ms")),
+                "idle_delay_p99_ms_median": median_or_none(_values(ok, "idle_delay_p99_ms")),
                 "ttfb_ms_median": statistics.median(_values(ok, "ttfb_ms")),
-                "host_cpu_s_per_gb_median": _median_or_none(_values(ok, "host_cpu_s_per_gb")),
+                "host_cpu_s_per_gb_median": median_or_none(_values(ok, "host_cpu_s_per_gb")),
                 "reader_cpu_s_per_gb_median": statistics.median(
                     [(s.reader_cpu_user_s or 0) + (s.reader_cpu_sys_s or 0) for s in ok]
                 )
                 * GB
                 / ok[0].bytes,
                 # CPUs' worth of other load on the machine during the trial (0 = quiet)
-                "other_load_cpus_median": _median_or_none(_other_load(ok)),
+                "other_load_cpus_median": median_or_none(_other_load(ok)),
                 "other_load_cpus_max": max(_other_load(ok), default=None),
                 "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
             }
             for counter in ("calls", "eagain", "waits", "cold"):  # aiosendfile._platform.counters
                 if got := _values(ok, "zero_copy_" + counter):
-                    row |= {
-                        f"zero_copy_{counter}_median": statistics.median(got),
-                        f"zero_copy_{counter}_min": min(got),
-                        f"zero_copy_{counter}_max": max(got),
-                    }
+                    row |= median_min_max("zero_copy_" + counter, got)
         summary[name] = row
     for name, row in summary.items():
         base = summary.get((baselines or {}).get(name, BASELINE), {}).get("mb_per_s_median")
         if base and "mb_per_s_median" in row:
             row["ratio_vs_" + BASELINE] = row["mb_per_s_median"] / base
     return summary
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for n, r in enumerate([header, *rows]):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2f}"
 
 
 def network(opts: Options) -> str:
@@ -1151,8 +697,8 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
                 f"{row['mb_per_s_median']:.0f} [{row['mb_per_s_min']:.0f}-{row['mb_per_s_max']:.0f}]",
                 f"{row['cpu_user_s_per_gb_median']:.3f}+{row['cpu_sys_s_per_gb_median']:.3f}"
                 f" = {row['cpu_total_s_per_gb_median']:.3f}",
-                _ms(row["loop_delay_worst_ms"]),
-                _ms(row["loop_delay_p99_ms_median"]),
+                ms(row["loop_delay_worst_ms"]),
+                ms(row["loop_delay_p99_ms_median"]),
                 "n/a" if ratio is None else f"{ratio:.2f}x",
             ]
         )
@@ -1165,8 +711,8 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
                 f"{row['cpu_process_time_s_per_gb_median']:.3f}",
                 f"{row['reader_cpu_s_per_gb_median']:.3f}",
                 "n/a" if (h := row.get("host_cpu_s_per_gb_median")) is None else f"{h:.3f}",
-                _ms(row["idle_delay_p99_ms_median"]),
-                _ms(row["other_load_cpus_median"]),
+                ms(row["idle_delay_p99_ms_median"]),
+                ms(row["other_load_cpus_median"]),
                 "n/a" if not zc else ("all" if zc == [opts.size] else "MISMATCH " + ",".join(map(str, zc))),
             ]
         )
@@ -1174,7 +720,7 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
         f"raw_transfer: {opts.size // MiB} MiB over {over or network(opts)}, {rounds} interleaved rounds "
         f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
         "",
-        _table(
+        table(
             [
                 "contender",
                 "MB/s median [min-max]",
@@ -1193,7 +739,7 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
     if detail_rows:
         out += [
             "",
-            _table(
+            table(
                 [
                     "details",
                     "server-side MB/s",
@@ -1216,18 +762,12 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
         ]
     # Medians: one trial's figure is only good to ~10 ms of CPU (/proc/stat ticks).
     loads = [v for row in summary.values() if (v := row.get("other_load_cpus_median")) is not None]
-    if loads and max(loads) > OTHER_LOAD_WARN:
-        out += [
-            "",
-            f"WARNING: a median of up to {max(loads):.2f} CPUs of other load on this machine during the",
-            "trials (other_cpu_s in the JSON samples): these numbers are not from a quiet machine.",
-        ]
-    return "\n".join(out)
+    return "\n".join(out + other_load_warning(loads))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python benchmarks/raw_transfer.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.raw_transfer", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--size", type=int, default=None, help="file size in MiB (default 1024; 256 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 3 with --quick)")
@@ -1318,7 +858,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--network: auto, both, or a comma-separated list of {', '.join(NETWORKS)}")
         args.network = ",".join(nets)
         if "veth" in nets:
-            from benchmarks import netns
+            from benchmarks.harness import netns
 
             if why := netns.available():
                 p.error(f"--network {args.network}: a veth pair cannot be made here: {why}")
@@ -1342,7 +882,7 @@ def setup_network(
     the networks in run order, "veth": {...} | None, "loopback_why": why not veth (auto) | None,
     "veth_sysctl": {...}}``. Raises NetworkUnavailable when an asked-for veth pair cannot be made.
     """
-    from benchmarks import netns
+    from benchmarks.harness import netns
 
     wanted = ["veth"] if requested == "auto" else requested.split(",")
     info: dict[str, Any] = {"requested": requested, "used": wanted, "veth": None, "loopback_why": None}
@@ -1448,8 +988,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [c.label for c in cases]
     summary = summarize(samples, labels, baselines)
     over = describe_network(net)
-    print(report(summary, base, args.rounds, over=over))
-    print(f"\n({len(samples)} trials in {elapsed:.1f} s)")
+    text = report(summary, base, args.rounds, over=over) + f"\n\n({len(samples)} trials in {elapsed:.1f} s)"
     if args.max_other_load is not None:
         kept_noisy = [
             f"{s.contender} round {s.round}"
@@ -1457,7 +996,8 @@ def main(argv: list[str] | None = None) -> int:
             if not s.discarded and any(v > args.max_other_load for v in _other_load([s]))
         ]
         if kept_noisy:
-            print(f"kept after {args.retries} retries, still over --max-other-load: " + ", ".join(kept_noisy))
+            text += f"\nkept after {args.retries} retries, still over --max-other-load: "
+            text += ", ".join(kept_noisy)
 
     document = {
         "benchmark": "raw_transfer",
@@ -1495,18 +1035,11 @@ def main(argv: list[str] | None = None) -> int:
         "samples": [asdict(s) for s in samples],
         "sample_fields": [f.name for f in fields(Sample)],
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
-    print(f"results: {args.json}", file=log)
-    return 0 if all(s.ok for s in samples) else 1
-
-
-def _json_default(obj: object) -> object:
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+    return finish(text, document, args.json, ok=all(s.ok for s in samples), allow_nan=False, log=log)
 
 
 if __name__ == "__main__":
-    from benchmarks.netns import Terminated
+    from benchmarks.harness.netns import Terminated
 
     try:
         sys.exit(main())

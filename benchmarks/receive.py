@@ -22,13 +22,11 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import json
 import math
 import multiprocessing
 import os
 import resource
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -38,31 +36,18 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.raw_transfer import (
-    _CLK_TCK,
-    GB,
-    IDLE_S,
-    MB,
-    TICK_S,
-    MiB,
-    TrialError,
-    _delay_stats,
-    _host_cpu,
-    _json_default,
-    _measured,
-    _recv,
-    _table,
-    _ticker,
-    _usage,
-    machine_info,
-    make_file,
+from benchmarks.harness import GB, MB, MiB, TrialError
+from benchmarks.harness.children import (
+    child_error_first,
+    recv_result,
     report_to_parent,
     run_on_contender_loop,
-    warm,
+    serving,
+    spawned,
 )
+from benchmarks.harness.files import make_file, warm
+from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
+from benchmarks.harness.report import finish, machine_info, median_min_max, median_range, table
 
 CONTENDERS = ("recvfile-uvloop", "read+write-uvloop", "recvfile-asyncio", "read+write-asyncio")
 READ_CHUNK = 256 * 1024
@@ -71,8 +56,7 @@ DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "receive.json"
 
 async def _receive(conn: Connection, contender: str, dest: str, size: int, timeout: float) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
-    ticks: list[tuple[float, float]] = []
-    ticker = asyncio.create_task(_ticker(ticks))
+    ticker = LoopTicker()
     done: asyncio.Future[dict[str, Any]] = loop.create_future()
     zero_copy = contender.startswith("recvfile")
     if zero_copy:
@@ -80,7 +64,7 @@ async def _receive(conn: Connection, contender: str, dest: str, size: int, timeo
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            start = _usage()
+            start = usage()
             with open(dest, "wb") as f:
                 if zero_copy:
                     got = await aiosendfile.recvfile(reader, f, size)
@@ -94,7 +78,7 @@ async def _receive(conn: Connection, contender: str, dest: str, size: int, timeo
                         got += len(chunk)
             writer.write(b"K")
             await writer.drain()
-            result = _measured(start, _usage(), got)
+            result = measured(start, usage(), got)
             writer.close()
             await writer.wait_closed()
         except Exception as exc:
@@ -104,20 +88,10 @@ async def _receive(conn: Connection, contender: str, dest: str, size: int, timeo
             done.set_result(result)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        await asyncio.sleep(IDLE_S)
-        conn.send(("ready", server.sockets[0].getsockname()[1]))
+    async with serving(conn, server, server.sockets[0].getsockname()[1], ticker):
         result = await asyncio.wait_for(done, timeout)
-        await asyncio.sleep(3 * TICK_S)
-    finally:
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
-        server.close()
-        await server.wait_closed()
-    t0, t1 = result["t_start"], result["t_end"]
-    result["loop_busy"] = _delay_stats([w - s - TICK_S for s, w in ticks if w >= t0 and s <= t1])
-    result["loop"] = type(loop).__module__ + "." + type(loop).__qualname__
+    result["loop_busy"] = ticker.busy(result["t_start"], result["t_end"])
+    result["loop"] = loop_name(loop)
     return result
 
 
@@ -130,7 +104,7 @@ def _server_process(conn: Connection, contender: str, dest: str, size: int, time
 def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock, open(path, "rb") as f:
         sock.settimeout(None)
-        h0 = _host_cpu()
+        h0 = host_cpu()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         sent = 0
@@ -143,7 +117,7 @@ def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]
         ack = sock.recv(1)
         t1 = time.perf_counter()
         r1 = resource.getrusage(resource.RUSAGE_SELF)
-        h1 = _host_cpu()
+        h1 = host_cpu()
     if ack != b"K":
         raise TrialError(f"no acknowledgement from the receiver (got {ack!r})")
     return {
@@ -194,34 +168,25 @@ def run_trial(
     expected: tuple[bytes, bytes],
 ) -> Sample:
     sample = Sample(contender=contender, round=rnd, bytes=size)
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_server_process, args=(child, contender, dest, size, timeout), daemon=True)
-    proc.start()
-    child.close()
     try:
-        port = _recv(parent, timeout, proc)
-        try:
-            sd = _send_all(port, src, size, timeout)
-        except (OSError, TrialError) as exc:
-            if parent.poll(5):
-                _recv(parent, 0, proc)
-            raise TrialError(f"sender: {exc!r}") from exc
-        srv = _recv(parent, timeout, proc)
-        if srv["sent"] != size or os.path.getsize(dest) != size:
-            raise TrialError(
-                f"receiver got {srv['sent']} bytes, file has {os.path.getsize(dest)}; want {size}"
-            )
-        if _edges(dest, size) != expected:
-            raise TrialError("received file differs from the source (first or last MiB)")
+        with spawned(ctx, _server_process, contender, dest, size, timeout) as (parent, proc):
+            port = recv_result(parent, timeout, proc)
+            try:
+                sd = _send_all(port, src, size, timeout)
+            except (OSError, TrialError) as exc:
+                child_error_first(parent, proc)
+                raise TrialError(f"sender: {exc!r}") from exc
+            srv = recv_result(parent, timeout, proc)
+            if srv["sent"] != size or os.path.getsize(dest) != size:
+                raise TrialError(
+                    f"receiver got {srv['sent']} bytes, file has {os.path.getsize(dest)}; want {size}"
+                )
+            if _edges(dest, size) != expected:
+                raise TrialError("received file differs from the source (first or last MiB)")
     except TrialError as exc:
         sample.error = str(exc)
         return sample
     finally:
-        parent.close()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
         with contextlib.suppress(OSError):
             os.unlink(dest)
     sample.ok = True
@@ -237,8 +202,7 @@ def run_trial(
     sample.loop = srv["loop"]
     if not math.isnan(sd["host_busy_s"]):
         sample.other_cpu_s = sd["host_busy_s"] - sd["cpu_s"] - srv["cpu_process_time_s"]
-        slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
-        sample.other_load_cpus = max(0.0, sample.other_cpu_s - slack) / sample.sender_seconds
+        sample.other_load_cpus = other_load(sample.other_cpu_s, sample.sender_seconds)
     return sample
 
 
@@ -260,11 +224,7 @@ def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[st
             "other_load_cpus",
         ):
             if got := [v for s in ok if (v := getattr(s, key)) is not None]:
-                row |= {
-                    f"{key}_median": statistics.median(got),
-                    f"{key}_min": min(got),
-                    f"{key}_max": max(got),
-                }
+                row |= median_min_max(key, got)
         summary[name] = row
     return summary
 
@@ -279,8 +239,8 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
         rows.append(
             [
                 name,
-                f"{r['mb_per_s_median']:.0f} [{r['mb_per_s_min']:.0f}-{r['mb_per_s_max']:.0f}]",
-                f"{r['cpu_s_per_gb_median']:.3f} [{r['cpu_s_per_gb_min']:.3f}-{r['cpu_s_per_gb_max']:.3f}]",
+                median_range(r, "mb_per_s", ".0f"),
+                median_range(r, "cpu_s_per_gb", ".3f"),
                 f"{r['loop_delay_p99_ms_median']:.2f}",
                 f"{r.get('other_load_cpus_median', math.nan):.2f}",
                 f"{r['mb_per_s_median'] / base:.2f}x" if base else "n/a",
@@ -291,7 +251,7 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
             f"receive: one {size // MiB} MiB upload over loopback TCP into a file, {rounds} interleaved "
             "rounds (medians [min-max])",
             "",
-            _table(
+            table(
                 [
                     "receiver",
                     "MB/s",
@@ -368,7 +328,7 @@ def run(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python benchmarks/receive.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.receive", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="128 MiB, 1 round")
     p.add_argument(
         "--size", type=int, default=None, help="upload size in MiB (default 512; 128 with --quick)"
@@ -389,12 +349,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     doc = run(args.size, args.rounds, args.contenders, directory=args.dir)
-    print(doc["report"])
     doc["machine"] = machine_info()
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
-    print(f"results: {args.json}", file=sys.stderr)
-    return 0 if all(s["ok"] for s in doc["samples"]) else 1
+    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
 
 
 if __name__ == "__main__":

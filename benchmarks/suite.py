@@ -36,11 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import concurrency, http_static, netns, raw_transfer, receive, tls_static
-from benchmarks.raw_transfer import _json_default, _table, machine_info
+from benchmarks import concurrency, http_static, raw_transfer, receive, tls_static
+from benchmarks.harness import netns
+from benchmarks.harness.report import OTHER_LOAD_WARN, json_default, machine_info, table
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -280,7 +278,7 @@ def summary_table(rows: list[dict[str, Any]]) -> str:
                 _f(r["other_load_cpus"], ".2f"),
             ]
         )
-    return _table(
+    return table(
         ["section", "row", "MB/s median [min-max]", "CPU s/GB", "loop p99 ms", "loop worst ms", "other load"],
         body,
     )
@@ -511,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if line := network_line(sections):
         print("\n" + line)
     loads = [r["other_load_cpus"] for r in rows if r["other_load_cpus"] is not None]
-    if loads and max(loads) > raw_transfer.OTHER_LOAD_WARN:
+    if loads and max(loads) > OTHER_LOAD_WARN:
         print(
             f"\nWARNING: up to {max(loads):.2f} CPUs (median per row) of other load on this machine "
             "during the trials: these numbers are not from a quiet machine."
@@ -538,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         "sections": sections,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(document, indent=2, default=_json_default) + "\n")
+    args.json.write_text(json.dumps(document, indent=2, default=json_default) + "\n")
     print(f"\nresults: {args.json}")
     _save_plot(rows, args, _title(document))
     ok = not failed and all(r["ok"] for r in rows)
