@@ -27,8 +27,8 @@ from ._fallback import ChunkReader, copy_to_socket, copy_to_transport
 from ._lease import TransportLease
 from ._options import Options, ProgressCallback
 from ._platform import NotSupportedBySendfile
-from ._state import DEFAULT_MAX_CHUNK, TransferState
-from ._target import FileInfo, Target, check_offset_count, resolve_file, resolve_socket, resolve_target
+from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
+from ._target import FileInfo, Target, resolve_file, resolve_socket, resolve_target
 from ._writer import send_zero_copy
 
 __all__ = ("sendfile", "sock_sendfile")

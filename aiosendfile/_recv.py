@@ -38,6 +38,7 @@ from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._sink import FileSink
 from ._splice import splice_to_file
+from ._state import check_offset_count
 from ._target import resolve_socket
 
 __all__ = ("recvfile",)
@@ -63,10 +64,7 @@ async def recvfile(
     position is ``offset + received``, on success and on error. Errors carry
     ``.received`` (``.sent``) where it applies.
     """
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise TypeError(f"count must be an int, not {type(count).__name__}")
-    if count < 0:
-        raise ValueError(f"count must be a non-negative integer (got {count!r})")
+    check_offset_count(offset, count, offset_optional=True, count_optional=False)
     if isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b"):
         raise ValueError("file should be opened in binary mode")
     if getattr(file, "closed", False):
@@ -76,8 +74,6 @@ async def recvfile(
         raise ValueError("file is not open for writing")
     if offset is None:
         offset = file.tell()
-    elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
     file_fd = _regular_fd(file)
     reader: asyncio.StreamReader | None = None
     transport: Any = None

@@ -9,18 +9,39 @@ Rules kept here:
 * A chunk never exceeds ``max_chunk`` (bounded work per event-loop wakeup)
   nor what is left.
 * End of file before ``total`` bytes is truncation, never a short success.
+* A caller's ``offset`` and ``count`` (``sendfile``, ``sock_sendfile``,
+  ``recvfile``) are checked by one rule, ``loop.sendfile``'s: not an int (a
+  bool is not one either) is ``TypeError``, a negative is ``ValueError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import FileTruncatedError
 
-__all__ = ("DEFAULT_MAX_CHUNK", "TransferState")
+__all__ = ("DEFAULT_MAX_CHUNK", "TransferState", "check_offset_count")
 
 #: Most bytes one transfer moves per event-loop wakeup (nginx's sendfile_max_chunk).
 DEFAULT_MAX_CHUNK = 4 * 1024 * 1024
+
+
+def check_offset_count(
+    offset: Any, count: Any, *, offset_optional: bool = False, count_optional: bool = True
+) -> None:
+    """Type and range checks shared by every entry point; None passes where it is optional."""
+    _check_int("offset", offset, offset_optional)
+    _check_int("count", count, count_optional)
+
+
+def _check_int(name: str, value: Any, optional: bool) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int{' or None' if optional else ''}, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer (got {value!r})")
 
 
 @dataclass

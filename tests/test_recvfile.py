@@ -282,3 +282,26 @@ async def test_cancelled_during_a_thread_write_counts_what_lands(
     assert position > 0
     assert len(landed) == position
     assert landed == payload[:position]
+
+
+@pytest.mark.parametrize(
+    ("offset", "count"),
+    [(1.5, 1), ("0", 1), (True, 1), (-1, 1), (0, 1.5), (0, "1"), (0, True), (0, -1)],
+)
+async def test_bad_offset_or_count_is_the_same_error_as_sendfiles(
+    tmp_path: Path, offset: Any, count: Any
+) -> None:
+    """One rule for both directions, loop.sendfile's: TypeError for a non-int (bool too),
+    ValueError for a negative."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 10)
+    a, b = socket.socketpair()
+    with a, b, open(path, "r+b") as f:
+        a.setblocking(False)
+        b.setblocking(False)
+        with pytest.raises((TypeError, ValueError)) as sent:
+            await aiosendfile.sendfile(a, f, offset, count)
+        with pytest.raises((TypeError, ValueError)) as received:
+            await aiosendfile.recvfile(b, f, count, offset=offset)
+        assert type(received.value) is type(sent.value)
+        assert f.tell() == 0  # an argument error leaves the file alone
