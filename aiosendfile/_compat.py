@@ -24,25 +24,36 @@ asyncio (``asyncio/selector_events.py``, ``asyncio/sslproto.py``, ``asyncio/stre
 uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
   * :func:`native_transport_types`: ``uvloop.loop.TCPTransport``, ``uvloop.loop.UnixTransport``.
   * :func:`tls_protocol_types`: ``uvloop.loop.SSLProtocol``.
-aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``)
+aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
   * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
+  * :func:`keep_headers_buffered`: ``StreamResponse._send_headers_immediately`` (set on a subclass).
+  * :func:`turn_off_compression`: ``StreamResponse._compression`` (written).
+  * :func:`skip_length_check`: ``StreamResponse._length_check`` (written).
+  * :func:`route_static_requests`: ``StaticResource._handle`` (overridden in a subclass).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_T = TypeVar("_T", bound=type)
 
 __all__ = (
     "RELIED_ON",
     "defuse_py310_tls_resume",
+    "keep_headers_buffered",
     "native_transport_types",
     "reader_buffer",
     "reader_transport",
+    "route_static_requests",
+    "skip_length_check",
     "take_buffered_headers",
     "tls_protocol_types",
     "tls_shutting_down",
+    "turn_off_compression",
 )
 
 #: (library, object, attribute) for every private name this module relies on, the object named
@@ -61,6 +72,10 @@ RELIED_ON: tuple[tuple[str, str, str], ...] = (
     ("uvloop", "uvloop.loop", "SSLProtocol"),
     ("aiohttp", "aiohttp StreamWriter", "_headers_buf"),
     ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
+    ("aiohttp", "aiohttp.web.StreamResponse", "_send_headers_immediately"),
+    ("aiohttp", "aiohttp.web.StreamResponse", "_compression"),
+    ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
+    ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
 )
 
 
@@ -179,3 +194,53 @@ def take_buffered_headers(writer: Any) -> bytes:
     if send_headers is not None:
         send_headers()
     return b""
+
+
+def keep_headers_buffered(cls: _T) -> _T:
+    """Class decorator for a ``StreamResponse`` subclass: aiohttp keeps its headers buffered
+    after ``prepare()`` until the first body write, so :func:`take_buffered_headers` can send
+    them in one write with the body.
+
+    Sets ``_send_headers_immediately = False`` (``aiohttp/web_response.py`` 3.14.5, which sets
+    it so on its own ``Response``). Missing (renamed): aiohttp sends the headers at
+    ``prepare()``, :func:`take_buffered_headers` finds none, and they go in a packet of their own.
+    """
+    cls._send_headers_immediately = False  # type: ignore[attr-defined]
+    return cls
+
+
+def turn_off_compression(response: Any) -> None:
+    """A middleware must not compress this response (its body is already compressed).
+
+    aiohttp has ``enable_compression()`` only; this writes ``StreamResponse._compression``
+    (3.14.5, as aiohttp's own ``FileResponse`` does for a pre-compressed file). Missing
+    (renamed): a middleware's ``enable_compression()`` would compress it again, and the
+    public ``compression`` property would say so (the test catches it first).
+    """
+    response._compression = False
+
+
+def skip_length_check(response: Any) -> None:
+    """No ``Content-Length``/chunking bookkeeping for this response (a 304 with no body).
+
+    Writes ``StreamResponse._length_check`` (3.14.5, a class attribute aiohttp turns off for
+    WebSockets and in its own ``FileResponse`` for a 304). Missing (renamed): aiohttp would
+    frame the 304 as it frames any response without a length.
+    """
+    response._length_check = False
+
+
+def route_static_requests(handler: str) -> Callable[[_T], _T]:
+    """Class decorator for a ``web.StaticResource`` subclass: its GET/HEAD routes call *handler*.
+
+    aiohttp's ``StaticResource.__init__`` binds ``self._handle`` into its routes
+    (``aiohttp/web_urldispatcher.py`` 3.14.5): this points ``_handle`` at the subclass's
+    *handler* method. Missing (renamed): aiohttp's own handler would answer every request,
+    silently, with aiohttp's ``FileResponse`` (the test catches it first).
+    """
+
+    def route(cls: _T) -> _T:
+        cls._handle = getattr(cls, handler)  # type: ignore[attr-defined]
+        return cls
+
+    return route

@@ -71,9 +71,10 @@ from typing import IO, Any
 from . import _platform
 from ._coldread import read_range
 from ._errors import _Progress
-from ._lease import TransportLease, is_tls
+from ._lease import TransportLease
 from ._options import Options
 from ._state import TransferState
+from ._target import is_tls
 
 __all__ = (
     "DEFAULT_FALLBACK_CHUNK",

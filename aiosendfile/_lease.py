@@ -71,9 +71,11 @@ import asyncio
 import contextlib
 from typing import Any
 
+from . import _compat
 from ._errors import ConnectionLostError
+from ._target import is_tls
 
-__all__ = ("TransportLease", "is_tls")
+__all__ = ("TransportLease",)
 
 _GUARDED = ("write", "writelines", "write_eof")
 _MISSING = object()
@@ -208,7 +210,7 @@ class TransportLease(asyncio.Protocol):
             raise ConnectionLostError("connection lost during sendfile")
         if self._transport.is_closing():
             raise ConnectionLostError("transport was closed during sendfile")
-        if _tls_shutting_down(self._transport):
+        if _compat.tls_shutting_down(self._transport):
             raise ConnectionLostError("the TLS session is shutting down (the peer closed its side)")
 
     def wake_on_loss(self, fut: asyncio.Future[None] | None) -> None:
@@ -284,22 +286,6 @@ class TransportLease(asyncio.Protocol):
         for waiter in (self._waiter, self._loss_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-
-
-def _tls_shutting_down(transport: Any) -> bool:
-    """asyncio's TLS layer (3.11+) past WRAPPED: it drops writes with only a log line.
-
-    Private state, read defensively: other transports (uvloop's, 3.10's) have
-    no such attribute and report loss through ``is_closing``/``connection_lost``.
-    """
-    state = getattr(getattr(transport, "_ssl_protocol", None), "_state", None)
-    name = getattr(state, "name", None)
-    return name is not None and name != "WRAPPED"
-
-
-def is_tls(transport: Any) -> bool:
-    """Whether *transport* is a TLS transport (asyncio's, uvloop's: both report their context)."""
-    return transport.get_extra_info("sslcontext") is not None
 
 
 def _is_reading(transport: asyncio.BaseTransport) -> bool:

@@ -19,13 +19,12 @@ import io
 import os
 import socket
 import stat
-import sys
 from dataclasses import dataclass
 from typing import Any
 
-from . import _platform
+from . import _compat, _platform
 
-__all__ = ("FileInfo", "Target", "check_offset_count", "resolve_file", "resolve_target")
+__all__ = ("FileInfo", "Target", "check_offset_count", "is_tls", "resolve_file", "resolve_target")
 
 
 @dataclass
@@ -53,33 +52,23 @@ class FileInfo:
     seekable: bool
 
 
-def _native_transport_types() -> tuple[type, ...]:
-    from asyncio import selector_events
+def is_tls(target: Any) -> bool:
+    """Whether *target* speaks TLS: the one test every module uses.
 
-    types: list[type] = [selector_events._SelectorSocketTransport]  # type: ignore[attr-defined]
-    uvloop_mod = sys.modules.get("uvloop.loop")  # only if the program uses uvloop
-    if uvloop_mod is not None:
-        types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
-    return tuple(types)
+    A transport or ``StreamWriter`` (asyncio's and uvloop's TLS transports report both their
+    ``sslcontext`` and, once the handshake is done, their ``ssl_object``; either counts), or a
+    socket (an ``ssl.SSLSocket``). A plain transport, StreamWriter or socket: False.
+    """
+    if isinstance(target, socket.socket):
+        import ssl
 
-
-def _is_tls(transport: Any) -> bool:
-    return (
-        transport.get_extra_info("sslcontext") is not None
-        or transport.get_extra_info("ssl_object") is not None
-    )
+        return isinstance(target, ssl.SSLSocket)
+    return target.get_extra_info("sslcontext") is not None or target.get_extra_info("ssl_object") is not None
 
 
 def _carries_tls(transport: Any) -> bool:
     """A raw transport under a TLS layer (kept from before ``start_tls``): writing to it bypasses TLS."""
-    from asyncio import sslproto
-
-    protocol = transport.get_protocol()
-    uvloop_mod = sys.modules.get("uvloop.loop")
-    tls_protocols: tuple[type, ...] = (sslproto.SSLProtocol,)
-    if uvloop_mod is not None and hasattr(uvloop_mod, "SSLProtocol"):
-        tls_protocols += (uvloop_mod.SSLProtocol,)
-    return isinstance(protocol, tls_protocols)
+    return isinstance(transport.get_protocol(), _compat.tls_protocol_types())
 
 
 def resolve_target(target: Any) -> Target:
@@ -100,10 +89,10 @@ def resolve_target(target: Any) -> Target:
     if _carries_tls(transport):
         raise RuntimeError("this transport carries TLS (after start_tls): pass the TLS transport instead")
     result = Target(transport=transport, writer=writer)
-    native = isinstance(transport, _native_transport_types())  # a bool: keeps ``transport`` Any
+    native = isinstance(transport, _compat.native_transport_types())  # a bool: keeps ``transport`` Any
     if not _platform.HAS_SENDFILE:
         result.zero_copy_reason = "os.sendfile is not available on this platform"
-    elif _is_tls(transport):
+    elif is_tls(transport):
         result.zero_copy_reason = "TLS transport: the kernel cannot encrypt"
     elif not native:
         result.zero_copy_reason = f"unknown transport type {type(transport).__name__}"

@@ -1,0 +1,181 @@
+"""The internals ``aiosendfile._compat`` relies on are still there in the installed asyncio, uvloop, aiohttp.
+
+One test per entry of ``_compat.RELIED_ON``, checked on a real object (a module, a live TLS
+transport, a ``StreamReader``, aiohttp's writer in a real exchange), on both loops where a loop
+is involved. A name that disappears fails here, naming the library, its version and the
+attribute, before it shows as a silent change of behaviour somewhere else. Also: the one
+TLS-transport test (``_target.is_tls``) and the native transport classes, on every kind of
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from aiosendfile import _compat
+from aiosendfile._target import is_tls
+
+from .support.connections import Connector, loop_name
+
+VERSIONS = {
+    "asyncio": f"CPython {sys.version.split()[0]}",
+    "uvloop": f"uvloop {metadata.version('uvloop')}",
+    "aiohttp": f"aiohttp {metadata.version('aiohttp')}",
+}
+
+#: Where a real object for an entry is found without a connection: a module, or a fresh instance.
+STATIC = ("asyncio.selector_events", "asyncio.sslproto", "uvloop.loop", "aiohttp.web.")
+
+
+def missing(library: str, where: str, attribute: str) -> str:
+    return (
+        f"{VERSIONS[library]}: {where} has no attribute {attribute!r}, which aiosendfile._compat "
+        f"relies on (read its docstring: what uses it, and the fallback when it is missing)"
+    )
+
+
+def entries(static: bool) -> list[Any]:
+    return [
+        pytest.param(*entry, id=f"{entry[1]}.{entry[2]}")
+        for entry in _compat.RELIED_ON
+        if entry[1].startswith(STATIC) == static
+    ]
+
+
+def test_relied_on_is_listed_in_the_docstring() -> None:
+    """Every attribute the module relies on is named in its docstring's list of accesses."""
+    doc = _compat.__doc__ or ""
+    assert [a for _, _, a in _compat.RELIED_ON if a not in doc] == []
+
+
+# -- modules and classes ------------------------------------------------------------------------
+
+
+def static_object(where: str, tmp_path: Path) -> Any:
+    if where == "aiohttp.web.StreamResponse":
+        return web.StreamResponse()
+    if where == "aiohttp.web.StaticResource":
+        return web.StaticResource("/s", tmp_path)
+    return importlib.import_module(where)
+
+
+@pytest.mark.parametrize(("library", "where", "attribute"), entries(static=True))
+def test_module_or_class_internal_is_there(library: str, where: str, attribute: str, tmp_path: Path) -> None:
+    assert hasattr(static_object(where, tmp_path), attribute), missing(library, where, attribute)
+
+
+# -- live objects, on both loops -----------------------------------------------------------------
+
+
+async def aiohttp_writer_state() -> dict[str, Any]:
+    """A real aiohttp exchange: what its payload writer holds after ``prepare()`` of a buffered response."""
+    seen: dict[str, Any] = {}
+
+    @_compat.keep_headers_buffered
+    class Buffered(web.StreamResponse):
+        pass
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        response = Buffered()
+        try:
+            writer = await response.prepare(request)
+        except Exception as exc:
+            seen["error"] = exc
+            raise
+        for attribute in ("_headers_buf", "_headers_written"):
+            seen[attribute] = hasattr(writer, attribute)
+        seen["taken"] = _compat.take_buffered_headers(writer)
+        await response.write_eof()
+        return response
+
+    server = await asyncio.get_running_loop().create_server(web.Server(handler), "127.0.0.1", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await reader.read()
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["tls"])
+@pytest.mark.parametrize(("library", "where", "attribute"), entries(static=False))
+async def test_live_internal_is_there(library: str, where: str, attribute: str, connect: Connector) -> None:
+    if where == "aiohttp StreamWriter":
+        seen = await aiohttp_writer_state()
+        assert "error" not in seen, f"{VERSIONS[library]}: a plain response failed: {seen['error']!r}"
+        assert seen[attribute], missing(library, where, attribute)
+        assert seen["taken"].startswith(b"HTTP/1.1 200 OK\r\n"), "aiohttp no longer buffers the headers"
+        return
+    conn = await connect()
+    if where == "StreamReader":
+        reader, client_writer = conn.client_reader, conn.client_writer
+        assert reader is not None
+        assert client_writer is not None
+        assert hasattr(reader, attribute), missing(library, where, attribute)
+        assert _compat.reader_transport(reader) is client_writer.transport
+        assert isinstance(_compat.reader_buffer(reader), bytearray)
+        return
+    # asyncio's TLS transport; uvloop's is compiled and has none of these: _compat's fallback applies.
+    transport = conn.transport
+    if loop_name() == "uvloop":
+        assert not _compat.tls_shutting_down(transport)
+        pytest.skip("uvloop's TLS transport: the fallback applies (tls_shutting_down is False)")
+    obj, path = transport, where.split(".")[1:]
+    for step in path:
+        obj = getattr(obj, step)
+    assert hasattr(obj, attribute), missing(library, where, attribute)
+    if attribute == "_state" and sys.version_info >= (3, 11):
+        assert obj._state.name == "WRAPPED", "asyncio's TLS state no longer says WRAPPED while open"
+        assert not _compat.tls_shutting_down(transport)
+
+
+# -- one TLS test, the native transports -----------------------------------------------------------
+
+
+async def test_transports_are_recognised(connect: Connector, kind: str) -> None:
+    """``is_tls`` for every target form, and which transports zero-copy may go around.
+
+    asyncio's and uvloop's TLS transports report both ``sslcontext`` and ``ssl_object``; the
+    old checks (``_target``: either; ``_lease``/``_fallback``/``_recv``: ``sslcontext``) agreed
+    on all of them. Plain ones report neither.
+    """
+    conn = await connect()
+    tls = kind == "tls"
+    client_writer = conn.client_writer
+    assert client_writer is not None
+    target: Any
+    for target in (conn.writer, conn.transport, client_writer, client_writer.transport):
+        assert is_tls(target) is tls, target
+        assert (target.get_extra_info("sslcontext") is not None) is tls
+        assert (target.get_extra_info("ssl_object") is not None) is tls
+    assert isinstance(conn.transport, _compat.native_transport_types()) is not tls
+    assert not isinstance(conn.transport.get_protocol(), _compat.tls_protocol_types())
+    assert not is_tls(conn.client)  # the client's plain socket (under TLS or not)
+    family = socket.AF_UNIX if kind == "unix" else socket.AF_INET
+    with socket.socket(family) as plain:
+        assert not is_tls(plain)
+
+
+def test_an_ssl_socket_is_tls() -> None:
+    import ssl
+
+    context = ssl.create_default_context()
+    with (
+        socket.socket() as raw,
+        context.wrap_socket(raw, server_hostname="localhost", do_handshake_on_connect=False) as wrapped,
+    ):
+        assert is_tls(wrapped)
