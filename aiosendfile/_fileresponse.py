@@ -49,7 +49,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.typedefs import LooseHeaders, PathLike
 from multidict import CIMultiDict
 
-from . import _http, _platform
+from . import _compat, _http, _platform
 from ._api import sendfile
 from ._coldread import read_range
 from ._errors import SendfileError
@@ -166,10 +166,9 @@ class _Cached:
         pass
 
 
+@_compat.keep_headers_buffered  # keep aiohttp's header buffer: they may leave with the body
 class FileResponse(web.StreamResponse):
     """A drop-in for ``aiohttp.web.FileResponse`` whose body goes out through aiosendfile."""
-
-    _send_headers_immediately = False  # keep aiohttp's header buffer: they may leave with the body
 
     def __init__(
         self,
@@ -285,7 +284,7 @@ class FileResponse(web.StreamResponse):
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             real = os.path.realpath(path)  # no /proc (macOS/BSD): check the path instead
-        return _inside(real, self._root)
+        return inside(real, self._root)
 
     # -- the response ----------------------------------------------------------------------
 
@@ -300,21 +299,19 @@ class FileResponse(web.StreamResponse):
         size = st.st_size
         etag = _http.make_etag(st.st_mtime_ns, size)
         last_modified = int(st.st_mtime)
-        headers = self.headers
-        headers.update(validator_headers(st, etag))
-        if vary:
-            headers.add(hdrs.VARY, hdrs.ACCEPT_ENCODING)
 
         request_headers = request.headers
         if any(name in request_headers for name in _CONDITIONAL):
             status = _http.evaluate_preconditions(request.method, request_headers, etag, last_modified)
             if status is not None:
+                self._add_file_headers(_http.file_headers(etag, last_modified, vary=vary))
                 return await self._headers_only(request, status)
 
+        # The headers of every answer from here on: the validators, Vary, Content-Encoding, and what is given.
+        answer = functools.partial(_http.file_headers, etag, last_modified, vary=vary, encoding=encoding)
         content_type = self._guess_content_type()
         if encoding is not None:
-            headers[hdrs.CONTENT_ENCODING] = encoding
-            self._compression = False  # already compressed: a middleware must not do it again
+            _compat.turn_off_compression(self)  # already compressed: a middleware must not do it again
         ranges: list[_http.ByteRange] | None = None
         # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses.
         if (
@@ -326,34 +323,47 @@ class FileResponse(web.StreamResponse):
             try:
                 ranges = _http.parse_ranges(request.headers[hdrs.RANGE], size)
             except _http.RangeNotSatisfiable:
-                headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+                self._add_file_headers(answer(content_range=f"bytes */{size}"))
                 return await self._headers_only(request, 416)
 
         if ranges is None:
-            headers[hdrs.CONTENT_TYPE] = content_type
+            self._add_file_headers(answer(content_type=content_type))
             if size == 0:
                 return await self._headers_only(request, 200)
             return await self._send_ranges(request, file, [_http.ByteRange(0, size)], size, 200)
         if len(ranges) == 1:
-            headers[hdrs.CONTENT_TYPE] = content_type
-            headers[hdrs.CONTENT_RANGE] = ranges[0].content_range(size)
+            self._add_file_headers(
+                answer(content_type=content_type, content_range=ranges[0].content_range(size))
+            )
             return await self._send_ranges(request, file, ranges, ranges[0].length, 206)
         boundary = uuid.uuid4().hex
         parts, closing, length = _http.multipart_byteranges(ranges, size, content_type, boundary)
-        headers[hdrs.CONTENT_TYPE] = f"multipart/byteranges; boundary={boundary}"
+        self._add_file_headers(answer(content_type=f"multipart/byteranges; boundary={boundary}"))
         return await self._send_ranges(request, file, ranges, length, 206, parts, closing)
+
+    def _add_file_headers(self, answer: list[tuple[str, str]]) -> None:
+        """Put :func:`_http.file_headers`' list into this response's headers.
+
+        ``Vary`` joins a ``Vary`` the caller set; every other field replaces the caller's.
+        """
+        headers = self.headers
+        for name, value in answer:
+            if name == hdrs.VARY:
+                headers.add(name, value)
+            else:
+                headers[name] = value
 
     def _guess_content_type(self) -> str:
         if hdrs.CONTENT_TYPE in self.headers:
             return self.headers[hdrs.CONTENT_TYPE]
-        return _content_type_for(os.path.basename(self._path))
+        return content_type_for(os.path.basename(self._path))
 
     async def _headers_only(self, request: web.BaseRequest, status: int) -> AbstractStreamWriter | None:
         self.set_status(status)
         if status == 304:
             for name in (hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH, hdrs.CONTENT_ENCODING):
                 self.headers.popall(name, None)
-            self._length_check = False
+            _compat.skip_length_check(self)
         else:
             self.content_length = 0
         writer = await super().prepare(request)
@@ -426,7 +436,7 @@ class FileResponse(web.StreamResponse):
         transport = request.transport
         if transport is None:
             raise ConnectionResetError("Connection lost")
-        headers = _take_buffered_headers(writer) + prefix
+        headers = _compat.take_buffered_headers(writer) + prefix
         sent = await sendfile(
             transport, file, byte_range.start, byte_range.length, headers=headers, trailers=suffix
         )
@@ -467,19 +477,16 @@ _COMPRESSED_TYPES = {
 
 
 @functools.lru_cache(maxsize=1024)
-def _content_type_for(name: str) -> str:
+def content_type_for(name: str) -> str:
+    """The Content-Type of a file named *name* (a compressed one served as itself: its archive type)."""
     guessed, encoding = mimetypes.guess_type(name)
     if encoding is not None:
         return _COMPRESSED_TYPES.get(encoding, "application/octet-stream")
     return guessed or "application/octet-stream"
 
 
-@functools.lru_cache(maxsize=1024)
-def _http_date(timestamp: int) -> str:
-    return _http.http_date(timestamp)
-
-
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
+    """Whether *path* is *root* or lies under it (both real paths)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -490,15 +497,6 @@ def precompressed_siblings(path: str, accept: str) -> list[tuple[str, str]]:
         for enc, ext in _ENCODINGS
         if _http.choose_encoding(accept, (enc,)) == enc and _is_file(path + ext)
     ]
-
-
-def validator_headers(st: os.stat_result, etag: str) -> dict[str, str]:
-    """The validators and range support that every answer about a file carries."""
-    return {
-        hdrs.ETAG: etag,
-        hdrs.LAST_MODIFIED: _http_date(int(st.st_mtime)),
-        hdrs.ACCEPT_RANGES: "bytes",
-    }
 
 
 def _is_file(path: str) -> bool:
@@ -516,24 +514,6 @@ def _http_truncated(byte_range: _http.ByteRange, got: int) -> SendfileError:
         sent=0,
         expected=byte_range.length,
     )
-
-
-def _take_buffered_headers(writer: Any) -> bytes:
-    """Take aiohttp's not-yet-sent response headers, to send them with the file's first bytes.
-
-    aiohttp (3.10+) buffers them until the first body write. Where its writer
-    does not look as expected, send them now the ordinary way: the order is
-    right either way, only the packet count differs.
-    """
-    buf = getattr(writer, "_headers_buf", None)
-    if isinstance(buf, bytes) and buf and getattr(writer, "_headers_written", True) is False:
-        writer._headers_buf = None
-        writer._headers_written = True
-        return buf
-    send_headers = getattr(writer, "send_headers", None)
-    if send_headers is not None:
-        send_headers()
-    return b""
 
 
 def _count_output(writer: Any, sent: int) -> None:

@@ -48,15 +48,14 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
 from multidict import CIMultiDict
 
-from . import _http
+from . import _compat, _http
 from ._fileresponse import (
     DEFAULT_INLINE_LIMIT,
     FileResponse,
-    _content_type_for,
-    _inside,
+    content_type_for,
     hot_files,
+    inside,
     precompressed_siblings,
-    validator_headers,
 )
 
 __all__ = ("StaticResource", "add_static", "static")
@@ -71,6 +70,7 @@ _NOT_PLAIN = (
 )
 
 
+@_compat.route_static_requests("_routed")
 class StaticResource(web.StaticResource):
     """aiohttp's static resource, answering with aiosendfile's ``FileResponse``."""
 
@@ -101,7 +101,11 @@ class StaticResource(web.StaticResource):
             follow_symlinks=follow_symlinks,
             append_version=append_version,
         )
-        self._root = os.path.realpath(self._directory)
+        # What aiohttp keeps in private attributes of its own, kept again under our names.
+        self._follow_links = follow_symlinks
+        self._show_listing = show_index
+        self._file_chunk = chunk_size
+        self._root = os.path.realpath(self.get_info()["directory"])
         self._root_slash = self._root.rstrip(os.sep) + os.sep
         self._index = index
         self._inline_limit = inline_limit
@@ -129,7 +133,8 @@ class StaticResource(web.StaticResource):
                 return expected
         return self._answer(request, match_info["filename"])
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _routed(self, request: web.Request) -> web.StreamResponse:
+        """The handler of the resource's GET/HEAD routes in an ``Application``."""
         return self._answer(request, request.match_info["filename"])
 
     def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
@@ -145,7 +150,7 @@ class StaticResource(web.StaticResource):
             raise web.HTTPNotFound() from exc
         if stat.S_ISDIR(st.st_mode):
             real = os.path.realpath(path)  # on the loop: directories only, and microseconds
-            if not self._follow_symlinks and not _inside(real, self._root):
+            if not self._follow_links and not inside(real, self._root):
                 raise web.HTTPNotFound()
             return self._directory_response(request, path)
         siblings = None
@@ -172,7 +177,7 @@ class StaticResource(web.StaticResource):
         for name in _NOT_PLAIN:
             if name in headers:
                 return None, None
-        entry = hot_files.entry(path, None if self._follow_symlinks else self._root, st)
+        entry = hot_files.entry(path, None if self._follow_links else self._root, st)
         if entry is None:
             return None, None
         if self._precompressed and (accept := headers.get(hdrs.ACCEPT_ENCODING)):
@@ -181,10 +186,14 @@ class StaticResource(web.StaticResource):
                 return None, siblings
         answer = entry.headers.get(self._precompressed)
         if answer is None:
-            answer = CIMultiDict(validator_headers(st, _http.make_etag(st.st_mtime_ns, st.st_size)))
-            if self._precompressed:
-                answer[hdrs.VARY] = hdrs.ACCEPT_ENCODING
-            answer[hdrs.CONTENT_TYPE] = _content_type_for(os.path.basename(path))
+            answer = CIMultiDict(
+                _http.file_headers(
+                    _http.make_etag(st.st_mtime_ns, st.st_size),
+                    int(st.st_mtime),
+                    vary=self._precompressed,
+                    content_type=content_type_for(os.path.basename(path)),
+                )
+            )
             entry.headers[self._precompressed] = answer
         return web.Response(body=entry.body, headers=answer.copy()), None  # aiohttp adds to its copy
 
@@ -193,11 +202,11 @@ class StaticResource(web.StaticResource):
     ) -> FileResponse:
         response = FileResponse(
             path,
-            self._chunk_size,
+            self._file_chunk,
             inline_limit=self._inline_limit,
             precompressed=self._precompressed,
             root=self._root,
-            follow_symlinks=self._follow_symlinks,
+            follow_symlinks=self._follow_links,
             hot_cache=self._hot_cache,
             stat_result=st,
         )
@@ -213,7 +222,7 @@ class StaticResource(web.StaticResource):
         for valid UTF-8 and the file system's name otherwise.
         """
         full = os.fsdecode(unquote_to_bytes(request.rel_url.raw_path))
-        head = self._prefix + "/"
+        head = self.canonical + "/"
         return full[len(head) :] if full.startswith(head) else filename
 
     def _lexically_checked(self, filename: str) -> str:
@@ -240,7 +249,7 @@ class StaticResource(web.StaticResource):
             index = os.path.join(path, self._index)
             if os.path.isfile(index):
                 return self._file_response(index)
-        if self._show_index:
+        if self._show_listing:
             try:
                 listing = self._listing(request, path)
             except PermissionError as exc:
@@ -267,9 +276,9 @@ class StaticResource(web.StaticResource):
                 try:
                     st = entry.stat()  # follows symlinks, as the request for it would
                     if (
-                        not self._follow_symlinks
+                        not self._follow_links
                         and entry.is_symlink()
-                        and not _inside(os.path.realpath(entry.path), self._root)
+                        and not inside(os.path.realpath(entry.path), self._root)
                     ):
                         continue  # out of the root: refused when fetched; its size and date are not ours
                 except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
