@@ -1,8 +1,9 @@
 """Fixtures and hooks: every async test runs on stock asyncio and on uvloop.
 
 * ``pytest_asyncio_loop_factories`` parametrizes each async test over both loops.
-* ``_no_loop_errors`` fails a test if the loop's exception handler was called.
-* ``_no_fd_leak`` fails a test that leaves file descriptors open.
+* ``_guards`` puts the guards on every test: ``_no_loop_errors`` fails an async test if
+  the loop's exception handler was called, ``_no_fd_leak`` fails a test that leaves file
+  descriptors open. A sync test gets the fd check alone, and no event loop.
 * ``connect`` makes a connected server-side ``StreamWriter`` and a client over
   TCP, a Unix socket or TLS (certificates from trustme).
 
@@ -15,11 +16,12 @@ import asyncio
 import gc
 import signal
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import trustme
 import uvloop
 
@@ -54,6 +56,25 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 @pytest.fixture(autouse=True)
+def _guards(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The loop and fd guards inside an async test's loop; for a sync test, the fd check alone.
+
+    Only an async test has a loop to watch. Asking a sync test for the async guards would
+    make pytest-asyncio start a loop for it (and its fds would then need the loop's
+    accounting); the fd check needs no loop, so sync tests (CLI subprocesses, pure rules)
+    keep it at the cost of two ``gc.collect()``.
+    """
+    if pytest_asyncio.is_async_test(request.node):
+        request.getfixturevalue("_no_loop_errors")
+        request.getfixturevalue("_no_fd_leak")
+        yield
+        return
+    before = _fds_before()
+    yield
+    _assert_no_fd_leaked(before)
+
+
+@pytest.fixture
 async def _no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
@@ -63,14 +84,22 @@ async def _no_loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
     assert not errors, f"the loop's exception handler was called: {errors}"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 async def _no_fd_leak() -> AsyncIterator[None]:
     """Measured inside the test's loop, so the loop's own fds are there before and after."""
-    close_idle_pipes()
-    gc.collect()
-    before = open_fds()
+    before = _fds_before()
     yield
     await asyncio.sleep(0)  # let transports finish their scheduled connection_lost
+    _assert_no_fd_leaked(before)
+
+
+def _fds_before() -> set[int]:
+    close_idle_pipes()
+    gc.collect()
+    return open_fds()
+
+
+def _assert_no_fd_leaked(before: set[int]) -> None:
     close_idle_pipes()  # recvfile's pipe pool is a cache, not a leak
     gc.collect()
     leaked = {fd: describe_fd(fd) for fd in open_fds() - before}
