@@ -32,19 +32,6 @@ from aiosendfile._http import (
 from .support.files import pattern
 from .support.raw_http import parse_multipart
 
-
-# This module does no I/O and runs no loop: the conftest's loop and fd guards (an event
-# loop and two gc.collect() per test, ~25 ms each) would only slow its hundreds of cases.
-@pytest.fixture(autouse=True)
-def _no_loop_errors() -> None:
-    pass
-
-
-@pytest.fixture(autouse=True)
-def _no_fd_leak() -> None:
-    pass
-
-
 # The autouse conftest fixtures are function-scoped but harmless to share between examples.
 PROPERTY = settings(
     deadline=None, max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture]
