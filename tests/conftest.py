@@ -26,7 +26,7 @@ import trustme
 import uvloop
 
 from aiosendfile import _platform
-from aiosendfile._recv import close_idle_pipes
+from aiosendfile._splice import close_idle_pipes
 
 from .support.connections import Connector
 from .support.fds import describe_fd, open_fds
