@@ -16,7 +16,8 @@ asyncio (``asyncio/selector_events.py``, ``asyncio/sslproto.py``, ``asyncio/stre
   * :func:`native_transport_types`: ``selector_events._SelectorSocketTransport``, the plain
     TCP/Unix transport that writes straight to its socket (plus uvloop's, below).
   * :func:`tls_protocol_types`: ``sslproto.SSLProtocol`` (plus uvloop's, below).
-  * :func:`tls_shutting_down`: ``_SSLProtocolTransport._ssl_protocol._state`` (3.11+).
+  * :func:`tls_shutting_down`: ``_SSLProtocolTransport._ssl_protocol._state`` (3.11+; 3.10's
+    ``_ssl_protocol`` has none, so this says False there, as for uvloop's compiled transport).
   * :func:`reader_transport`: ``StreamReader._transport``.
   * :func:`reader_buffer`: ``StreamReader._buffer``.
   * :func:`defuse_py310_tls_resume`: 3.10's ``_SSLProtocolTransport._ssl_protocol._transport``
@@ -37,12 +38,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 _T = TypeVar("_T", bound=type)
 
 __all__ = (
     "RELIED_ON",
+    "Internal",
     "defuse_py310_tls_resume",
     "keep_headers_buffered",
     "native_transport_types",
@@ -56,26 +58,41 @@ __all__ = (
     "turn_off_compression",
 )
 
-#: (library, object, attribute) for every private name this module relies on, the object named
-#: as ``tests/test_compat.py`` finds a real one (a module, or a live object of a connection).
-RELIED_ON: tuple[tuple[str, str, str], ...] = (
-    ("asyncio", "asyncio.selector_events", "_SelectorSocketTransport"),
-    ("asyncio", "asyncio.sslproto", "SSLProtocol"),
-    ("asyncio", "TLS transport", "_ssl_protocol"),
-    ("asyncio", "TLS transport._ssl_protocol", "_state"),
-    ("asyncio", "StreamReader", "_transport"),
-    ("asyncio", "StreamReader", "_buffer"),
-    ("asyncio", "StreamReader", "_paused"),
-    ("asyncio", "TLS transport._ssl_protocol", "_transport"),
-    ("uvloop", "uvloop.loop", "TCPTransport"),
-    ("uvloop", "uvloop.loop", "UnixTransport"),
-    ("uvloop", "uvloop.loop", "SSLProtocol"),
-    ("aiohttp", "aiohttp StreamWriter", "_headers_buf"),
-    ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
-    ("aiohttp", "aiohttp.web.StreamResponse", "_send_headers_immediately"),
-    ("aiohttp", "aiohttp.web.StreamResponse", "_compression"),
-    ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
-    ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
+
+class Internal(NamedTuple):
+    """A private name relied on: *where* names the object as ``tests/test_compat.py`` finds a
+    real one (a module, a class's instance, or a live object of a connection). Relied on by the
+    Pythons from *since* up to, not including, *before*."""
+
+    library: str
+    where: str
+    attribute: str
+    since: tuple[int, int] = (3, 10)
+    before: tuple[int, int] = (99, 0)
+
+
+#: Every private name this module relies on.
+RELIED_ON: tuple[Internal, ...] = tuple(
+    Internal(*entry)
+    for entry in (
+        ("asyncio", "asyncio.selector_events", "_SelectorSocketTransport"),
+        ("asyncio", "asyncio.sslproto", "SSLProtocol"),
+        ("asyncio", "TLS transport", "_ssl_protocol"),
+        ("asyncio", "TLS transport._ssl_protocol", "_state", (3, 11)),
+        ("asyncio", "StreamReader", "_transport"),
+        ("asyncio", "StreamReader", "_buffer"),
+        ("asyncio", "StreamReader", "_paused", (3, 10), (3, 11)),
+        ("asyncio", "TLS transport._ssl_protocol", "_transport", (3, 10), (3, 11)),
+        ("uvloop", "uvloop.loop", "TCPTransport"),
+        ("uvloop", "uvloop.loop", "UnixTransport"),
+        ("uvloop", "uvloop.loop", "SSLProtocol"),
+        ("aiohttp", "aiohttp StreamWriter", "_headers_buf"),
+        ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
+        ("aiohttp", "aiohttp.web.StreamResponse", "_send_headers_immediately"),
+        ("aiohttp", "aiohttp.web.StreamResponse", "_compression"),
+        ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
+        ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
+    )
 )
 
 
@@ -123,8 +140,8 @@ def tls_shutting_down(transport: Any) -> bool:
     Private state, read defensively: other transports (uvloop's, 3.10's) have
     no such attribute and report loss through ``is_closing``/``connection_lost``.
     (Reads ``transport._ssl_protocol._state``, an ``SSLProtocolState`` enum in 3.11-3.13;
-    3.10's ``_state`` is a plain string, with no ``name``: never "shutting down".) Missing
-    (either name, or ``name``): False, as for any other transport.
+    3.10's ``SSLProtocol`` has no ``_state``, its ``_SSLPipe`` has: never "shutting down"
+    there.) Missing (either name, or ``name``): False, as for any other transport.
     """
     state = getattr(getattr(transport, "_ssl_protocol", None), "_state", None)
     name = getattr(state, "name", None)

@@ -44,17 +44,18 @@ def missing(library: str, where: str, attribute: str) -> str:
 
 
 def entries(static: bool) -> list[Any]:
+    """The entries checked without (*static*) or with a connection, on the Pythons that rely on them."""
     return [
-        pytest.param(*entry, id=f"{entry[1]}.{entry[2]}")
+        pytest.param(entry.library, entry.where, entry.attribute, id=f"{entry.where}.{entry.attribute}")
         for entry in _compat.RELIED_ON
-        if entry[1].startswith(STATIC) == static
+        if entry.where.startswith(STATIC) == static and entry.since <= sys.version_info[:2] < entry.before
     ]
 
 
 def test_relied_on_is_listed_in_the_docstring() -> None:
     """Every attribute the module relies on is named in its docstring's list of accesses."""
     doc = _compat.__doc__ or ""
-    assert [a for _, _, a in _compat.RELIED_ON if a not in doc] == []
+    assert [entry.attribute for entry in _compat.RELIED_ON if entry.attribute not in doc] == []
 
 
 # -- modules and classes ------------------------------------------------------------------------
