@@ -20,6 +20,7 @@ from aiosendfile._http import (
     RangeNotSatisfiable,
     choose_encoding,
     evaluate_preconditions,
+    file_headers,
     http_date,
     if_range_allows,
     make_etag,
@@ -752,3 +753,32 @@ def test_multipart_byteranges_round_trip(
     assert parse_multipart(body, boundary.encode()) == [
         (expected_type, r.content_range(size).encode(), data[r.start : r.stop]) for r in ranges
     ]
+
+
+# -- a file's response headers -------------------------------------------------------
+
+
+def test_file_headers_every_answer_carries_the_validators_and_range_support() -> None:
+    etag = make_etag(1_700_000_000_123_456_789, 4096)
+    assert file_headers(etag, 1_700_000_000) == [
+        ("Etag", etag),  # aiohttp's spelling (hdrs.ETAG): the bytes on the wire
+        ("Last-Modified", "Tue, 14 Nov 2023 22:13:20 GMT"),
+        ("Accept-Ranges", "bytes"),
+    ]
+
+
+def test_file_headers_add_what_is_given_in_the_order_sent() -> None:
+    etag = make_etag(5, 10)
+    base = file_headers(etag, 0)
+    assert file_headers(
+        etag, 0, vary=True, encoding="br", content_type="text/css", content_range="bytes 0-4/10"
+    ) == [
+        *base,
+        ("Vary", "Accept-Encoding"),
+        ("Content-Encoding", "br"),
+        ("Content-Type", "text/css"),
+        ("Content-Range", "bytes 0-4/10"),
+    ]
+    # A 416 answer: no Content-Type, the unsatisfied range's Content-Range.
+    assert file_headers(etag, 0, content_range="bytes */10") == [*base, ("Content-Range", "bytes */10")]
+    assert dict(file_headers(etag, 1_700_000_000))["Last-Modified"] == http_date(1_700_000_000)
