@@ -22,8 +22,9 @@ import socket
 from concurrent.futures import Executor
 from typing import IO, Any
 
-from ._errors import SendfileNotAvailableError, _Progress, map_exceptions
-from ._fallback import ChunkReader, copy_to_socket, copy_to_transport
+from ._errors import SendfileNotAvailableError, map_exceptions
+from ._fallback import copy_to_socket, copy_to_transport
+from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options, ProgressCallback
 from ._platform import NotSupportedBySendfile
@@ -127,16 +128,16 @@ async def _run(
         return 0
     if info.fd is None and info.seekable:
         file.seek(offset)
-    progress = _Progress()
+    job = SendJob(target, info, state, options, zero_copy, fallback)
     try:
-        with map_exceptions(progress):
+        with map_exceptions(state):
             if target.sock is not None:
-                await _to_socket(target, info, state, progress, zero_copy, fallback, options)
+                await _to_socket(job)
             else:
-                await _to_transport(target, info, state, progress, zero_copy, fallback, options)
+                await _to_transport(job)
     finally:
         if info.seekable:
-            file.seek(offset + progress.sent)
+            file.seek(state.position)
     return state.sent
 
 
@@ -151,68 +152,36 @@ async def _send_frame_only(target: Target, options: Options) -> None:
         target.transport.write(frame)
 
 
-async def _zero_copy_or_decline(
-    target: Target,
-    info: FileInfo,
-    state: TransferState,
-    progress: _Progress,
-    fallback: bool,
-    options: Options,
-    lease: TransportLease | None,
-) -> Options | None:
-    """Try zero-copy. None when done; else the options for the userspace copy to finish with.
+async def _zero_copy_or_decline(job: SendJob, lease: TransportLease | None) -> bool:
+    """Try zero-copy. True when done; False when the userspace copy is to finish the job.
 
     The kernel may refuse sendfile for this pair of fds (a file system without
     splice support). Then the copy carries on from where zero-copy stopped,
     without resending headers that already went out.
     """
-    assert info.fd is not None
     try:
-        await send_zero_copy(target.sock_fd, info.fd, state, progress, options, lease)
+        await send_zero_copy(job, lease)
     except NotSupportedBySendfile as exc:
-        if not fallback:
+        if not job.fallback:
             raise SendfileNotAvailableError(f"the kernel refused sendfile: {exc.strerror}") from exc
-        return dataclasses.replace(options, headers=b"")  # headers are sent before the first chunk
-    return None
+        job.options = dataclasses.replace(job.options, headers=b"")  # sent before the first chunk
+        return False
+    return True
 
 
-async def _to_socket(
-    target: Target,
-    info: FileInfo,
-    state: TransferState,
-    progress: _Progress,
-    zero_copy: bool,
-    fallback: bool,
-    options: Options,
-) -> None:
-    if zero_copy:
-        rest = await _zero_copy_or_decline(target, info, state, progress, fallback, options, None)
-        if rest is None:
-            return
-        options = rest
-    reader = ChunkReader(info.file, info.fd, options)
-    await copy_to_socket(target.sock, reader, state, progress, options)
+async def _to_socket(job: SendJob) -> None:
+    if job.zero_copy and await _zero_copy_or_decline(job, None):
+        return
+    await copy_to_socket(job)
 
 
-async def _to_transport(
-    target: Target,
-    info: FileInfo,
-    state: TransferState,
-    progress: _Progress,
-    zero_copy: bool,
-    fallback: bool,
-    options: Options,
-) -> None:
-    lease = TransportLease(target.transport, target.writer)
+async def _to_transport(job: SendJob) -> None:
+    lease = TransportLease(job.target.transport, job.target.writer)
     lease.acquire()
     try:
         await lease.flushed()
-        if zero_copy:
-            rest = await _zero_copy_or_decline(target, info, state, progress, fallback, options, lease)
-            if rest is None:
-                return
-            options = rest
-        reader = ChunkReader(info.file, info.fd, options)
-        await copy_to_transport(lease, reader, state, progress, options)
+        if job.zero_copy and await _zero_copy_or_decline(job, lease):
+            return
+        await copy_to_transport(lease, job)
     finally:
         lease.release()

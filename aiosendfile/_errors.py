@@ -19,10 +19,11 @@ import asyncio
 import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = (
     "ConnectionLostError",
+    "Counted",
     "FileTruncatedError",
     "IncompleteTransferError",
     "SendfileError",
@@ -96,30 +97,29 @@ class ConnectionLostError(SendfileError, ConnectionError):
         super().__init__(*args, sent=sent)
 
 
-class _Progress:
-    """A mutable holder of the sent count, read when an error is translated."""
+class Counted(Protocol):
+    """What ``map_exceptions`` reads ``.sent`` from: the transfer's one byte counter
+    (``TransferState`` for a send, ``FileSink.state`` for a receive)."""
 
-    __slots__ = ("sent",)
-
-    def __init__(self) -> None:
-        self.sent = 0
+    @property
+    def sent(self) -> int: ...
 
 
 @contextmanager
-def map_exceptions(progress: _Progress) -> Iterator[None]:
+def map_exceptions(counter: Counted) -> Iterator[None]:
     """Translate OS errors into the hierarchy above and stamp ``.sent`` on everything."""
     try:
         yield
     except SendfileError as exc:
-        exc.sent = progress.sent
+        exc.sent = counter.sent
         raise
     except OSError as exc:
         if isinstance(exc, ConnectionError) or exc.errno in _CONNECTION_ERRNOS:
             if exc.errno is not None:
-                raise ConnectionLostError(exc.errno, exc.strerror, sent=progress.sent) from exc
-            raise ConnectionLostError(str(exc), sent=progress.sent) from exc
-        exc.sent = progress.sent  # type: ignore[attr-defined]
+                raise ConnectionLostError(exc.errno, exc.strerror, sent=counter.sent) from exc
+            raise ConnectionLostError(str(exc), sent=counter.sent) from exc
+        exc.sent = counter.sent  # type: ignore[attr-defined]
         raise
     except BaseException as exc:
-        exc.sent = progress.sent  # type: ignore[attr-defined]
+        exc.sent = counter.sent  # type: ignore[attr-defined]
         raise

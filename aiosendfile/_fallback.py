@@ -70,7 +70,7 @@ from typing import IO, Any
 
 from . import _platform
 from ._coldread import read_range
-from ._errors import _Progress
+from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options
 from ._state import TransferState
@@ -122,17 +122,12 @@ class ChunkReader:
         return bytes(await loop.run_in_executor(self._options.cold_executor, self._read, size))
 
 
-async def copy_to_transport(
-    lease: TransportLease,
-    reader: ChunkReader,
-    state: TransferState,
-    progress: _Progress,
-    options: Options,
-    chunk: int = DEFAULT_FALLBACK_CHUNK,
-) -> None:
+async def copy_to_transport(lease: TransportLease, job: SendJob) -> None:
     """Copy through ``transport.write`` with the transport's flow control."""
+    reader = ChunkReader(job.file.file, job.file.fd, job.options)
+    state, options, chunk = job.state, job.options, DEFAULT_FALLBACK_CHUNK
     if is_tls(lease.transport):
-        await _copy_to_tls(lease, reader, state, progress, options, chunk)
+        await _copy_to_tls(lease, reader, state, options, chunk)
         return
     lease.set_buffer_limits(high=2 * chunk, low=chunk)
 
@@ -140,14 +135,13 @@ async def copy_to_transport(
         lease.write(prefix + data if prefix else data)
         return len(data)
 
-    await _copy(send, reader, state, progress, options, chunk, ready=lease.drain)
+    await _copy(send, reader, state, options, chunk, ready=lease.drain)
 
 
 async def _copy_to_tls(
     lease: TransportLease,
     reader: ChunkReader,
     state: TransferState,
-    progress: _Progress,
     options: Options,
     chunk: int,
 ) -> None:
@@ -191,7 +185,7 @@ async def _copy_to_tls(
     sock = transport.get_extra_info("socket") if reader.positional else None
     corked = sock is not None and _platform.set_cork(sock, True)
     try:
-        await _copy(send, reader, state, progress, options, read_size, ready=lease.drain)
+        await _copy(send, reader, state, options, read_size, ready=lease.drain)
     finally:
         if corked and sock is not None:
             with contextlib.suppress(OSError, ValueError):  # ValueError: uvloop's socket is closed
@@ -237,29 +231,24 @@ class TLSBuffers:
 tls_buffers = TLSBuffers(TLS_BUFFER_BUDGET)
 
 
-async def copy_to_socket(
-    sock: Any,
-    reader: ChunkReader,
-    state: TransferState,
-    progress: _Progress,
-    options: Options,
-    chunk: int = DEFAULT_FALLBACK_CHUNK,
-) -> None:
+async def copy_to_socket(job: SendJob) -> None:
     """Copy to a raw non-blocking socket with ``loop.sock_sendall``."""
     loop = asyncio.get_running_loop()
+    sock = job.target.sock
+    assert sock is not None  # _api sends here only for a socket target
 
     async def send(prefix: bytes, data: bytes | bytearray) -> int:
         await loop.sock_sendall(sock, prefix + data if prefix else data)
         return len(data)
 
-    await _copy(send, reader, state, progress, options, chunk)
+    reader = ChunkReader(job.file.file, job.file.fd, job.options)
+    await _copy(send, reader, job.state, job.options, DEFAULT_FALLBACK_CHUNK)
 
 
 async def _copy(
     send: Callable[[bytes, bytes | bytearray], Awaitable[int]],
     reader: ChunkReader,
     state: TransferState,
-    progress: _Progress,
     options: Options,
     chunk: int | Callable[[], int],
     ready: Callable[[], Awaitable[None]] | None = None,
@@ -288,7 +277,7 @@ async def _copy(
         n = await send(prefix, data)
         del data  # not kept while the next ready() waits
         prefix = b""
-        _advance(state, progress, options, n)
+        _advance(state, options, n)
         unyielded += n
     if prefix or options.trailers:
         if ready is not None:
@@ -298,8 +287,7 @@ async def _copy(
             frame = frame[await send(b"", frame) :]
 
 
-def _advance(state: TransferState, progress: _Progress, options: Options, n: int) -> None:
+def _advance(state: TransferState, options: Options, n: int) -> None:
     state.advance(n)
-    progress.sent = state.sent
     if options.on_progress is not None:
         options.on_progress(state.sent, state.total)

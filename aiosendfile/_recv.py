@@ -33,7 +33,7 @@ from concurrent.futures import Executor
 from typing import IO, Any
 
 from . import _platform
-from ._errors import SendfileNotAvailableError, _Progress, map_exceptions
+from ._errors import SendfileNotAvailableError, map_exceptions
 from ._lease import TransportLease
 from ._options import default_cold_executor
 from ._sink import FileSink
@@ -96,11 +96,10 @@ async def recvfile(
     zero_copy = _platform.HAS_SPLICE and file_fd is not None and sock_fd >= 0
     if not zero_copy and not fallback:
         raise SendfileNotAvailableError("zero-copy receive is not possible for this source and file")
-    progress = _Progress()
     pool = executor or default_cold_executor()
-    sink = FileSink(file, file_fd, offset, count, progress, pool, on_progress)
+    sink = FileSink(file, file_fd, offset, count, pool, on_progress)
     try:
-        with map_exceptions(progress):
+        with map_exceptions(sink.state):
             if count == 0:
                 return 0
             if reader is not None and zero_copy:
@@ -113,7 +112,7 @@ async def recvfile(
                 await _from_socket_copy(source, sink)
     finally:
         with contextlib.suppress(OSError, ValueError):
-            file.seek(offset + progress.sent)
+            file.seek(sink.state.position)
     return count
 
 

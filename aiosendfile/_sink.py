@@ -1,9 +1,11 @@
 """The file side of one receive: where the bytes go, how many have landed, the write off the loop.
 
 Shared by ``recvfile``'s copy loops (``_recv``) and the splice driver
-(``_splice``), as ``TransferState`` is by the send side's drivers. What has
-landed is always the contiguous ``offset .. offset + received`` of the file:
-a write handed to a thread is counted even when the caller is cancelled.
+(``_splice``), as ``SendJob`` is by the send side's drivers. Its ``state`` (a
+``TransferState``) is the receive's one byte counter, which ``map_exceptions``
+reads. What has landed is always the contiguous ``offset .. offset + received``
+of the file: a write handed to a thread is counted even when the caller is
+cancelled.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from ._errors import IncompleteTransferError, _Progress
+from ._errors import IncompleteTransferError
+from ._state import TransferState
 from ._threads import shielded
 
 __all__ = ("FileSink", "pwrite_all")
@@ -29,25 +32,25 @@ class FileSink:
         fd: int | None,
         offset: int,
         count: int,
-        progress: _Progress,
         pool: Executor,
         on_progress: Callable[[int, int], None] | None,
     ) -> None:
-        self.file, self.fd, self.offset, self.count = file, fd, offset, count
-        self.progress, self.pool, self.on_progress = progress, pool, on_progress
+        self.file, self.fd, self.count = file, fd, count
+        self.pool, self.on_progress = pool, on_progress
+        self.state = TransferState(offset, count)  # the one count of what has landed
 
     @property
     def received(self) -> int:
-        return self.progress.sent
+        return self.state.sent
 
     @property
     def remaining(self) -> int:
-        return self.count - self.progress.sent
+        return self.count - self.state.sent
 
     def landed(self, n: int) -> None:
-        self.progress.sent += n
+        self.state.advance(n)
         if self.on_progress is not None:
-            self.on_progress(self.progress.sent, self.count)
+            self.on_progress(self.state.sent, self.count)
 
     def incomplete(self) -> IncompleteTransferError:
         return IncompleteTransferError(
@@ -63,7 +66,7 @@ class FileSink:
         do, so a cancelled caller first waits for it and counts it. The file
         then holds exactly ``offset..offset+received``.
         """
-        position = self.offset + self.received
+        position = self.state.position
         loop = asyncio.get_running_loop()
         if self.fd is not None:
             pending = loop.run_in_executor(self.pool, pwrite_all, self.fd, data, position)

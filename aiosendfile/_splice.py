@@ -95,7 +95,7 @@ async def splice_to_file(sock_fd: int, sink: FileSink, lease: TransportLease | N
 
     def start_drain() -> None:
         nonlocal draining, filling, other, pending
-        position = sink.offset + sink.received
+        position = sink.state.position
         if draining is None and page_cache_writes_calm():
             # A buffered write that cannot be throttled is a memory copy: do it here. (The
             # pool's hop costs ~50% more CPU per byte and a third of the throughput.)

@@ -50,7 +50,7 @@ import os
 import socket
 
 from . import _platform
-from ._errors import _Progress
+from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options
 from ._readiness import wait_ready, yield_to_others
@@ -60,21 +60,16 @@ from ._threads import settled
 __all__ = ("send_zero_copy",)
 
 
-async def send_zero_copy(
-    sock_fd: int,
-    file_fd: int,
-    state: TransferState,
-    progress: _Progress,
-    options: Options,
-    lease: TransportLease | None = None,
-) -> None:
-    """Send *options.headers*, ``state``'s remaining bytes of *file_fd*, then *options.trailers*.
+async def send_zero_copy(job: SendJob, lease: TransportLease | None = None) -> None:
+    """Send the job's headers, its ``state``'s remaining bytes of the file, then its trailers.
 
     Raises ``_platform.NotSupportedBySendfile`` (before or after some bytes;
     ``state.sent`` says which), ``FileTruncatedError``, or the OS error.
     """
+    state, options, file_fd = job.state, job.options, job.file.fd
+    assert file_fd is not None  # zero-copy needs a regular file's fd
     loop = asyncio.get_running_loop()
-    out = socket.socket(fileno=os.dup(sock_fd))  # ours: closed below, whatever happens
+    out = socket.socket(fileno=os.dup(job.target.sock_fd))  # ours: closed below, whatever happens
     out.setblocking(False)  # never inherit socket.setdefaulttimeout(): send() must not wait
     corked = False
     try:
@@ -82,7 +77,7 @@ async def send_zero_copy(
             corked = _platform.set_cork(out, True)
         if options.headers:
             await _send_all(loop, out, options.headers, lease)
-        await _send_file(loop, out, file_fd, state, progress, options, lease)
+        await _send_file(loop, out, file_fd, state, options, lease)
         if options.trailers:
             await _send_all(loop, out, options.trailers, lease)
     finally:
@@ -97,7 +92,6 @@ async def _send_file(
     out: socket.socket,
     file_fd: int,
     state: TransferState,
-    progress: _Progress,
     options: Options,
     lease: TransportLease | None,
 ) -> None:
@@ -120,7 +114,6 @@ async def _send_file(
                     if not job.cancel():
                         # The thread is already sending on our fd: count what it sends, then stop.
                         state.advance(await settled(pending) or 0)
-                        progress.sent = state.sent
                     raise
             else:
                 n = _platform.sendfile_once(out_fd, file_fd, position, size)
@@ -130,7 +123,6 @@ async def _send_file(
         if n == 0:
             raise state.truncated()
         state.advance(n)
-        progress.sent = state.sent
         if on_progress is not None:
             on_progress(state.sent, state.total)
         if state.done:

@@ -17,7 +17,7 @@ from aiosendfile import (
     SendfileNotAvailableError,
     _platform,
 )
-from aiosendfile._errors import _Progress, map_exceptions
+from aiosendfile._errors import map_exceptions
 from aiosendfile._state import TransferState
 
 # -- TransferState ------------------------------------------------------------------------
@@ -147,9 +147,9 @@ def test_error_hierarchy() -> None:
 
 @pytest.mark.parametrize("err", [errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN])
 def test_map_exceptions_translates_connection_errnos(err: int) -> None:
-    progress = _Progress()
-    progress.sent = 77
-    with pytest.raises(ConnectionLostError) as exc_info, map_exceptions(progress):
+    state = TransferState(offset=0, total=100)
+    state.advance(77)
+    with pytest.raises(ConnectionLostError) as exc_info, map_exceptions(state):
         raise OSError(err, os.strerror(err))
     assert exc_info.value.errno == err
     assert exc_info.value.sent == 77
@@ -157,13 +157,13 @@ def test_map_exceptions_translates_connection_errnos(err: int) -> None:
 
 
 def test_map_exceptions_stamps_sent_and_keeps_types() -> None:
-    progress = _Progress()
-    progress.sent = 5
-    with pytest.raises(OSError, match="Input/output") as exc_info, map_exceptions(progress):
+    state = TransferState(offset=0, total=100)
+    state.advance(5)
+    with pytest.raises(OSError, match="Input/output") as exc_info, map_exceptions(state):
         raise OSError(errno.EIO, "Input/output error")
     assert type(exc_info.value) is OSError
     assert exc_info.value.sent == 5  # type: ignore[attr-defined]
-    with pytest.raises(FileTruncatedError) as trunc_info, map_exceptions(progress):
+    with pytest.raises(FileTruncatedError) as trunc_info, map_exceptions(state):
         raise FileTruncatedError("short", sent=0, expected=9)
     assert trunc_info.value.sent == 5
 
