@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _compat, _platform
 
-__all__ = ("FileInfo", "Target", "check_offset_count", "is_tls", "resolve_file", "resolve_target")
+__all__ = ("FileInfo", "Target", "is_tls", "resolve_file", "resolve_target")
 
 
 @dataclass
@@ -150,16 +150,3 @@ def _is_os_file(file: Any) -> bool:
     if isinstance(file, io.FileIO):
         return True
     return isinstance(file, (io.BufferedReader, io.BufferedRandom)) and isinstance(file.raw, io.FileIO)
-
-
-def check_offset_count(offset: Any, count: Any) -> None:
-    """Type and range checks shared by every entry point."""
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int, not {type(offset).__name__}")
-    if offset < 0:
-        raise ValueError(f"offset must be a non-negative integer (got {offset!r})")
-    if count is not None:
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise TypeError(f"count must be an int or None, not {type(count).__name__}")
-        if count < 0:
-            raise ValueError(f"count must be a non-negative integer (got {count!r})")
