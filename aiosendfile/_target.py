@@ -10,6 +10,9 @@ bytes we hand to the kernel:
   frame or encrypt what it writes;
 * the file is a regular file with a real fd;
 * the platform has ``os.sendfile``.
+
+``is_tls`` is the package's one test of whether a target speaks TLS. The transport classes
+are other libraries' internals: ``_compat`` names them.
 """
 
 from __future__ import annotations
