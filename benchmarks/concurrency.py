@@ -1,6 +1,6 @@
 """Concurrency benchmark: N simultaneous downloads of one file from one server loop.
 
-For each contender (a server-side send strategy from ``raw_transfer.SENDERS``)
+For each contender (a server-side send strategy from ``harness.senders.SENDERS``)
 and each concurrency level N, a fresh ``spawn``ed server process accepts N
 connections on one event loop; every connection sends the whole file (each
 handler opens the file itself). The reader is this process: one thread, a
@@ -8,12 +8,12 @@ handler opens the file itself). The reader is this process: one thread, a
 "go" bytes are sent at once; the trial's time runs from the first "go" to the
 last byte of the last download. Trials are interleaved: every round runs every
 level x contender once. Server CPU, the 1 ms loop-delay ticker and other load
-are measured as in ``raw_transfer``.
+are measured as in ``raw_transfer`` (``benchmarks/harness/measure.py``).
 
 Run from the repository root::
 
-    python benchmarks/concurrency.py --quick
-    python benchmarks/concurrency.py --size 16 --levels 1,16,256 --rounds 3
+    python -m benchmarks.concurrency --quick
+    python -m benchmarks.concurrency --size 16 --levels 1,16,256 --rounds 3
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from benchmarks.harness import GB, MB, MiB, TrialError
 from benchmarks.harness.children import (
-    child_error_first,
+    client_then_result,
     recv_result,
     report_to_parent,
     run_on_contender_loop,
@@ -45,11 +45,13 @@ from benchmarks.harness.children import (
 )
 from benchmarks.harness.files import make_file, warm
 from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
-from benchmarks.harness.report import finish, machine_info, median_min_max, median_range, table
-from benchmarks.raw_transfer import READ_BUFFER, SENDERS, Options
+from benchmarks.harness.report import finish, machine_info, median_range, summary_row, table
+from benchmarks.harness.senders import SENDERS, Options
+from benchmarks.harness.transfer import READ_BUFFER
 
 CONTENDERS = ("aiosendfile-uvloop", "copy-uvloop", "loop.sendfile-asyncio")
 LEVELS = (1, 16, 256)
+SUMMARIZED = ("mb_per_s", "cpu_s_per_gb", "loop_delay_p99_ms", "loop_delay_worst_ms", "other_load_cpus")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "concurrency.json"
 
 
@@ -198,12 +200,9 @@ def run_trial(
     with spawned(ctx, _server_process, contender, path, n, opts) as (parent, proc):
         try:
             port = recv_result(parent, opts.timeout, proc)
-            try:
-                rd = read_many(port, n, opts.size, opts.timeout)
-            except (OSError, TrialError) as exc:
-                child_error_first(parent, proc)
-                raise TrialError(f"reader: {exc!r}") from exc
-            srv = recv_result(parent, opts.timeout, proc)
+            rd, srv = client_then_result(
+                parent, proc, opts.timeout, lambda: read_many(port, n, opts.size, opts.timeout)
+            )
         except TrialError as exc:
             sample.error = str(exc)
             return sample
@@ -235,10 +234,6 @@ def run_trial(
 # ---------------------------------------------------------------------------
 
 
-def _vals(samples: list[Sample], name: str) -> list[float]:
-    return [v for s in samples if s.ok and (v := getattr(s, name)) is not None]
-
-
 def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
     """Keyed ``"<contender> x<N>"``: medians, min and max of the headline numbers."""
     summary: dict[str, dict[str, Any]] = {}
@@ -247,24 +242,11 @@ def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
         if key in summary:
             continue
         mine = [t for t in samples if t.contender == s.contender and t.concurrency == s.concurrency]
-        ok = [t for t in mine if t.ok]
-        row: dict[str, Any] = {
+        summary[key] = {
             "contender": s.contender,
             "concurrency": s.concurrency,
-            "runs": len(mine),
-            "ok": len(ok),
-            "errors": [t.error for t in mine if not t.ok],
+            **summary_row(mine, SUMMARIZED),
         }
-        for name in (
-            "mb_per_s",
-            "cpu_s_per_gb",
-            "loop_delay_p99_ms",
-            "loop_delay_worst_ms",
-            "other_load_cpus",
-        ):
-            if got := _vals(ok, name):
-                row |= median_min_max(name, got)
-        summary[key] = row
     return summary
 
 
@@ -333,6 +315,7 @@ def run(
     ctx = multiprocessing.get_context("spawn")
     started = datetime.now(timezone.utc)
     samples: list[Sample] = []
+    say = progress or (lambda line: print(line, file=log, flush=True))
     with tempfile.TemporaryDirectory(prefix="aiosendfile-conc-", dir=directory) as tmp:
         path = make_file(tmp, opts.size)
         warm(path)
@@ -344,11 +327,7 @@ def run(
                 for contender in order:
                     s = run_trial(ctx, contender, n, rnd, path, opts)
                     samples.append(s)
-                    line = f"round {rnd}/{rounds}  {contender:<22} x{n:<4} {_progress(s)}"
-                    if progress is not None:
-                        progress(line)
-                    else:
-                        print(line, file=log, flush=True)
+                    say(f"round {rnd}/{rounds}  {contender:<22} x{n:<4} {_progress(s)}")
         elapsed = time.perf_counter() - t_bench
     summary = summarize(samples)
     return {

@@ -6,14 +6,14 @@ stock asyncio and on uvloop, with the file WARM (in the page cache) and COLD
 (evicted right before the transfer), it reports throughput, server CPU and the
 ticker's worst and p99 lateness. A ``max_chunk`` sweep (aiosendfile, uvloop,
 warm) shows what the chunk bound costs. The machinery (server process, reader,
-ticker, CPU and other-load accounting, cache control) is ``raw_transfer``'s.
-See ``benchmarks/README.md``.
+ticker, CPU and other-load accounting, cache control) is ``raw_transfer``'s trial,
+``benchmarks/harness/transfer.py``. See ``benchmarks/README.md``.
 
 Run from the repository root::
 
-    python benchmarks/loop_stall.py --quick     # 128 MiB, 1 round: a smoke run, < 1 min
-    python benchmarks/loop_stall.py             # 512 MiB, 3 rounds
-    python benchmarks/loop_stall.py --size 1024 --rounds 5 --json /tmp/out.json
+    python -m benchmarks.loop_stall --quick     # 128 MiB, 1 round: a smoke run, < 1 min
+    python -m benchmarks.loop_stall             # 512 MiB, 3 rounds
+    python -m benchmarks.loop_stall --size 1024 --rounds 5 --json /tmp/out.json
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from benchmarks.harness import MiB
 from benchmarks.harness.files import cache_state, make_file, storage_info, warm
 from benchmarks.harness.measure import IDLE_S, TICK_S
 from benchmarks.harness.report import finish, machine_info, median_range, other_load_warning, table
-from benchmarks.raw_transfer import READ_BUFFER, Case, Options, Sample, run_rounds, summarize
+from benchmarks.harness.senders import Options
+from benchmarks.harness.transfer import READ_BUFFER, Case, Sample, run_rounds, summarize
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "loop_stall.json"
 KiB = 1 << 10
@@ -42,7 +43,7 @@ DEFAULT_SWEEP = (256 * KiB, MiB, 2 * MiB, 4 * MiB, 8 * MiB)
 TARGET_WORST_MS = 5.0  # the project's targets for aiosendfile with default settings
 TARGET_THROUGHPUT = 0.90  # of its own unbounded mode
 
-# Table rows: (row name, server strategy in raw_transfer.SENDERS without the loop, option overrides)
+# Table rows: (row name, server strategy in harness.senders.SENDERS without the loop, option overrides)
 ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "aiosendfile": ("aiosendfile", {}),
     "aiosendfile-unbounded": ("aiosendfile", {"max_chunk": UNBOUNDED_CHUNK, "probe": False}),

@@ -14,6 +14,11 @@ the page cache, not fsynced). Contenders, interleaved over ``--rounds`` rounds:
 MB/s is the sender's: first byte handed to the kernel -> acknowledgement received.
 CPU s/GB is the receiver process (all threads), connection accepted -> ack sent.
 The destination file is checked (size, first and last MiB) after every trial.
+
+Run from the repository root::
+
+    python -m benchmarks.receive --quick
+    python -m benchmarks.receive --size 512 --rounds 5 --json /tmp/out.json
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import IO, Any
 
 from benchmarks.harness import GB, MB, MiB, TrialError
 from benchmarks.harness.children import (
-    child_error_first,
+    client_then_result,
     recv_result,
     report_to_parent,
     run_on_contender_loop,
@@ -47,10 +52,11 @@ from benchmarks.harness.children import (
 )
 from benchmarks.harness.files import make_file, warm
 from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
-from benchmarks.harness.report import finish, machine_info, median_min_max, median_range, table
+from benchmarks.harness.report import finish, machine_info, median_range, summary_row, table
 
 CONTENDERS = ("recvfile-uvloop", "read+write-uvloop", "recvfile-asyncio", "read+write-asyncio")
 READ_CHUNK = 256 * 1024
+SUMMARIZED = ("mb_per_s", "cpu_s_per_gb", "loop_delay_p99_ms", "loop_delay_worst_ms", "other_load_cpus")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "receive.json"
 
 
@@ -171,12 +177,9 @@ def run_trial(
     try:
         with spawned(ctx, _server_process, contender, dest, size, timeout) as (parent, proc):
             port = recv_result(parent, timeout, proc)
-            try:
-                sd = _send_all(port, src, size, timeout)
-            except (OSError, TrialError) as exc:
-                child_error_first(parent, proc)
-                raise TrialError(f"sender: {exc!r}") from exc
-            srv = recv_result(parent, timeout, proc)
+            sd, srv = client_then_result(
+                parent, proc, timeout, lambda: _send_all(port, src, size, timeout), who="sender"
+            )
             if srv["sent"] != size or os.path.getsize(dest) != size:
                 raise TrialError(
                     f"receiver got {srv['sent']} bytes, file has {os.path.getsize(dest)}; want {size}"
@@ -207,26 +210,7 @@ def run_trial(
 
 
 def summarize(samples: list[Sample], contenders: list[str]) -> dict[str, dict[str, Any]]:
-    summary: dict[str, dict[str, Any]] = {}
-    for name in contenders:
-        mine = [s for s in samples if s.contender == name]
-        ok = [s for s in mine if s.ok]
-        row: dict[str, Any] = {
-            "runs": len(mine),
-            "ok": len(ok),
-            "errors": [s.error for s in mine if not s.ok],
-        }
-        for key in (
-            "mb_per_s",
-            "cpu_s_per_gb",
-            "loop_delay_p99_ms",
-            "loop_delay_worst_ms",
-            "other_load_cpus",
-        ):
-            if got := [v for s in ok if (v := getattr(s, key)) is not None]:
-                row |= median_min_max(key, got)
-        summary[name] = row
-    return summary
+    return {name: summary_row([s for s in samples if s.contender == name], SUMMARIZED) for name in contenders}
 
 
 def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
@@ -293,6 +277,7 @@ def run(
     ctx = multiprocessing.get_context("spawn")
     started = datetime.now(timezone.utc)
     samples: list[Sample] = []
+    say = progress or (lambda line: print(line, file=log, flush=True))
     with tempfile.TemporaryDirectory(prefix="aiosendfile-recv-", dir=directory) as tmp:
         src = make_file(tmp, size)
         warm(src)
@@ -304,11 +289,7 @@ def run(
             for contender in contenders[shift:] + contenders[:shift]:
                 s = run_trial(ctx, contender, rnd, src, dest, size, timeout, expected)
                 samples.append(s)
-                line = f"round {rnd}/{rounds}  {contender:<20} {_progress(s)}"
-                if progress is not None:
-                    progress(line)
-                else:
-                    print(line, file=log, flush=True)
+                say(f"round {rnd}/{rounds}  {contender:<20} {_progress(s)}")
         elapsed = time.perf_counter() - t_bench
     summary = summarize(samples, contenders)
     return {

@@ -5,7 +5,7 @@ own interleaved rounds and medians (see ``benchmarks/README.md``):
 
 1. ``raw``: large-file transfer, one connection (``raw_transfer.py``). As root,
    across a veth pair between two network namespaces the suite makes and
-   removes (``netns.py``); otherwise, or with ``--loopback``, over loopback.
+   removes (``harness/netns.py``); otherwise, or with ``--loopback``, over loopback.
    The output and the JSON say which network, and why not veth.
 2. ``concurrency``: 1, 16 and 256 simultaneous downloads of a 16 MiB file from
    one server loop (``concurrency.py``).

@@ -4,8 +4,11 @@ One job per module: ``measure`` (loop-delay ticker, delay statistics, process, p
 whole-machine CPU, other load, perf windows), ``children`` (the spawned server process and its
 result), ``files`` (making, warming and evicting the test file, page-cache state), ``netns``
 (veth pairs between network namespaces), ``report`` (tables, number formats, machine description,
-the JSON document and the ending every benchmark's ``main`` shares). This module holds the units
-and the error every one of them uses.
+the JSON document and the ending every benchmark's ``main`` shares), ``senders`` (the server-side
+send strategies), ``transfer`` (the one-file trial of ``raw_transfer`` and ``loop_stall``),
+``servers`` (external server processes, pinning, free ports, wrk/nginx install and versions),
+``wrk`` (its command, run, report parsing), ``http_trial`` (the HTTP(S) trial ``http_static`` and
+``tls_static`` share). This module holds the units and the error every one of them uses.
 """
 
 from __future__ import annotations

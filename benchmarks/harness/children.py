@@ -3,7 +3,8 @@
 A trial starts a fresh child (``spawned``) that serves on a loop of the contender's kind
 (``run_on_contender_loop``), says ``("ready", port)`` once its listener is up and its ticker
 has an idle baseline (``serving``), and ends with ``report_to_parent``: ``("result", dict)`` or
-``("error", traceback)``. The parent reads each message with ``recv_result``.
+``("error", traceback)``. The parent reads each message with ``recv_result``, and runs its own
+side of the trial between the two with ``client_then_result``.
 """
 
 from __future__ import annotations
@@ -113,10 +114,19 @@ def recv_result(conn: Connection, timeout: float, proc: Process) -> Any:
     return payload
 
 
-def child_error_first(conn: Connection, proc: Process) -> None:
-    """After this side of a trial failed: raise the child's error instead, if it sends one within 5 s.
+def client_then_result(
+    conn: Connection, proc: Process, timeout: float, client: Callable[[], _T], who: str = "reader"
+) -> tuple[_T, Any]:
+    """Run this process's side of the trial, ``client()``, then receive the child's result.
 
-    A server failure shows up on the reader's side as a short read: its traceback says more.
+    A failure of ``client()`` (OSError or TrialError) becomes ``TrialError("WHO: ...")``, unless
+    the child sends its own error within 5 s: a server failure shows up on this side as a short
+    read, and the server's traceback says more.
     """
-    if conn.poll(5):
-        recv_result(conn, 0, proc)
+    try:
+        mine = client()
+    except (OSError, TrialError) as exc:
+        if conn.poll(5):
+            recv_result(conn, 0, proc)
+        raise TrialError(f"{who}: {exc!r}") from exc
+    return mine, recv_result(conn, timeout, proc)

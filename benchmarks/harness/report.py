@@ -67,6 +67,23 @@ def median_min_max(name: str, values: list[float]) -> dict[str, float]:
     }
 
 
+def summary_row(samples: list[Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """One label's trials: ``runs``, ``ok``, ``errors``, then ``median_min_max`` of each attribute in *keys*.
+
+    The statistics are over the successful samples (``.ok``) whose attribute is not None.
+    """
+    ok = [s for s in samples if s.ok]
+    row: dict[str, Any] = {
+        "runs": len(samples),
+        "ok": len(ok),
+        "errors": [s.error for s in samples if not s.ok],
+    }
+    for key in keys:
+        if got := [v for s in ok if (v := getattr(s, key)) is not None]:
+            row |= median_min_max(key, got)
+    return row
+
+
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
