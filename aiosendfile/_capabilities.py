@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _platform
-from ._fallback import DEFAULT_FALLBACK_CHUNK
-from ._options import COLD_POOL_THREADS
+from ._options import COLD_POOL_THREADS, DEFAULT_FALLBACK_CHUNK
 from ._state import DEFAULT_MAX_CHUNK
 
 __all__ = ("capabilities",)

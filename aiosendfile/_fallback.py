@@ -72,20 +72,17 @@ from . import _platform
 from ._coldread import read_range
 from ._job import SendJob
 from ._lease import TransportLease
-from ._options import Options
+from ._options import DEFAULT_FALLBACK_CHUNK, Options
 from ._state import TransferState
 from ._target import is_tls
 
 __all__ = (
-    "DEFAULT_FALLBACK_CHUNK",
     "TLS_BUFFER_BUDGET",
     "copy_to_socket",
     "copy_to_transport",
     "ChunkReader",
 )
 
-#: Bytes per userspace read/write (aiohttp uses 256 KiB too).
-DEFAULT_FALLBACK_CHUNK = 256 * 1024
 #: The smallest write to a TLS transport: one full TLS record.
 TLS_MIN_WRITE = 16 * 1024
 #: The largest write to a TLS transport.

@@ -16,6 +16,9 @@ Defaults:
   conservative path). ``probe=False`` trusts the cache and never offloads.
 * The cold-read pool is small and dedicated (4 threads), not the loop's default
   executor, so cold file reads cannot starve ``run_in_executor`` users.
+* ``DEFAULT_FALLBACK_CHUNK`` 256 KiB per userspace read or write, where
+  zero-copy cannot work (aiohttp uses 256 KiB too): the send side's fallback,
+  ``recvfile``'s copy, and the aiohttp responses' ``chunk_size``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from dataclasses import dataclass
 
 from ._state import DEFAULT_MAX_CHUNK
 
-__all__ = ("COLD_POOL_THREADS", "Options", "default_cold_executor")
+__all__ = ("COLD_POOL_THREADS", "DEFAULT_FALLBACK_CHUNK", "Options", "default_cold_executor")
 
 COLD_POOL_THREADS = 4
+#: Bytes per userspace read/write (aiohttp uses 256 KiB too).
+DEFAULT_FALLBACK_CHUNK = 256 * 1024
 
 ProgressCallback = Callable[[int, "int | None"], None]
 

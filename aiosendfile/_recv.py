@@ -35,15 +35,13 @@ from typing import IO, Any
 from . import _platform
 from ._errors import SendfileNotAvailableError, map_exceptions
 from ._lease import TransportLease
-from ._options import default_cold_executor
+from ._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from ._sink import FileSink
 from ._splice import splice_to_file
 from ._state import check_offset_count
 from ._target import resolve_socket
 
 __all__ = ("recvfile",)
-
-FALLBACK_CHUNK = 256 * 1024
 
 
 async def recvfile(
@@ -173,7 +171,7 @@ async def _from_reader_copy(reader: asyncio.StreamReader, sink: FileSink) -> Non
     while sink.remaining:
         _defuse_py310_tls_resume(reader)
         try:
-            data = await reader.read(min(FALLBACK_CHUNK, sink.remaining))
+            data = await reader.read(min(DEFAULT_FALLBACK_CHUNK, sink.remaining))
         except AttributeError as exc:
             # CPython 3.10's TLS transport: StreamReader.read() crashes resuming a
             # transport whose connection is gone (its TLS layer is torn down). That
@@ -189,7 +187,7 @@ async def _from_reader_copy(reader: asyncio.StreamReader, sink: FileSink) -> Non
 async def _from_socket_copy(sock: socket.socket, sink: FileSink) -> None:
     loop = asyncio.get_running_loop()
     while sink.remaining:
-        data = await loop.sock_recv(sock, min(FALLBACK_CHUNK, sink.remaining))
+        data = await loop.sock_recv(sock, min(DEFAULT_FALLBACK_CHUNK, sink.remaining))
         if not data:
             raise sink.incomplete()
         await sink.write(data)
