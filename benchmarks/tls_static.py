@@ -9,64 +9,37 @@ else ``openssl req``):
 * ``aiosendfile-plugin-tls``: ``aiosendfile.aiohttp.add_static`` + ``web.run_app(ssl_context=...)``.
 * ``aiohttp-static-tls``: aiohttp's ``web.static()`` + ``web.run_app(ssl_context=...)``.
 
-Trials reuse ``http_static``'s machinery (fresh server per trial, GET check
-of the body, 1 s wrk warm-up, ``wrk --latency`` run, /proc CPU accounting,
-other load, CPU pinning); wrk speaks HTTPS itself (Debian's wrk is built with OpenSSL).
+Trials are ``http_static``'s (``benchmarks.harness.http_trial`` with ``scheme="https"``:
+fresh server per trial, GET check of the body, 1 s wrk warm-up, ``wrk --latency``
+run, /proc CPU accounting, other load, CPU pinning); wrk speaks HTTPS itself
+(Debian's wrk is built with OpenSSL).
+
+Run from the repository root::
+
+    python -m benchmarks.tls_static --quick
+    python -m benchmarks.tls_static                  # 5 s trials, 3 rounds
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import shutil
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-if not __package__:  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.http_static import (
-    REPO,
-    WARMUP_S,
-    Context,
-    Sample,
-    Server,
-    TrialError,
-    _free_port,
-    _log_tail,
-    _pin_prefix,
-    _process_tree,
-    _progress,
-    _run_wrk,
-    _tool_version,
-    _tree_cpu,
-    _wait_listening,
-    ensure_tools,
-    parse_wrk,
-    stop_server,
-    summarize,
-)
-from benchmarks.raw_transfer import (
-    _CLK_TCK,
-    GB,
-    MB,
-    MiB,
-    _host_cpu,
-    _json_default,
-    _table,
-    machine_info,
-    warm,
-)
+from benchmarks.harness import MiB, servers
+from benchmarks.harness.files import warm
+from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
+from benchmarks.harness.report import finish, machine_info, table
+from benchmarks.harness.servers import Server, can_pin, ensure_tools, free_port, repo_env, tool_version
 
 PLUGIN_TLS = "aiosendfile-plugin-tls"
 CONTENDERS = (PLUGIN_TLS, "aiohttp-static-tls")
@@ -116,95 +89,12 @@ def make_cert(directory: str) -> tuple[str, str]:
 
 
 def start_server(ctx: Context, name: str, cert: str, key: str) -> Server:
-    port = _free_port()
+    """Start contender ``name`` over TLS on a free port, serving ``ctx.root``, and wait until it listens."""
+    port = free_port()
     log = Path(ctx.tmp, f"server-{name}.log")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     kind = "plugin" if name == PLUGIN_TLS else "aiohttp"
     cmd = [sys.executable, "-c", TLS_SERVER, kind, ctx.root, "127.0.0.1", str(port), cert, key]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*_pin_prefix(ctx.server_cpus), *cmd],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            env=env,
-        )
-    server = Server(name, proc, port, log)
-    try:
-        _wait_listening(server)
-        server.pids = _process_tree(proc.pid)
-    except BaseException:
-        stop_server(server)
-        raise
-    return server
-
-
-def verify_tls(url: str, expected: bytes) -> None:
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(url, timeout=10, context=insecure) as resp:
-            status, body = resp.status, resp.read()
-    except OSError as exc:
-        raise TrialError(f"GET {url}: {exc!r}") from exc
-    if status != 200 or body != expected:
-        raise TrialError(f"GET {url}: HTTP {status}, {len(body)} bytes, byte-exact: {body == expected}")
-
-
-def run_trial(ctx: Context, contender: str, rnd: int, cert: str, key: str) -> Sample:
-    label, name, size = FILE
-    sample = Sample(contender=contender, file=label, size=size, round=rnd)
-    server: Server | None = None
-    try:
-        server = start_server(ctx, contender, cert, key)
-        sample.server_pids = server.pids
-        url = f"https://127.0.0.1:{server.port}/{name}"
-        verify_tls(url, ctx.bodies[name])
-        _run_wrk(ctx, url, WARMUP_S)
-        u0, h0 = _tree_cpu(server.pids), _host_cpu()
-        c0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
-        t0 = time.perf_counter()
-        text = _run_wrk(ctx, url, ctx.duration)
-        t1 = time.perf_counter()
-        c1, s1 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
-        u1, h1 = _tree_cpu(server.pids), _host_cpu()
-        sample.wrk_output = text
-        if server.proc.poll() is not None:
-            raise TrialError(f"{contender} died during the wrk run (status {server.proc.returncode})")
-        verify_tls(url, ctx.bodies[name])
-        parsed = parse_wrk(text)
-    except TrialError as exc:
-        sample.error = str(exc) + (_log_tail(server) if server else "")
-        return sample
-    finally:
-        if server is not None:
-            sample.server_exit = stop_server(server)
-    for k, v in parsed.items():
-        if hasattr(sample, k):
-            setattr(sample, k, v)
-    if sample.non_2xx or not sample.requests or not sample.duration_s:
-        sample.error = f"wrk: {sample.requests} requests, {sample.non_2xx} non-2xx"
-        return sample
-    sample.req_per_s = sample.req_per_s or sample.requests / sample.duration_s
-    sample.mb_per_s = sample.req_per_s * size / MB
-    sample.wall_s = t1 - t0
-    sample.server_cpu_user_s, sample.server_cpu_sys_s = u1[0] - u0[0], u1[1] - u0[1]
-    cpu = sample.server_cpu_s = sample.server_cpu_user_s + sample.server_cpu_sys_s
-    sample.server_cpu_us_per_req = cpu / sample.requests * 1e6
-    sample.server_cpu_s_per_gb = cpu / (sample.requests * size) * GB
-    sample.server_cpus_busy = cpu / sample.wall_s
-    sample.wrk_cpu_s = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
-    sample.wrk_cpus_busy = sample.wrk_cpu_s / sample.wall_s
-    self_cpu = (s1.ru_utime - s0.ru_utime) + (s1.ru_stime - s0.ru_stime)
-    sample.host_busy_s, sample.host_steal_s = h1[0] - h0[0], h1[1] - h0[1]
-    sample.other_cpu_s = sample.host_busy_s - cpu - sample.wrk_cpu_s - self_cpu
-    slack = 2 * (os.cpu_count() or 1) / _CLK_TCK
-    sample.other_load_cpus = max(0.0, sample.other_cpu_s - slack) / sample.wall_s
-    sample.ok = True
-    return sample
+    return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus, env=repo_env())
 
 
 def _ratios(rows: dict[str, Any], samples: list[Sample]) -> dict[str, Any]:
@@ -245,7 +135,7 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
         f"tls_static: wrk over HTTPS, 1 MiB file, {ctx.connections} connections, {ctx.duration} s trials, "
         f"{rounds} interleaved rounds (medians [min-max])",
         "",
-        _table(["server", "MB/s", "req/s", "p99 latency ms", "server CPU s/GB", "other load CPUs"], rows),
+        table(["server", "MB/s", "req/s", "p99 latency ms", "server CPU s/GB", "other load CPUs"], rows),
     ]
     if rat:
         out += [
@@ -269,9 +159,9 @@ def run(
     log: IO[str] = sys.stderr,
     progress: Any = None,
 ) -> dict[str, Any]:
-    wrk, _nginx = ensure_tools(False)
+    wrk, _nginx = ensure_tools(False, "tls_static")
     server_cpus = client_cpus = None
-    if pin and shutil.which("taskset") and len(os.sched_getaffinity(0)) >= 2:
+    if pin and can_pin():
         server_cpus, client_cpus = "0", "1"
     started = datetime.now(timezone.utc)
     samples: list[Sample] = []
@@ -295,13 +185,14 @@ def run(
             client_cpus=client_cpus,
             bodies={name: body},
         )
+        start = partial(start_server, ctx, cert=cert, key=key)
         t_bench = time.perf_counter()
         for rnd in range(1, rounds + 1):
             shift = (rnd - 1) % len(contenders)
             for contender in contenders[shift:] + contenders[:shift]:
-                s = run_trial(ctx, contender, rnd, cert, key)
+                s = run_trial(ctx, start, contender, label, name, size, rnd, scheme="https")
                 samples.append(s)
-                line = f"round {rnd}/{rounds}  {contender:<23} {_progress(s)}"
+                line = f"round {rnd}/{rounds}  {contender:<23} {progress_line(s)}"
                 if progress is not None:
                     progress(line)
                 else:
@@ -323,7 +214,7 @@ def run(
             "client_cpus": client_cpus,
             "contenders": contenders,
             "elapsed_s": elapsed,
-            "wrk": _tool_version([wrk, "-v"]),
+            "wrk": tool_version([wrk, "-v"]),
             "openssl": ssl.OPENSSL_VERSION,
         },
         "summary": summary,
@@ -335,7 +226,7 @@ def run(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python benchmarks/tls_static.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tls_static", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="2 s trials, 1 round")
     p.add_argument("--duration", type=int, default=None, help="seconds per wrk trial (default 5; 2 --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
@@ -367,12 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         pin=not args.no_pin,
         directory=args.dir,
     )
-    print(doc["report"])
     doc["machine"] = machine_info()
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
-    print(f"results: {args.json}", file=sys.stderr)
-    return 0 if all(s["ok"] for s in doc["samples"]) else 1
+    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
 
 
 if __name__ == "__main__":
