@@ -32,14 +32,14 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import IO, Any
 
-from . import _platform
+from . import _compat, _platform
 from ._errors import SendfileNotAvailableError, map_exceptions
 from ._lease import TransportLease
 from ._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from ._sink import FileSink
 from ._splice import splice_to_file
 from ._state import check_offset_count
-from ._target import resolve_socket
+from ._target import is_tls, resolve_socket
 
 __all__ = ("recvfile",)
 
@@ -81,11 +81,10 @@ async def recvfile(
         sock_fd = target.sock_fd
     elif isinstance(source, asyncio.StreamReader):
         reader = source
-        transport = getattr(reader, "_transport", None)  # StreamReader has no public accessor
+        transport = _compat.reader_transport(reader)
         if transport is None:
             raise ValueError("the StreamReader has no transport")
-        tls = transport.get_extra_info("sslcontext") is not None
-        sock = None if tls else transport.get_extra_info("socket")
+        sock = None if is_tls(transport) else transport.get_extra_info("socket")
         sock_fd = sock.fileno() if sock is not None else -1
     else:
         raise TypeError(
@@ -139,7 +138,7 @@ async def _from_reader_zero_copy(
     lease = TransportLease(transport, receiving=True)
     lease.acquire()  # reading paused: the reader's buffer can no longer grow
     try:
-        buffered: bytearray = reader._buffer  # type: ignore[attr-defined]
+        buffered = _compat.reader_buffer(reader)
         take = min(len(buffered), sink.remaining)
         if take:
             data = bytes(buffered[:take])
@@ -156,20 +155,9 @@ async def _from_reader_zero_copy(
         lease.release()
 
 
-def _defuse_py310_tls_resume(reader: asyncio.StreamReader) -> None:
-    """CPython 3.10: once a TLS connection is gone, ``StreamReader.read()`` crashes (and drops
-    the bytes it took) trying to resume reading on the torn-down TLS layer. There is nothing
-    left to resume, so clear the reader's paused flag first: its buffered bytes then read fine."""
-    if sys.version_info >= (3, 11):
-        return
-    ssl_protocol = getattr(getattr(reader, "_transport", None), "_ssl_protocol", None)
-    if ssl_protocol is not None and getattr(ssl_protocol, "_transport", True) is None:
-        reader._paused = False  # type: ignore[attr-defined]
-
-
 async def _from_reader_copy(reader: asyncio.StreamReader, sink: FileSink) -> None:
     while sink.remaining:
-        _defuse_py310_tls_resume(reader)
+        _compat.defuse_py310_tls_resume(reader)
         try:
             data = await reader.read(min(DEFAULT_FALLBACK_CHUNK, sink.remaining))
         except AttributeError as exc:

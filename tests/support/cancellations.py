@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosendfile
-from aiosendfile._recv import _defuse_py310_tls_resume
+from aiosendfile._compat import defuse_py310_tls_resume
 
 from .fds import open_fds
 from .files import pattern
@@ -50,7 +50,7 @@ async def random_cancellations(
         resume = client._maybe_resume_transport  # type: ignore[attr-defined]
 
         def resume_safely() -> None:
-            _defuse_py310_tls_resume(client)
+            defuse_py310_tls_resume(client)
             resume()
 
         client._maybe_resume_transport = resume_safely  # type: ignore[attr-defined]
