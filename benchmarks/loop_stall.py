@@ -33,7 +33,7 @@ from benchmarks.harness import MiB
 from benchmarks.harness.files import cache_state, make_file, storage_info, warm
 from benchmarks.harness.measure import IDLE_S, TICK_S
 from benchmarks.harness.report import finish, machine_info, median_range, other_load_warning, table
-from benchmarks.harness.senders import Options
+from benchmarks.harness.senders import Options, unavailable
 from benchmarks.harness.transfer import READ_BUFFER, Case, Sample, run_rounds, summarize
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "loop_stall.json"
@@ -49,6 +49,7 @@ ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "aiosendfile-unbounded": ("aiosendfile", {"max_chunk": UNBOUNDED_CHUNK, "probe": False}),
     "loop.sendfile": ("loop.sendfile", {}),
     "copy": ("copy", {}),
+    "aiofastnet": ("aiofastnet", {}),  # skipped, with the reason, when aiofastnet is not installed
 }
 LOOPS = ("uvloop", "asyncio")
 NO_UVLOOP = {"loop.sendfile"}  # uvloop's loop.sendfile raises NotImplementedError
@@ -307,6 +308,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.sweep = [_parse_size(c) for c in args.sweep.split(",") if c.strip()]
     if bad := set(args.rows) - set(ROWS):
         p.error(f"unknown rows {sorted(bad)}; choose from {', '.join(ROWS)}")
+    args.skipped = {r: why for r in args.rows if (why := unavailable(ROWS[r][0]))}
+    args.rows = [r for r in args.rows if r not in args.skipped]
     if bad := set(args.states) - set(STATES):
         p.error(f"unknown states {sorted(bad)}; choose from {', '.join(STATES)}")
     if args.size <= 0 or args.rounds <= 0 or any(c <= 0 for c in args.sweep):
@@ -351,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     text, targets = report(summary, samples, cases, sweep, args)
     rerun = sum(s.discarded for s in samples)
     text += f"\n\n({len(samples)} trials in {elapsed:.1f} s; {rerun} disturbed and re-run, kept in the JSON)"
+    text += "".join(f"\nskipped {row}: {why}" for row, why in args.skipped.items())
 
     document = {
         "benchmark": "loop_stall",
@@ -359,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": {
             "size_bytes": base.size,
             "rounds": args.rounds,
+            "skipped": args.skipped,  # row -> why it could not run here
             "cases": [{"label": c.label, "server": c.contender, "options": asdict(c.opts)} for c in cases],
             "sweep": {str(k): v for k, v in sweep.items()},
             "reader_buffer": READ_BUFFER,

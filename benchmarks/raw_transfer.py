@@ -46,7 +46,7 @@ from benchmarks.harness.report import (
     other_load_warning,
     table,
 )
-from benchmarks.harness.senders import COPY_ROWS, SENDERS, THREADS, Options
+from benchmarks.harness.senders import COPY_ROWS, SENDERS, THREADS, Options, unavailable
 from benchmarks.harness.transfer import (
     BASELINE,
     READ_BUFFER,
@@ -66,6 +66,7 @@ CONTENDERS = (
     "loop.sendfile-asyncio",
     "copy-uvloop",
     "thread-os.sendfile",
+    "aiofastnet-uvloop",  # skipped, with the reason, when aiofastnet is not installed
 )
 NETWORKS = ("loopback", "veth", "unix")  # --network: "auto", "both" (loopback,veth) or a list of these
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "raw_transfer.json"
@@ -236,6 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.contenders) - set(known)
     if unknown:
         p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(known)}")
+    args.skipped = {c: why for c in args.contenders if (why := unavailable(c))}
+    args.contenders = [c for c in args.contenders if c not in args.skipped]
     if args.size <= 0 or args.rounds <= 0:
         p.error("--size and --rounds must be positive")
     try:
@@ -392,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(samples, labels, baselines)
     over = describe_network(net)
     text = report(summary, base, args.rounds, over=over) + f"\n\n({len(samples)} trials in {elapsed:.1f} s)"
+    text += "".join(f"\nskipped {name}: {why}" for name, why in args.skipped.items())
     if args.max_other_load is not None:
         kept_noisy = [
             f"{s.contender} round {s.round}"
@@ -412,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             "networks": net,
             "rounds": args.rounds,
             "contenders": args.contenders,
+            "skipped": args.skipped,  # contender -> why it could not run here
             "labels": labels,
             "max_chunk": base.max_chunk,
             "copy_chunk": base.copy_chunk,

@@ -39,6 +39,7 @@ from typing import Any
 from benchmarks import concurrency, http_static, raw_transfer, receive, tls_static
 from benchmarks.harness import netns
 from benchmarks.harness.report import OTHER_LOAD_WARN, json_default, machine_info, table
+from benchmarks.harness.senders import unavailable
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -104,7 +105,7 @@ class Progress:
 def _plan(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Per section: its parameters and how many trials it will run."""
     q = args.quick
-    raw_contenders = list(raw_transfer.CONTENDERS)
+    raw_contenders = [c for c in raw_transfer.CONTENDERS if not unavailable(c)]
     conc_levels = [1, 16, 256]
     plan: dict[str, dict[str, Any]] = {
         "raw": {

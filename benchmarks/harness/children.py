@@ -31,7 +31,11 @@ Process = multiprocessing.process.BaseProcess
 
 
 def run_on_contender_loop(contender: str, main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run *main()* on a fresh loop of the contender's kind (uvloop for ``*-uvloop``), then close it."""
+    """Run *main()* on a fresh loop of the contender's kind (uvloop for ``*-uvloop``), then close it.
+
+    For ``aiofastnet-*`` the loop is patched with ``aiofastnet.patch_loop`` (as
+    ``aiofastnet.loop_factory`` does), so its servers make aiofastnet transports.
+    """
     loop: asyncio.AbstractEventLoop
     if contender.endswith("-uvloop"):
         import uvloop
@@ -39,6 +43,10 @@ def run_on_contender_loop(contender: str, main: Callable[[], Coroutine[Any, Any,
         loop = uvloop.new_event_loop()
     else:
         loop = asyncio.new_event_loop()
+    if contender.startswith("aiofastnet"):
+        import aiofastnet
+
+        aiofastnet.patch_loop(loop)
     asyncio.set_event_loop(loop)
     try:
         return loop.run_until_complete(main())

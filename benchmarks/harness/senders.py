@@ -3,15 +3,19 @@
 Each strategy sends one open file down an ``asyncio.StreamWriter`` and returns the bytes sent.
 ``SENDERS`` names them by contender (``<strategy>-<loop>``: the loop is chosen by the
 contender's suffix, see ``children.run_on_contender_loop``); ``THREADS`` are the two rows that
-run no event loop at all (``transfer`` serves them from a plain thread).
+run no event loop at all (``transfer`` serves them from a plain thread). The aiofastnet rows need
+that library installed (``unavailable`` says why a row cannot run here).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import IO
+
+from benchmarks.harness import TrialError
 
 THREAD = "thread-os.sendfile"
 THREAD_COPY = "thread-copy"  # blocking read + sendall in a thread (only when named in --contenders)
@@ -62,10 +66,35 @@ async def send_copy(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -
     return sent
 
 
+async def send_aiofastnet(writer: asyncio.StreamWriter, f: IO[bytes], opts: Options) -> int:
+    """aiofastnet's native sendfile, called as aiohttp's ``FileResponse`` calls it when it is installed.
+
+    The loop is patched (``children.run_on_contender_loop``), so ``asyncio.start_server`` made an
+    aiofastnet transport; on any other transport aiofastnet would quietly use the loop's own
+    sendfile, so that is an error. ``aiofastnet.sendfile`` returns None, not a count: the reader
+    checks the bytes that arrived.
+    """
+    import aiofastnet
+
+    if not isinstance(writer.transport, aiofastnet.Transport):
+        raise TrialError(f"not an aiofastnet transport: {type(writer.transport)}")
+    await aiofastnet.sendfile(asyncio.get_running_loop(), writer.transport, f, 0, opts.size)
+    return opts.size
+
+
 SENDERS: dict[str, Sender] = {
     "aiosendfile-uvloop": send_aiosendfile,
     "aiosendfile-asyncio": send_aiosendfile,
     "loop.sendfile-asyncio": send_loop_sendfile,
     "copy-uvloop": send_copy,
     "copy-asyncio": send_copy,  # not run by default (loop_stall.py uses it)
+    "aiofastnet-uvloop": send_aiofastnet,
+    "aiofastnet-asyncio": send_aiofastnet,  # not run by default in raw_transfer (loop_stall.py uses it)
 }
+
+
+def unavailable(contender: str) -> str | None:
+    """Why *contender* cannot run here (a one-line reason), or None if it can."""
+    if contender.startswith("aiofastnet") and importlib.util.find_spec("aiofastnet") is None:
+        return "aiofastnet is not installed (pip install aiofastnet)"
+    return None
