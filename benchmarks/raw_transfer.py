@@ -35,12 +35,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from benchmarks.harness import GB, MB, MiB  # noqa: F401  (GB, MB: see the aliases below)
+from benchmarks.harness import MiB
 from benchmarks.harness.files import make_file, warm
-from benchmarks.harness.measure import CLK_TCK, IDLE_S, TICK_S, PerfSpec, host_cpu
+from benchmarks.harness.measure import IDLE_S, TICK_S, PerfSpec
 from benchmarks.harness.report import (
     finish,
-    json_default,
     machine_info,
     ms,
     other_load_warning,
@@ -56,9 +55,6 @@ from benchmarks.harness.transfer import (
     run_rounds,
     summarize,
 )
-
-# Until http_static and tls_static import these from the harness themselves (helper B2):
-_CLK_TCK, _host_cpu, _table, _json_default = CLK_TCK, host_cpu, table, json_default
 
 CONTENDERS = (
     "aiosendfile-uvloop",
