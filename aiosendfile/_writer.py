@@ -24,7 +24,10 @@ Theory of operation
   tiny sends. Both waits live in ``_readiness``, shared with the splice driver.
 * **Resuming.** The file offset is ours (``TransferState.position``) and goes
   to ``sendfile`` explicitly, so the file's own position is never read.
-  After EAGAIN we simply try again from the same offset.
+  After EAGAIN we simply try again from the same offset. The job's
+  ``TransferState`` is the transfer's one byte count (an error's ``.sent``
+  is read from it), advanced here as the kernel takes bytes, including a cold
+  chunk that a thread finishes after we were cancelled.
 * **Cold pages.** Before a chunk, ``cachestat(2)`` counts its pages in the
   page cache (no side effects), and a 1-byte ``RWF_NOWAIT`` read of its last
   page says whether the pages are readable yet (pages still being read in are
