@@ -66,6 +66,7 @@ VERSION_SENSITIVE = [
     "tests/test_sock_sendfile.py",
     "tests/test_patch.py",
     "tests/test_units.py",
+    "tests/test_compat.py",
 ]
 
 
