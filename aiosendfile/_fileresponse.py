@@ -53,6 +53,7 @@ from . import _compat, _http, _platform
 from ._api import sendfile
 from ._coldread import read_range
 from ._errors import SendfileError
+from ._options import DEFAULT_FALLBACK_CHUNK
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
 
@@ -173,7 +174,7 @@ class FileResponse(web.StreamResponse):
     def __init__(
         self,
         path: PathLike,
-        chunk_size: int = 256 * 1024,
+        chunk_size: int = DEFAULT_FALLBACK_CHUNK,
         status: int = 200,
         reason: str | None = None,
         headers: LooseHeaders | None = None,

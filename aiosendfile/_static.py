@@ -57,6 +57,7 @@ from ._fileresponse import (
     inside,
     precompressed_siblings,
 )
+from ._options import DEFAULT_FALLBACK_CHUNK
 
 __all__ = ("StaticResource", "add_static", "static")
 
@@ -81,7 +82,7 @@ class StaticResource(web.StaticResource):
         *,
         name: str | None = None,
         expect_handler: Any = None,
-        chunk_size: int = 256 * 1024,
+        chunk_size: int = DEFAULT_FALLBACK_CHUNK,
         show_index: bool = False,
         follow_symlinks: bool = False,
         append_version: bool = False,
