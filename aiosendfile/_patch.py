@@ -74,7 +74,7 @@ def loop_factory(
     return factory
 
 
-def _unpatch(loop: Any) -> None:
+def unpatch(loop: Any) -> None:
     """Remove the patch (tests)."""
     for name in ("sendfile", "sock_sendfile", _MARK):
         loop.__dict__.pop(name, None)

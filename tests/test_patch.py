@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 import aiosendfile
 from aiosendfile import _platform
-from aiosendfile._patch import _unpatch
+from aiosendfile._patch import unpatch
 
 from .support.files import pattern
 
@@ -28,7 +28,7 @@ from .support.files import pattern
 async def patched_loop() -> Any:
     loop = aiosendfile.patch_loop()
     yield loop
-    _unpatch(loop)
+    unpatch(loop)
 
 
 async def test_patch_is_idempotent_and_replaces_both_methods(patched_loop: Any) -> None:
@@ -109,7 +109,7 @@ def test_loop_factory_patches_new_loops() -> None:
             loop.close()
 
 
-def test_unpatched_uvloop_really_lacks_sendfile() -> None:
+def testunpatched_uvloop_really_lacks_sendfile() -> None:
     """The fact the patch exists for (if uvloop ever implements it, revisit the defaults)."""
     loop = uvloop.new_event_loop()
     try:
