@@ -38,7 +38,7 @@ from ._lease import TransportLease
 from ._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from ._sink import FileSink
 from ._splice import splice_to_file
-from ._state import check_offset_count
+from ._state import check_int
 from ._target import is_tls, resolve_socket
 
 __all__ = ("recvfile",)
@@ -62,7 +62,7 @@ async def recvfile(
     position is ``offset + received``, on success and on error. Errors carry
     ``.received`` (``.sent``) where it applies.
     """
-    check_offset_count(offset, count, offset_optional=True, count_optional=False)
+    check_int("count", count)  # the count, then the file, then the offset: which error wins
     if isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b"):
         raise ValueError("file should be opened in binary mode")
     if getattr(file, "closed", False):
@@ -70,6 +70,7 @@ async def recvfile(
     writable = getattr(file, "writable", None)
     if callable(writable) and not writable():
         raise ValueError("file is not open for writing")
+    check_int("offset", offset, optional=True)
     if offset is None:
         offset = file.tell()
     file_fd = _regular_fd(file)

@@ -11,7 +11,8 @@ Rules kept here:
 * End of file before ``total`` bytes is truncation, never a short success.
 * A caller's ``offset`` and ``count`` (``sendfile``, ``sock_sendfile``,
   ``recvfile``) are checked by one rule, ``loop.sendfile``'s: not an int (a
-  bool is not one either) is ``TypeError``, a negative is ``ValueError``.
+  bool is not one either) is ``TypeError``, a negative is ``ValueError``
+  (``check_int``; ``recvfile`` checks its file between its count and its offset).
 """
 
 from __future__ import annotations
@@ -21,21 +22,20 @@ from typing import Any
 
 from ._errors import FileTruncatedError
 
-__all__ = ("DEFAULT_MAX_CHUNK", "TransferState", "check_offset_count")
+__all__ = ("DEFAULT_MAX_CHUNK", "TransferState", "check_int", "check_offset_count")
 
 #: Most bytes one transfer moves per event-loop wakeup (nginx's sendfile_max_chunk).
 DEFAULT_MAX_CHUNK = 4 * 1024 * 1024
 
 
-def check_offset_count(
-    offset: Any, count: Any, *, offset_optional: bool = False, count_optional: bool = True
-) -> None:
-    """Type and range checks shared by every entry point; None passes where it is optional."""
-    _check_int("offset", offset, offset_optional)
-    _check_int("count", count, count_optional)
+def check_offset_count(offset: Any, count: Any) -> None:
+    """``sendfile``'s and ``sock_sendfile``'s checks: an int *offset*, an int or None *count*."""
+    check_int("offset", offset)
+    check_int("count", count, optional=True)
 
 
-def _check_int(name: str, value: Any, optional: bool) -> None:
+def check_int(name: str, value: Any, *, optional: bool = False) -> None:
+    """The one rule for an offset or a count; None passes where it is *optional*."""
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):

@@ -305,3 +305,26 @@ async def test_bad_offset_or_count_is_the_same_error_as_sendfiles(
             await aiosendfile.recvfile(b, f, count, offset=offset)
         assert type(received.value) is type(sent.value)
         assert f.tell() == 0  # an argument error leaves the file alone
+
+
+async def test_arguments_are_checked_count_then_file_then_offset(tmp_path: Path) -> None:
+    """Where more than one thing is wrong, recvfile names the same one as before issue #14: the
+    count first, then the file, then the offset (only a non-int offset's type changed, to
+    TypeError)."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 10)
+    a, b = socket.socketpair()
+    with a, b:
+        b.setblocking(False)
+        with pytest.raises(TypeError, match="count"):
+            await aiosendfile.recvfile(b, io.BytesIO(), None, offset=-1)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="count"):
+            await aiosendfile.recvfile(b, io.BytesIO(), -1, offset=-1)
+        with open(path, "rb") as read_only, pytest.raises(ValueError, match="not open for writing"):
+            await aiosendfile.recvfile(b, read_only, 1, offset=-1)
+        with open(path, "rb") as read_only, pytest.raises(ValueError, match="not open for writing"):
+            await aiosendfile.recvfile(b, read_only, 1, offset=1.5)  # type: ignore[arg-type]
+        closed = open(path, "r+b")  # noqa: SIM115
+        closed.close()
+        with pytest.raises(ValueError, match="closed file"):
+            await aiosendfile.recvfile(b, closed, 1, offset=-1)
