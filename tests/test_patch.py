@@ -109,7 +109,7 @@ def test_loop_factory_patches_new_loops() -> None:
             loop.close()
 
 
-def testunpatched_uvloop_really_lacks_sendfile() -> None:
+def test_unpatched_uvloop_really_lacks_sendfile() -> None:
     """The fact the patch exists for (if uvloop ever implements it, revisit the defaults)."""
     loop = uvloop.new_event_loop()
     try:
