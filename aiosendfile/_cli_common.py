@@ -10,6 +10,8 @@
   asyncio, so ``python -m aiosendfile`` installs it within milliseconds of starting).
 - :func:`in_words` turns an ``OSError`` into something a user acts on, instead of
   ``[Errno 104] Connection reset by peer``.
+- :func:`add_loop_option` and :func:`loop_factory` are the one ``--loop`` of ``serve``,
+  ``send`` and ``recv`` (asyncio is imported only when a loop is made).
 """
 
 from __future__ import annotations
