@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import math
 import multiprocessing
-import resource
 import selectors
 import socket
 import sys
@@ -38,14 +37,14 @@ from benchmarks.harness import GB, MB, MiB, TrialError
 from benchmarks.harness.children import (
     client_then_result,
     recv_result,
-    report_to_parent,
-    run_on_contender_loop,
-    serving,
+    serve_on_contender_loop,
+    serving_locally,
     spawned,
 )
+from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import make_file, warm
-from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
-from benchmarks.harness.report import finish, machine_info, median_range, summary_row, table
+from benchmarks.harness.measure import ClientWindow, LoopTicker, loop_name, measured, usage
+from benchmarks.harness.report import finish_section, loop_trial_line, median_range, summary_row, table
 from benchmarks.harness.senders import SENDERS, Options
 from benchmarks.harness.transfer import READ_BUFFER
 
@@ -91,8 +90,7 @@ async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts:
     if contender.startswith("aiosendfile"):
         import aiosendfile  # noqa: F401  (imported before the clock starts)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=max(128, 2 * n))
-    async with serving(conn, server, server.sockets[0].getsockname()[1], ticker):
+    async with serving_locally(conn, handle, ticker, backlog=max(128, 2 * n)):
         await asyncio.wait_for(done, opts.timeout)
         end = usage()
     result = measured(started[0], end, sent_total)
@@ -103,18 +101,12 @@ async def _serve_many(conn: Connection, contender: str, path: str, n: int, opts:
     return result
 
 
-def _server_process(conn: Connection, contender: str, path: str, n: int, opts: Options) -> None:
-    report_to_parent(
-        conn, lambda: run_on_contender_loop(contender, lambda: _serve_many(conn, contender, path, n, opts))
-    )
-
-
 # ---------------------------------------------------------------------------
 # Reader (this process)
 # ---------------------------------------------------------------------------
 
 
-def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
+def read_many(port: int, n: int, size: int, timeout: float) -> ClientWindow:
     """Open *n* connections, send every "go" byte, read each to EOF with one selector."""
     socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(n)]
     view = memoryview(bytearray(READ_BUFFER))
@@ -125,14 +117,12 @@ def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.setblocking(False)
             sel.register(s, selectors.EVENT_READ, i)
-        h0 = host_cpu()
-        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        window = ClientWindow()
         clock = time.perf_counter
-        t0 = clock()
         for s in socks:
             s.send(b"G")
         open_ = n
-        deadline = t0 + timeout
+        deadline = window.t0 + timeout
         while open_:
             events = sel.select(1.0)
             if not events and clock() > deadline:
@@ -149,9 +139,7 @@ def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
                 else:
                     sel.unregister(s)
                     open_ -= 1
-        t1 = clock()
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
-        h1 = host_cpu()
+        window.stop()
     finally:
         sel.close()
         for s in socks:
@@ -159,12 +147,7 @@ def read_many(port: int, n: int, size: int, timeout: float) -> dict[str, Any]:
     short = [v for v in got.values() if v != size]
     if short:
         raise TrialError(f"reader: {len(short)}/{n} downloads got the wrong size (e.g. {short[0]})")
-    return {
-        "t_go": t0,
-        "t_last": t1,
-        "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
-        "host_busy_s": h1[0] - h0[0],
-    }
+    return window
 
 
 @dataclass
@@ -197,7 +180,7 @@ def run_trial(
     ctx: multiprocessing.context.SpawnContext, contender: str, n: int, rnd: int, path: str, opts: Options
 ) -> Sample:
     sample = Sample(contender=contender, concurrency=n, round=rnd, file_bytes=opts.size)
-    with spawned(ctx, _server_process, contender, path, n, opts) as (parent, proc):
+    with spawned(ctx, serve_on_contender_loop, contender, _serve_many, path, n, opts) as (parent, proc):
         try:
             port = recv_result(parent, opts.timeout, proc)
             rd, srv = client_then_result(
@@ -212,7 +195,7 @@ def run_trial(
         return sample
     sample.ok = True
     sample.total_bytes = total
-    sample.reader_seconds = rd["t_last"] - rd["t_go"]
+    sample.reader_seconds = rd.seconds
     sample.mb_per_s = total / sample.reader_seconds / MB
     sample.server_seconds = srv["t_end"] - srv["t_start"]
     sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
@@ -221,11 +204,9 @@ def run_trial(
     sample.loop_ticks = busy["ticks"]
     sample.loop_delay_worst_ms, sample.loop_delay_p99_ms = busy["worst_ms"], busy["p99_ms"]
     sample.loop_delay_p50_ms, sample.idle_delay_p99_ms = busy["p50_ms"], idle["p99_ms"]
-    sample.reader_cpu_s = rd["cpu_s"]
+    sample.reader_cpu_s = rd.cpu_s
     sample.loop = srv["loop"]
-    if not math.isnan(rd["host_busy_s"]):
-        sample.other_cpu_s = rd["host_busy_s"] - rd["cpu_s"] - srv["cpu_process_time_s"]
-        sample.other_load_cpus = other_load(sample.other_cpu_s, sample.reader_seconds)
+    sample.other_cpu_s, sample.other_load_cpus = rd.others(srv["cpu_process_time_s"])
     return sample
 
 
@@ -289,16 +270,6 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
     )
 
 
-def _progress(s: Sample) -> str:
-    if not s.ok:
-        return f"ERROR: {s.error}"
-    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {s.cpu_s_per_gb:.3f} s/GB  loop p99 {s.loop_delay_p99_ms:.2f} ms"
-    msg += f"  worst {s.loop_delay_worst_ms:.2f} ms"
-    if s.other_load_cpus:
-        msg += f"  other load {s.other_load_cpus:.2f} CPUs"
-    return msg
-
-
 def run(
     size_mib: int,
     levels: list[int],
@@ -321,13 +292,11 @@ def run(
         warm(path)
         t_bench = time.perf_counter()
         for rnd in range(1, rounds + 1):
-            shift = (rnd - 1) % len(contenders)
-            order = contenders[shift:] + contenders[:shift]
             for n in levels:
-                for contender in order:
+                for contender in rotated(contenders, rnd):
                     s = run_trial(ctx, contender, n, rnd, path, opts)
                     samples.append(s)
-                    say(f"round {rnd}/{rounds}  {contender:<22} x{n:<4} {_progress(s)}")
+                    say(f"round {rnd}/{rounds}  {contender:<22} x{n:<4} {loop_trial_line(s, worst=True)}")
         elapsed = time.perf_counter() - t_bench
     summary = summarize(samples)
     return {
@@ -362,17 +331,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.size = args.size or (4 if args.quick else 16)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.levels = [int(v) for v in args.levels.split(",") if v.strip()]
-    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    if unknown := set(args.contenders) - set(SENDERS):
-        p.error(f"unknown contenders {sorted(unknown)}")
+    args.contenders = comma_list(p, args.contenders, SENDERS)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     doc = run(args.size, args.levels, args.rounds, args.contenders, directory=args.dir)
-    doc["machine"] = machine_info()
-    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
+    return finish_section(doc, args.json)
 
 
 if __name__ == "__main__":

@@ -37,18 +37,19 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import MiB, servers
+from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
 from benchmarks.harness.report import (
     OTHER_LOAD_WARN,
-    finish,
+    document_head,
+    finish_samples,
     machine_info,
     median_or_none,
     median_range,
@@ -424,12 +425,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.duration = args.duration if args.duration is not None else (3 if args.quick else 10)
     args.rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
-    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    args.files = [f.strip() for f in args.files.split(",") if f.strip()]
-    if unknown := set(args.contenders) - set(CONTENDERS):
-        p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
-    if unknown := set(args.files) - {f[0] for f in FILES}:
-        p.error(f"unknown files {sorted(unknown)}; choose from {', '.join(f[0] for f in FILES)}")
+    args.contenders = comma_list(p, args.contenders, CONTENDERS)
+    args.files = comma_list(p, args.files, (f[0] for f in FILES), "files")
     if args.duration < 1 or args.rounds < 1 or args.threads < 1 or args.connections < args.threads:
         p.error("--duration, --rounds and --threads must be >= 1, and --connections >= --threads")
     if args.no_pin:
@@ -468,9 +465,8 @@ def main(argv: list[str] | None = None) -> int:
             bodies=bodies,
         )
         start = partial(start_server, ctx)
-        n = len(args.contenders)
         print(
-            f"{args.rounds} rounds x {len(files)} files x {n} contenders, "
+            f"{args.rounds} rounds x {len(files)} files x {len(args.contenders)} contenders, "
             f"{args.duration} s + {WARMUP_S} s warm-up per trial; example: "
             + " ".join(ctx.wrk_command("http://127.0.0.1:PORT/FILE", args.duration)),
             file=log,
@@ -478,10 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         t_bench = time.perf_counter()
         for rnd in range(1, args.rounds + 1):
-            shift = (rnd - 1) % n  # rotate the order so no contender always runs first
-            order = args.contenders[shift:] + args.contenders[:shift]
             for label, name, size in files:
-                for contender in order:
+                for contender in rotated(args.contenders, rnd):
                     for attempt in range(args.retries + 1):
                         s = run_trial(ctx, start, contender, label, name, size, rnd)
                         samples.append(s)
@@ -513,9 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
     }
     document = {
-        "benchmark": "http_static",
-        "date": started.isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
+        **document_head("http_static", started),
         "params": {
             "rounds": args.rounds,
             "duration_s": args.duration,
@@ -544,10 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "summary": summary,
         "ratios": rat,
-        "samples": [asdict(s) for s in samples],
-        "sample_fields": [f.name for f in fields(Sample)],
     }
-    return finish(text, document, args.json, ok=all(s.ok for s in samples), allow_nan=False, log=log)
+    return finish_samples(text, document, Sample, samples, args.json, log)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,23 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import MiB
+from benchmarks.harness.cli import comma_list
 from benchmarks.harness.files import cache_state, make_file, storage_info, warm
 from benchmarks.harness.measure import IDLE_S, TICK_S
-from benchmarks.harness.report import finish, machine_info, median_range, other_load_warning, table
+from benchmarks.harness.report import (
+    document_head,
+    finish_samples,
+    machine_info,
+    median_range,
+    other_load_warning,
+    table,
+)
 from benchmarks.harness.senders import Options, unavailable
 from benchmarks.harness.transfer import READ_BUFFER, Case, Sample, run_rounds, summarize
 
@@ -303,15 +311,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.size = args.size if args.size is not None else (128 if args.quick else 512)
     args.rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    args.states = [s.strip() for s in args.states.split(",") if s.strip()]
+    args.rows = comma_list(p, args.rows, ROWS, "rows")
+    args.states = comma_list(p, args.states, STATES, "states")
     args.sweep = [_parse_size(c) for c in args.sweep.split(",") if c.strip()]
-    if bad := set(args.rows) - set(ROWS):
-        p.error(f"unknown rows {sorted(bad)}; choose from {', '.join(ROWS)}")
     args.skipped = {r: why for r in args.rows if (why := unavailable(ROWS[r][0]))}
     args.rows = [r for r in args.rows if r not in args.skipped]
-    if bad := set(args.states) - set(STATES):
-        p.error(f"unknown states {sorted(bad)}; choose from {', '.join(STATES)}")
     if args.size <= 0 or args.rounds <= 0 or any(c <= 0 for c in args.sweep):
         p.error("--size, --rounds and --sweep values must be positive")
     return args
@@ -357,9 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     text += "".join(f"\nskipped {row}: {why}" for row, why in args.skipped.items())
 
     document = {
-        "benchmark": "loop_stall",
-        "date": started.isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
+        **document_head("loop_stall", started),
         "params": {
             "size_bytes": base.size,
             "rounds": args.rounds,
@@ -385,10 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info() | {"storage": storage},
         "targets": targets,
         "summary": summary,
-        "samples": [asdict(s) for s in samples],
-        "sample_fields": [f.name for f in fields(Sample)],
     }
-    return finish(text, document, args.json, ok=all(s.ok for s in samples), allow_nan=False, log=log)
+    return finish_samples(text, document, Sample, samples, args.json, log)
 
 
 if __name__ == "__main__":

@@ -30,16 +30,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.harness import MiB
+from benchmarks.harness.cli import comma_list
 from benchmarks.harness.files import make_file, warm
 from benchmarks.harness.measure import IDLE_S, TICK_S, PerfSpec
 from benchmarks.harness.report import (
-    finish,
+    document_head,
+    finish_samples,
     machine_info,
     ms,
     other_load_warning,
@@ -228,11 +230,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.size = args.size if args.size is not None else (256 if args.quick else 1024)
     args.rounds = args.rounds if args.rounds is not None else (3 if args.quick else 5)
-    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    known = (*SENDERS, *THREADS)  # CONTENDERS, plus the rows only run on request (copy-asyncio, thread-copy)
-    unknown = set(args.contenders) - set(known)
-    if unknown:
-        p.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(known)}")
+    # CONTENDERS, plus the rows only run on request (copy-asyncio, thread-copy)
+    args.contenders = comma_list(p, args.contenders, (*SENDERS, *THREADS))
     args.skipped = {c: why for c in args.contenders if (why := unavailable(c))}
     args.contenders = [c for c in args.contenders if c not in args.skipped]
     if args.size <= 0 or args.rounds <= 0:
@@ -403,9 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             text += ", ".join(kept_noisy)
 
     document = {
-        "benchmark": "raw_transfer",
-        "date": started.isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
+        **document_head("raw_transfer", started),
         "params": {
             "size_bytes": base.size,
             "network": over,
@@ -436,10 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "machine": machine_info(),
         "summary": summary,
-        "samples": [asdict(s) for s in samples],
-        "sample_fields": [f.name for f in fields(Sample)],
     }
-    return finish(text, document, args.json, ok=all(s.ok for s in samples), allow_nan=False, log=log)
+    return finish_samples(text, document, Sample, samples, args.json, log)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import hashlib
 import math
 import multiprocessing
 import os
-import resource
 import socket
 import sys
 import tempfile
@@ -45,14 +44,14 @@ from benchmarks.harness import GB, MB, MiB, TrialError
 from benchmarks.harness.children import (
     client_then_result,
     recv_result,
-    report_to_parent,
-    run_on_contender_loop,
-    serving,
+    serve_on_contender_loop,
+    serving_locally,
     spawned,
 )
+from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import make_file, warm
-from benchmarks.harness.measure import LoopTicker, host_cpu, loop_name, measured, other_load, usage
-from benchmarks.harness.report import finish, machine_info, median_range, summary_row, table
+from benchmarks.harness.measure import ClientWindow, LoopTicker, loop_name, measured, usage
+from benchmarks.harness.report import finish_section, loop_trial_line, median_range, summary_row, table
 
 CONTENDERS = ("recvfile-uvloop", "read+write-uvloop", "recvfile-asyncio", "read+write-asyncio")
 READ_CHUNK = 256 * 1024
@@ -93,26 +92,17 @@ async def _receive(conn: Connection, contender: str, dest: str, size: int, timeo
         else:
             done.set_result(result)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    async with serving(conn, server, server.sockets[0].getsockname()[1], ticker):
+    async with serving_locally(conn, handle, ticker):
         result = await asyncio.wait_for(done, timeout)
     result["loop_busy"] = ticker.busy(result["t_start"], result["t_end"])
     result["loop"] = loop_name(loop)
     return result
 
 
-def _server_process(conn: Connection, contender: str, dest: str, size: int, timeout: float) -> None:
-    report_to_parent(
-        conn, lambda: run_on_contender_loop(contender, lambda: _receive(conn, contender, dest, size, timeout))
-    )
-
-
-def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]:
+def _send_all(port: int, path: str, size: int, timeout: float) -> ClientWindow:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock, open(path, "rb") as f:
         sock.settimeout(None)
-        h0 = host_cpu()
-        r0 = resource.getrusage(resource.RUSAGE_SELF)
-        t0 = time.perf_counter()
+        window = ClientWindow()
         sent = 0
         while sent < size:
             n = os.sendfile(sock.fileno(), f.fileno(), sent, size - sent)
@@ -121,17 +111,10 @@ def _send_all(port: int, path: str, size: int, timeout: float) -> dict[str, Any]
             sent += n
         sock.settimeout(timeout)
         ack = sock.recv(1)
-        t1 = time.perf_counter()
-        r1 = resource.getrusage(resource.RUSAGE_SELF)
-        h1 = host_cpu()
+        window.stop()
     if ack != b"K":
         raise TrialError(f"no acknowledgement from the receiver (got {ack!r})")
-    return {
-        "t0": t0,
-        "t1": t1,
-        "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
-        "host_busy_s": h1[0] - h0[0],
-    }
+    return window
 
 
 def _edges(path: str, size: int) -> tuple[bytes, bytes]:
@@ -175,7 +158,10 @@ def run_trial(
 ) -> Sample:
     sample = Sample(contender=contender, round=rnd, bytes=size)
     try:
-        with spawned(ctx, _server_process, contender, dest, size, timeout) as (parent, proc):
+        with spawned(ctx, serve_on_contender_loop, contender, _receive, dest, size, timeout) as (
+            parent,
+            proc,
+        ):
             port = recv_result(parent, timeout, proc)
             sd, srv = client_then_result(
                 parent, proc, timeout, lambda: _send_all(port, src, size, timeout), who="sender"
@@ -193,7 +179,7 @@ def run_trial(
         with contextlib.suppress(OSError):
             os.unlink(dest)
     sample.ok = True
-    sample.sender_seconds = sd["t1"] - sd["t0"]
+    sample.sender_seconds = sd.seconds
     sample.mb_per_s = size / sample.sender_seconds / MB
     sample.receiver_seconds = srv["t_end"] - srv["t_start"]
     sample.cpu_user_s, sample.cpu_sys_s = srv["cpu_user_s"], srv["cpu_sys_s"]
@@ -201,11 +187,9 @@ def run_trial(
     sample.vol_ctx_switches = srv["vol_ctx_switches"]
     sample.loop_delay_worst_ms = srv["loop_busy"]["worst_ms"]
     sample.loop_delay_p99_ms = srv["loop_busy"]["p99_ms"]
-    sample.sender_cpu_s = sd["cpu_s"]
+    sample.sender_cpu_s = sd.cpu_s
     sample.loop = srv["loop"]
-    if not math.isnan(sd["host_busy_s"]):
-        sample.other_cpu_s = sd["host_busy_s"] - sd["cpu_s"] - srv["cpu_process_time_s"]
-        sample.other_load_cpus = other_load(sample.other_cpu_s, sample.sender_seconds)
+    sample.other_cpu_s, sample.other_load_cpus = sd.others(srv["cpu_process_time_s"])
     return sample
 
 
@@ -253,15 +237,6 @@ def report(summary: dict[str, dict[str, Any]], size: int, rounds: int) -> str:
     )
 
 
-def _progress(s: Sample) -> str:
-    if not s.ok:
-        return f"ERROR: {s.error}"
-    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {s.cpu_s_per_gb:.3f} s/GB  loop p99 {s.loop_delay_p99_ms:.2f} ms"
-    if s.other_load_cpus:
-        msg += f"  other load {s.other_load_cpus:.2f} CPUs"
-    return msg
-
-
 def run(
     size_mib: int,
     rounds: int,
@@ -285,11 +260,10 @@ def run(
         dest = os.path.join(tmp, "received.bin")
         t_bench = time.perf_counter()
         for rnd in range(1, rounds + 1):
-            shift = (rnd - 1) % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
+            for contender in rotated(contenders, rnd):
                 s = run_trial(ctx, contender, rnd, src, dest, size, timeout, expected)
                 samples.append(s)
-                say(f"round {rnd}/{rounds}  {contender:<20} {_progress(s)}")
+                say(f"round {rnd}/{rounds}  {contender:<20} {loop_trial_line(s)}")
         elapsed = time.perf_counter() - t_bench
     summary = summarize(samples, contenders)
     return {
@@ -321,17 +295,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.size = args.size or (128 if args.quick else 512)
     args.rounds = args.rounds or (1 if args.quick else 5)
-    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    if unknown := set(args.contenders) - set(CONTENDERS):
-        p.error(f"unknown contenders {sorted(unknown)}")
+    args.contenders = comma_list(p, args.contenders, CONTENDERS)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     doc = run(args.size, args.rounds, args.contenders, directory=args.dir)
-    doc["machine"] = machine_info()
-    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
+    return finish_section(doc, args.json)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ from typing import Any
 
 from benchmarks import concurrency, http_static, raw_transfer, receive, tls_static
 from benchmarks.harness import netns
-from benchmarks.harness.report import OTHER_LOAD_WARN, json_default, machine_info, table
+from benchmarks.harness.cli import comma_list
+from benchmarks.harness.report import OTHER_LOAD_WARN, document_head, json_default, machine_info, table
 from benchmarks.harness.senders import unavailable
 
 HERE = Path(__file__).resolve().parent
@@ -413,9 +414,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run nothing: redraw the figure (and table) from a suite JSON file",
     )
     args = p.parse_args(argv)
-    args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    if unknown := set(args.sections) - set(SECTIONS):
-        p.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    args.sections = comma_list(p, args.sections, SECTIONS, "sections")
     if args.network == "veth" and not args.replot and (why := netns.available()):
         p.error(f"--veth: a veth pair cannot be made here: {why}")
     return args
@@ -519,9 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nfailed sections: " + ", ".join(f"{k} ({v})" for k, v in failed.items()))
 
     document = {
-        "benchmark": "suite",
-        "date": started.isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
+        **document_head("suite", started),
         "mode": mode,
         "plan": plan,
         "elapsed_s": elapsed,

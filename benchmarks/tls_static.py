@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.harness import MiB, servers
+from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
-from benchmarks.harness.report import finish, machine_info, table
+from benchmarks.harness.report import finish_section, table
 from benchmarks.harness.servers import Server, can_pin, ensure_tools, free_port, repo_env, tool_version
 
 PLUGIN_TLS = "aiosendfile-plugin-tls"
@@ -188,8 +189,7 @@ def run(
         start = partial(start_server, ctx, cert=cert, key=key)
         t_bench = time.perf_counter()
         for rnd in range(1, rounds + 1):
-            shift = (rnd - 1) % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
+            for contender in rotated(contenders, rnd):
                 s = run_trial(ctx, start, contender, label, name, size, rnd, scheme="https")
                 samples.append(s)
                 line = f"round {rnd}/{rounds}  {contender:<23} {progress_line(s)}"
@@ -241,9 +241,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.duration = args.duration or (2 if args.quick else 5)
     args.rounds = args.rounds or (1 if args.quick else 3)
-    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    if unknown := set(args.contenders) - set(CONTENDERS):
-        p.error(f"unknown contenders {sorted(unknown)}")
+    args.contenders = comma_list(p, args.contenders, CONTENDERS)
     return args
 
 
@@ -258,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         pin=not args.no_pin,
         directory=args.dir,
     )
-    doc["machine"] = machine_info()
-    return finish(doc["report"], doc, args.json, ok=all(s["ok"] for s in doc["samples"]))
+    return finish_section(doc, args.json)
 
 
 if __name__ == "__main__":

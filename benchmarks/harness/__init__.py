@@ -4,7 +4,8 @@ One job per module: ``measure`` (loop-delay ticker, delay statistics, process, p
 whole-machine CPU, other load, perf windows), ``children`` (the spawned server process and its
 result), ``files`` (making, warming and evicting the test file, page-cache state), ``netns``
 (veth pairs between network namespaces), ``report`` (tables, number formats, machine description,
-the JSON document and the ending every benchmark's ``main`` shares), ``senders`` (the server-side
+the JSON document and the ending every benchmark's ``main`` shares), ``cli`` (checked comma-separated
+lists such as ``--contenders``, the rotating round order), ``senders`` (the server-side
 send strategies), ``transfer`` (the one-file trial of ``raw_transfer`` and ``loop_stall``),
 ``servers`` (external server processes, pinning, free ports, wrk/nginx install and versions),
 ``wrk`` (its command, run, report parsing), ``http_trial`` (the HTTP(S) trial ``http_static`` and

@@ -2,9 +2,11 @@
 
 A trial starts a fresh child (``spawned``) that serves on a loop of the contender's kind
 (``run_on_contender_loop``), says ``("ready", port)`` once its listener is up and its ticker
-has an idle baseline (``serving``), and ends with ``report_to_parent``: ``("result", dict)`` or
-``("error", traceback)``. The parent reads each message with ``recv_result``, and runs its own
-side of the trial between the two with ``client_then_result``.
+has an idle baseline (``serving``; ``serving_locally`` starts a 127.0.0.1 stream server first),
+and ends with ``report_to_parent``: ``("result", dict)`` or ``("error", traceback)``
+(``serve_on_contender_loop`` is the whole child for a benchmark's own coroutine). The parent
+reads each message with ``recv_result``, and runs its own side of the trial between the two
+with ``client_then_result``.
 """
 
 from __future__ import annotations
@@ -83,6 +85,26 @@ async def serving(
         await ticker.stop()
         server.close()
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def serving_locally(
+    conn: Connection,
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]],
+    ticker: LoopTicker,
+    backlog: int = 100,
+) -> AsyncIterator[None]:
+    """Start a stream server for *handle* on a free 127.0.0.1 port, and run the block ``serving`` it."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=backlog)
+    async with serving(conn, server, server.sockets[0].getsockname()[1], ticker):
+        yield
+
+
+def serve_on_contender_loop(
+    conn: Connection, contender: str, main: Callable[..., Coroutine[Any, Any, dict[str, Any]]], *args: Any
+) -> None:
+    """A ``spawned`` target: run ``main(conn, contender, *args)`` on the contender's loop, report it."""
+    report_to_parent(conn, lambda: run_on_contender_loop(contender, lambda: main(conn, contender, *args)))
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The server loop's 1 ms ticker and its statistics, ``getrusage`` snapshots of a process, ``/proc``
 CPU counters of a process tree (an external server) and of the whole machine, the other load
-they leave over, and ``perf`` over one trial's transfer window. Each benchmark composes these
+they leave over (``ClientWindow``: seen from the reader's or sender's side), and ``perf`` over
+one trial's transfer window. Each benchmark composes these
 into its own samples.
 """
 
@@ -202,6 +203,42 @@ def other_load(other_cpu_s: float, seconds: float) -> float:
     """
     slack = 2 * (os.cpu_count() or 1) / CLK_TCK
     return max(0.0, other_cpu_s - slack) / seconds
+
+
+class ClientWindow:
+    """This process's side of a trial (the reader or sender): wall time, its CPU, the machine's busy CPU.
+
+    Made when this side starts its transfer, ``stop()``ed when it ends. What the machine was busy
+    with that was neither this process nor the server is the window's other load (``others``).
+    """
+
+    def __init__(self) -> None:
+        self.host0 = host_cpu()
+        self.r0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.t0 = time.perf_counter()
+        self.t1 = self.cpu_s = self.host_busy_s = math.nan
+
+    def stop(self) -> None:
+        """End the window: take the clock first, then this process's and the machine's CPU."""
+        self.t1 = time.perf_counter()
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        host1 = host_cpu()
+        self.cpu_s = (r1.ru_utime - self.r0.ru_utime) + (r1.ru_stime - self.r0.ru_stime)
+        self.host_busy_s = host1[0] - self.host0[0]
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+    def others(self, server_cpu_s: float) -> tuple[float | None, float | None]:
+        """(other_cpu_s, other_load_cpus) beside this process and a server that used *server_cpu_s*.
+
+        (None, None) where /proc/stat is not there to tell.
+        """
+        if math.isnan(self.host_busy_s):
+            return None, None
+        other_cpu_s = self.host_busy_s - self.cpu_s - server_cpu_s
+        return other_cpu_s, other_load(other_cpu_s, self.seconds)
 
 
 # ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Reporting: tables, number formats, the machine description, and the ending of every benchmark.
 
 Every benchmark prints plain-text tables (``table``), writes one JSON document with the machine
-it ran on (``machine_info``), and ends alike (``finish``): print the report, write the JSON,
-say where, exit 0 only if every trial succeeded. A report warns (``other_load_warning``) when
+it ran on (``machine_info``), and ends alike (``finish``, or ``finish_section`` and
+``finish_samples`` for the two usual documents): print the report, write the JSON, say where,
+exit 0 only if every trial succeeded. A report warns (``other_load_warning``) when
 other processes loaded the machine during the trials.
 """
 
@@ -16,6 +17,8 @@ import platform
 import statistics
 import subprocess
 import sys
+from dataclasses import asdict, fields
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -86,6 +89,18 @@ def summary_row(samples: list[Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def loop_trial_line(s: Any, *, worst: bool = False) -> str:
+    """A one-loop trial's progress line (concurrency, receive): MB/s, CPU s/GB, loop delay, other load."""
+    if not s.ok:
+        return f"ERROR: {s.error}"
+    msg = f"{s.mb_per_s:8.0f} MB/s  cpu {s.cpu_s_per_gb:.3f} s/GB  loop p99 {s.loop_delay_p99_ms:.2f} ms"
+    if worst:
+        msg += f"  worst {s.loop_delay_worst_ms:.2f} ms"
+    if s.other_load_cpus:
+        msg += f"  other load {s.other_load_cpus:.2f} CPUs"
+    return msg
 
 
 def other_load_warning(loads: list[float]) -> list[str]:
@@ -166,6 +181,15 @@ def machine_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
+def document_head(benchmark: str, started: datetime) -> dict[str, Any]:
+    """The first keys of a benchmark's JSON document: its name, start time and command line."""
+    return {
+        "benchmark": benchmark,
+        "date": started.isoformat(timespec="seconds"),
+        "command": [sys.executable, *sys.argv],
+    }
+
+
 def json_default(obj: object) -> object:
     """``json.dumps(default=...)``: refuse anything that is not plain JSON (no silent ``str()``)."""
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
@@ -189,3 +213,26 @@ def finish(
     path.write_text(json.dumps(document, indent=2, allow_nan=allow_nan, default=json_default) + "\n")
     print(f"results: {path}", file=log or sys.stderr)
     return 0 if ok else 1
+
+
+def finish_section(document: dict[str, Any], path: Path) -> int:
+    """The ending of a benchmark whose ``run()`` returns its whole document (a ``suite`` section).
+
+    Adds ``machine`` (last), prints the document's ``report``, writes it to *path*; the exit code
+    is 1 if any sample failed.
+    """
+    document["machine"] = machine_info()
+    return finish(document["report"], document, path, ok=all(s["ok"] for s in document["samples"]))
+
+
+def finish_samples(
+    text: str, document: dict[str, Any], sample_type: type, samples: list[Any], path: Path, log: IO[str]
+) -> int:
+    """The ending of a benchmark whose document ends with its samples (dataclasses of *sample_type*).
+
+    Adds ``samples`` and ``sample_fields`` (last), prints *text*, writes strict JSON (no NaN)
+    to *path*; the exit code is 1 if any sample failed.
+    """
+    document["samples"] = [asdict(s) for s in samples]
+    document["sample_fields"] = [f.name for f in fields(sample_type)]
+    return finish(text, document, path, ok=all(s.ok for s in samples), allow_nan=False, log=log)
