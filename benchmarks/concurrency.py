@@ -128,8 +128,7 @@ def read_many(port: int, n: int, size: int, timeout: float) -> ClientWindow:
             if not events and clock() > deadline:
                 raise TrialError(f"reader: {open_} downloads unfinished after {timeout} s")
             for key, _ in events:
-                s = key.fileobj
-                assert isinstance(s, socket.socket)
+                s = socks[key.data]
                 try:
                     k = s.recv_into(view)
                 except BlockingIOError:

@@ -238,7 +238,11 @@ def report(
             continue
         mine = [s for s in samples if s.contender == name and s.ok and not s.discarded]
         resident = sorted({f"{s.cached_pages}/{s.file_pages}" for s in mine})
-        steal = [s.host_steal_s * 1e3 / s.reader_seconds for s in mine if s.host_steal_s is not None]
+        steal = [
+            s.host_steal_s * 1e3 / s.reader_seconds
+            for s in mine
+            if s.host_steal_s is not None and s.reader_seconds
+        ]
         zc = row["zero_copy_bytes"]
         detail_rows.append(
             [

@@ -13,7 +13,7 @@ import asyncio
 import importlib.util
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, BinaryIO, cast
 
 from benchmarks.harness import TrialError
 
@@ -78,7 +78,7 @@ async def send_aiofastnet(writer: asyncio.StreamWriter, f: IO[bytes], opts: Opti
 
     if not isinstance(writer.transport, aiofastnet.Transport):
         raise TrialError(f"not an aiofastnet transport: {type(writer.transport)}")
-    await aiofastnet.sendfile(asyncio.get_running_loop(), writer.transport, f, 0, opts.size)
+    await aiofastnet.sendfile(asyncio.get_running_loop(), writer.transport, cast(BinaryIO, f), 0, opts.size)
     return opts.size
 
 
