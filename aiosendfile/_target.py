@@ -109,9 +109,7 @@ def resolve_target(target: Any) -> Target:
 
 def resolve_socket(sock: socket.socket) -> Target:
     """Check a raw socket as ``loop.sock_sendfile`` does."""
-    import ssl
-
-    if isinstance(sock, ssl.SSLSocket):
+    if is_tls(sock):
         raise TypeError("Socket cannot be of type SSLSocket")
     if sock.type != socket.SOCK_STREAM:
         raise ValueError("only SOCK_STREAM type sockets are supported")
