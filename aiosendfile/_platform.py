@@ -307,7 +307,7 @@ def splice_once(src: int, dst: int, count: int, offset_dst: int | None = None) -
         if exc.errno in _UNSUPPORTED_ERRNOS:
             raise NotSupportedBySendfile(exc.errno, exc.strerror) from exc
         raise
-    if offset_dst is not None:  # count each byte once, on its pipe → file leg (one thread at a time)
+    if offset_dst is not None:  # count each received byte once: on its pipe → file leg
         counters.splice_bytes += moved
     return moved
 
