@@ -66,6 +66,19 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def resume_completes(
+    source: Path, out: Path, start: int, recv_args: tuple[str, ...] = (), send_args: tuple[str, ...] = ()
+) -> None:
+    """A ``recv --resume`` of *out*, holding the first *start* bytes of *source*, then a ``send``:
+    both succeed, the receiver says it resumed at *start*, and *out* is *source* byte for byte."""
+    receiver, port = start_receiver(out, "--resume", *recv_args)
+    sent = send(source, port, *send_args)
+    code, got, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert f"resumed at {start}" in got
+    assert out.read_bytes() == source.read_bytes()
+
+
 def test_send_and_receive_byte_exact(tmp_path: Path) -> None:
     source = tmp_path / "in.bin"
     source.write_bytes(pattern(20 * 2**20 + 3))
@@ -125,12 +138,7 @@ def test_resume_after_a_killed_sender(tmp_path: Path) -> None:
     assert code == 1
     assert "kept the first 5242880" in err
     assert (tmp_path / "out.bin").read_bytes() == data[: 5 * 2**20]
-    receiver, port = start_receiver(tmp_path / "out.bin", "--resume")
-    sent = send(source, port)
-    code, out, err = finish(receiver)
-    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
-    assert "resumed at 5242880" in out
-    assert (tmp_path / "out.bin").read_bytes() == data
+    resume_completes(source, tmp_path / "out.bin", 5 * 2**20)
 
 
 # -- a receiver that does not trust whoever connects (issue #13) ------------------------------
@@ -421,12 +429,7 @@ def test_receiver_interrupted_mid_transfer_keeps_a_prefix(tmp_path: Path, signum
         "(recv --resume continues it)"
     ), err
     assert out.read_bytes() == data[:part]
-    receiver, port = start_receiver(out, "--resume", "--loop", loop)
-    sent = send(source, port, "--loop", loop)
-    code, got, err = finish(receiver)
-    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
-    assert f"resumed at {part}" in got
-    assert out.read_bytes() == data
+    resume_completes(source, out, part, ("--loop", loop), ("--loop", loop))
 
 
 def test_receiver_interrupted_while_waiting(tmp_path: Path) -> None:
@@ -513,12 +516,7 @@ def test_sender_interrupted_mid_transfer(tmp_path: Path, signum: int) -> None:
     assert code == 1, err
     assert f"kept the first {part} of {len(data)} bytes" in err, err
     assert out.read_bytes() == data[:part]
-    receiver, port = start_receiver(out, "--resume")
-    sent = send(source, port)
-    code, got, err = finish(receiver)
-    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
-    assert f"resumed at {part}" in got
-    assert out.read_bytes() == data
+    resume_completes(source, out, part)
 
 
 def test_a_failed_write_is_told_to_the_sender(tmp_path: Path) -> None:
@@ -750,12 +748,7 @@ def test_a_sender_that_goes_silent_mid_body_is_dropped(tmp_path: Path, loop: str
     assert out.read_bytes() == data[:1000]
     source = tmp_path / "in.bin"
     source.write_bytes(data)
-    receiver, port = start_receiver(out, "--resume", "--loop", loop)
-    sent = send(source, port)
-    code, got, err = finish(receiver)
-    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
-    assert "resumed at 1000" in got
-    assert out.read_bytes() == data
+    resume_completes(source, out, 1000, ("--loop", loop))
 
 
 def test_a_hostile_receivers_words_cannot_drive_the_terminal(tmp_path: Path) -> None:
