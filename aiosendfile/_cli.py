@@ -286,8 +286,8 @@ def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int,
             if p.pid is not None and p.exitcode is None:
                 os.kill(p.pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
     for p in procs:
         if stopping:
             break

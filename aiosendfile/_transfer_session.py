@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ._cli_common import fail, in_words, loop_factory
+from ._cli_common import STOP_SIGNALS, fail, in_words, loop_factory
 from ._transfer_protocol import TransferFailed, encode
 
 __all__ = ("STOP", "Progress", "finish", "hash_file", "in_thread", "run", "send_message", "summary")
@@ -99,7 +99,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
     outcome: str | BaseException
     try:
         task = event_loop.create_task(main)
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             event_loop.add_signal_handler(signum, on_signal, signum)
         try:
             outcome = event_loop.run_until_complete(task)
@@ -111,7 +111,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
             outcome = TransferFailed(f"unexpected error: {in_words(exc)} ({type(exc).__name__})")
         finally:
             finish(event_loop)
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 event_loop.remove_signal_handler(signum)
     except KeyboardInterrupt:  # before our handler was installed
         signalled[:] = [signal.SIGINT]
