@@ -1,4 +1,4 @@
-"""``python -m aiosendfile`` and the ``aiosendfile`` script: see :mod:`aiosendfile._cli`.
+"""``python -m aiosendfile`` and the ``aiosendfile`` script: see :mod:`aiosendfile._cli._main`.
 
 Ctrl-C/SIGTERM are taken over first, before the command line (and asyncio) is
 imported, so a signal that lands while the program starts ends it quietly.
@@ -6,12 +6,12 @@ imported, so a signal that lands while the program starts ends it quietly.
 
 import sys
 
-from ._cli_common import quiet_exit_on_signals
+from ._cli._common import quiet_exit_on_signals
 
 
 def main() -> int:
     quiet_exit_on_signals(sys.argv[1] if len(sys.argv) > 1 else "")
-    from ._cli import main as cli_main
+    from ._cli._main import main as cli_main
 
     return cli_main()
 

@@ -17,8 +17,8 @@ hidden (404, not listed) unless ``show_dotfiles=True``; ``/.well-known/`` is ser
 
 from __future__ import annotations
 
-from ._fileresponse import FileResponse
-from ._static import StaticResource, add_static, static
-from ._upload import save_upload
+from ._aiohttp._fileresponse import FileResponse
+from ._aiohttp._static import StaticResource, add_static, static
+from ._aiohttp._upload import save_upload
 
 __all__ = ("FileResponse", "StaticResource", "add_static", "save_upload", "static")

@@ -29,7 +29,8 @@ from yarl import URL
 
 import aiosendfile
 import aiosendfile.aiohttp as sf
-from aiosendfile import _fileresponse, _options, _platform
+from aiosendfile import _options, _platform
+from aiosendfile._aiohttp import _fileresponse
 
 from .support.connections import Connector
 from .support.files import SlowDisk, pattern

@@ -536,7 +536,7 @@ async def test_save_upload(
 
 @pytest.fixture
 def fresh_hot_files() -> Any:
-    from aiosendfile import _fileresponse
+    from aiosendfile._aiohttp import _fileresponse
 
     _fileresponse.hot_files.clear()
     yield _fileresponse.hot_files
@@ -611,7 +611,7 @@ async def test_hot_plain_requests_answer_as_fileresponse_does(
     """The static handler's hot path (aiohttp's plain Response from the cached bytes) gives the
     same status, headers (all but Date) and body as FileResponse, and is taken only for plain
     GET/HEAD of a hot file."""
-    from aiosendfile import _static
+    from aiosendfile._aiohttp import _static
 
     hot, cold = await site(), await site(hot_cache=False)
     full: list[str] = []
@@ -654,7 +654,7 @@ async def test_siblings_are_looked_up_once_per_request(
 ) -> None:
     """A hot file whose accepted .gz sibling exists: the hot path's lookup of the siblings is
     handed to the full path, not repeated (one stat per admitted encoding)."""
-    from aiosendfile import _fileresponse
+    from aiosendfile._aiohttp import _fileresponse
 
     s = await site()
     await s.get("/static/doc.txt", **{"Accept-Encoding": "identity"})  # doc.txt is now hot
@@ -673,7 +673,7 @@ async def test_siblings_are_looked_up_once_per_request(
 
 
 def test_hot_files_are_bounded() -> None:
-    from aiosendfile._fileresponse import HotFiles
+    from aiosendfile._aiohttp._fileresponse import HotFiles
 
     def st(size: int, ino: int) -> Any:
         return os.stat_result((0o100644, ino, 1, 1, 0, 0, size, 0, 0, 0))
@@ -704,7 +704,7 @@ async def test_low_level_handle_answers_as_the_application_does(tmp_path: Path) 
     directories, ranges, conditionals, bad methods, ``Expect`` and hostile spellings."""
     from aiohttp.test_utils import RawTestServer
 
-    from aiosendfile._static import StaticResource
+    from aiosendfile._aiohttp._static import StaticResource
 
     build_tree(tmp_path)
     app = web.Application()

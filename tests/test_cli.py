@@ -313,9 +313,9 @@ def world_readable_tmp() -> Iterator[Path]:
 # directory too, as mkdtemp makes them), then drops its privileges.
 AS_NOBODY = """
 import os, sys
-import aiosendfile._cli, aiosendfile._static, aiosendfile._transfer_cli, aiohttp.web
+import aiosendfile._cli._main, aiosendfile._aiohttp._static, aiosendfile._pair._cli, aiohttp.web
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
-sys.exit(aiosendfile._cli.main(sys.argv[1:]))
+sys.exit(aiosendfile._cli._main.main(sys.argv[1:]))
 """
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aiosendfile._transfer_protocol import BUSY
+from aiosendfile._pair._protocol import BUSY
 
 from .support.files import pattern
 from .support.processes import aiosendfile_process, signal_while_starting

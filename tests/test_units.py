@@ -181,7 +181,7 @@ def test_import_loads_the_core_but_the_command_line_defers_it() -> None:
     # The command line: the signal handlers are in place before asyncio is imported.
     check = (
         "import runpy, signal, sys; sys.argv = ['-m', '--version']; sys.orig_argv = ['python', '-m', "
-        "'aiosendfile', '--version']; import aiosendfile, aiosendfile._cli_common as c; "
+        "'aiosendfile', '--version']; import aiosendfile, aiosendfile._cli._common as c; "
         "print('asyncio' in sys.modules)"
     )
     cli = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)

@@ -49,11 +49,11 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.typedefs import LooseHeaders, PathLike
 from multidict import CIMultiDict
 
-from . import _compat, _http, _platform
-from ._api import sendfile
-from ._coldread import read_range
-from ._errors import SendfileError
-from ._options import DEFAULT_FALLBACK_CHUNK
+from .. import _compat, _http, _platform
+from .._api import sendfile
+from .._coldread import read_range
+from .._errors import SendfileError
+from .._options import DEFAULT_FALLBACK_CHUNK
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
 
@@ -508,7 +508,7 @@ def _is_file(path: str) -> bool:
 
 
 def _http_truncated(byte_range: _http.ByteRange, got: int) -> SendfileError:
-    from ._errors import FileTruncatedError
+    from .._errors import FileTruncatedError
 
     return FileTruncatedError(
         f"file ended {byte_range.length - got} bytes short of the range {byte_range}",

@@ -1,14 +1,14 @@
 """``python -m aiosendfile send`` / ``recv``: their command lines. The protocol is in
-:mod:`._transfer_protocol`, each end in :mod:`._transfer_send` / :mod:`._transfer_recv`."""
+:mod:`._protocol`, each end in :mod:`._send` / :mod:`._recv`."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ._cli_common import add_loop_option, address, destination
-from ._transfer_recv import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, recv_main
-from ._transfer_send import send_main
+from .._cli._common import add_loop_option, address, destination
+from ._recv import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, recv_main
+from ._send import send_main
 
 __all__ = ("add_commands",)
 

@@ -1,5 +1,5 @@
 """``aiosendfile send``: announce a file, resume where the receiver's partial copy allows, send the
-rest zero-copy, and exit 0 only when the receiver's checksum matches (see :mod:`._transfer_protocol`)."""
+rest zero-copy, and exit 0 only when the receiver's checksum matches (see :mod:`._protocol`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import stat
 import sys
 from typing import IO, Any
 
-from ._api import sendfile
-from ._cli_common import in_words
-from ._errors import FileTruncatedError
-from ._transfer_protocol import FAREWELL_TIMEOUT, LINE_LIMIT, TransferFailed, is_int, json_object, printable
-from ._transfer_session import Progress, hash_file, in_thread, run, send_message, summary
+from .._api import sendfile
+from .._cli._common import in_words
+from .._errors import FileTruncatedError
+from ._protocol import FAREWELL_TIMEOUT, LINE_LIMIT, TransferFailed, is_int, json_object, printable
+from ._session import Progress, hash_file, in_thread, run, send_message, summary
 
 __all__ = ("send_file", "send_main")
 

@@ -48,7 +48,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
 from multidict import CIMultiDict
 
-from . import _compat, _http
+from .. import _compat, _http
+from .._options import DEFAULT_FALLBACK_CHUNK
 from ._fileresponse import (
     DEFAULT_INLINE_LIMIT,
     FileResponse,
@@ -57,7 +58,6 @@ from ._fileresponse import (
     inside,
     precompressed_siblings,
 )
-from ._options import DEFAULT_FALLBACK_CHUNK
 
 __all__ = ("StaticResource", "add_static", "static")
 

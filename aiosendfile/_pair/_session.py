@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ._cli_common import STOP_SIGNALS, fail, in_words, loop_factory
-from ._transfer_protocol import TransferFailed, encode
+from .._cli._common import STOP_SIGNALS, fail, in_words, loop_factory
+from ._protocol import TransferFailed, encode
 
 __all__ = ("STOP", "Progress", "finish", "hash_file", "in_thread", "run", "send_message", "summary")
 

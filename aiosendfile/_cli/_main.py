@@ -1,7 +1,7 @@
 """The command line: ``python -m aiosendfile serve|send|recv``.
 
 ``serve [DIRECTORY]`` is a zero-copy static file server; ``send``/``recv`` are
-a file transfer pair (see ``_transfer_cli``). The text users read is in the
+a file transfer pair (see ``aiosendfile._pair``). The text users read is in the
 parsers' descriptions and epilogs below, not here.
 
 serve runs the aiohttp plugin's ``StaticResource`` on uvloop when installed.
@@ -10,7 +10,7 @@ serve runs the aiohttp plugin's ``StaticResource`` on uvloop when installed.
 Stopping: SIGINT (Ctrl-C) or SIGTERM ends ``serve`` with status 0 and no
 traceback (send/recv: 128 + the signal, one line), however early it lands once
 our code runs. ``python -m aiosendfile`` and the ``aiosendfile`` script install a
-quiet-exit handler (``_cli_common.quiet_exit_on_signals``) before this module,
+quiet-exit handler (``_cli._common.quiet_exit_on_signals``) before this module,
 asyncio, aiohttp or uvloop are imported, and ``main`` does again when called
 directly. A running server swaps it for the loop's graceful stop and puts it back
 (signals blocked meanwhile) before the loop is closed, since closing an asyncio
@@ -33,8 +33,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
-from ._cli_common import (
+from .. import __version__
+from ._common import (
     STOP_SIGNALS,
     Parser,
     add_loop_option,
@@ -119,7 +119,7 @@ def _directory(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ._transfer_cli import add_commands
+    from .._pair._cli import add_commands
 
     parser = Parser(
         prog="aiosendfile",
@@ -373,7 +373,7 @@ async def _serve_until(
     from aiohttp import web
     from aiohttp.log import access_logger
 
-    from ._static import StaticResource
+    from .._aiohttp._static import StaticResource
 
     # aiohttp's low-level server: no router, middlewares or signals to run per
     # request, just the static resource (see StaticResource.handle).

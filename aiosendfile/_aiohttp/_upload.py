@@ -19,9 +19,9 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from ._errors import IncompleteTransferError
-from ._options import default_cold_executor
-from ._threads import shielded
+from .._errors import IncompleteTransferError
+from .._options import default_cold_executor
+from .._threads import shielded
 
 __all__ = ("save_upload",)
 

@@ -1,6 +1,6 @@
 """``aiosendfile recv``: take one file from the first peer with a valid handshake, write it zero-copy
 (splice), check its SHA-256. Stray peers are logged and dropped; OUT keeps exactly what arrived
-on any failure (see :mod:`._transfer_protocol`)."""
+on any failure (see :mod:`._protocol`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, TypeVar
 
-from ._cli_common import fail, in_words
-from ._recv import recvfile
-from ._transfer_protocol import (
+from .._cli._common import fail, in_words
+from .._recv import recvfile
+from ._protocol import (
     BUSY,
     FAREWELL_TIMEOUT,
     HASH_RATE,
@@ -28,7 +28,7 @@ from ._transfer_protocol import (
     json_object,
     short,
 )
-from ._transfer_session import Progress, hash_file, in_thread, run, send_message, summary
+from ._session import Progress, hash_file, in_thread, run, send_message, summary
 
 __all__ = ("HANDSHAKE_TIMEOUT", "IDLE_TIMEOUT", "check_out", "recv_main")
 
