@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from .support.files import pattern
 from .support.processes import BANNER, Server, cli_process, signal_while_starting
@@ -94,6 +96,56 @@ def test_serve_access_log_is_opt_in(served: Path, server_factory: type[Server]) 
     assert loud.interrupt() == 0
     assert loud.proc.stderr is not None
     assert "GET /hello.txt" in loud.proc.stderr.read()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("key_apart", [True, False], ids=["key-file", "key-in-cert"])
+def test_serve_https_with_tls_cert_and_key(
+    served: Path, server_factory: type[Server], tmp_path: Path, loop: str, key_apart: bool
+) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    chain, key = tmp_path / "chain.pem", tmp_path / "key.pem"
+    if key_apart:
+        cert.cert_chain_pems[0].write_to_path(str(chain))
+        cert.private_key_pem.write_to_path(str(key))
+        tls = ["--tls-cert", str(chain), "--tls-key", str(key)]
+    else:
+        cert.private_key_and_cert_chain_pem.write_to_path(str(chain))
+        tls = ["--tls-cert", str(chain)]
+    server = server_factory(str(served), "--port", "0", "--loop", loop, *tls)
+    assert server.url.startswith("https://127.0.0.1:")
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    assert server.get("/file.bin", context=client)[::2] == (200, pattern(300_000))
+    status, _, body = server.get("/file.bin", context=client, Range="bytes=5-9")
+    assert (status, body) == (206, pattern(300_000)[5:10])
+    assert server.interrupt() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tls-key", "k.pem"], "--tls-key needs --tls-cert"),
+        (["--tls-cert", "missing.pem"], "cannot use --tls-cert/--tls-key"),
+        (["--tls-cert", "hello.txt"], "cannot use --tls-cert/--tls-key"),
+    ],
+)
+def test_serve_refuses_unusable_tls_files(served: Path, args: list[str], message: str) -> None:
+    """A bad certificate is a usage error at start (exit 2, one line), not failed handshakes later."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "serve", str(served), "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=served,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_serve_errors(tmp_path: Path) -> None:

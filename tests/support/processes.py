@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -18,7 +19,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-BANNER = re.compile(r"serving (?P<dir>.+) at (?P<url>http://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?")
+BANNER = re.compile(
+    r"serving (?P<dir>.+) at (?P<url>https?://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?"
+)
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -86,10 +89,12 @@ class Server:
         self.banner = match
         self.url = match["url"]
 
-    def get(self, path: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, path: str, context: ssl.SSLContext | None = None, **headers: str
+    ) -> tuple[int, dict[str, str], bytes]:
         req = urllib.request.Request(self.url + path.lstrip("/"), headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=10, context=context) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
