@@ -342,7 +342,7 @@ async def _serve_until(
 
         loop.call_later(1.0, watch_parent)
     try:
-        site = web.SockSite(runner, sock)
+        site = web.SockSite(runner, sock, ssl_context=tls_context(args) if args.tls_cert else None)
         await site.start()
         await stop.wait()
     finally:
