@@ -1,4 +1,5 @@
-"""The pure HTTP rules in ``aiosendfile._http``: tables for each rule, properties against reference models."""
+"""The pure HTTP rules in ``aiosendfile._static._http``: tables for each rule, properties against
+reference models."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from aiosendfile._http import (
+from aiosendfile._static._http import (
     ByteRange,
     RangeNotSatisfiable,
     choose_encoding,

@@ -37,121 +37,41 @@ from __future__ import annotations
 
 import errno
 import functools
-import mimetypes
 import os
 import stat
 import uuid
-from collections import OrderedDict
 from typing import IO, Any
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.typedefs import LooseHeaders, PathLike
-from multidict import CIMultiDict
 
-from .. import _compat, _http, _platform
+from .. import _compat, _platform
 from .._api import sendfile
 from .._coldread import read_range
 from .._errors import SendfileError
 from .._options import DEFAULT_FALLBACK_CHUNK
+from .._static import _http
+from .._static._hot import HOT_FILES_MAX_BYTES, HOT_FILES_MAX_ENTRIES, HotEntry, HotFiles, hot_files
+from .._static._mime import content_type_for
+from .._static._paths import inside
+from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS
 
-__all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
-
-#: Bodies up to this size are written with the headers in one write when cached.
-DEFAULT_INLINE_LIMIT = 64 * 1024
-
-#: Pre-compressed siblings, in the server's order of preference.
-_ENCODINGS = (("br", ".br"), ("gzip", ".gz"))
+__all__ = (
+    "DEFAULT_INLINE_LIMIT",
+    "HOT_FILES_MAX_BYTES",
+    "HOT_FILES_MAX_ENTRIES",
+    "FileResponse",
+    "HotEntry",
+    "HotFiles",
+    "content_type_for",
+    "hot_files",
+    "inside",
+)
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 #: For a sibling with no root to contain it: a symlink is refused (ELOOP), as aiohttp's class does.
 _O_NOFOLLOW_FLAGS = _O_FLAGS | getattr(os, "O_NOFOLLOW", 0)
-
-
-#: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only).
-HOT_FILES_MAX_ENTRIES = 1024
-HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
-
-
-class HotEntry:
-    """One hot file: its identity, its bytes, and the response headers built for it so far.
-
-    ``headers`` maps the static resource's ``precompressed`` flag (which decides
-    ``Vary``) to the headers of a plain 200 answer. They stay valid exactly as
-    long as the entry does: every value comes from the identity-checked stat.
-    """
-
-    __slots__ = ("body", "headers", "identity")
-
-    def __init__(self, identity: tuple[int, ...], body: bytes) -> None:
-        self.identity, self.body = identity, body
-        self.headers: dict[bool, CIMultiDict[str]] = {}
-
-
-class HotFiles:
-    """Small, recently served files: their validated identity and their bytes.
-
-    A hit saves the ``open``, the ``/proc/self/fd`` containment check, the
-    ``fstat``, the read and the ``close``: a request for a hot small file costs
-    one ``stat`` of its path. An entry is used only while that ``stat`` still
-    shows the same file: device, inode, size, mtime and ctime (any write or
-    ``chmod`` changes ctime; a replacement by rename or a symlink swapped in is
-    another inode). Containment was checked on the descriptor the bytes were
-    read from, and it holds for that inode, under the same root. Bounded by
-    entries and bytes, least recently used out first (nginx's
-    ``open_file_cache`` caches descriptors; this caches the small bodies too).
-    """
-
-    def __init__(
-        self, max_entries: int = HOT_FILES_MAX_ENTRIES, max_bytes: int = HOT_FILES_MAX_BYTES
-    ) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[tuple[str, str | None], HotEntry] = OrderedDict()
-        self._bytes = 0
-
-    @staticmethod
-    def identity(st: os.stat_result) -> tuple[int, ...]:
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-    def get(self, path: str, root: str | None, st: os.stat_result) -> bytes | None:
-        """The cached bytes of *path* (checked under *root*) if *st* still shows the same file."""
-        entry = self.entry(path, root, st)
-        return None if entry is None else entry.body
-
-    def entry(self, path: str, root: str | None, st: os.stat_result) -> HotEntry | None:
-        """:meth:`get`, with the whole entry."""
-        key = (path, root)
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry.identity != self.identity(st):
-            self._drop(key)
-            return None
-        self._entries.move_to_end(key)
-        return entry
-
-    def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> None:
-        if len(body) != st.st_size or len(body) > self.max_bytes // 16:
-            return
-        self._drop((path, root))
-        self._entries[(path, root)] = HotEntry(self.identity(st), body)
-        self._bytes += len(body)
-        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= len(old.body)
-
-    def _drop(self, key: tuple[str, str | None]) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self._bytes -= len(entry.body)
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self._bytes = 0
-
-
-#: The process's cache of hot small files (one per process: workers do not share memory).
-hot_files = HotFiles()
 
 
 class _Cached:
@@ -467,35 +387,12 @@ class FileResponse(web.StreamResponse):
 
 _CONDITIONAL = (hdrs.IF_MATCH, hdrs.IF_NONE_MATCH, hdrs.IF_MODIFIED_SINCE, hdrs.IF_UNMODIFIED_SINCE)
 
-# What a compressed file is when served as itself (``x.tar.gz`` is gzip data, not a tar).
-_COMPRESSED_TYPES = {
-    "gzip": "application/gzip",
-    "br": "application/x-brotli",
-    "bzip2": "application/x-bzip2",
-    "xz": "application/x-xz",
-    "compress": "application/x-compress",
-}
-
-
-@functools.lru_cache(maxsize=1024)
-def content_type_for(name: str) -> str:
-    """The Content-Type of a file named *name* (a compressed one served as itself: its archive type)."""
-    guessed, encoding = mimetypes.guess_type(name)
-    if encoding is not None:
-        return _COMPRESSED_TYPES.get(encoding, "application/octet-stream")
-    return guessed or "application/octet-stream"
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether *path* is *root* or lies under it (both real paths)."""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
 
 def precompressed_siblings(path: str, accept: str) -> list[tuple[str, str]]:
     """(encoding, sibling path) of the ``.br``/``.gz`` siblings *accept* admits and that exist."""
     return [
         (enc, path + ext)
-        for enc, ext in _ENCODINGS
+        for enc, ext in ENCODINGS
         if _http.choose_encoding(accept, (enc,)) == enc and _is_file(path + ext)
     ]
 

@@ -48,8 +48,9 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
 from multidict import CIMultiDict
 
-from .. import _compat, _http
+from .. import _compat
 from .._options import DEFAULT_FALLBACK_CHUNK
+from .._static import _http
 from ._fileresponse import (
     DEFAULT_INLINE_LIMIT,
     FileResponse,
@@ -185,7 +186,8 @@ class StaticResource(web.StaticResource):
             siblings = precompressed_siblings(path, accept)
             if siblings:
                 return None, siblings
-        answer = entry.headers.get(self._precompressed)
+        key = ("aiohttp", self._precompressed)
+        answer: Any = entry.rendered.get(key)
         if answer is None:
             answer = CIMultiDict(
                 _http.file_headers(
@@ -195,7 +197,7 @@ class StaticResource(web.StaticResource):
                     content_type=content_type_for(os.path.basename(path)),
                 )
             )
-            entry.headers[self._precompressed] = answer
+            entry.rendered[key] = answer
         return web.Response(body=entry.body, headers=answer.copy()), None  # aiohttp adds to its copy
 
     def _file_response(

@@ -1,6 +1,6 @@
 """A reference model of RFC 9110 Range requests (section 14) with nginx's guards.
 
-Written from the README's rules, independently of ``aiosendfile._http``, so the property
+Written from the README's rules, independently of ``aiosendfile._static._http``, so the property
 tests compare the server's answers with something that did not share its code.
 """
 
@@ -16,7 +16,7 @@ MAX_RANGES = 16
 def model(header: str | None, size: int) -> tuple[str, list[tuple[int, int]]]:
     """RFC 9110 §14 with nginx's guards: ("full"|"416"|"ranges", [(start, stop), ...]).
 
-    Independent of aiosendfile._http: written from the README's rules.
+    Independent of aiosendfile._static._http: written from the README's rules.
     """
     if header is None:
         return "full", []

@@ -1,0 +1,107 @@
+"""The hot small-file cache: recently served small files' bytes, valid while their ``stat`` is unchanged.
+
+A hit saves the ``open``, the descriptor containment check, the ``fstat``, the read and the
+``close``: a request for a hot small file costs one ``stat`` of its path. Doors memoise their
+rendering of a plain 200 on the entry (``HotEntry.rendered``), so it lives exactly as long as the
+identity-checked entry. A lock makes it safe for a door that decides in a pool thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+__all__ = ("HOT_FILES_MAX_BYTES", "HOT_FILES_MAX_ENTRIES", "HotEntry", "HotFiles", "hot_files", "identity")
+
+#: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only).
+HOT_FILES_MAX_ENTRIES = 1024
+HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
+
+
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """What must not change for a cached body to stay valid: device, inode, size, mtime, ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class HotEntry:
+    """One hot file: its identity, its bytes, its path, and each door's rendering of a plain 200.
+
+    ``rendered`` maps a door's key (e.g. ``("aiohttp", precompressed)``) to what that door built
+    for a plain 200 answer. It stays valid exactly as long as the entry does: every value comes
+    from the identity-checked stat.
+    """
+
+    __slots__ = ("body", "identity", "path", "rendered")
+
+    def __init__(self, identity: tuple[int, ...], body: bytes, path: str = "") -> None:
+        self.identity, self.body, self.path = identity, body, path
+        self.rendered: dict[object, object] = {}
+
+
+class HotFiles:
+    """Small, recently served files: their validated identity and their bytes.
+
+    An entry is used only while a ``stat`` of its path still shows the same file (any write or
+    ``chmod`` changes ctime; a replacement by rename or a symlink swapped in is another inode).
+    Containment was checked on the descriptor the bytes were read from, and it holds for that
+    inode, under the same root (the key is ``(path, root)``). Bounded by entries and bytes, least
+    recently used out first (nginx's ``open_file_cache`` caches descriptors; this caches the small
+    bodies too).
+    """
+
+    def __init__(
+        self, max_entries: int = HOT_FILES_MAX_ENTRIES, max_bytes: int = HOT_FILES_MAX_BYTES
+    ) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._entries: OrderedDict[tuple[str, str | None], HotEntry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    identity = staticmethod(identity)
+
+    def get(self, path: str, root: str | None, st: os.stat_result) -> bytes | None:
+        """The cached bytes of *path* (checked under *root*) if *st* still shows the same file."""
+        entry = self.entry(path, root, st)
+        return None if entry is None else entry.body
+
+    def entry(self, path: str, root: str | None, st: os.stat_result) -> HotEntry | None:
+        """:meth:`get`, with the whole entry."""
+        key = (path, root)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.identity != identity(st):
+                self._drop(key)
+                return None
+            self._entries.move_to_end(key)
+            return entry
+
+    def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> HotEntry | None:
+        """Keep *body* as *path*'s bytes while *st* holds; the new entry, or None if not kept."""
+        if len(body) != st.st_size or len(body) > self.max_bytes // 16:
+            return None
+        entry = HotEntry(identity(st), body, path)
+        with self._lock:
+            self._drop((path, root))
+            self._entries[(path, root)] = entry
+            self._bytes += len(body)
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, old = self._entries.popitem(last=False)
+                self._bytes -= len(old.body)
+        return entry
+
+    def _drop(self, key: tuple[str, str | None]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry.body)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: The process's cache of hot small files (one per process: workers do not share memory).
+hot_files = HotFiles()

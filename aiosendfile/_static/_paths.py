@@ -1,0 +1,43 @@
+"""Path rules, pure: the file a request names (decoded once, checked lexically) and containment.
+
+* NUL bytes, backslashes, absolute paths and any ``..`` segment → refused (404). The check runs
+  after percent-decoding exactly once, so ``%2e%2e``, ``%2f`` and ``%00`` are caught too; double
+  encoding decodes to a literal ``%`` name and stays inside.
+* Dotfiles are refused unless allowed: any component starting with ``.`` (``/.env``,
+  ``/a/.ssh/id_rsa``), except a leading ``.well-known`` (RFC 8615) and ``.`` segments. As nginx's
+  usual ``location ~ /\\. { deny all; }`` this looks at the request path only.
+* A name that is not valid UTF-8 is decoded from the raw bytes with ``os.fsdecode``, as the file
+  system names it.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote_to_bytes
+
+__all__ = ("decode", "inside", "checked")
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether *path* is *root* or lies under it (both real paths)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def decode(raw: bytes) -> str:
+    """A percent-encoded path decoded once, as the file system names files (surrogateescape)."""
+    return os.fsdecode(unquote_to_bytes(raw))
+
+
+def checked(filename: str, dotfiles: bool) -> bool:
+    """Whether *filename* (relative to the root, decoded) may be looked up at all."""
+    if "\x00" in filename or "\\" in filename or filename.startswith("/"):
+        return False
+    if ".." in filename and ".." in filename.split("/"):
+        return False
+    if not dotfiles and (filename.startswith(".") or "/." in filename):
+        parts = filename.split("/")
+        if parts[0] == ".well-known":
+            parts = parts[1:]
+        if any(part.startswith(".") and part != "." for part in parts):
+            return False
+    return True

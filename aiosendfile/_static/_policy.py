@@ -1,0 +1,40 @@
+"""What a served directory allows: the policy every static decision reads (immutable, per mount)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy")
+
+#: Bodies up to this size are answered from memory (the hot cache) and leave with the headers.
+DEFAULT_INLINE_LIMIT = 64 * 1024
+
+#: Pre-compressed siblings, in the server's order of preference.
+ENCODINGS = (("br", ".br"), ("gzip", ".gz"))
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryPolicy:
+    """How a directory (or one file) is served.
+
+    ``root`` is the ``os.path.realpath`` of the served directory, every file opened must lie
+    inside it (unless ``follow_symlinks``); None serves a lone file (``FileResponse(path)``), where
+    a symlinked pre-compressed sibling counts as absent. ``dotfiles`` serves names starting with
+    ``.`` (``/.well-known/`` is always served); ``listings`` shows a directory without an index;
+    ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``.
+    """
+
+    root: str | None
+    index: str | None = "index.html"
+    listings: bool = False
+    dotfiles: bool = False
+    follow_symlinks: bool = False
+    precompressed: bool = True
+    hot_cache: bool = True
+    inline_limit: int = DEFAULT_INLINE_LIMIT
+    max_ranges: int = 16
+
+    @property
+    def cache_root(self) -> str | None:
+        """The root hot entries are checked under (None when symlinks may point anywhere)."""
+        return None if self.follow_symlinks else self.root
