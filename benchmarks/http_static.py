@@ -1,31 +1,40 @@
-"""HTTP static-file benchmark: wrk against static file servers on loopback.
+"""HTTP static-file benchmark: wrk against static file servers on loopback, one interleaved run.
 
-Contenders, each one process (one worker) serving the same temporary directory:
+Contenders, each serving the same temporary directory:
 
-* ``aiosendfile-plugin``: ``python -m aiosendfile serve DIR --loop uvloop``
-  (the plugin's static resource on aiohttp's low-level ``web.Server``).
-* ``aiosendfile-app``: the plugin as a user mounts it, ``aiosendfile.aiohttp.static()``
+* ``serve``: the serve command, ``python -m aiosendfile serve DIR --workers N``
+  (whatever engine it runs; its default loop).
+* ``nginx``: nginx with ``worker_processes N``, ``sendfile on; tcp_nopush on;``.
+* ``caddy``: ``caddy file-server --root DIR --listen HOST:PORT`` (skipped, with the
+  reason, when caddy is missing and cannot be installed).
+* ``http.server``: ``python -m http.server``, the standard library's (HTTP/1.0, a thread
+  per connection).
+* ``aiohttp-static``: aiohttp's own ``app.router.add_static`` in a ``web.Application`` on uvloop.
+* ``aiosendfile-app``: the plugin as a user mounts it, ``aiosendfile.aiohttp.add_static``
   in a ``web.Application`` on uvloop: the router and signals cost per request.
-* ``aiohttp-static``: aiohttp's own ``web.static()`` on a uvloop loop.
-* ``aiohttp-memory``: a reference, not a file server: the files' bytes held in
-  memory and answered with ``web.Response`` on uvloop. It is what aiohttp's
-  own request/response machinery costs, the ceiling for any aiohttp handler.
-* ``nginx``: nginx with one worker process, ``sendfile on; tcp_nopush on;``.
+* ``aiohttp-memory`` (not run by default): a reference, not a file server: the files' bytes
+  held in memory and answered with ``web.Response``; what aiohttp's machinery costs.
 
-Files: a 4 KiB and a 1 MiB file of random bytes. Every trial
-(``benchmarks.harness.http_trial``, which ``tls_static`` runs over HTTPS)
-starts a fresh server, checks one plain GET for status 200 and a byte-exact
-body, warms up with a 1 s wrk run, measures with ``wrk --latency`` and checks
-the GET again. Trials are interleaved (each round runs every file x contender
-once, the contender order rotating from round to round). By default the
-servers are pinned to CPU 0 and wrk to CPU 1 with ``taskset``. See
+The grid: sets ``4KiB`` and ``1MiB`` (one file each, in the page cache) and ``mixed``
+(10,000 files of log-normal sizes from 1 KiB to 1 MiB, fixed seed, requested in a seeded
+random order by a wrk Lua script, page cache evicted before every measured run), each at
+every ``--connections`` (wrk ``-t1 -cN``). Then the ``--workers 2`` cases: ``serve
+--workers 2`` against nginx with ``worker_processes 2`` on every set at the first
+connection count, the servers on both CPUs (wrk shares one of them).
+
+Every trial (``benchmarks.harness.http_trial``, which ``tls_static`` runs over HTTPS)
+starts a fresh server, checks one plain GET for status 200 and a byte-exact body, warms up
+with a 1 s wrk run, measures with ``wrk --latency`` and checks the GET again. Trials are
+interleaved: each round runs every case x contender once, the contender order rotating from
+round to round. Servers are pinned to CPU 0 and wrk to CPU 1 with ``taskset``. See
 ``benchmarks/README.md``.
 
 Run from the repository root::
 
-    python -m benchmarks.http_static --quick
-    python -m benchmarks.http_static                 # 10 s trials, 3 rounds
-    python -m benchmarks.http_static --rounds 5 --connections 128 --json /tmp/out.json
+    python -m benchmarks.http_static --quick         # smoke run, under 2 minutes
+    python -m benchmarks.http_static                 # the full grid: 10 s trials, 3 rounds
+    python -m benchmarks.http_static --rounds 3 --duration 5 --json /tmp/out.json
+    python -m benchmarks.http_static --sets 4KiB,1MiB --connections 64 --workers 1
 """
 
 from __future__ import annotations
@@ -37,14 +46,15 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import MiB, servers
+from benchmarks.harness import MiB, TrialError, servers
 from benchmarks.harness.cli import comma_list, rotated
-from benchmarks.harness.files import warm
+from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
 from benchmarks.harness.report import (
     OTHER_LOAD_WARN,
@@ -55,37 +65,58 @@ from benchmarks.harness.report import (
     median_range,
     table,
 )
-from benchmarks.harness.servers import Server, can_pin, ensure_tools, free_port, repo_env, tool_version
+from benchmarks.harness.servers import (
+    Server,
+    can_pin,
+    ensure_caddy,
+    ensure_tools,
+    free_port,
+    raise_nofile,
+    repo_env,
+    tool_version,
+)
+from benchmarks.harness.wrk import paths_script
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 
-PLUGIN = "aiosendfile-plugin"
-CONTENDERS = (PLUGIN, "aiosendfile-app", "aiohttp-static", "aiohttp-memory", "nginx")
+SERVE = "serve"
+BASE = "nginx"  # every ratio is to nginx
+CONTENDERS = (SERVE, "nginx", "caddy", "http.server", "aiohttp-static", "aiosendfile-app", "aiohttp-memory")
+DEFAULT_CONTENDERS = CONTENDERS[:-1]  # aiohttp-memory is a reference, asked for by name
+ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
+MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
+SINGLE_FILE_ONLY = ("aiohttp-memory",)  # holds the files in memory: not for the mixed (cold) set
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
-# The project's targets: plugin / aiohttp-static on req/s (4 KiB) and MB/s (1 MiB).
-TARGETS = {"4KiB": 5.0, "1MiB": 2.0}
+MIXED = "mixed"
+SETS = (*(f[0] for f in FILES), MIXED)
+MIXED_SEED = 15
+# Log-normal sizes: median 16 KiB, sigma 1.3 (ln), clamped to 1 KiB - 1 MiB: mostly small
+# files with a long tail, about 37 KiB on average (about 370 MB for 10,000 files).
+MIXED_MEDIAN, MIXED_SIGMA, MIXED_LOW, MIXED_HIGH = 16 * 1024, 1.3, 1024, MiB
+# The issue's target (#15): serve >= 1.0x nginx in req/s on these cases.
+TARGETS = {"4KiB c64": 1.0, "1MiB c64": 1.0}
+NOFILE = 65536  # wanted soft RLIMIT_NOFILE: 1,024 connections on each side, plus files
 
 # A static directory in a web.Application on uvloop, one process. argv: DIR HOST PORT.
-# The module's static(): aiohttp's built-in handler, or the plugin as its users mount it.
 _APP_SERVER = """\
 import sys
 
 import uvloop
 from aiohttp import web
-
-import {module} as static_module
-
+{imports}
 directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = web.Application()
-app.add_routes([static_module.static("/", directory)])
+{mount}
 web.run_app(
     app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
     loop=uvloop.new_event_loop(),
 )
 """
-AIOHTTP_STATIC_SERVER = _APP_SERVER.format(module="aiohttp.web")
-PLUGIN_APP_SERVER = _APP_SERVER.format(module="aiosendfile.aiohttp")
+AIOHTTP_STATIC_SERVER = _APP_SERVER.format(imports="", mount='app.router.add_static("/", directory)')
+PLUGIN_APP_SERVER = _APP_SERVER.format(
+    imports="\nfrom aiosendfile.aiohttp import add_static\n", mount='add_static(app.router, "/", directory)'
+)
 
 # The ceiling for any handler inside aiohttp: the files' bytes in memory, answered with web.Response
 # (no stat, no open, no validators). What aiohttp's own machinery costs per request.
@@ -120,7 +151,7 @@ web.run_app(
 """
 
 NGINX_CONF = """\
-{user}worker_processes 1;
+{user}worker_processes {workers};
 daemon off;
 master_process on;
 pid {tmp}/nginx.pid;
@@ -150,46 +181,86 @@ http {{
 """
 
 
+@dataclass(frozen=True)
+class Case:
+    """One cell of the grid: a file set at a connection count with N server workers."""
+
+    set: str
+    connections: int
+    workers: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.set} c{self.connections}" + (f" w{self.workers}" if self.workers > 1 else "")
+
+
+@dataclass
+class FileSet:
+    """What a trial of one set requests: the verify path, the body size per request, the wrk script."""
+
+    label: str
+    path: str  # the GET the trial checks (and wrk's URL path without a script), without the leading /
+    size: float  # body bytes per request (the mean file size for the mixed set)
+    script: str | None = None
+    files: list[str] | None = None  # the mixed set's files on disk (evicted before each run)
+
+
 # ---------------------------------------------------------------------------
 # Servers
 # ---------------------------------------------------------------------------
 
 
-def start_server(ctx: Context, name: str) -> Server:
-    """Start contender ``name`` on a free port, serving ``ctx.root``, and wait until it listens."""
+def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Server:
+    """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``."""
     port = free_port()
     log = Path(ctx.tmp, f"server-{name}.log")
-    if name == PLUGIN:
+    cpus = ctx.server_cpus
+    if name == SERVE:
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
-        cmd += ["--port", str(port), "--loop", "uvloop", "--workers", "1"]
-        return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus, env=repo_env())
+        cmd += ["--port", str(port), "--workers", str(ctx.workers)]
+        # With workers, the parent forks them: wait for the whole tree.
+        procs = 1 + ctx.workers if ctx.workers > 1 else 1
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
+    if ctx.workers != 1 and name != "nginx":
+        raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if name == "aiosendfile-app":
         cmd = [sys.executable, "-c", PLUGIN_APP_SERVER, ctx.root, "127.0.0.1", str(port)]
-        return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus, env=repo_env())
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
     if name == "aiohttp-static":
         cmd = [sys.executable, "-c", AIOHTTP_STATIC_SERVER, ctx.root, "127.0.0.1", str(port)]
-        return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus)
+        return servers.start_server(name, cmd, port, log, cpus=cpus)
     if name == "aiohttp-memory":
         cmd = [sys.executable, "-c", AIOHTTP_MEMORY_SERVER, ctx.root, "127.0.0.1", str(port)]
-        return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus)
+        return servers.start_server(name, cmd, port, log, cpus=cpus)
+    if name == "http.server":
+        cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
+        # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
+        return servers.start_server(name, cmd, port, log, cpus=cpus, stop_signal=signal.SIGINT)
+    if name == "caddy":
+        caddy = tools["caddy"]
+        assert caddy is not None
+        # file-server disables caddy's admin endpoint; stdout/stderr: its JSON log (info level).
+        cmd = [caddy, "file-server", "--root", ctx.root, "--listen", f"127.0.0.1:{port}"]
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp))
     if name == "nginx":
-        assert ctx.nginx is not None
+        nginx = tools["nginx"]
+        assert nginx is not None
         ngx = Path(ctx.tmp, "nginx")
         ngx.mkdir(exist_ok=True)
         # As root the worker would switch to "nobody", who cannot read the 0700 temp dir.
         user = "user root;\n" if os.geteuid() == 0 else ""
         conf = ngx / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(user=user, tmp=ngx, port=port, root=ctx.root))
-        cmd = [ctx.nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
-        # The master accepts into its backlog before the worker exists: wait for both processes.
+        conf.write_text(NGINX_CONF.format(user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root))
+        cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
+        # The master accepts into its backlog before the workers exist: wait for all processes.
         # SIGQUIT is nginx's graceful stop.
         return servers.start_server(
             name,
             cmd,
             port,
             log,
-            cpus=ctx.server_cpus,
-            processes=2,
+            cpus=cpus,
+            processes=1 + ctx.workers,
             stop_signal=signal.SIGQUIT,
             error_log=ngx / "error.log",
         )
@@ -202,36 +273,36 @@ def start_server(ctx: Context, name: str) -> Server:
 
 
 def _by_round(samples: list[Sample], name: str, label: str, key: str) -> dict[int, float]:
-    """round -> value of one (contender, file)'s kept, successful trials."""
+    """round -> value of one (contender, case)'s kept, successful trials."""
     return {
         s.round: v
         for s in samples
         if s.ok
         and not s.discarded
         and s.contender == name
-        and s.file == label
+        and s.case == label
         and (v := getattr(s, key)) is not None
     }
 
 
 def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
-    """plugin / other, on req/s (= body MB/s for a fixed file size) and server CPU per request.
+    """case -> contender -> contender / nginx, on req/s (= body MB/s for a case) and server CPU per request.
 
     ``median`` is the ratio of the medians; ``paired`` are per-round ratios (the
     two trials of a round ran minutes apart at most, under similar machine load).
+    ``target``/``meets_target``: the issue's goal for ``serve`` on that case.
     """
     out: dict[str, Any] = {}
-    if PLUGIN not in contenders:
+    if BASE not in contenders:
         return out
     for label in labels:
-        for other in contenders:
-            if other == PLUGIN:
+        for name in contenders:
+            if name == BASE:
                 continue
-
             entry: dict[str, Any] = {}
             for key in ("req_per_s", "server_cpu_us_per_req"):
-                mine = _by_round(samples, PLUGIN, label, key)
-                theirs = _by_round(samples, other, label, key)
+                mine = _by_round(samples, name, label, key)
+                theirs = _by_round(samples, BASE, label, key)
                 if not mine or not theirs:
                     continue
                 paired = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys()) if theirs[r]]
@@ -240,10 +311,12 @@ def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> d
                     "paired": paired,
                     "paired_median": median_or_none(paired),
                 }
-            if other == "aiohttp-static" and label in TARGETS and "req_per_s" in entry:
+            if not entry:
+                continue
+            if name == SERVE and label in TARGETS and "req_per_s" in entry:
                 entry["target"] = TARGETS[label]
                 entry["meets_target"] = entry["req_per_s"]["median"] >= TARGETS[label]
-            out.setdefault(label, {})[other] = entry
+            out.setdefault(label, {})[name] = entry
     return out
 
 
@@ -253,7 +326,7 @@ def _num(row: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def _nonzero(summary: dict[str, Any], key: str) -> list[str]:
-    """``"contender file: N"`` for each summary row whose count ``key`` is not 0."""
+    """``"contender case: N"`` for each summary row whose count ``key`` is not 0."""
     return [
         f"{name} {label}: {row[key]}"
         for label, by_name in summary.items()
@@ -262,20 +335,31 @@ def _nonzero(summary: dict[str, Any], key: str) -> list[str]:
     ]
 
 
-def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: int) -> str:
+def report(
+    summary: dict[str, Any],
+    rat: dict[str, Any],
+    ctx: Context,
+    rounds: int,
+    *,
+    multi_cpus: str | None = None,
+    skipped: dict[str, str] | None = None,
+    mixed: dict[str, Any] | None = None,
+) -> str:
     rows = []
     for label, by_name in summary.items():
         for name, row in by_name.items():
             tag = name + (f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else "")
             if not row["ok"]:
-                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", ""])
+                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", ""])
                 continue
+            vs = rat.get(label, {}).get(name, {}).get("req_per_s")
             rows.append(
                 [
                     tag,
                     label,
                     median_range(row, "req_per_s", ".0f"),
                     median_range(row, "mb_per_s", ".1f"),
+                    "1.00x" if name == BASE and label in rat else (f"{vs['median']:.2f}x" if vs else ""),
                     _num(row, "latency_p50_ms_median", ".2f"),
                     _num(row, "latency_p99_ms_median", ".2f")
                     + " / "
@@ -293,15 +377,33 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
         else "no CPU pinning"
     )
     out = [
-        f"http_static: wrk -t {ctx.threads} -c {ctx.connections} -d {ctx.duration}s, {rounds} interleaved "
-        f"rounds, {pin} (medians [min-max]; MB = 10^6 bytes)",
+        f"http_static: wrk -t {ctx.threads} -c N -d {ctx.duration}s, {rounds} interleaved rounds, {pin} "
+        "(medians [min-max]; MB = 10^6 bytes)",
+    ]
+    if any(" w" in label for label in summary):
+        where = f"on CPUs {multi_cpus}" if multi_cpus else "unpinned"
+        out.append(
+            f"wN cases: N server worker processes {where}; wrk "
+            + (f"on CPU {ctx.client_cpus}" if ctx.client_cpus else "unpinned")
+            + " shares a core with them there."
+        )
+    if mixed:
+        out.append(
+            f"mixed: {mixed['files']} files, {mixed['total_bytes'] / 1e6:.0f} MB, "
+            f"sizes {mixed['min']}-{mixed['max']} B "
+            f"(median {mixed['median']:.0f}, mean {mixed['mean']:.0f}), "
+            f"seed {mixed['seed']}; wrk picks them at random (Lua, seeded); page cache evicted before "
+            "every measured run (cold at its start, warming as it reads)."
+        )
+    out += [
         "",
         table(
             [
                 "contender",
-                "file",
+                "case",
                 "req/s",
                 "MB/s (body)",
+                "x nginx",
                 "p50 ms",
                 "p99 ms med/max",
                 "CPU us/req",
@@ -313,10 +415,11 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
             rows,
         ),
         "",
-        "MB/s: body bytes (req/s x file size). p99: median over rounds / worst round. CPU: the server's",
-        "process tree (utime+stime from /proc/PID/stat) over the wrk run, per request and per 10^9 body",
-        "bytes. server CPUs, wrk CPUs: CPU seconds / wall seconds; 1.00 = that side's pinned core is",
-        "saturated, so it is the limit.",
+        "case: file set, cN = wrk connections, wN = server workers. MB/s: body bytes (req/s x file size;",
+        "mixed: x the mean file size). x nginx: req/s median / nginx's in the same case. p99: median over",
+        "rounds / worst round. CPU: the server's process tree (utime+stime from /proc/PID/stat) over the",
+        "wrk run, per request and per 10^9 body bytes. server CPUs, wrk CPUs: CPU seconds / wall seconds;",
+        "1.00 = that side's pinned core is saturated, so it is the limit.",
         "Other load: CPUs' worth of busy time on the machine (/proc/stat) that was neither server nor wrk.",
         "p99 and max include each run's connection ramp-up (see benchmarks/README.md, caveats).",
     ]
@@ -329,10 +432,10 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
             paired = rps["paired"]
             target = ""
             if "target" in entry:
-                target = f">= {entry['target']:.0f}x: " + ("met" if entry["meets_target"] else "NOT MET")
+                target = f">= {entry['target']:.1f}x: " + ("met" if entry["meets_target"] else "NOT MET")
             ratio_rows.append(
                 [
-                    f"{PLUGIN} / {other}",
+                    f"{other} / {BASE}",
                     label,
                     f"{rps['median']:.2f}x",
                     f"{min(paired):.2f}-{max(paired):.2f}" if paired else "n/a",
@@ -344,20 +447,15 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
         out += [
             "",
             table(
-                [
-                    "ratio",
-                    "file",
-                    "req/s = MB/s",
-                    "per-round range",
-                    "CPU us/req",
-                    "target",
-                ],
+                ["ratio", "case", "req/s = MB/s", "per-round range", "CPU us/req", "target"],
                 ratio_rows,
             ),
             "",
-            "req/s = MB/s: ratio of the medians (for one file size the req/s and MB/s ratios are the same).",
-            "CPU us/req: the plugin's server CPU per request / the other's (below 1: the plugin is cheaper).",
+            "req/s = MB/s: ratio of the medians (in one case the req/s and MB/s ratios are the same).",
+            "CPU us/req: the contender's server CPU per request / nginx's (below 1: cheaper than nginx).",
         ]
+    if skipped:
+        out += ["", *(f"{name}: skipped: {why}" for name, why in skipped.items())]
     errors = [
         f"  {name} {label}: {err}"
         for label, by_name in summary.items()
@@ -390,26 +488,62 @@ def report(summary: dict[str, Any], rat: dict[str, Any], ctx: Context, rounds: i
 # ---------------------------------------------------------------------------
 
 
+def _ints(p: argparse.ArgumentParser, value: str, what: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        p.error(f"{what}: a comma-separated list of whole numbers, not {value!r}")
+    if not out or min(out) < 1:
+        p.error(f"{what}: numbers >= 1")
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.http_static", description=(__doc__ or "").split("\n\n")[0]
     )
-    p.add_argument("--quick", action="store_true", help="3 s trials, 2 rounds: a smoke run (about a minute)")
-    p.add_argument("--duration", type=int, default=None, help="seconds per wrk trial (default 10; 3 --quick)")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 2 with --quick)")
-    p.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
-    p.add_argument("--threads", type=int, default=2, help="wrk -t (default 2)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run under 2 minutes: 2 s trials, 1 round, 64 connections, sets 4KiB and mixed "
+        "(1,000 files), unless given",
+    )
+    p.add_argument("--duration", type=int, default=None, help="seconds per wrk trial (default 10; 2 --quick)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
+    p.add_argument(
+        "--connections", default=None, help="wrk -c, comma-separated (default 64,1024; 64 --quick)"
+    )
+    p.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
+    p.add_argument(
+        "--workers",
+        default="1,2",
+        help="server workers, comma-separated (default 1,2): N > 1 runs serve --workers N and nginx "
+        "worker_processes N on every set at the first --connections, the servers on --multi-server-cpus",
+    )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     p.add_argument(
         "--contenders",
-        default=",".join(CONTENDERS),
-        help="comma-separated subset, in run order (default: all)",
+        default=",".join(DEFAULT_CONTENDERS),
+        help="comma-separated subset, in run order (default: all but aiohttp-memory; "
+        f"of {', '.join(CONTENDERS)})",
     )
     p.add_argument(
-        "--files", default=",".join(f[0] for f in FILES), help="comma-separated subset of 4KiB,1MiB"
+        "--sets",
+        "--files",
+        dest="sets",
+        default=None,
+        help=f"comma-separated subset of {','.join(SETS)} (default: all; 4KiB,mixed --quick)",
+    )
+    p.add_argument(
+        "--mixed-files", type=int, default=None, help="files in the mixed set (default 10000; 1000 --quick)"
     )
     p.add_argument("--server-cpus", default="0", help="taskset CPU list for the servers (default 0)")
     p.add_argument("--client-cpus", default="1", help="taskset CPU list for wrk (default 1)")
+    p.add_argument(
+        "--multi-server-cpus",
+        default=None,
+        help="taskset CPU list for the servers of the wN > 1 cases (default: every CPU this process may use)",
+    )
     p.add_argument("--no-pin", action="store_true", help="no taskset: let the scheduler place everything")
     p.add_argument(
         "--max-other-load",
@@ -423,61 +557,163 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dir", default=None, help="where to create the temporary directory (default: system temp)"
     )
     args = p.parse_args(argv)
-    args.duration = args.duration if args.duration is not None else (3 if args.quick else 10)
-    args.rounds = args.rounds if args.rounds is not None else (2 if args.quick else 3)
-    args.contenders = comma_list(p, args.contenders, CONTENDERS)
-    args.files = comma_list(p, args.files, (f[0] for f in FILES), "files")
-    if args.duration < 1 or args.rounds < 1 or args.threads < 1 or args.connections < args.threads:
+    q = args.quick
+    args.duration = args.duration if args.duration is not None else (2 if q else 10)
+    args.rounds = args.rounds if args.rounds is not None else (1 if q else 3)
+    args.connections = _ints(p, args.connections or ("64" if q else "64,1024"), "--connections")
+    args.workers = _ints(p, args.workers, "--workers")
+    args.mixed_files = args.mixed_files if args.mixed_files is not None else (1000 if q else 10_000)
+    named = ",".join(ALIASES.get(c.strip(), c.strip()) for c in args.contenders.split(","))
+    args.contenders = list(dict.fromkeys(comma_list(p, named, CONTENDERS)))
+    args.sets = comma_list(p, args.sets or (f"4KiB,{MIXED}" if q else ",".join(SETS)), SETS, "sets")
+    if args.duration < 1 or args.rounds < 1 or args.threads < 1 or min(args.connections) < args.threads:
         p.error("--duration, --rounds and --threads must be >= 1, and --connections >= --threads")
+    if args.mixed_files < 1:
+        p.error("--mixed-files must be >= 1")
     if args.no_pin:
-        args.server_cpus = args.client_cpus = None
+        args.server_cpus = args.client_cpus = args.multi_server_cpus = None
     elif not can_pin():
         print("http_static: no taskset or fewer than 2 CPUs: running unpinned", file=sys.stderr)
-        args.server_cpus = args.client_cpus = None
+        args.server_cpus = args.client_cpus = args.multi_server_cpus = None
+    elif args.multi_server_cpus is None:
+        args.multi_server_cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     return args
+
+
+def plan(args: argparse.Namespace) -> list[tuple[Case, list[str]]]:
+    """Each case in run order, with its contenders (in the order of --contenders)."""
+    out: list[tuple[Case, list[str]]] = []
+    for workers in args.workers:
+        conns = args.connections if workers == 1 else args.connections[:1]
+        names = args.contenders if workers == 1 else [c for c in args.contenders if c in MULTI_WORKER]
+        for label in args.sets:
+            for n in conns:
+                mine = [c for c in names if not (label == MIXED and c in SINGLE_FILE_ONLY)]
+                if mine:
+                    out.append((Case(label, n, workers), mine))
+    return out
+
+
+def make_sets(
+    root: Path, tmp: str, labels: list[str], mixed_files: int
+) -> tuple[dict[str, FileSet], dict[str, bytes]]:
+    """Write the files of every set in ``labels`` under ``root``; the sets and the bodies a trial checks."""
+    sets: dict[str, FileSet] = {}
+    bodies: dict[str, bytes] = {}
+    for label, name, size in FILES:
+        if label in labels:
+            bodies[name] = os.urandom(size)
+            (root / name).write_bytes(bodies[name])
+            warm(str(root / name))
+            sets[label] = FileSet(label, name, size)
+    if MIXED in labels:
+        sizes = mixed_sizes(
+            mixed_files, MIXED_SEED, median=MIXED_MEDIAN, sigma=MIXED_SIGMA, low=MIXED_LOW, high=MIXED_HIGH
+        )
+        paths = make_mixed_set(str(root), sizes, MIXED_SEED)
+        check = paths[0].lstrip("/")
+        bodies[check] = (root / check).read_bytes()
+        script = paths_script(str(Path(tmp, "mixed.lua")), paths, MIXED_SEED)
+        files = [str(root / p.lstrip("/")) for p in paths]
+        sets[MIXED] = FileSet(MIXED, check, statistics.fmean(sizes), script, files)
+    return sets, bodies
+
+
+def _evict(files: list[str], sample: Sample) -> None:
+    """before_run of the mixed set: every file out of the page cache (a trial error if pages stay)."""
+    resident, total = evict_files(files)
+    sample.cache_resident_pages, sample.cache_pages = resident, total
+    if resident > total // 100:
+        raise TrialError(f"page cache not cold: {resident} of {total} pages of the mixed set still cached")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = sys.stderr
+    skipped: dict[str, str] = {}
     wrk, nginx = ensure_tools("nginx" in args.contenders, "http_static")
+    caddy = None
+    if "caddy" in args.contenders:
+        caddy, why = ensure_caddy("http_static")
+        if caddy is None:
+            skipped["caddy"] = why
+            args.contenders.remove("caddy")
+    tools = {"nginx": nginx, "caddy": caddy}
+    nofile = raise_nofile(NOFILE)
+    if max(args.connections) + 64 > nofile[0]:
+        print(
+            f"http_static: RLIMIT_NOFILE is {nofile[0]}: too low for {max(args.connections)} connections",
+            file=log,
+        )
     started = datetime.now(timezone.utc)
-    files = [f for f in FILES if f[0] in args.files]
+    cases = plan(args)
     samples: list[Sample] = []
+    t_setup = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aiosendfile-http-", dir=args.dir) as tmp:
         root = Path(tmp, "www")
         root.mkdir()
-        bodies = {}
-        for _label, name, size in files:
-            bodies[name] = os.urandom(size)
-            (root / name).write_bytes(bodies[name])
-            warm(str(root / name))
-        ctx = Context(
+        sets, bodies = make_sets(root, tmp, args.sets, args.mixed_files)
+        mixed_info = None
+        if MIXED in sets:
+            files = sets[MIXED].files or []
+            sizes = [os.path.getsize(f) for f in files]
+            mixed_info = {
+                "files": len(sizes),
+                "seed": MIXED_SEED,
+                "total_bytes": sum(sizes),
+                "min": min(sizes),
+                "max": max(sizes),
+                "median": statistics.median(sizes),
+                "mean": statistics.fmean(sizes),
+                "distribution": f"log-normal, median {MIXED_MEDIAN} B, sigma {MIXED_SIGMA}, "
+                f"clamped to {MIXED_LOW}-{MIXED_HIGH} B",
+            }
+        base = Context(
             root=str(root),
             tmp=tmp,
             wrk=wrk,
             nginx=nginx,
             threads=args.threads,
-            connections=args.connections,
+            connections=args.connections[0],
             duration=args.duration,
             server_cpus=args.server_cpus,
             client_cpus=args.client_cpus,
             bodies=bodies,
         )
-        start = partial(start_server, ctx)
+        trials = args.rounds * sum(len(names) for _case, names in cases)
         print(
-            f"{args.rounds} rounds x {len(files)} files x {len(args.contenders)} contenders, "
-            f"{args.duration} s + {WARMUP_S} s warm-up per trial; example: "
-            + " ".join(ctx.wrk_command("http://127.0.0.1:PORT/FILE", args.duration)),
+            f"{args.rounds} rounds x {len(cases)} cases, {trials} trials of {args.duration} s + {WARMUP_S} s "
+            f"warm-up (files made in {time.perf_counter() - t_setup:.0f} s); example: "
+            + " ".join(base.wrk_command("http://127.0.0.1:PORT/FILE", args.duration)),
             file=log,
             flush=True,
         )
         t_bench = time.perf_counter()
         for rnd in range(1, args.rounds + 1):
-            for label, name, size in files:
-                for contender in rotated(args.contenders, rnd):
+            for case, names in cases:
+                fs = sets[case.set]
+                ctx = replace(
+                    base,
+                    connections=case.connections,
+                    workers=case.workers,
+                    script=fs.script,
+                    server_cpus=args.server_cpus if case.workers == 1 else args.multi_server_cpus,
+                )
+                start = partial(start_server, ctx, tools)
+                before = partial(_evict, fs.files) if fs.files else None
+                for contender in rotated(names, rnd):
                     for attempt in range(args.retries + 1):
-                        s = run_trial(ctx, start, contender, label, name, size, rnd)
+                        s = run_trial(
+                            ctx,
+                            start,
+                            contender,
+                            case.set,
+                            fs.path,
+                            round(fs.size),
+                            rnd,
+                            case=case.label,
+                            before_run=before,
+                        )
                         samples.append(s)
                         noisy = (
                             args.max_other_load is not None
@@ -487,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
                         if noisy and attempt < args.retries:
                             s.discarded = True
                         print(
-                            f"round {rnd}/{args.rounds}  {label:<5} {contender:<19} {progress_line(s)}",
+                            f"round {rnd}/{args.rounds}  {case.label:<14} {contender:<15} {progress_line(s)}",
                             file=log,
                             flush=True,
                         )
@@ -496,15 +732,25 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(2 * (attempt + 1))  # let a burst of other load pass
         elapsed = time.perf_counter() - t_bench
 
-    labels = [f[0] for f in files]
-    summary = summarize(samples, args.contenders, labels)
+    labels = [case.label for case, _names in cases]
+    summary = summarize(samples, args.contenders, labels, key="case")
     rat = ratios(samples, args.contenders, labels)
-    text = report(summary, rat, ctx, args.rounds) + f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
+    text = report(
+        summary,
+        rat,
+        base,
+        args.rounds,
+        multi_cpus=args.multi_server_cpus,
+        skipped=skipped,
+        mixed=mixed_info,
+    )
+    text += f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
 
     machine = machine_info()
     machine["tools"] = {
         "wrk": tool_version([wrk, "-v"]),
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
+        "caddy": tool_version([caddy, "version"]) if caddy else None,
     }
     document = {
         **document_head("http_static", started),
@@ -514,20 +760,28 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": WARMUP_S,
             "threads": args.threads,
             "connections": args.connections,
+            "workers": args.workers,
             "contenders": args.contenders,
-            "files": {label: size for label, _name, size in files},
+            "skipped": skipped,
+            "files": {label: size for label, _name, size in FILES if label in args.sets},
+            "sets": args.sets,
+            "mixed": mixed_info,
+            "cases": {case.label: names for case, names in cases},
             "server_cpus": args.server_cpus,
+            "multi_server_cpus": args.multi_server_cpus,
             "client_cpus": args.client_cpus,
+            "rlimit_nofile": list(nofile),
             "max_other_load": args.max_other_load,
             "retries": args.retries,
-            "wrk_command": ctx.wrk_command("URL", args.duration),
+            "wrk_command": base.wrk_command("URL", args.duration),
             "aiohttp_static_server": AIOHTTP_STATIC_SERVER,
+            "plugin_app_server": PLUGIN_APP_SERVER,
             "nginx_conf": NGINX_CONF,
             "elapsed_s": elapsed,
         },
         "units": {
             "req_per_s": "wrk Requests/sec",
-            "mb_per_s": "body bytes per second / 10^6 (req/s x file size)",
+            "mb_per_s": "body bytes per second / 10^6 (req/s x file size; mixed: x the mean file size)",
             "wire_mb_per_s": "wrk Transfer/sec (headers included; wrk's binary MB) / 10^6",
             "latency_*_ms": "wrk latency distribution, milliseconds",
             "server_cpu_*": "server process tree utime+stime (/proc/PID/stat) over the wrk run",

@@ -2,14 +2,15 @@
 
 One job per module: ``measure`` (loop-delay ticker, delay statistics, process, process-tree and
 whole-machine CPU, other load, perf windows), ``children`` (the spawned server process and its
-result), ``files`` (making, warming and evicting the test file, page-cache state), ``netns``
-(veth pairs between network namespaces), ``report`` (tables, number formats, machine description,
-the JSON document and the ending every benchmark's ``main`` shares), ``cli`` (checked comma-separated
-lists such as ``--contenders``, the rotating round order), ``senders`` (the server-side
-send strategies), ``transfer`` (the one-file trial of ``raw_transfer`` and ``loop_stall``),
-``servers`` (external server processes, pinning, free ports, wrk/nginx install and versions),
-``wrk`` (its command, run, report parsing), ``http_trial`` (the HTTP(S) trial ``http_static`` and
-``tls_static`` share). This module holds the units and the error every one of them uses.
+result), ``files`` (making, warming and evicting the test files, page-cache state), ``netns`` (veth
+pairs between network namespaces), ``report`` (tables, number formats, machine description, the JSON
+document and the ending every benchmark's ``main`` shares), ``cli`` (checked comma-separated lists
+such as ``--contenders``, the rotating round order), ``senders`` (the server-side send strategies),
+``transfer`` (the one-file trial of ``raw_transfer`` and ``loop_stall``), ``servers`` (external
+server processes, pinning, free ports, wrk/nginx/caddy install and versions, the descriptor limit),
+``wrk`` (its command, a path-picking Lua script, run, report parsing), ``http_trial`` (the HTTP(S)
+trial ``http_static`` and ``tls_static`` share). This module holds the units and the error every one
+of them uses.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""The test file: making it, warming it, evicting it, and checking its page-cache state.
+"""The test files: making them, warming them, evicting them, and checking their page-cache state.
 
 A trial's numbers depend on whether the file is in the page cache: ``cache_state`` makes it
 cold or warm right before the transfer and counts its resident pages (``mincore``), so a trial
-that could not get the state it needs fails instead of measuring the wrong thing.
+that could not get the state it needs fails instead of measuring the wrong thing. The HTTP
+benchmark's mixed set is many files at once: ``make_mixed_set`` writes them (sizes from a
+seeded distribution) and ``evict_files`` drops them all and counts what stayed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -158,6 +162,70 @@ def cache_state(path: str, *, evict: bool) -> tuple[bytes | None, int]:
         return mincore(fd, size), pages
     finally:
         os.close(fd)
+
+
+def mixed_sizes(count: int, seed: int, *, median: int, sigma: float, low: int, high: int) -> list[int]:
+    """``count`` file sizes, log-normal around ``median`` bytes (``sigma`` in ln), clamped to [low, high].
+
+    Seeded, so every run makes the same set. Web assets are mostly small with a long tail of big
+    ones; a log-normal is the usual model of that.
+    """
+    rng = random.Random(seed)
+    mu = math.log(median)
+    return [min(high, max(low, int(rng.lognormvariate(mu, sigma)))) for _ in range(count)]
+
+
+def make_mixed_set(root: str, sizes: list[int], seed: int, *, subdir: str = "mixed") -> list[str]:
+    """Write one file per size under ``root/subdir/dNN/fNNNNN.bin`` (100 files a folder); their URL paths.
+
+    Contents are slices of one random 2 MiB block at seeded offsets (real, non-sparse data).
+    Everything is flushed to disk (``os.sync``) so that ``evict_files`` can drop every page.
+    """
+    rng = random.Random(seed)
+    block = os.urandom(2 * MiB)
+    paths = []
+    for i, size in enumerate(sizes):
+        rel = f"{subdir}/d{i // 100:02d}/f{i:05d}.bin"
+        full = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        offset = rng.randrange(len(block) - size + 1)
+        with open(full, "wb") as f:
+            f.write(block[offset : offset + size])
+        paths.append("/" + rel)
+    os.sync()
+    return paths
+
+
+def evict_files(paths: list[str], *, attempts: int = 5) -> tuple[int, int]:
+    """Drop every page of ``paths`` from the page cache; return (resident pages left, pages in all).
+
+    ``flush_deferred_skbs`` first (pages an earlier transfer's skbs still hold cannot be
+    dropped), then ``POSIX_FADV_DONTNEED`` on each file, counted with ``mincore``; repeated
+    up to ``attempts`` times while pages remain. Resident -1: ``mincore`` is not available.
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    resident = total = 0
+    for _ in range(attempts):
+        flush_deferred_skbs()
+        resident = total = 0
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += (size + page - 1) // page
+                if size:
+                    pages = mincore(fd, size)
+                    if pages is None:
+                        resident = -1
+                    elif resident >= 0:
+                        resident += sum(pages)
+            finally:
+                os.close(fd)
+        if resident <= 0:
+            break
+        time.sleep(0.05)
+    return resident, total
 
 
 def storage_info(path: str) -> dict[str, Any]:

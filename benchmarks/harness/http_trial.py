@@ -6,6 +6,9 @@ byte-exact body, warm up with a 1 s wrk run, measure with ``wrk --latency``
 while reading the server's process-tree CPU, the wrk CPU and the whole
 machine's, check the GET again and stop the server. Each benchmark says how to
 start its contenders and writes its own report from :func:`summarize`.
+``Context.script`` makes wrk pick the paths (a Lua script), and ``before_run``
+prepares the measured run after the warm-up (the mixed set evicts its files
+there, so every trial starts from a cold page cache).
 """
 
 from __future__ import annotations
@@ -45,10 +48,18 @@ class Context:
     server_cpus: str | None
     client_cpus: str | None
     bodies: dict[str, bytes]  # file name -> expected body
+    script: str | None = None  # wrk -s: a Lua script that picks the paths (overrides the URL's path)
+    workers: int = 1  # server processes (worker processes: nginx's, serve's --workers)
 
     def wrk_command(self, url: str, duration: int) -> list[str]:
         return wrk_command(
-            self.wrk, url, duration, threads=self.threads, connections=self.connections, cpus=self.client_cpus
+            self.wrk,
+            url,
+            duration,
+            threads=self.threads,
+            connections=self.connections,
+            cpus=self.client_cpus,
+            script=self.script,
         )
 
 
@@ -90,6 +101,9 @@ class Sample:
     file: str
     size: int
     round: int
+    case: str | None = None  # the summary's row label when it is not just the file (http_static's grid)
+    connections: int | None = None  # wrk -c
+    workers: int | None = None  # server worker processes
     ok: bool = False
     discarded: bool = False  # re-run for other load on the machine (--max-other-load); not summarized
     error: str | None = None
@@ -122,6 +136,8 @@ class Sample:
     other_cpu_s: float | None = None  # host busy - server - wrk - this process
     other_load_cpus: float | None = None  # other_cpu_s / wall_s, minus /proc/stat tick slack
     server_exit: int | None = None  # exit status after the clean stop (None: had to be killed)
+    cache_resident_pages: int | None = None  # before_run's eviction: pages still cached (-1: unknown)
+    cache_pages: int | None = None  # ... out of the set's pages
     wrk_output: str | None = None
 
 
@@ -134,9 +150,24 @@ def run_trial(
     size: int,
     rnd: int,
     scheme: str = "http",
+    *,
+    case: str | None = None,
+    before_run: Callable[[Sample], None] | None = None,
 ) -> Sample:
-    """One trial of ``contender`` (started by ``start(contender)``) serving file ``name`` over ``scheme``."""
-    sample = Sample(contender=contender, file=label, size=size, round=rnd)
+    """One trial of ``contender`` (started by ``start(contender)``) serving file ``name`` over ``scheme``.
+
+    ``size``: the body bytes per request (the mean size when a script picks among files).
+    ``before_run(sample)`` runs after the warm-up, right before the measured run; it may raise TrialError.
+    """
+    sample = Sample(
+        contender=contender,
+        file=label,
+        size=size,
+        round=rnd,
+        case=case,
+        connections=ctx.connections,
+        workers=ctx.workers,
+    )
     server: Server | None = None
     try:
         server = start(contender)
@@ -144,6 +175,8 @@ def run_trial(
         url = f"{scheme}://127.0.0.1:{server.port}/{name}"
         verify(url, ctx.bodies[name])
         run_wrk(ctx.wrk_command(url, WARMUP_S), WARMUP_S)
+        if before_run is not None:
+            before_run(sample)
         u0, h0 = tree_cpu(server.pids), host_cpu()
         c0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
@@ -204,6 +237,8 @@ def progress_line(s: Sample) -> str:
     )
     if s.other_load_cpus is not None:
         msg += f"  other load {s.other_load_cpus:.2f}"
+    if s.cache_pages:
+        msg += f"  evicted ({s.cache_resident_pages} of {s.cache_pages} pages left)"
     if s.socket_errors and any(s.socket_errors.values()):
         msg += f"  socket errors {s.socket_errors}"
     if s.server_exit not in (0, None):
@@ -217,22 +252,31 @@ def _values(samples: list[Sample], name: str) -> list[float]:
     return [v for s in samples if s.ok and (v := getattr(s, name)) is not None]
 
 
-def summarize(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
-    """file label -> contender -> runs, errors and the median/min/max of each number over the kept trials."""
+def summarize(
+    samples: list[Sample], contenders: list[str], labels: list[str], key: str = "file"
+) -> dict[str, Any]:
+    """label -> contender -> runs, errors and the median/min/max of each number over the kept trials.
+
+    A label is a sample's ``key`` attribute: its ``file`` (default) or its ``case``. A contender
+    with no trial for a label (not run in that case) gets no row there.
+    """
     summary: dict[str, Any] = {}
     for label in labels:
         for name in contenders:
-            mine = [s for s in samples if s.contender == name and s.file == label and not s.discarded]
+            every = [s for s in samples if s.contender == name and getattr(s, key) == label]
+            if not every:
+                continue
+            mine = [s for s in every if not s.discarded]
             ok = [s for s in mine if s.ok]
             row: dict[str, Any] = {
                 "runs": len(mine),
                 "ok": len(ok),
-                "discarded": sum(s.discarded for s in samples if s.contender == name and s.file == label),
+                "discarded": sum(s.discarded for s in every),
                 "errors": [s.error for s in mine if not s.ok],
                 "socket_errors_total": sum(sum((s.socket_errors or {}).values()) for s in ok),
                 "unclean_server_exits": sum(s.server_exit != 0 for s in mine),
             }
-            for key in (
+            for figure in (
                 "req_per_s",
                 "mb_per_s",
                 "wire_mb_per_s",
@@ -244,8 +288,8 @@ def summarize(samples: list[Sample], contenders: list[str], labels: list[str]) -
                 "wrk_cpus_busy",
                 "other_load_cpus",
             ):
-                vals = _values(ok, key)
+                vals = _values(ok, figure)
                 if vals:
-                    row.update(median_min_max(key, vals))
+                    row.update(median_min_max(figure, vals))
             summary.setdefault(label, {})[name] = row
     return summary

@@ -1,16 +1,20 @@
 """External server processes for the HTTP benchmarks, and the tools they need.
 
 A trial starts a fresh server (a Python one-liner, ``python -m aiosendfile
-serve`` or nginx) as a child process, pinned with ``taskset`` when asked, waits
-until it accepts connections, and stops it cleanly afterwards (killing it if it
-hangs); a failed trial quotes the tail of its log. wrk and nginx are found on
-the machine, or installed with apt-get when running as root.
+serve``, nginx, caddy) as a child process, pinned with ``taskset`` when asked,
+waits until it accepts connections, and stops it cleanly afterwards (killing it
+if it hangs); a failed trial quotes the tail of its log. wrk, nginx and caddy
+are found on the machine, or installed with apt-get when running as root
+(caddy is optional: without it, its row is skipped with the reason). Many
+connections need many descriptors: ``raise_nofile`` lifts this process's soft
+limit, which the servers and wrk inherit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -28,11 +32,13 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "Server",
     "can_pin",
+    "ensure_caddy",
     "ensure_tools",
     "find_nginx",
     "free_port",
     "log_tail",
     "pin_prefix",
+    "raise_nofile",
     "repo_env",
     "start_server",
     "stop_server",
@@ -87,6 +93,38 @@ def ensure_tools(need_nginx: bool, prog: str = "http_static") -> tuple[str, str 
     if not wrk or (need_nginx and not nginx):
         raise SystemExit(f"{prog}: wrk/nginx still not found after installing")
     return wrk, nginx
+
+
+def ensure_caddy(prog: str = "http_static") -> tuple[str | None, str]:
+    """caddy: (its path, "") if found or installed with apt-get as root, else (None, why not)."""
+    found = shutil.which("caddy")
+    if found:
+        return found, ""
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None, "caddy not found (apt-get install -y caddy, or run as root on Debian/Ubuntu)"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "caddy"]
+    print(f"{prog}: caddy missing; running: {' '.join(install)}", flush=True)
+    if subprocess.run(install, env=env, check=False).returncode != 0:
+        print(f"{prog}: install failed; running: apt-get update, then the install again", flush=True)
+        subprocess.run(["apt-get", "update"], env=env, check=False)
+        if subprocess.run(install, env=env, check=False).returncode != 0:
+            return None, "caddy not found and `apt-get install -y caddy` failed"
+    found = shutil.which("caddy")
+    return (found, "") if found else (None, "caddy still not found after apt-get install")
+
+
+def raise_nofile(wanted: int) -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to ``wanted`` (at most the hard limit); the (soft, hard) now.
+
+    Children (servers, wrk) inherit it: 1,024 wrk connections need 1,024+ descriptors on both sides.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def tool_version(cmd: list[str]) -> str | None:

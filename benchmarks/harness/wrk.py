@@ -1,8 +1,10 @@
 """wrk, the HTTP load generator: its command line, one run, and the numbers of its report.
 
 The HTTP and TLS benchmarks drive their servers with ``wrk --latency``; this
-module builds that command (pinned with ``taskset`` when asked), runs it with a
-timeout and turns its text report into numbers (times in ms, bytes in bytes).
+module builds that command (pinned with ``taskset`` when asked, with a Lua
+script when one picks the paths), runs it with a timeout and turns its text
+report into numbers (times in ms, bytes in bytes). ``paths_script`` writes the
+Lua script that requests a list of paths in a seeded random order.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from benchmarks.harness import MB, TrialError
 from benchmarks.harness.servers import pin_prefix
 
-__all__ = ["parse_wrk", "run_wrk", "wrk_command"]
+__all__ = ["parse_wrk", "paths_script", "run_wrk", "wrk_command"]
 
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _BYTE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}  # wrk's are binary
@@ -53,10 +55,39 @@ def parse_wrk(text: str) -> dict[str, Any]:
     return out
 
 
+def paths_script(path: str, paths: list[str], seed: int) -> str:
+    """Write a wrk Lua script to ``path`` that GETs ``paths`` in random order; return ``path``.
+
+    Every wrk thread seeds Lua's generator with ``seed`` when it loads the script, so every
+    run (warm-up and measured, every contender) requests the same sequence.
+    """
+    quoted = ",\n".join('"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"' for p in paths)
+    with open(path, "w") as f:
+        f.write(
+            f"local paths = {{\n{quoted}\n}}\n"
+            "local n = #paths\n"
+            f"math.randomseed({seed})\n"
+            "request = function()\n"
+            '  return wrk.format("GET", paths[math.random(n)])\n'
+            "end\n"
+        )
+    return path
+
+
 def wrk_command(
-    wrk: str, url: str, duration: int, *, threads: int, connections: int, cpus: str | None
+    wrk: str,
+    url: str,
+    duration: int,
+    *,
+    threads: int,
+    connections: int,
+    cpus: str | None,
+    script: str | None = None,
 ) -> list[str]:
-    """``wrk --latency`` for ``duration`` whole seconds, on the CPUs ``cpus`` (taskset list) if given."""
+    """``wrk --latency`` for ``duration`` whole seconds, on the CPUs ``cpus`` (taskset list) if given.
+
+    ``script``: a Lua script (``wrk -s``), e.g. one that picks the paths (:func:`paths_script`).
+    """
     return [
         *pin_prefix(cpus),
         wrk,
@@ -67,6 +98,7 @@ def wrk_command(
         "-d",
         f"{duration}s",
         "--latency",
+        *(["-s", script] if script else []),
         url,
     ]
 
