@@ -16,14 +16,15 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import format_datetime, parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = (
     "ByteRange",
+    "HeaderView",
     "RangeNotSatisfiable",
     "parse_ranges",
     "make_etag",
@@ -36,6 +37,18 @@ __all__ = (
     "multipart_byteranges",
     "file_headers",
 )
+
+
+class HeaderView(Protocol):
+    """Request header fields read by canonical name, case-insensitively (a multidict, a dict).
+
+    A ``getall(name, default)`` method, where present, gives every line of a repeated field.
+    """
+
+    def get(self, name: str, /) -> str | None: ...
+
+    def __contains__(self, name: object, /) -> bool: ...
+
 
 # -- Range -------------------------------------------------------------------------
 
@@ -227,7 +240,7 @@ def _weak_match(tags: list[tuple[bool, str]] | None, etag: str) -> bool:
     return any(t == opaque for _, t in tags)
 
 
-def _field_lines(headers: Mapping[str, str], name: str) -> list[str]:
+def _field_lines(headers: HeaderView, name: str) -> list[str]:
     """Every field line of ``name`` (a multidict's getall), or the mapping's single value."""
     getall: Any = getattr(headers, "getall", None)
     if callable(getall):
@@ -236,19 +249,17 @@ def _field_lines(headers: Mapping[str, str], name: str) -> list[str]:
     return [] if value is None else [value]
 
 
-def _list_field(headers: Mapping[str, str], name: str) -> str | None:
+def _list_field(headers: HeaderView, name: str) -> str | None:
     lines = _field_lines(headers, name)
     return ", ".join(lines) if lines else None
 
 
-def _date_field(headers: Mapping[str, str], name: str) -> int | None:
+def _date_field(headers: HeaderView, name: str) -> int | None:
     lines = _field_lines(headers, name)
     return parse_http_date(lines[0]) if len(lines) == 1 else None  # more than one member: ignore
 
 
-def evaluate_preconditions(
-    method: str, headers: Mapping[str, str], etag: str, last_modified: int
-) -> int | None:
+def evaluate_preconditions(method: str, headers: HeaderView, etag: str, last_modified: int) -> int | None:
     """RFC 9110 §13.2.2: 412 or 304 if a precondition says so, None to proceed.
 
     ``headers`` is read with canonical names, so pass a case-insensitive mapping.

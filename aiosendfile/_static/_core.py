@@ -1,0 +1,340 @@
+"""The static-file decisions: ``route`` → ``resolve`` → ``respond``, or all three as ``answer``.
+
+* ``route`` (pure): GET/HEAD only (else 405 with ``Allow``); the path below the mount decoded once
+  and checked by the rules of ``_paths`` (else 404).
+* ``resolve`` (one ``stat``): missing → 404, unreadable → 403. A directory must lie inside the
+  root (unless symlinks are followed); without a trailing slash → 301 adding it (query kept, as
+  nginx does); else its index, a listing if allowed, or 403. A plain GET/HEAD (no ranges or
+  conditions, no pre-compressed sibling the client takes) of a hot small file is answered from
+  the cache here. Anything else is ``Located`` for ``respond``.
+* ``respond``: the representation (a ``.br``/``.gz`` sibling ``Accept-Encoding`` admits, else the
+  file; a sibling that cannot be opened, escapes or is not a regular file counts as absent, as
+  nginx's ``gzip_static``), opened and checked on its descriptor, then validators (from that
+  descriptor), preconditions (412/304), ``If-Range`` and ``Range`` (206, multipart, 416). Bodies
+  up to ``inline_limit`` whose pages are cached come back as bytes and fill the hot cache.
+
+Errors from ``route``/``resolve`` carry aiohttp's text body (``404: Not Found``); errors found
+only on opening (``respond``) are empty (``Content-Length: 0``), as the plugin gives them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
+
+from . import _hot, _http
+from ._answer import Answer, FileRange, Multipart, error
+from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
+from ._listing import listing_html
+from ._mime import content_type_for
+from ._paths import checked, decode, inside
+from ._policy import ENCODINGS, DirectoryPolicy
+from ._request import Request
+
+__all__ = ("Located", "answer", "present_siblings", "resolve", "respond", "route")
+
+#: Request fields that need ``respond``'s full handling (ranges, preconditions).
+_NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
+_CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
+_ALLOW = ("Allow", "GET,HEAD")
+
+
+class Located(NamedTuple):
+    """A file to answer: its path, its ``stat`` if taken, the pre-compressed siblings if looked up."""
+
+    path: str
+    st: os.stat_result | None = None
+    siblings: list[tuple[str, str]] | None = None
+
+
+def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
+    """The path *req* names under ``policy.root``, or the error answer (405, 404)."""
+    if req.method != "GET" and req.method != "HEAD":
+        return error(405, req.method, _ALLOW)
+    filename = req.rel
+    if filename is None or "%" in filename:
+        # Decoded from the raw bytes, as the file system names files: yarl leaves percent-escapes
+        # that are not UTF-8 encoded (``/%FF``), so such a name could not be reached from ``rel``.
+        full = decode(req.raw_path)
+        head = req.prefix + "/"
+        if full.startswith(head):
+            filename = full[len(head) :]
+        elif filename is None:
+            return error(404, req.method)
+    root = policy.root
+    if root is None or not checked(filename, policy.dotfiles):
+        return error(404, req.method)
+    return root.rstrip(os.sep) + os.sep + filename if filename else root  # (no leading "/": checked)
+
+
+def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer | Located:
+    """What *path* is (see the module docstring): an answer already, or a file for :func:`respond`."""
+    try:
+        st = fs.stat(path)
+    except PermissionError:
+        return error(403, req.method)
+    except OSError:  # missing, ENOTDIR (``a.txt/``), ELOOP, ENAMETOOLONG
+        return error(404, req.method)
+    if stat.S_ISDIR(st.st_mode):
+        root = policy.root
+        if root is not None and not policy.follow_symlinks and not inside(fs.realpath(path), root):
+            return error(404, req.method)
+        return _directory(req, path, policy, fs)
+    siblings = None
+    if policy.hot_cache and st.st_size <= policy.inline_limit:
+        hot, siblings = _hot_answer(req, path, st, policy, fs)
+        if hot is not None:
+            return hot
+    return Located(path, st, siblings)
+
+
+def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer | Located:
+    raw = req.raw_path
+    if not (raw.endswith(b"/") or raw[-3:].lower() == b"%2f"):
+        location = (
+            raw.decode("latin-1") + "/" + (f"?{req.raw_query.decode('latin-1')}" if req.raw_query else "")
+        )
+        return error(301, req.method, ("Location", location))
+    if policy.index:
+        index = os.path.join(path, policy.index)
+        if fs.is_file(index):
+            return Located(index)
+    if policy.listings:
+        try:
+            entries = fs.scan(path, None if policy.follow_symlinks else policy.root)
+            at_root = fs.realpath(path) == policy.root
+        except PermissionError:
+            return error(403, req.method)
+        except OSError:  # removed meanwhile
+            return error(404, req.method)
+        page = listing_html(unquote_to_bytes(raw), at_root, entries, policy.dotfiles)
+        head = req.method == "HEAD"
+        return Answer(
+            200,
+            [("Content-Type", "text/html; charset=utf-8")],
+            len(page),
+            head_only=head,
+            body=None if head else page,
+            path=path,
+        )
+    return error(403, req.method)
+
+
+def _hot_answer(
+    req: Request, path: str, st: os.stat_result, policy: DirectoryPolicy, fs: FileSystem
+) -> tuple[Answer | None, list[tuple[str, str]] | None]:
+    """A plain GET/HEAD of a hot small file, from the cache; else None and the siblings looked up."""
+    headers = req.headers
+    for name in _NOT_PLAIN:
+        if name in headers:
+            return None, None
+    entry = _hot.hot_files.entry(path, policy.cache_root, st)
+    if entry is None:
+        return None, None
+    if policy.precompressed and (accept := headers.get("Accept-Encoding")):
+        siblings = present_siblings(path, accept, fs)
+        if siblings:
+            return None, siblings
+    key = ("fields", policy.precompressed)
+    fields = entry.rendered.get(key)
+    if fields is None:
+        fields = _http.file_headers(
+            _http.make_etag(st.st_mtime_ns, st.st_size),
+            int(st.st_mtime),
+            vary=policy.precompressed,
+            content_type=content_type_for(os.path.basename(path)),
+        )
+        entry.rendered[key] = fields
+    head = req.method == "HEAD"
+    return Answer(
+        200,
+        fields,  # type: ignore[arg-type]  # (memoised: a list of str pairs)
+        st.st_size,
+        head_only=head,
+        body=None if head else entry.body,
+        entry=entry,
+        path=path,
+    ), None
+
+
+def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[tuple[str, str]]:
+    """(encoding, sibling path) of the ``.br``/``.gz`` siblings *accept* admits and that exist."""
+    return [
+        (enc, path + ext)
+        for enc, ext in ENCODINGS
+        if _http.choose_encoding(accept, (enc,)) == enc and fs.is_file(path + ext)
+    ]
+
+
+def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
+    """The answer about the file *located* names (see the module docstring)."""
+    candidates: list[tuple[str | None, str]] = []
+    accept = req.headers.get("Accept-Encoding") if policy.precompressed else None
+    if accept:
+        present = located.siblings
+        if present is None:
+            present = present_siblings(located.path, accept, fs)
+        if present:
+            chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
+            candidates += [(enc, p) for enc, p in present if enc == chosen]
+    candidates.append((None, located.path))
+    cache_root = policy.cache_root
+    root = None if policy.follow_symlinks else policy.root
+    # With no root to check containment against, a symlinked sibling could name any file.
+    nofollow = policy.root is None and not policy.follow_symlinks
+    for encoding, path in candidates:
+        if policy.hot_cache:
+            try:
+                st = located.st if encoding is None and located.st is not None else fs.stat(path)
+            except OSError:
+                st = None  # let the open below say what is wrong
+            if st is not None and st.st_size <= policy.inline_limit and stat.S_ISREG(st.st_mode):
+                body = _hot.hot_files.get(path, cache_root, st)
+                if body is not None:
+                    return _file_answer(req, located.path, policy, st, encoding, body, fs)
+        try:
+            fd, st = fs.open_regular(path, root, nofollow and encoding is not None)
+        except (OSError, OutsideRoot, NotRegular) as exc:
+            if encoding is not None:
+                # A sibling that vanished, that we may not read (EACCES, ELOOP, ...), that escapes the
+                # root or is no regular file: serve the next candidate, as nginx's gzip_static declines.
+                continue
+            if isinstance(exc, NotRegular | PermissionError) or getattr(exc, "errno", None) == errno.ENXIO:
+                return _empty_error(403)  # ENXIO: a socket
+            return _empty_error(404)  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, outside the root, ...
+        if policy.hot_cache and st.st_size <= policy.inline_limit:
+            try:
+                read = fs.read_cached(fd, st.st_size)
+            except BaseException:
+                fs.close(fd)
+                raise
+            if read is not None and len(read) == st.st_size:
+                fs.close(fd)
+                _hot.hot_files.put(path, cache_root, st, read)  # shared by every request while cached
+                return _file_answer(req, located.path, policy, st, encoding, read, fs)
+        return _file_answer(req, located.path, policy, st, encoding, fd, fs)
+    return _empty_error(404)
+
+
+def _empty_error(status: int) -> Answer:
+    return Answer(status, [], 0, head_only=True)
+
+
+def _file_answer(
+    req: Request,
+    name: str,
+    policy: DirectoryPolicy,
+    st: os.stat_result,
+    encoding: str | None,
+    source: bytes | int,
+    fs: FileSystem,
+) -> Answer:
+    """Preconditions, ranges and headers for the representation *source* (bytes, or an fd now owned)."""
+    fd = source if isinstance(source, int) else None
+    try:
+        return _decide(req, name, policy, st, encoding, source, fs)
+    except BaseException:
+        if fd is not None:
+            fs.close(fd)
+        raise
+
+
+def _decide(
+    req: Request,
+    name: str,
+    policy: DirectoryPolicy,
+    st: os.stat_result,
+    encoding: str | None,
+    source: bytes | int,
+    fs: FileSystem,
+) -> Answer:
+    size = st.st_size
+    etag = _http.make_etag(st.st_mtime_ns, size)
+    last_modified = int(st.st_mtime)
+    headers = req.headers
+    vary = policy.precompressed
+    fd = source if isinstance(source, int) else None
+
+    def headers_only(status: int, fields: list[tuple[str, str]], length: int | None) -> Answer:
+        if fd is not None:
+            fs.close(fd)
+        return Answer(status, fields, length, head_only=True, encoding=encoding, path=name)
+
+    if any(field in headers for field in _CONDITIONAL):
+        status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
+        if status is not None:
+            fields = _http.file_headers(etag, last_modified, vary=vary)
+            return headers_only(status, fields, None if status == 304 else 0)
+
+    content_type = req.content_type or content_type_for(os.path.basename(name))
+    ranges: list[_http.ByteRange] | None = None
+    # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses.
+    if (
+        req.method == "GET"
+        and req.ranges_ok
+        and "Range" in headers
+        and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
+    ):
+        try:
+            ranges = _http.parse_ranges(headers.get("Range"), size, max_ranges=policy.max_ranges)
+        except _http.RangeNotSatisfiable:
+            fields = _http.file_headers(
+                etag, last_modified, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
+            )
+            return headers_only(416, fields, 0)
+
+    close = fs.close if fd is not None else None
+    if ranges is None:
+        fields = _http.file_headers(
+            etag, last_modified, vary=vary, encoding=encoding, content_type=content_type
+        )
+        if size == 0 or req.method == "HEAD":
+            return headers_only(200, fields, size)
+        whole = FileRange(source, 0, size) if isinstance(source, int) else source
+        return Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
+    if len(ranges) == 1:
+        r = ranges[0]
+        fields = _http.file_headers(
+            etag,
+            last_modified,
+            vary=vary,
+            encoding=encoding,
+            content_type=content_type,
+            content_range=r.content_range(size),
+        )
+        body1 = FileRange(source, r.start, r.length) if isinstance(source, int) else source[r.start : r.stop]
+        return Answer(206, fields, r.length, body=body1, encoding=encoding, path=name, fd=fd, close=close)
+    boundary = uuid.uuid4().hex
+    parts, closing, length = _http.multipart_byteranges(ranges, size, content_type, boundary)
+    fields = _http.file_headers(
+        etag,
+        last_modified,
+        vary=vary,
+        encoding=encoding,
+        content_type=f"multipart/byteranges; boundary={boundary}",
+    )
+    return Answer(
+        206,
+        fields,
+        length,
+        body=Multipart(source, parts, closing),
+        encoding=encoding,
+        path=name,
+        fd=fd,
+        close=close,
+    )
+
+
+def answer(req: Request, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
+    """``route`` ∘ ``resolve`` ∘ ``respond``: the whole decision, for doors without routing of their own."""
+    path = route(req, policy)
+    if isinstance(path, Answer):
+        return path
+    found = resolve(req, path, policy, fs)
+    if isinstance(found, Answer):
+        return found
+    return respond(req, found, policy, fs)

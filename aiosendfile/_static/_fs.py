@@ -1,0 +1,130 @@
+"""The static core's one door to the file system: the ``FileSystem`` port and ``REAL_FS``.
+
+Everything else in ``_static`` is pure; tests hand the core a fake file system. Every method is
+synchronous: a door decides where the decision runs (inline on the loop, or in a pool thread).
+
+``open_regular`` opens with ``O_NONBLOCK`` (a FIFO cannot hang the caller) and ``O_CLOEXEC``,
+then checks the *opened descriptor* against the root (its ``/proc/self/fd`` link; the path where
+there is no ``/proc``), so a symlink or a swap between check and open cannot escape, then
+``fstat``s it and refuses anything but a regular file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Protocol
+
+from .. import _platform
+from ._paths import inside
+
+__all__ = ("REAL_FS", "FileSystem", "NotRegular", "OutsideRoot", "RealFS")
+
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+#: For a sibling with no root to contain it: a symlink is refused (ELOOP), as aiohttp's class does.
+_O_NOFOLLOW_FLAGS = _O_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+
+
+class OutsideRoot(Exception):
+    """The opened file lies outside the root (a symlink pointing out, or one swapped in)."""
+
+
+class NotRegular(Exception):
+    """The opened file is a directory, FIFO, device or socket."""
+
+
+class FileSystem(Protocol):
+    """What the static core asks of the file system (all synchronous; errors are ``OSError``)."""
+
+    def stat(self, path: str) -> os.stat_result: ...
+
+    def is_file(self, path: str) -> bool: ...
+
+    def realpath(self, path: str) -> str: ...
+
+    def open_regular(self, path: str, root: str | None, nofollow: bool) -> tuple[int, os.stat_result]:
+        """Open *path* for reading: (fd, its fstat). Raises OSError from the open, OutsideRoot when
+        *root* is given and the descriptor lies outside it, NotRegular; no fd is left open then."""
+        ...
+
+    def read_cached(self, fd: int, size: int) -> bytes | None:
+        """The first *size* bytes if all are in the page cache, else None (never waits for the disk)."""
+        ...
+
+    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
+        """A directory's entries (name, stat following symlinks) a request could fetch: no broken
+        symlink, and with *root* given no symlink out of it. Raises OSError if unreadable."""
+        ...
+
+    def close(self, fd: int) -> None: ...
+
+
+class RealFS:
+    """The file system through ``os``."""
+
+    def stat(self, path: str) -> os.stat_result:
+        return os.stat(path)
+
+    def is_file(self, path: str) -> bool:
+        return _is_file(path)
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+    def open_regular(self, path: str, root: str | None, nofollow: bool) -> tuple[int, os.stat_result]:
+        fd = os.open(path, _O_NOFOLLOW_FLAGS if nofollow else _O_FLAGS)
+        try:
+            if root is not None and not _opened_inside(fd, path, root):
+                raise OutsideRoot(path)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegular(path)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+
+    def read_cached(self, fd: int, size: int) -> bytes | None:
+        read = _platform.pread_cached(fd, size, 0)
+        return None if read is None else bytes(read)
+
+    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
+        found: list[tuple[str, os.stat_result]] = []
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat()  # follows symlinks, as the request for it would
+                    if (
+                        root is not None
+                        and entry.is_symlink()
+                        and not inside(os.path.realpath(entry.path), root)
+                    ):
+                        continue  # out of the root: refused when fetched; its size and date are not ours
+                except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
+                    continue
+                found.append((entry.name, st))
+        return found
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _opened_inside(fd: int, path: str, root: str) -> bool:
+    """Whether the file actually opened lies inside *root* (checked on the open fd: no race)."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = os.path.realpath(path)  # no /proc (macOS/BSD): check the path instead
+    return inside(real, root)
+
+
+#: The real file system.
+REAL_FS: FileSystem = RealFS()

@@ -1,0 +1,92 @@
+"""What a door hands the static core: the request as the core reads it, and a bytes header view.
+
+The core reads the method, the raw (percent-encoded) path and query, and a handful of request
+headers by canonical name (``Range``, ``If-None-Match``, ...). aiohttp's ``CIMultiDictProxy``
+already answers ``get``/``getall``/``in`` case-insensitively; doors that parse headers as bytes
+(the native engine, ASGI) wrap their pairs in :class:`BytesHeaders`, which keeps only the fields
+the core reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from ._http import HeaderView
+
+__all__ = ("EMPTY", "BytesHeaders", "HeaderView", "Request")
+
+
+class BytesHeaders:
+    """Request header fields from ``(name, value)`` byte pairs: only those the core reads, latin-1 decoded.
+
+    Lookups are case-insensitive; a repeated field keeps every line, in order, for ``getall``.
+    """
+
+    #: The lowercase names the core reads: a door may filter on them in its header callback.
+    WANTED = frozenset(
+        {
+            b"range",
+            b"if-range",
+            b"if-match",
+            b"if-none-match",
+            b"if-modified-since",
+            b"if-unmodified-since",
+            b"accept-encoding",
+        }
+    )
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, pairs: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        self._fields: dict[str, list[str]] = {}
+        for name, value in pairs:
+            self.add(name, value)
+
+    def add(self, name: bytes, value: bytes) -> None:
+        """Keep one field line, if the core reads that field."""
+        key = name.lower()
+        if key in self.WANTED:
+            self._fields.setdefault(key.decode("latin-1"), []).append(value.decode("latin-1"))
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        values = self._fields.get(name.lower())
+        return values[0] if values else default
+
+    def getall(self, name: str, default: Sequence[str] = ()) -> Sequence[str]:
+        return self._fields.get(name.lower()) or default
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._fields
+
+    def __bool__(self) -> bool:
+        return bool(self._fields)
+
+    def __repr__(self) -> str:
+        return f"BytesHeaders({self._fields!r})"
+
+
+#: No header fields.
+EMPTY = BytesHeaders()
+
+
+class Request(NamedTuple):
+    """One request as the static core reads it.
+
+    ``raw_path`` is the percent-encoded path as sent (origin-form; the door cut the query and an
+    absolute-form's ``scheme://host``), the mount prefix included; ``raw_query`` goes into a
+    directory's 301 ``Location``. ``prefix`` is the mount prefix, decoded, without a trailing
+    ``/`` (``""`` at the root). ``rel`` is a door's already decoded path below the prefix
+    (aiohttp's ``match_info["filename"]``); None lets the core decode ``raw_path``. ``ranges_ok``
+    is False when a middleware compresses the body; ``content_type`` is a caller's Content-Type,
+    which wins over the file name's.
+    """
+
+    method: str
+    raw_path: bytes
+    raw_query: bytes = b""
+    headers: HeaderView = EMPTY
+    prefix: str = ""
+    rel: str | None = None
+    ranges_ok: bool = True
+    content_type: str | None = None

@@ -1,0 +1,769 @@
+"""The IO-free static core (``aiosendfile._static``): route, resolve and respond against a fake file system.
+
+Tables of requests and file-system states go in; the Answer (status, fields, length, body source)
+comes out, with no disk, socket or loop. The plugin's answers on a real tree are pinned by
+``test_static_golden.py``; here each decision is checked on its own, including the ones a real
+tree makes hard to reach (a socket's ENXIO, a file swapped between stat and open, a cold page
+cache). Last, a structural test: nothing in ``_static`` imports asyncio, aiohttp or socket, and
+only ``_fs`` calls the file system.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiosendfile._static
+from aiosendfile._static import _core, _hot, _http
+from aiosendfile._static._answer import Answer, FileRange, Multipart
+from aiosendfile._static._core import Located, answer, resolve, respond, route
+from aiosendfile._static._fs import NotRegular, OutsideRoot
+from aiosendfile._static._policy import DirectoryPolicy
+from aiosendfile._static._request import BytesHeaders, Request
+
+ROOT = "/srv"
+MTIME_NS = 1_795_490_460_123_456_789
+LM = "Tue, 24 Nov 2026 03:21:00 GMT"
+BIG = b"".join(bytes([i % 251]) for i in range(100_000))  # above the inline limit
+
+
+def _st(mode: int, size: int, ino: int) -> os.stat_result:
+    seconds = MTIME_NS // 10**9
+    return os.stat_result(
+        (
+            mode,
+            ino,
+            1,
+            1,
+            0,
+            0,
+            size,
+            seconds,
+            seconds,
+            seconds,
+            seconds,
+            MTIME_NS / 1e9,
+            seconds,
+            MTIME_NS,
+            MTIME_NS,
+            MTIME_NS,
+        )
+    )
+
+
+def etag(size: int) -> str:
+    return _http.make_etag(MTIME_NS, size)
+
+
+class FakeFS:
+    """A file system in dicts: files, directories, errors, real paths, cold files; fds counted."""
+
+    def __init__(self, files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> None:
+        self.files = {f"{ROOT}/{k}": v for k, v in files.items()}
+        self.dirs = {ROOT, *(f"{ROOT}/{d}" for d in dirs)}
+        self.stat_errors: dict[str, OSError] = {}
+        self.open_errors: dict[str, Exception] = {}
+        self.real: dict[str, str] = {}
+        self.cold: set[str] = set()
+        self.open_fds: dict[int, str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self._next_fd = 100
+
+    def _ino(self, path: str) -> int:
+        return 1 + sorted([*self.files, *self.dirs]).index(path)
+
+    def stat(self, path: str) -> os.stat_result:
+        self.calls.append(("stat", path))
+        if path.endswith("/") and path.rstrip("/") in self.files:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+        path = os.path.normpath(path)
+        if path in self.stat_errors:
+            raise self.stat_errors[path]
+        if path in self.dirs:
+            return _st(stat.S_IFDIR | 0o755, 4096, self._ino(path))
+        if path in self.files:
+            return _st(stat.S_IFREG | 0o644, len(self.files[path]), self._ino(path))
+        raise FileNotFoundError(errno.ENOENT, "missing", path)
+
+    def is_file(self, path: str) -> bool:
+        self.calls.append(("is_file", path))
+        return path in self.files and path not in self.stat_errors
+
+    def realpath(self, path: str) -> str:
+        path = os.path.normpath(path)
+        return self.real.get(path, path)
+
+    def open_regular(self, path: str, root: str | None, nofollow: bool) -> tuple[int, os.stat_result]:
+        self.calls.append(("open_nofollow" if nofollow else "open", path))
+        if path in self.open_errors:
+            raise self.open_errors[path]
+        st = self.stat(path)
+        if root is not None and not self.realpath(path).startswith(root + "/"):
+            raise OutsideRoot(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path)
+        self._next_fd += 1
+        self.open_fds[self._next_fd] = path
+        return self._next_fd, st
+
+    def read_cached(self, fd: int, size: int) -> bytes | None:
+        path = self.open_fds[fd]
+        return None if path in self.cold else self.files[path][:size]
+
+    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
+        path = os.path.normpath(path)
+        names = {
+            p[len(path) + 1 :].split("/")[0] for p in [*self.files, *self.dirs] if p.startswith(path + "/")
+        }
+        return [(name, self.stat(f"{path}/{name}")) for name in sorted(names)]
+
+    def close(self, fd: int) -> None:
+        del self.open_fds[fd]
+
+    def read(self, body: Any) -> bytes:
+        """The bytes an answer's body stands for."""
+        if isinstance(body, FileRange):
+            return self.files[self.open_fds[body.fd]][body.start : body.start + body.length]
+        assert isinstance(body, bytes | None)
+        return body or b""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_hot_files() -> Iterator[None]:
+    _hot.hot_files.clear()
+    yield
+    _hot.hot_files.clear()
+
+
+POLICY = DirectoryPolicy(ROOT)
+
+
+def req(method: str = "GET", target: bytes = b"/a.txt", *headers: tuple[str, str], **kw: Any) -> Request:
+    path, _, query = target.partition(b"?")
+    pairs = [(k.encode(), v.encode("latin-1")) for k, v in headers]
+    return Request(method, path, query, BytesHeaders(pairs), **kw)
+
+
+# -- route ------------------------------------------------------------------------------------
+
+ROUTES: list[tuple[str, bytes, dict[str, Any], str | int]] = [
+    ("GET", b"/a.txt", {}, "/srv/a.txt"),
+    ("HEAD", b"/sub/b.txt", {}, "/srv/sub/b.txt"),
+    ("GET", b"/", {}, "/srv"),
+    ("GET", b"/space%20name.txt", {}, "/srv/space name.txt"),
+    ("GET", b"/100%25.txt", {}, "/srv/100%.txt"),
+    ("GET", b"/caf%E9.txt", {}, "/srv/caf\udce9.txt"),  # not UTF-8: as the file system names it
+    ("GET", b"/./a.txt", {}, "/srv/./a.txt"),
+    ("GET", b"/.well-known/x", {}, "/srv/.well-known/x"),
+    ("GET", b"/.well-known/.x", {}, 404),
+    ("GET", b"/sub/.well-known/x", {}, 404),
+    ("GET", b"/.env", {}, 404),
+    ("GET", b"/%2eenv", {}, 404),
+    ("GET", b"/a/.ssh/id", {}, 404),
+    ("GET", b"/...", {}, 404),
+    ("GET", b"/%2e%2e/etc/passwd", {}, 404),
+    ("GET", b"/sub/..%2f..%2fetc", {}, 404),
+    ("GET", b"/a.txt%00.html", {}, 404),
+    ("GET", b"/sub%5c..%5ca.txt", {}, 404),
+    ("GET", b"//etc/passwd", {}, 404),
+    ("GET", b"*", {}, 404),
+    ("POST", b"/a.txt", {}, 405),
+    ("OPTIONS", b"/nope", {}, 405),
+    ("GET", b"/static/a.txt", {"prefix": "/static"}, "/srv/a.txt"),
+    ("GET", b"/other/a.txt", {"prefix": "/static"}, 404),
+    # aiohttp hands the decoded name: used as is, unless it still holds a "%" (then raw_path decides)
+    ("GET", b"/static/a.txt", {"prefix": "/static", "rel": "a.txt"}, "/srv/a.txt"),
+    ("GET", b"/static/%FF", {"prefix": "/static", "rel": "%FF"}, "/srv/\udcff"),
+    ("GET", b"/static/%25FF", {"prefix": "/static", "rel": "%FF"}, "/srv/%FF"),
+    ("GET", b"/static/..", {"prefix": "/static", "rel": ".."}, 404),
+]
+
+
+@pytest.mark.parametrize(("method", "target", "kw", "expected"), ROUTES)
+def test_route(method: str, target: bytes, kw: dict[str, Any], expected: str | int) -> None:
+    got = route(Request(method, target, **kw), POLICY)
+    if isinstance(expected, str):
+        assert got == expected
+        return
+    assert isinstance(got, Answer)
+    assert got.status == expected
+    assert got.fields[0] == ("Content-Type", "text/plain; charset=utf-8")
+    if expected == 405:
+        assert got.fields[1:] == [("Allow", "GET,HEAD")]
+        assert got.body == b"405: Method Not Allowed"
+    else:
+        assert got.body == b"404: Not Found"
+    assert got.length == len(got.body)
+
+
+def test_route_dotfiles_allowed() -> None:
+    policy = DirectoryPolicy(ROOT, dotfiles=True)
+    assert route(Request("GET", b"/.env"), policy) == "/srv/.env"
+    assert isinstance(route(Request("GET", b"/%2e%2e/x"), policy), Answer)
+
+
+def test_error_to_head_has_a_length_and_no_body() -> None:
+    got = route(Request("HEAD", b"/.env"), POLICY)
+    assert isinstance(got, Answer)
+    assert (got.status, got.length, got.head_only, got.body) == (404, 14, True, None)
+
+
+# -- resolve ----------------------------------------------------------------------------------
+
+
+def _fs() -> FakeFS:
+    fs = FakeFS(
+        {
+            "a.txt": b"hello world",
+            "big.bin": BIG,
+            "style.css": b"body{}" * 10,
+            "style.css.gz": b"GZ",
+            "withindex/index.html": b"<h1>i</h1>",
+            "sub/b.txt": b"b" * 1536,
+            "sub/.hidden": b"h",
+        },
+        dirs=("withindex", "sub", "sub/deeper", "out"),
+    )
+    fs.real[f"{ROOT}/out"] = "/elsewhere"
+    return fs
+
+
+def _resolve(fs: FakeFS, r: Request, policy: DirectoryPolicy = POLICY) -> Answer | Located:
+    path = route(r, policy)
+    assert isinstance(path, str)
+    return resolve(r, path, policy, fs)
+
+
+@pytest.mark.parametrize(
+    ("target", "status", "extra"),
+    [
+        (b"/nope", 404, []),
+        (b"/sub", 301, [("Location", "/sub/")]),
+        (b"/sub?x=1&y=%20", 301, [("Location", "/sub/?x=1&y=%20")]),
+        (b"/withindex", 301, [("Location", "/withindex/")]),
+        (b"/sub/", 403, []),  # no index, no listing
+        (b"/out/", 404, []),  # a directory whose real path is out of the root
+        (b"/out", 404, []),
+    ],
+)
+def test_resolve_errors(target: bytes, status: int, extra: list[tuple[str, str]]) -> None:
+    got = _resolve(_fs(), req("GET", target))
+    assert isinstance(got, Answer)
+    assert (got.status, got.fields) == (status, [("Content-Type", "text/plain; charset=utf-8"), *extra])
+
+
+def test_resolve_stat_refused_is_403() -> None:
+    fs = _fs()
+    fs.stat_errors["/srv/a.txt"] = PermissionError(errno.EACCES, "no")
+    got = _resolve(fs, req())
+    assert isinstance(got, Answer)
+    assert got.status == 403
+
+
+def test_resolve_301_keeps_the_prefix_and_the_encoded_path() -> None:
+    fs = _fs()
+    fs.dirs.add("/srv/a b")
+    r = req("GET", b"/static/a%20b?q=%2F", prefix="/static")
+    got = _resolve(fs, r)
+    assert isinstance(got, Answer)
+    assert ("Location", "/static/a%20b/?q=%2F") in got.fields
+
+
+def test_resolve_directory_slash_may_be_encoded() -> None:
+    got = _resolve(_fs(), req("GET", b"/sub%2F"))
+    assert isinstance(got, Answer)
+    assert got.status == 403  # no redirect: it ends with a slash once decoded
+
+
+def test_resolve_directory_index_and_symlinked_dirs_when_following() -> None:
+    fs = _fs()
+    assert _resolve(fs, req("GET", b"/withindex/")) == Located("/srv/withindex/index.html")
+    got = _resolve(fs, req("GET", b"/out/"), DirectoryPolicy(ROOT, follow_symlinks=True))
+    assert isinstance(got, Answer)
+    assert got.status == 403  # followed: then no index, no listing
+
+
+def test_resolve_listing() -> None:
+    fs = _fs()
+    policy = DirectoryPolicy(ROOT, listings=True)
+    got = _resolve(fs, req("GET", b"/sub/"), policy)
+    assert isinstance(got, Answer)
+    assert (got.status, got.fields) == (200, [("Content-Type", "text/html; charset=utf-8")])
+    assert isinstance(got.body, bytes)
+    assert got.length == len(got.body)
+    assert b"<title>Index of /sub/</title>" in got.body
+    assert b'href="../"' in got.body
+    assert got.body.index(b'href="deeper/"') < got.body.index(b'href="b.txt"')  # directories first
+    assert b".hidden" not in got.body
+    head = _resolve(fs, req("HEAD", b"/sub/"), policy)
+    assert isinstance(head, Answer)
+    assert (head.head_only, head.body, head.length) == (True, None, got.length)
+    root = _resolve(fs, req("GET", b"/"), policy)
+    assert isinstance(root, Answer)
+    assert isinstance(root.body, bytes)
+    assert b'href="../"' not in root.body
+
+
+def test_resolve_a_file_is_located_with_its_stat() -> None:
+    fs = _fs()
+    got = _resolve(fs, req())
+    assert isinstance(got, Located)
+    assert (got.path, got.st.st_size if got.st else None, got.siblings) == ("/srv/a.txt", 11, None)
+    assert fs.calls == [("stat", "/srv/a.txt")]
+
+
+def test_resolve_answers_a_hot_plain_request_from_the_cache() -> None:
+    fs = _fs()
+    with respond(req(), Located("/srv/a.txt"), POLICY, fs):  # fills the cache
+        pass
+    fs.calls.clear()
+    got = _resolve(fs, req())
+    assert isinstance(got, Answer)
+    assert got.entry is not None
+    assert (got.status, got.length, got.body, got.head_only) == (200, 11, b"hello world", False)
+    assert got.fields == [
+        ("Etag", etag(11)),
+        ("Last-Modified", LM),
+        ("Accept-Ranges", "bytes"),
+        ("Vary", "Accept-Encoding"),
+        ("Content-Type", "text/plain"),
+    ]
+    assert fs.calls == [("stat", "/srv/a.txt")]  # one stat, nothing opened
+    head = _resolve(fs, req("HEAD"))
+    assert isinstance(head, Answer)
+    assert (head.length, head.body, head.head_only, head.entry) == (11, None, True, got.entry)
+    # Not plain: a range, a condition → the full path, which answers from the cache too
+    for header in [("Range", "bytes=0-1"), ("If-None-Match", "*")]:
+        assert isinstance(_resolve(fs, req("GET", b"/a.txt", header)), Located)
+
+
+def test_resolve_hands_the_siblings_it_looked_up_to_respond() -> None:
+    fs = _fs()
+    r = req("GET", b"/style.css", ("Accept-Encoding", "gzip, br"))
+    with respond(req("GET", b"/style.css"), Located("/srv/style.css"), POLICY, fs):
+        pass
+    fs.calls.clear()
+    got = _resolve(fs, r)
+    assert got == Located("/srv/style.css", fs.stat("/srv/style.css"), [("gzip", "/srv/style.css.gz")])
+    assert isinstance(got, Located)
+    fs.calls.clear()
+    with respond(r, got, POLICY, fs) as a:
+        assert (a.status, a.encoding, fs.read(a.body)) == (200, "gzip", b"GZ")
+    assert ("is_file", "/srv/style.css.gz") not in fs.calls  # not looked up twice
+
+
+# -- respond ----------------------------------------------------------------------------------
+
+
+def _respond(fs: FakeFS, r: Request, policy: DirectoryPolicy = POLICY) -> Answer:
+    path = route(r, policy)
+    assert isinstance(path, str)
+    found = resolve(r, path, policy, fs)
+    assert isinstance(found, Located), found
+    return respond(r, found, policy, fs)
+
+
+def test_respond_small_file_comes_back_as_bytes_and_fills_the_cache() -> None:
+    fs = _fs()
+    with _respond(fs, req()) as a:
+        assert (a.status, a.length, a.body, a.fd, a.entry) == (200, 11, b"hello world", None, None)
+        assert ("Content-Type", "text/plain") in a.fields
+    assert fs.open_fds == {}
+    assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) == b"hello world"
+
+
+def test_respond_cold_or_big_file_is_a_file_range_closed_with_the_answer() -> None:
+    fs = _fs()
+    fs.cold.add("/srv/a.txt")
+    for target, size in [(b"/a.txt", 11), (b"/big.bin", len(BIG))]:
+        a = _respond(fs, req("GET", target))
+        assert isinstance(a.body, FileRange)
+        assert a.fd == a.body.fd
+        assert (a.body.start, a.body.length, a.length) == (0, size, size)
+        assert len(fs.open_fds) == 1
+        with a:
+            pass
+        a.close()  # idempotent
+        assert fs.open_fds == {}
+    assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) is None
+
+
+def test_respond_hot_cache_off() -> None:
+    fs = _fs()
+    with _respond(fs, req(), DirectoryPolicy(ROOT, hot_cache=False)) as a:
+        assert isinstance(a.body, FileRange)
+    assert _hot.hot_files._entries == {}
+
+
+def etag_fields(size: int, *more: tuple[str, str]) -> list[tuple[str, str]]:
+    return [
+        ("Etag", etag(size)),
+        ("Last-Modified", LM),
+        ("Accept-Ranges", "bytes"),
+        ("Vary", "Accept-Encoding"),
+        *more,
+    ]
+
+
+N = len(BIG)
+OCTETS = ("Content-Type", "application/octet-stream")
+RESPONDS: list[tuple[str, list[tuple[str, str]], int, list[tuple[str, str]], int | None, bytes | None]] = [
+    # method, headers, status, fields, length, body (None: headers only)
+    ("HEAD", [], 200, etag_fields(N, OCTETS), N, None),
+    ("GET", [("If-None-Match", etag(N))], 304, etag_fields(N), None, None),
+    ("HEAD", [("If-None-Match", "*")], 304, etag_fields(N), None, None),
+    ("GET", [("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")], 304, etag_fields(N), None, None),
+    ("GET", [("If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT")], 200, etag_fields(N, OCTETS), N, BIG),
+    ("GET", [("If-Match", '"x"')], 412, etag_fields(N), 0, None),
+    ("GET", [("If-Unmodified-Since", "Sun, 06 Nov 1994 08:49:37 GMT")], 412, etag_fields(N), 0, None),
+    ("GET", [("Range", "bytes=999999-")], 416, etag_fields(N, ("Content-Range", f"bytes */{N}")), 0, None),
+    (
+        "GET",
+        [("Range", "bytes=10-19")],
+        206,
+        etag_fields(N, OCTETS, ("Content-Range", f"bytes 10-19/{N}")),
+        10,
+        BIG[10:20],
+    ),
+    (
+        "GET",
+        [("Range", "bytes=-5")],
+        206,
+        etag_fields(N, OCTETS, ("Content-Range", f"bytes {N - 5}-{N - 1}/{N}")),
+        5,
+        BIG[-5:],
+    ),
+    ("GET", [("Range", "bytes=x")], 200, etag_fields(N, OCTETS), N, BIG),  # invalid: ignored
+    ("HEAD", [("Range", "bytes=0-1")], 200, etag_fields(N, OCTETS), N, None),  # ranges are GET's
+    ("GET", [("Range", "bytes=5-9"), ("If-Range", '"other"')], 200, etag_fields(N, OCTETS), N, BIG),
+    (
+        "GET",
+        [("Range", "bytes=5-9"), ("If-Range", etag(N))],
+        206,
+        etag_fields(N, OCTETS, ("Content-Range", f"bytes 5-9/{N}")),
+        5,
+        BIG[5:10],
+    ),
+    (
+        "GET",
+        [("Range", "bytes=5-9"), ("If-Range", LM)],
+        206,
+        etag_fields(N, OCTETS, ("Content-Range", f"bytes 5-9/{N}")),
+        5,
+        BIG[5:10],
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "headers", "status", "fields", "length", "body"), RESPONDS)
+def test_respond_table(
+    method: str,
+    headers: list[tuple[str, str]],
+    status: int,
+    fields: list[tuple[str, str]],
+    length: int | None,
+    body: bytes | None,
+) -> None:
+    fs = _fs()
+    a = _respond(fs, req(method, b"/big.bin", *headers))
+    with a:
+        assert (a.status, a.fields, a.length) == (status, fields, length)
+        assert a.head_only == (body is None)
+        if body is None:
+            assert (a.body, a.fd) == (None, None)
+            assert fs.open_fds == {}  # closed already
+        else:
+            assert fs.read(a.body) == body
+    assert fs.open_fds == {}
+
+
+def test_respond_multipart_from_an_fd_and_from_cached_bytes() -> None:
+    fs = _fs()
+    for target, data in [(b"/big.bin", BIG), (b"/a.txt", b"hello world")]:
+        size = len(data)
+        with _respond(fs, req("GET", target, ("Range", "bytes=0-0,5-6"))) as a:
+            assert a.status == 206
+            content_type = dict(a.fields)["Content-Type"]
+            assert content_type.startswith("multipart/byteranges; boundary=")
+            boundary = content_type.split("=")[1]
+            assert len(boundary) == 32
+            assert isinstance(a.body, Multipart)
+            source = a.body.source
+            assert source == (a.fd if size > 65536 else data)
+            whole = (
+                b"".join(
+                    head
+                    + (
+                        fs.read(FileRange(source, r.start, r.length))
+                        if isinstance(source, int)
+                        else source[r.start : r.stop]
+                    )
+                    for head, r in a.body.parts
+                )
+                + a.body.closing
+            )
+            assert a.length == len(whole)
+            assert whole.startswith(f"\r\n--{boundary}\r\n".encode())
+            assert f"Content-Range: bytes 5-6/{size}".encode() in whole
+    assert fs.open_fds == {}
+
+
+def test_respond_ranges_off_and_a_caller_content_type() -> None:
+    fs = _fs()
+    with _respond(
+        fs, req("GET", b"/big.bin", ("Range", "bytes=0-1"), ranges_ok=False, content_type="x/y")
+    ) as a:
+        assert (a.status, a.length, dict(a.fields)["Content-Type"]) == (200, N, "x/y")
+
+
+def test_respond_empty_file_sends_headers_only() -> None:
+    fs = FakeFS({"e.txt": b""})
+    with _respond(fs, req("GET", b"/e.txt")) as a:
+        assert (a.status, a.length, a.head_only, a.body) == (200, 0, True, None)
+    with _respond(fs, req("GET", b"/e.txt", ("Range", "bytes=0-"))) as a:
+        assert (a.status, a.length, dict(a.fields)["Content-Range"]) == (416, 0, "bytes */0")
+    assert fs.open_fds == {}
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (PermissionError(errno.EACCES, "no"), 403),
+        (OSError(errno.ENXIO, "a socket"), 403),
+        (NotRegular("fifo"), 403),
+        (FileNotFoundError(errno.ENOENT, "gone"), 404),
+        (OSError(errno.ELOOP, "loop"), 404),
+        (OutsideRoot("escaped"), 404),
+    ],
+)
+def test_respond_open_failures_are_empty_errors(exc: Exception, status: int) -> None:
+    fs = _fs()
+    fs.open_errors["/srv/a.txt"] = exc
+    a = _respond(fs, req())
+    assert (a.status, a.fields, a.length, a.head_only, a.body) == (status, [], 0, True, None)
+
+
+def test_respond_checks_containment_on_open() -> None:
+    fs = _fs()
+    fs.real["/srv/a.txt"] = "/elsewhere/a.txt"  # a symlink swapped in after the stat
+    assert _respond(fs, req()).status == 404
+    with _respond(fs, req(), DirectoryPolicy(ROOT, follow_symlinks=True)) as a:
+        assert a.status == 200
+
+
+@pytest.mark.parametrize(
+    ("accept", "encoding", "body"),
+    [
+        ("gzip, br", "br", b"BR"),
+        ("gzip", "gzip", b"GZ"),
+        ("br;q=0.5, gzip", "gzip", b"GZ"),
+        ("identity", None, b"x" * 300),
+        ("gzip;q=0, br;q=0", None, b"x" * 300),
+        ("", None, b"x" * 300),
+    ],
+)
+def test_respond_precompressed_siblings(accept: str, encoding: str | None, body: bytes) -> None:
+    fs = FakeFS({"app.js": b"x" * 300, "app.js.gz": b"GZ", "app.js.br": b"BR"})
+    headers = [("Accept-Encoding", accept)] if accept else []
+    with _respond(fs, req("GET", b"/app.js", *headers)) as a:
+        assert (a.status, a.encoding, fs.read(a.body), a.length) == (200, encoding, body, len(body))
+        fields = dict(a.fields)
+        assert fields.get("Content-Encoding") == encoding
+        assert fields["Content-Type"] == "text/javascript"  # the file's type, not the sibling's
+        assert fields["Etag"] == etag(len(body))
+        assert fields["Vary"] == "Accept-Encoding"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [PermissionError(errno.EACCES, "no"), OutsideRoot("escaped"), NotRegular("a directory now")],
+)
+def test_respond_a_sibling_that_cannot_be_opened_counts_as_absent(failure: Exception) -> None:
+    fs = FakeFS({"app.js": b"x" * 300, "app.js.gz": b"GZ", "app.js.br": b"BR"})
+    fs.open_errors["/srv/app.js.br"] = failure
+    with _respond(fs, req("GET", b"/app.js", ("Accept-Encoding", "br"))) as a:
+        assert (a.status, a.encoding, fs.read(a.body)) == (200, None, b"x" * 300)
+        assert "Content-Encoding" not in dict(a.fields)
+
+
+def test_respond_without_a_root_refuses_symlinked_siblings_and_without_precompressed_sends_no_vary() -> None:
+    fs = FakeFS({"app.js": b"x" * 300, "app.js.gz": b"GZ"})
+    lone = DirectoryPolicy(None)
+    with respond(req("GET", b"", ("Accept-Encoding", "gzip")), Located("/srv/app.js"), lone, fs) as a:
+        assert a.encoding == "gzip"
+    assert ("open_nofollow", "/srv/app.js.gz") in fs.calls
+    plain = DirectoryPolicy(ROOT, precompressed=False)
+    with respond(req("GET", b"", ("Accept-Encoding", "gzip")), Located("/srv/app.js"), plain, fs) as a:
+        assert a.encoding is None
+        assert "Vary" not in dict(a.fields)
+
+
+def test_answer_composes_the_three_steps() -> None:
+    fs = _fs()
+    assert answer(req("DELETE"), POLICY, fs).status == 405
+    assert answer(req("GET", b"/sub"), POLICY, fs).status == 301
+    with answer(req("GET", b"/big.bin", ("Range", "bytes=1-2")), POLICY, fs) as a:
+        assert (a.status, fs.read(a.body)) == (206, BIG[1:3])
+    assert fs.open_fds == {}
+
+
+def test_bytes_headers_keep_only_what_the_core_reads() -> None:
+    h = BytesHeaders(
+        [(b"Range", b"bytes=0-1"), (b"If-None-Match", b'"a"'), (b"if-none-match", b'"b"'), (b"X-Other", b"1")]
+    )
+    assert "range" in h
+    assert "RANGE" in h
+    assert "X-Other" not in h
+    assert h.get("Range") == "bytes=0-1"
+    assert list(h.getall("If-None-Match")) == ['"a"', '"b"']
+    assert h.get("Accept-Encoding") is None
+    assert list(h.getall("Accept-Encoding", ())) == []
+    wanted = {b"range", b"if-range", b"if-match", b"if-none-match", b"if-modified-since"}
+    assert wanted | {b"if-unmodified-since", b"accept-encoding"} == h.WANTED
+    # Both If-None-Match lines count (RFC 9110 list field)
+    assert _http.evaluate_preconditions("GET", h, '"b"', 0) == 304
+
+
+def test_hot_files_is_safe_across_threads() -> None:
+    cache = _hot.HotFiles(max_entries=8, max_bytes=16 * 64)
+    sts = [_st(stat.S_IFREG, 10, ino) for ino in range(32)]
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(2000):
+                n = (i * 7 + seed) % 32
+                cache.put(f"/f{n}", None, sts[n], b"x" * 10)
+                cache.entry(f"/f{(n + 3) % 32}", None, sts[(n + 3) % 32])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(cache._entries) <= 8
+    assert cache._bytes == sum(len(e.body) for e in cache._entries.values())
+
+
+# -- structure --------------------------------------------------------------------------------
+
+_PURE_OS = {"fsdecode", "fsencode", "fspath", "path", "path.join", "path.basename", "sep"}
+
+
+def _modules() -> list[Path]:
+    return sorted(Path(aiosendfile._static.__file__).parent.glob("*.py"))
+
+
+def test_static_core_imports_no_io_framework() -> None:
+    for module in _modules():
+        tree = ast.parse(module.read_text())
+        imported = {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        for banned in ("asyncio", "aiohttp", "socket", "multidict", "yarl"):
+            assert not any(name == banned or name.startswith(banned + ".") for name in imported), (
+                module,
+                banned,
+            )
+
+
+def test_only_fs_touches_the_file_system() -> None:
+    for module in _modules():
+        tree = ast.parse(module.read_text())
+        uses = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                dotted = ast.unparse(node)
+                if dotted.startswith("os."):
+                    uses.add(dotted[3:])
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                uses.add("open()")
+            if isinstance(node, ast.ImportFrom) and node.module in (
+                "os",
+                "os.path",
+                "shutil",
+                "pathlib",
+                "io",
+            ):
+                uses.add(f"from {node.module} import")
+        uses = {u for u in uses if not u.startswith("stat_result")}
+        if module.name == "_fs.py":
+            assert {"open", "fstat", "stat", "scandir", "readlink", "close"} <= uses
+        else:
+            assert uses <= _PURE_OS, (module.name, uses - _PURE_OS)
+
+
+def test_core_module_has_the_contract_names() -> None:
+    assert set(_core.__all__) >= {"route", "resolve", "respond", "answer", "Located"}
+
+
+# -- the core on a real tree, against the plugin's recorded answers ----------------------------
+
+
+def _request_of(raw: bytes) -> Request:
+    head = raw.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    method, target, _ = head[0].split(b" ")
+    path, _, query = target.partition(b"?")
+    pairs = [(name.strip(), value.strip()) for name, _, value in (line.partition(b":") for line in head[1:])]
+    return Request(method.decode(), path, query, BytesHeaders(pairs))
+
+
+def _rendered(a: Answer) -> bytes:
+    """The answer as a plain renderer would send it (aiohttp's field order; Connection: close)."""
+    lines = [f"HTTP/1.1 {a.status} -", *(f"{k}: {v}" for k, v in a.fields)]
+    if a.length is not None:
+        lines.append(f"Content-Length: {a.length}")
+    lines.append("Connection: close")
+    body = b""
+    with a:
+        if not a.head_only:
+            if isinstance(a.body, bytes):
+                body = a.body
+            elif isinstance(a.body, FileRange):
+                body = os.pread(a.body.fd, a.body.length, a.body.start)
+            elif isinstance(a.body, Multipart):
+                source = a.body.source
+                for head, r in a.body.parts:
+                    data = (
+                        source[r.start : r.stop]
+                        if isinstance(source, bytes)
+                        else os.pread(source, r.length, r.start)
+                    )
+                    body += head + data
+                body += a.body.closing
+    return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body
+
+
+def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Path) -> None:
+    """``answer()`` with the real file system gives what the plugin on ``web.Server`` gave, byte
+    for byte (status code, fields in order, length, body): the native door's starting point."""
+    import json
+
+    from .support.static_requests import POLICIES, build_tree, normalise, requests
+
+    table = json.loads((Path(__file__).parent / "data" / "static_golden.json").read_text())["server"]
+    public = os.path.realpath(build_tree(tmp_path))
+    for name, kwargs in POLICIES.items():
+        policy = DirectoryPolicy(
+            public,
+            listings=kwargs.get("show_index", False),
+            dotfiles=kwargs.get("show_dotfiles", False),
+            follow_symlinks=kwargs.get("follow_symlinks", False),
+        )
+        for case, raw in requests(name):
+            got = normalise(_rendered(answer(_request_of(raw), policy)))
+            expected = dict(table[name][case])
+            got["status"], expected["status"] = got["status"].split()[1], expected["status"].split()[1]
+            assert got == expected, (name, case)
