@@ -1,0 +1,585 @@
+"""One HTTP/1.1 connection: httptools parses, the static core decides, answers go to the transport.
+
+The hot path (a plain ``GET``/``HEAD`` of a hot small file: no ``Range``, ``If-*``,
+``Accept-Encoding`` or ``Expect``) makes no request or answer object: the raw target path (query
+cut) finds a memo ``(HotEntry, path, head)``, one ``os.stat`` checks the entry still describes the
+file, and the prebuilt head, the second's tail and the cached body are appended to ``out``.
+Everything a ``data_received`` produced leaves in one ``transport.write`` (pipelined requests
+share it). Any other request becomes a core ``Request`` for ``answer()``: inline when its path
+was seen in the last seconds, else in one hop to the cold pool (a first sight never stalls the
+loop on the disk's metadata).
+
+Ordering: at most one response is in flight at a time (``busy``): a cold decision or a file body
+(``aiosendfile.sendfile`` with the head as its ``headers=``). Meanwhile reading is paused and the
+requests already parsed wait in ``pending``; they are answered in order when it ends. A body
+that cannot be sent whole aborts the connection: a short body is never passed off as complete.
+
+Limits (each answered, then the connection closes): request target over ``max_request_line`` →
+414, header fields over ``max_header_bytes`` → 431, anything llhttp refuses → 400, an ``Expect``
+other than ``100-continue`` → 417. A request body (``Content-Length`` or chunked) is read by the
+parser and dropped. Timeouts are checked by the engine's timer (:meth:`HttpProtocol.expire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from .._api import sendfile
+from .._errors import SendfileError
+from .._static._answer import Answer, FileRange, Multipart
+from .._static._core import answer
+from .._static._hot import identity
+from .._static._request import EMPTY, BytesHeaders, Request
+from .._threads import shielded
+from ._date import CLOSE, KEEP10, KEEP11
+from ._render import error_response, head_of
+
+if TYPE_CHECKING:
+    from ._server import Engine
+
+__all__ = ("AGENT", "CORE", "EXPECT", "REFERER", "HttpProtocol")
+
+#: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
+CORE, EXPECT, REFERER, AGENT = 0, 1, 2, 3
+
+#: Parsed requests waiting behind a response in flight before reading pauses.
+MAX_PENDING = 16
+
+#: What one read may bring beyond the head limits before an unfinished head counts as too large.
+_READ_ALLOWANCE = 256 * 1024
+
+_GET, _HEAD = b"GET", b"HEAD"
+_GET_HEAD = (_GET, _HEAD)
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+#: A queued request: (method, target, tail mode, the core's header pairs or None, log fields or
+#: None). A method of None queues prebuilt bytes (the target slot): a 100 Continue or an error.
+Item = tuple[
+    bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, tuple[str, bytes | None, bytes | None] | None
+]
+
+
+class _Stop(Exception):
+    """Raised in a parser callback to stop parsing: answer *status* (None: nothing more), then close."""
+
+    def __init__(self, status: int | None) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class HttpProtocol(asyncio.Protocol):
+    """An HTTP/1.1 server connection of one :class:`~._server.Engine`."""
+
+    __slots__ = (
+        "agent",
+        "busy",
+        "dead",
+        "engine",
+        "expect",
+        "fields",
+        "head_size",
+        "in_head",
+        "max_head",
+        "max_url",
+        "out",
+        "parser",
+        "partial",
+        "peer",
+        "pending",
+        "read_paused",
+        "referer",
+        "since",
+        "task",
+        "transport",
+        "url",
+        "wanted",
+        "write_paused",
+    )
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: Any = None
+        self.wanted = engine.wanted
+        self.max_url = engine.config.max_request_line
+        self.max_head = engine.config.max_header_bytes
+        self.url = b""
+        self.fields: list[tuple[bytes, bytes]] | None = None
+        self.expect: bytes | None = None
+        self.referer: bytes | None = None
+        self.agent: bytes | None = None
+        self.head_size = 0
+        self.partial = 0
+        self.in_head = False
+        # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
+        self.since = engine.now - engine.config.keepalive_timeout + engine.config.header_timeout
+        self.busy = False  # a cold decision or a file body is in flight
+        self.dead = False  # no more requests will be read: close once everything is answered
+        self.pending: deque[Item] = deque()
+        self.out: list[bytes] = []
+        self.task: asyncio.Task[None] | None = None
+        self.read_paused = False
+        self.write_paused = False
+        self.peer = "-"
+
+    # -- transport callbacks ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.engine.connections.add(self)
+        if self.engine.log is not None:
+            peer = transport.get_extra_info("peername")
+            if isinstance(peer, tuple) and peer:
+                self.peer = str(peer[0])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.pending.clear()
+        self.out.clear()
+        if self.task is not None:
+            self.task.cancel()
+        self.engine.lost(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.dead:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            stop = exc.__context__
+            if not isinstance(stop, _Stop):
+                raise
+            self._fail(stop.status)
+        except httptools.HttpParserUpgrade:
+            self.dead = True  # the upgrade request was answered; what follows is not HTTP
+        except httptools.HttpParserError:
+            self._fail(400)
+        if self.in_head:
+            # A field httptools is still collecting reaches on_header only when complete: bound
+            # what it may buffer meanwhile (to the limits plus the read that began the request).
+            self.partial += len(data)
+            if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
+                self._fail(431)
+        if self.out:
+            self._flush()
+        if self.dead and not self.busy and not self.pending and self.transport is not None:
+            self.transport.close()
+
+    # -- parser callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.in_head = True
+        self.since = self.engine.now
+        self.head_size = self.partial = 0
+
+    def on_url(self, url: bytes) -> None:
+        url = self.url + url
+        if len(url) > self.max_url:
+            raise _Stop(414)
+        self.url = url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        size = self.head_size + len(name) + len(value) + 4
+        if size > self.max_head:
+            raise _Stop(431)
+        self.head_size = size
+        kind = self.wanted.get(name.lower())
+        if kind is None:
+            return
+        if kind == CORE:
+            if self.fields is None:
+                self.fields = [(name, value)]
+            else:
+                self.fields.append((name, value))
+        elif kind == EXPECT:
+            self.expect = value
+        elif kind == REFERER:
+            self.referer = value
+        else:
+            self.agent = value
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        if self.expect is not None:
+            expect, self.expect = self.expect, None
+            self._expect(expect)
+
+    def on_message_complete(self) -> None:
+        if self.dead:  # an answer already said this connection closes: the rest is not read
+            return
+        parser = self.parser
+        url, self.url = self.url, b""
+        fields, self.fields = self.fields, None
+        if parser.should_keep_alive():
+            mode = KEEP11 if parser.get_http_version() == "1.1" else KEEP10
+        else:
+            mode = CLOSE
+            self.dead = True  # nothing after this request is read
+        log = None
+        if self.engine.log is not None:
+            log = (parser.get_http_version(), self.referer, self.agent)
+            self.referer = self.agent = None
+        method = parser.get_method()
+        if self.busy or self.pending:
+            self.pending.append((method, url, mode, fields, log))
+            if len(self.pending) >= MAX_PENDING:
+                self._update_reading()
+            return
+        self._respond(method, url, mode, fields, log)
+
+    # -- answering --------------------------------------------------------------------------
+
+    def _respond(
+        self,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        fields: list[tuple[bytes, bytes]] | None,
+        log: tuple[str, bytes | None, bytes | None] | None,
+    ) -> None:
+        engine = self.engine
+        if fields is None and method in _GET_HEAD:
+            q = url.find(b"?")
+            memo = engine.memo.get(url if q < 0 else url[:q])
+            if memo is not None:
+                entry, path, head = memo
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+                if st is not None and identity(st) == entry.identity:
+                    if method == _GET:
+                        body = entry.body
+                        self.out.append(head + engine.clock.tails[mode] + body)
+                    else:
+                        body = b""
+                        self.out.append(head + engine.clock.tails[mode])
+                    if log is not None:
+                        self._log(method, url, log, 200, len(body))
+                    return
+                engine.forget(url if q < 0 else url[:q])
+        self._decide(method, url, mode, fields, log)
+
+    def _decide(
+        self,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        fields: list[tuple[bytes, bytes]] | None,
+        log: tuple[str, bytes | None, bytes | None] | None,
+    ) -> None:
+        """Any request but a memoised hot one: through the core, inline or in the cold pool."""
+        if url[:1] == b"/":
+            raw, _, query = url.partition(b"?")
+        else:  # absolute-form: http://host/path?query; anything else is refused
+            try:
+                parsed = httptools.parse_url(url)
+            except httptools.HttpParserInvalidURLError:
+                parsed = None
+            if parsed is None or not parsed.schema:
+                self._error(400, method, url, log)
+                return
+            raw, query = parsed.path or b"/", parsed.query or b""
+        request = Request(method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY)
+        engine = self.engine
+        if engine.seen(raw):
+            try:
+                ans = answer(request, engine.policy)
+            except Exception as exc:
+                self._crashed(exc, method, url, log)
+                return
+            self._render(ans, raw, method, url, mode, fields is None, log)
+            return
+        self.busy = True
+        self._update_reading()
+        self._start(self._cold(request, raw, method, url, mode, fields is None, log))
+
+    async def _cold(
+        self,
+        request: Request,
+        raw: bytes,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        plain: bool,
+        log: tuple[str, bytes | None, bytes | None] | None,
+    ) -> None:
+        engine = self.engine
+        job = asyncio.wrap_future(engine.executor.submit(answer, request, engine.policy))
+        try:
+            ans = await shielded(job, _close_answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.task = None
+            self.busy = False
+            self._crashed(exc, method, url, log)
+            self._resume()
+            return
+        engine.saw(raw)
+        self.task = None
+        self.busy = False
+        if self.transport is None:
+            ans.close()
+            return
+        self._render(ans, raw, method, url, mode, plain, log)
+        self._resume()
+
+    def _render(
+        self,
+        ans: Answer,
+        raw: bytes,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        plain: bool,
+        log: tuple[str, bytes | None, bytes | None] | None,
+    ) -> None:
+        """Write *ans* (or start sending it); it is closed once sent."""
+        engine = self.engine
+        entry = ans.entry
+        if entry is not None and plain and ans.status == 200 and ans.encoding is None and ans.path:
+            head = entry.rendered.get(engine.render_key)
+            if not isinstance(head, bytes):
+                head = entry.rendered[engine.render_key] = head_of(ans)
+            engine.remember(raw, entry, ans.path, head)
+        else:
+            head = head_of(ans)
+        head += engine.clock.tails[mode]
+        body = ans.body
+        if ans.head_only or body is None:
+            ans.close()
+            self.out.append(head)
+            sent = 0
+        elif isinstance(body, bytes):
+            ans.close()
+            self.out.append(head + body)
+            sent = len(body)
+        elif isinstance(body, Multipart) and isinstance(body.source, bytes):
+            ans.close()
+            source = body.source
+            chunks = [head]
+            for part_head, r in body.parts:
+                chunks += (part_head, source[r.start : r.stop])
+            chunks.append(body.closing)
+            self.out.append(b"".join(chunks))
+            sent = sum(r.length for _, r in body.parts)
+        else:
+            if self.out:
+                self._flush()
+            self.busy = True
+            self._update_reading()
+            task = self._start(self._send(ans, head, method, url, ans.status, log))
+            task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
+            return
+        if log is not None:
+            self._log(method, url, log, ans.status, sent)
+
+    async def _send(
+        self,
+        ans: Answer,
+        head: bytes,
+        method: bytes,
+        url: bytes,
+        status: int,
+        log: tuple[str, bytes | None, bytes | None] | None,
+    ) -> None:
+        """Send a file body after its head; abort the connection if it cannot be sent whole."""
+        transport = self.transport
+        body = ans.body
+        sent = 0
+        try:
+            if isinstance(body, FileRange):
+                with io.FileIO(body.fd, "rb", closefd=False) as file:
+                    if body.length:
+                        sent = await sendfile(transport, file, body.start, body.length, headers=head)
+                    else:
+                        transport.write(head)
+            else:
+                assert isinstance(body, Multipart)
+                assert isinstance(body.source, int)
+                last = len(body.parts) - 1
+                with io.FileIO(body.source, "rb", closefd=False) as file:
+                    for i, (part_head, r) in enumerate(body.parts):
+                        sent += await sendfile(
+                            transport,
+                            file,
+                            r.start,
+                            r.length,
+                            headers=head + part_head if i == 0 else part_head,
+                            trailers=body.closing if i == last else b"",
+                        )
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except (OSError, SendfileError, RuntimeError) as exc:
+            # The peer went away, the file shrank, or the transport was closing already.
+            if isinstance(exc, RuntimeError) and not transport.is_closing():
+                raise
+            self.task = None
+            transport.abort()
+            return
+        finally:
+            if log is not None:
+                self._log(method, url, log, status, sent)
+        self.task = None
+        self.busy = False
+        self.since = self.engine.now
+        self._resume()
+
+    def _resume(self) -> None:
+        """After a response in flight: answer what waited, then read again (or close)."""
+        pending = self.pending
+        while pending and not self.busy and self.transport is not None:
+            method, url, mode, fields, log = pending.popleft()
+            if method is None:
+                self.out.append(url)
+            else:
+                self._respond(method, url, mode, fields, log)
+        transport = self.transport
+        if transport is None:
+            return
+        if self.out:
+            self._flush()
+        if self.busy:
+            return
+        if self.dead:
+            transport.close()
+            return
+        self._update_reading()
+
+    def _start(self, coro: Any) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.task = task
+        return task
+
+    # -- expectations, errors, timeouts --------------------------------------------------------
+
+    def _expect(self, value: bytes) -> None:
+        parser = self.parser
+        if parser.get_http_version() != "1.1":
+            return  # HTTP/1.0 has no 100 (Continue); aiohttp ignores it too
+        if value.strip().lower() != b"100-continue":
+            raise _Stop(417)
+        method = parser.get_method()
+        if method in _GET_HEAD:
+            self._emit(_CONTINUE, closing=False)
+            return
+        # The final answer (405) now, without 100 (Continue): the body is not read, so close after.
+        mode = CLOSE
+        log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
+        self.dead = True
+        if self.busy or self.pending:
+            self.pending.append((method, self.url, mode, None, log))
+        else:
+            self._respond(method, self.url, mode, None, log)
+        self.url = b""
+        raise _Stop(None)
+
+    def _emit(self, data: bytes, *, closing: bool) -> None:
+        """Bytes answered in order: now if nothing is in flight, else after what waits."""
+        if self.busy or self.pending:
+            self.pending.append((None, data, CLOSE if closing else KEEP11, None, None))
+        else:
+            self.out.append(data)
+
+    def _fail(self, status: int | None) -> None:
+        """Stop reading; answer *status* after what is in hand, then close."""
+        if self.dead:
+            return
+        self.dead = True
+        self._update_reading()
+        if status is not None:
+            self._emit(error_response(status, self.engine.clock), closing=True)
+            if self.engine.log is not None:
+                self._log(b"", b"", ("", None, None), status, 0)
+
+    def _error(
+        self, status: int, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None] | None
+    ) -> None:
+        """An error answer for a parsed request; the connection closes after it."""
+        self.dead = True
+        self.out.append(error_response(status, self.engine.clock, body=method != _HEAD))
+        if log is not None:
+            self._log(method, url, log, status, 0)
+
+    def _crashed(
+        self, exc: Exception, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None] | None
+    ) -> None:
+        """The core raised: answer 500, close, and report it to the loop like any callback error."""
+        self._error(500, method, url, log)
+        asyncio.get_running_loop().call_exception_handler(
+            {"message": "static core failed", "exception": exc, "protocol": self}
+        )
+
+    def expire(self, now: float, header_timeout: float, keepalive_timeout: float) -> None:
+        """Close the connection if it has waited too long (called by the engine's timer)."""
+        transport = self.transport
+        if transport is None or self.busy or self.pending:
+            return
+        if self.in_head:
+            if now - self.since > header_timeout:
+                self.dead = True
+                self.out.append(error_response(408, self.engine.clock))
+                self._flush()
+                transport.close()
+        elif now - self.since > keepalive_timeout:
+            self.dead = True
+            transport.close()
+
+    def shutdown(self) -> None:
+        """Stop taking requests: close now if idle, else after the response in flight."""
+        self.dead = True
+        transport = self.transport
+        if transport is not None and not self.busy:
+            self.pending.clear()
+            if self.out:
+                self._flush()
+            transport.close()
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self.out
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        paused = self.busy or self.dead or self.write_paused or len(self.pending) >= MAX_PENDING
+        if paused != self.read_paused:
+            self.read_paused = paused
+            if paused:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _log(
+        self, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None], status: int, sent: int
+    ) -> None:
+        access = self.engine.log
+        assert access is not None
+        version, referer, agent = log
+        request = method + b" " + url + b" HTTP/" + version.encode("ascii") if method else b""
+        access.line(self.peer, self.engine.clock.log_stamp, request, status, sent, referer, agent)
+
+
+def _close_answer(ans: Answer | None) -> None:
+    if ans is not None:
+        ans.close()

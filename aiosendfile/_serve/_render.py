@@ -1,0 +1,48 @@
+"""Answers as bytes: the status line and fields of a core ``Answer``, and the protocol's own errors.
+
+A head is ``HTTP/1.1 <status> <reason>``, the answer's fields (latin-1), ``Content-Length``
+(unless the answer has none: 304), then a tail from :mod:`._date` (``Date``, ``Server``,
+``Connection``, the blank line). The reason phrases and the error bodies are aiohttp's
+(``http.HTTPStatus`` phrases; ``"<status>: <reason>"`` as ``text/plain; charset=utf-8``), so the
+doors answer byte for byte alike. The engine always answers ``HTTP/1.1``, as nginx does.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from .._static._answer import Answer
+from ._date import CLOSE, Clock
+
+__all__ = ("error_response", "head_of", "status_line")
+
+_STATUS_LINES: dict[int, bytes] = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("latin-1")) for s in HTTPStatus
+}
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        line = b"HTTP/1.1 %d \r\n" % status
+    return line
+
+
+def head_of(answer: Answer) -> bytes:
+    """The status line, fields and Content-Length of *answer*: its head without the tail."""
+    fields = "".join([f"{name}: {value}\r\n" for name, value in answer.fields]).encode("latin-1")
+    head = status_line(answer.status) + fields
+    if answer.length is not None:
+        head += b"Content-Length: %d\r\n" % answer.length
+    return head
+
+
+def error_response(status: int, clock: Clock, *, body: bool = True, mode: int = CLOSE) -> bytes:
+    """A whole response for an error the protocol finds itself (400, 408, 414, 431, 417, 500)."""
+    text = b"%d: %s" % (status, HTTPStatus(status).phrase.encode("latin-1"))
+    return (
+        status_line(status)
+        + b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n" % len(text)
+        + clock.tails[mode]
+        + (text if body else b"")
+    )

@@ -1,0 +1,197 @@
+"""The engine's API: :class:`ServeConfig`, :func:`start_server` and :func:`shutdown`.
+
+One :class:`Engine` per server holds what its connections share: the directory policy, the memo
+of hot answers (raw target path → hot entry, file path, rendered head), the set of paths decided
+in the last :data:`RECENT_SECONDS` (decided inline; any other path is decided in the cold pool),
+the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
+second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
+the access log and closes connections past their header or keep-alive timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl as _ssl
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from .._options import default_cold_executor
+from .._static._hot import HotEntry
+from .._static._policy import DirectoryPolicy
+from .._static._request import BytesHeaders
+from ._accesslog import AccessLog
+from ._date import Clock
+from ._protocol import AGENT, CORE, EXPECT, REFERER, HttpProtocol
+
+__all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
+
+#: A path decided within this many seconds is decided again inline (its metadata is cached).
+RECENT_SECONDS = 10.0
+#: Paths remembered as recently decided (least recently decided forgotten first).
+RECENT_MAX = 8192
+#: Bytes of hot bodies the memo may keep alive beyond the hot cache's own bound.
+MEMO_MAX_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``serve`` serves and how (one per server; workers each build the same)."""
+
+    directory: str
+    show_index: bool = False
+    follow_symlinks: bool = False
+    show_dotfiles: bool = False
+    access_log: TextIO | None = None  # Combined Log Format lines, one per response
+    header_timeout: float = 20.0  # a request head must arrive within this (slowloris): 408, close
+    keepalive_timeout: float = 75.0  # an idle keep-alive connection is closed after this (nginx)
+    max_request_line: int = 8190  # longer request target: 414
+    max_header_bytes: int = 16384  # larger header fields: 431
+
+
+class Engine:
+    """The state the connections of one server share (see the module docstring)."""
+
+    def __init__(self, config: ServeConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        self.policy = DirectoryPolicy(
+            os.path.realpath(config.directory),
+            listings=config.show_index,
+            dotfiles=config.show_dotfiles,
+            follow_symlinks=config.follow_symlinks,
+        )
+        self.render_key = ("native", self.policy)
+        self.clock = Clock()
+        self.log = AccessLog(config.access_log) if config.access_log is not None else None
+        wanted = dict.fromkeys(BytesHeaders.WANTED, CORE)
+        wanted[b"expect"] = EXPECT
+        if self.log is not None:
+            wanted[b"referer"] = REFERER
+            wanted[b"user-agent"] = AGENT
+        self.wanted: dict[bytes, int] = wanted
+        self.memo: dict[bytes, tuple[HotEntry, str, bytes]] = {}
+        self.memo_bytes = 0
+        self.recent: OrderedDict[bytes, float] = OrderedDict()
+        self.executor = default_cold_executor()
+        self.connections: set[HttpProtocol] = set()
+        self.now = loop.time()
+        self.period = min(1.0, config.header_timeout / 4, config.keepalive_timeout / 4)
+        self.timer: asyncio.TimerHandle | None = None
+        self.all_gone: asyncio.Future[None] | None = None
+        self._tick()
+
+    def protocol(self) -> HttpProtocol:
+        return HttpProtocol(self)
+
+    # -- what connections ask ----------------------------------------------------------------
+
+    def remember(self, raw: bytes, entry: HotEntry, path: str, head: bytes) -> None:
+        """Memoise the plain 200 of *raw* (FIFO, bounded by the bytes it keeps alive)."""
+        self.forget(raw)
+        self.memo[raw] = (entry, path, head)
+        self.memo_bytes += len(entry.body)
+        while self.memo_bytes > MEMO_MAX_BYTES:
+            self.forget(next(iter(self.memo)))
+
+    def forget(self, raw: bytes) -> None:
+        old = self.memo.pop(raw, None)
+        if old is not None:
+            self.memo_bytes -= len(old[0].body)
+
+    def seen(self, raw: bytes) -> bool:
+        """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""
+        when = self.recent.get(raw)
+        if when is None or self.now - when > RECENT_SECONDS:
+            return False
+        self.recent[raw] = self.now
+        self.recent.move_to_end(raw)
+        return True
+
+    def saw(self, raw: bytes) -> None:
+        self.recent[raw] = self.now
+        self.recent.move_to_end(raw)
+        if len(self.recent) > RECENT_MAX:
+            self.recent.popitem(last=False)
+
+    def lost(self, conn: HttpProtocol) -> None:
+        self.connections.discard(conn)
+        if not self.connections and self.all_gone is not None and not self.all_gone.done():
+            self.all_gone.set_result(None)
+
+    # -- the timer -----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        wall = time.time()
+        self.clock.update(wall)
+        self.now = now = self.loop.time()
+        if self.log is not None:
+            self.log.flush()
+        config = self.config
+        for conn in list(self.connections):
+            conn.expire(now, config.header_timeout, config.keepalive_timeout)
+        delay = self.period
+        if delay >= 1.0:
+            delay = 1.0 - (wall - int(wall)) + 0.001  # just past the next wall-clock second
+        self.timer = self.loop.call_later(delay, self._tick)
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.log is not None:
+            self.log.flush()
+
+
+_engines: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
+
+
+async def start_server(
+    config: ServeConfig,
+    *,
+    sock: socket.socket | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    path: str | None = None,
+    ssl: _ssl.SSLContext | None = None,
+) -> asyncio.base_events.Server:
+    """Serve *config* on the running loop: on *sock* (bound; listening or not), a Unix socket
+    *path*, or *host*/*port*. Stop it with :func:`shutdown`."""
+    loop = asyncio.get_running_loop()
+    engine = Engine(config, loop)
+    try:
+        if path is not None:
+            server = await loop.create_unix_server(engine.protocol, path, ssl=ssl, backlog=4096)
+        elif sock is not None:
+            server = await loop.create_server(engine.protocol, sock=sock, ssl=ssl, backlog=4096)
+        else:
+            server = await loop.create_server(engine.protocol, host, port or 0, ssl=ssl, backlog=4096)
+    except BaseException:
+        engine.stop()
+        raise
+    _engines[server] = engine
+    return server
+
+
+async def shutdown(server: Any, timeout: float = 10.0) -> None:
+    """Stop *server*: no new connections, idle ones closed at once, responses in flight given up
+    to *timeout* seconds to finish, then every connection left aborted."""
+    server.close()
+    engine = _engines.pop(server, None)
+    if engine is not None:
+        for conn in list(engine.connections):
+            conn.shutdown()
+        if engine.connections:
+            engine.all_gone = engine.loop.create_future()
+            _, pending = await asyncio.wait([engine.all_gone], timeout=timeout)
+            if pending:
+                for conn in list(engine.connections):
+                    if conn.transport is not None:
+                        conn.transport.abort()
+                await asyncio.wait([engine.all_gone], timeout=1.0)
+        engine.stop()
+    await server.wait_closed()

@@ -1,0 +1,542 @@
+"""The native engine's HTTP/1.1 protocol (``aiosendfile._serve``), on raw sockets, on both loops.
+
+Keep-alive, pipelining in order, HTTP/1.0, 405, ``Expect: 100-continue``, request bodies on
+``GET``, absolute-form targets, the limits (414, 431, 400 then close), the header and keep-alive
+timeouts, the ``Date`` format, the access log, a client vanishing mid-file, TLS, Unix sockets and
+a graceful shutdown. What the core decides (ranges, preconditions, paths) is the cross-door
+tests'; here it only has to arrive intact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import re
+import socket
+import ssl
+import struct
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .support.files import pattern
+
+pytest.importorskip("httptools")
+
+SMALL = 4096
+BIG = 3 * 1024 * 1024 + 17  # above the inline limit: sent by aiosendfile.sendfile
+
+
+def engine() -> Any:
+    from aiosendfile._serve import _server
+
+    return _server
+
+
+@dataclass
+class Site:
+    root: Path
+    server: Any
+    host: str = "127.0.0.1"
+    port: int = 0
+    unix: str | None = None
+    ctx: ssl.SSLContext | None = None
+
+    async def open(self, **kw: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.unix is not None:
+            return await asyncio.open_unix_connection(self.unix, limit=2**22)
+        return await asyncio.open_connection(
+            self.host,
+            self.port,
+            ssl=self.ctx,
+            server_hostname="localhost" if self.ctx else None,
+            limit=2**22,
+            **kw,
+        )
+
+    async def exchange(self, data: bytes) -> bytes:
+        """Send *data*, read until the server closes."""
+        reader, writer = await self.open()
+        try:
+            writer.write(data)
+            return await asyncio.wait_for(_read_to_eof(reader), 20)
+        finally:
+            await _close(writer)
+
+
+async def _read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    chunks = []
+    while True:
+        try:
+            chunk = await reader.read(2**20)
+        except (ConnectionError, ssl.SSLError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+def build(root: Path) -> Path:
+    root.mkdir()
+    (root / "small.txt").write_bytes(pattern(SMALL, seed=1))
+    (root / "big.bin").write_bytes(pattern(BIG, seed=2))
+    (root / "sp ace.txt").write_bytes(b"space")
+    (root / "a%20b.txt").write_bytes(b"literal percent")
+    (root / "sub").mkdir()
+    (root / "sub" / "index.html").write_bytes(b"<p>index</p>")
+    return root
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path, *, kind: str = "tcp", tls: Any = None, **config: Any
+) -> AsyncIterator[Site]:
+    mod = engine()
+    root = build(tmp_path / "www")
+    cfg = mod.ServeConfig(str(root), **config)
+    if kind == "unix":
+        path = str(tmp_path / "s.sock")
+        server = await mod.start_server(cfg, path=path)
+        site = Site(root, server, unix=path)
+    else:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        try:
+            server = await mod.start_server(cfg, sock=sock, ssl=tls[0] if tls else None)
+        except BaseException:
+            sock.close()
+            raise
+        site = Site(root, server, port=sock.getsockname()[1], ctx=tls[1] if tls else None)
+    try:
+        yield site
+    finally:
+        await mod.shutdown(server, 5.0)
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[Site]:
+    async with serving(tmp_path) as s:
+        yield s
+
+
+# -- reading answers -----------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    head: bytes
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 "), lines[0]
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            assert name.lower() not in headers, f"repeated {name}"
+            headers[name.lower()] = value.strip()
+    return int(lines[0].split(" ")[1]), headers
+
+
+async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> Answer:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+    status, headers = _parse_head(head)
+    n = 0 if method == "HEAD" or status in (100, 304) else int(headers["content-length"])
+    body = await asyncio.wait_for(reader.readexactly(n), 20)
+    return Answer(status, headers, body, head)
+
+
+def split_answers(data: bytes, methods: list[str]) -> list[Answer]:
+    out = []
+    pos = 0
+    for method in methods:
+        end = data.index(b"\r\n\r\n", pos) + 4
+        status, headers = _parse_head(data[pos:end])
+        n = 0 if method == "HEAD" or status in (100, 304) else int(headers["content-length"])
+        assert end + n <= len(data), "an answer cut short"
+        out.append(Answer(status, headers, data[end : end + n], data[pos:end]))
+        pos = end + n
+    assert pos == len(data), f"bytes after the last answer: {data[pos : pos + 200]!r}"
+    return out
+
+
+def get(target: str, extra: str = "", method: str = "GET", version: str = "1.1") -> bytes:
+    return f"{method} {target} HTTP/{version}\r\nHost: localhost\r\n{extra}\r\n".encode("latin-1")
+
+
+async def at_eof(reader: asyncio.StreamReader) -> bool:
+    """Whether the server closed: EOF (or a reset) with nothing more to read."""
+    try:
+        return await asyncio.wait_for(reader.read(1), 20) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+# -- keep-alive, pipelining, versions -----------------------------------------------------------
+
+
+async def test_keep_alive_answers_many_requests_on_one_connection(site: Site) -> None:
+    small = (site.root / "small.txt").read_bytes()
+    reader, writer = await site.open()
+    try:
+        for _ in range(3):  # the first goes through the core, the next from the memo
+            writer.write(get("/small.txt"))
+            a = await read_answer(reader)
+            assert (a.status, a.body) == (200, small)
+            assert "connection" not in a.headers  # HTTP/1.1 keep-alive, as aiohttp answers
+            assert a.headers["server"] == "aiosendfile"
+            assert a.headers["content-length"] == str(SMALL)
+        writer.write(get("/big.bin"))
+        a = await read_answer(reader)
+        assert (a.status, a.body) == (200, (site.root / "big.bin").read_bytes())
+        writer.write(get("/small.txt", method="HEAD"))
+        a = await read_answer(reader, "HEAD")
+        assert (a.status, a.headers["content-length"]) == (200, str(SMALL))
+    finally:
+        await _close(writer)
+
+
+async def test_pipelined_requests_are_answered_in_order(site: Site) -> None:
+    root = site.root
+    requests = [
+        ("GET", "/small.txt", ""),
+        ("GET", "/big.bin", ""),
+        ("HEAD", "/big.bin", ""),
+        ("GET", "/missing", ""),
+        ("GET", "/sub/", ""),
+        ("HEAD", "/small.txt", ""),
+        ("GET", "/big.bin", ""),
+        ("GET", "/small.txt", "Connection: close\r\n"),
+        ("GET", "/small.txt", ""),  # after Connection: close: never answered
+    ]
+    data = b"".join(get(target, extra, method) for method, target, extra in requests)
+    reader, writer = await site.open()
+    try:
+        writer.write(data)
+        raw = await asyncio.wait_for(_read_to_eof(reader), 30)
+    finally:
+        await _close(writer)
+    answers = split_answers(raw, [m for m, _, _ in requests[:-1]])
+    small, big = (root / "small.txt").read_bytes(), (root / "big.bin").read_bytes()
+    assert [a.status for a in answers] == [200, 200, 200, 404, 200, 200, 200, 200]
+    assert [answers[0].body, answers[1].body, answers[6].body] == [small, big, big]
+    assert (answers[2].headers["content-length"], answers[2].body) == (str(BIG), b"")
+    assert answers[3].body == b"404: Not Found"
+    assert answers[4].body == b"<p>index</p>"
+    assert (answers[7].headers["connection"], answers[7].body) == ("close", small)
+
+
+async def test_a_long_pipeline_of_small_files(site: Site) -> None:
+    """More requests than wait before reading pauses, arriving in one write."""
+    reader, writer = await site.open()
+    try:
+        writer.write(get("/small.txt"))  # warm: later ones take the memo
+        await read_answer(reader)
+        writer.write(get("/small.txt") * 100 + get("/big.bin") + get("/small.txt") * 100)
+        for i in range(201):
+            a = await read_answer(reader)
+            assert a.status == 200
+            assert len(a.body) == (BIG if i == 100 else SMALL)
+    finally:
+        await _close(writer)
+
+
+async def test_http_10_closes_unless_asked_to_keep_alive(site: Site) -> None:
+    raw = await site.exchange(get("/small.txt", version="1.0"))
+    (a,) = split_answers(raw, ["GET"])
+    assert (a.status, a.headers["connection"]) == (200, "close")
+    assert a.head.startswith(b"HTTP/1.1 200 OK\r\n")  # the server's version, as nginx answers
+    reader, writer = await site.open()
+    try:
+        for _ in range(2):
+            writer.write(get("/small.txt", "Connection: keep-alive\r\n", version="1.0"))
+            a = await read_answer(reader)
+            assert (a.status, a.headers["connection"]) == (200, "keep-alive")
+    finally:
+        await _close(writer)
+
+
+async def test_connection_close_closes_after_the_answer(site: Site) -> None:
+    for target in ("/small.txt", "/big.bin", "/missing"):
+        raw = await site.exchange(get(target, "Connection: close\r\n"))
+        (a,) = split_answers(raw, ["GET"])
+        assert a.headers["connection"] == "close"
+
+
+async def test_other_methods_get_405_with_allow(site: Site) -> None:
+    reader, writer = await site.open()
+    try:
+        for method in ("DELETE", "POST", "OPTIONS"):
+            writer.write(get("/small.txt", "Content-Length: 0\r\n", method))
+            a = await read_answer(reader)
+            assert a.status == 405
+            assert a.headers["allow"] == "GET,HEAD"
+            assert a.body == b"405: Method Not Allowed"
+    finally:
+        await _close(writer)
+
+
+# -- Expect, request bodies, targets -----------------------------------------------------------
+
+
+async def test_expect_100_continue_then_the_answer(site: Site) -> None:
+    reader, writer = await site.open()
+    try:
+        writer.write(get("/small.txt", "Expect: 100-continue\r\nContent-Length: 5\r\n"))
+        a = await read_answer(reader)
+        assert a.head == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"hello")
+        a = await read_answer(reader)
+        assert (a.status, len(a.body)) == (200, SMALL)
+        writer.write(get("/small.txt"))  # the body was read: the connection goes on
+        assert (await read_answer(reader)).status == 200
+    finally:
+        await _close(writer)
+
+
+async def test_expect_on_a_refused_method_answers_at_once_and_closes(site: Site) -> None:
+    reader, writer = await site.open()
+    try:
+        writer.write(get("/small.txt", "Expect: 100-continue\r\nContent-Length: 100000\r\n", "PUT"))
+        a = await read_answer(reader)  # no 100 (Continue): the final answer, body never sent
+        assert (a.status, a.headers["connection"]) == (405, "close")
+        assert await at_eof(reader)
+    finally:
+        await _close(writer)
+
+
+async def test_an_unknown_expectation_is_417(site: Site) -> None:
+    raw = await site.exchange(get("/small.txt", "Expect: teapot\r\n"))
+    (a,) = split_answers(raw, ["GET"])
+    assert (a.status, a.headers["connection"]) == (417, "close")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"Content-Length: 11\r\n\r\nhello world",
+        b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    ],
+    ids=["content-length", "chunked"],
+)
+async def test_a_body_on_get_is_read_and_dropped(site: Site, body: bytes) -> None:
+    reader, writer = await site.open()
+    try:
+        head = get("/small.txt")[:-2]  # without the blank line: the body's fields follow
+        writer.write(head + body + get("/small.txt", method="HEAD"))
+        a = await read_answer(reader)
+        assert (a.status, len(a.body)) == (200, SMALL)
+        a = await read_answer(reader, "HEAD")  # the body was not taken for a request
+        assert a.status == 200
+    finally:
+        await _close(writer)
+
+
+async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
+    reader, writer = await site.open()
+    try:
+        for target, body in [
+            ("http://localhost/small.txt", (site.root / "small.txt").read_bytes()),
+            ("http://example.com:8080/sp%20ace.txt?x=1", b"space"),
+            ("/small.txt?a=b&c=%2F", (site.root / "small.txt").read_bytes()),
+            ("/sp%20ace.txt", b"space"),
+            ("/a%2520b.txt", b"literal percent"),  # decoded once: the file is named a%20b.txt
+        ]:
+            writer.write(get(target))
+            a = await read_answer(reader)
+            assert (a.status, a.body) == (200, body), target
+    finally:
+        await _close(writer)
+
+
+# -- limits -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (get("/" + "a" * 9000), 414),
+        (get("/small.txt", "X-Big: " + "b" * 20000 + "\r\n"), 431),
+        (get("/small.txt", "".join(f"X-{i}: {'c' * 100}\r\n" for i in range(200))), 431),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 40, 400),  # a TLS hello
+        (b"GET /small.txt HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+        (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ],
+    ids=["url", "one-header", "many-headers", "malformed", "tls-hello", "two-lengths", "asterisk"],
+)
+async def test_limits_and_garbage_are_answered_then_closed(site: Site, data: bytes, status: int) -> None:
+    reader, writer = await site.open()
+    try:
+        writer.write(data + get("/small.txt"))  # nothing after the error is answered
+        raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+    finally:
+        await _close(writer)
+    (a,) = split_answers(raw, ["GET"])
+    assert (a.status, a.headers["connection"]) == (status, "close")
+
+
+async def test_an_error_after_pipelined_requests_comes_after_their_answers(site: Site) -> None:
+    reader, writer = await site.open()
+    try:
+        writer.write(get("/big.bin") + get("/small.txt") + b"NOT HTTP\r\n\r\n")
+        raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+    finally:
+        await _close(writer)
+    answers = split_answers(raw, ["GET", "GET", "GET"])
+    assert [a.status for a in answers] == [200, 200, 400]
+    assert len(answers[0].body) == BIG
+
+
+# -- timeouts -------------------------------------------------------------------------------------
+
+
+async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path) -> None:
+    async with serving(tmp_path, header_timeout=0.2) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n")  # never finished
+            raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+        finally:
+            await _close(writer)
+    (a,) = split_answers(raw, ["GET"])
+    assert (a.status, a.headers["connection"]) == (408, "close")
+
+
+async def test_a_silent_new_connection_is_closed_after_the_header_timeout(tmp_path: Path) -> None:
+    async with serving(tmp_path, header_timeout=0.2) as site:
+        reader, writer = await site.open()
+        try:
+            assert await at_eof(reader)  # nothing sent, nothing to answer: closed silently
+        finally:
+            await _close(writer)
+
+
+async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
+    async with serving(tmp_path, keepalive_timeout=0.2) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(get("/small.txt"))
+            assert (await read_answer(reader)).status == 200
+            assert await at_eof(reader)
+        finally:
+            await _close(writer)
+
+
+# -- Date, access log -----------------------------------------------------------------------------
+
+
+async def test_date_is_an_imf_fixdate(site: Site) -> None:
+    raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
+    (a,) = split_answers(raw, ["GET"])
+    date = a.headers["date"]
+    day, month = "(Mon|Tue|Wed|Thu|Fri|Sat|Sun)", "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    assert re.fullmatch(rf"{day}, \d\d {month} \d{{4}} \d\d:\d\d:\d\d GMT", date), date
+    assert parsedate_to_datetime(date).tzinfo is not None
+
+
+async def test_access_log_lines_are_combined_log_format(tmp_path: Path) -> None:
+    log = io.StringIO()
+    async with serving(tmp_path, access_log=log) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(get("/small.txt", 'Referer: http://r/\r\nUser-Agent: t"est\xe9\r\n'))
+            await read_answer(reader)
+            writer.write(get("/small.txt", method="HEAD"))
+            await read_answer(reader, "HEAD")
+            writer.write(get("/big.bin?q=1"))
+            await read_answer(reader)
+            writer.write(get("/missing", "Connection: close\r\n"))
+            await read_answer(reader)
+        finally:
+            await _close(writer)
+    lines = log.getvalue().splitlines()
+    stamp = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000\]"
+    assert len(lines) == 4, lines
+    assert re.fullmatch(
+        rf'127\.0\.0\.1 - - {stamp} "GET /small\.txt HTTP/1\.1" 200 4096 "http://r/" "t\\x22est\\xE9"',
+        lines[0],
+    ), lines[0]
+    assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "HEAD /small\.txt HTTP/1\.1" 200 - "-" "-"', lines[1])
+    assert re.fullmatch(
+        rf'127\.0\.0\.1 - - {stamp} "GET /big\.bin\?q=1 HTTP/1\.1" 200 {BIG} "-" "-"', lines[2]
+    )
+    assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "GET /missing HTTP/1\.1" 404 14 "-" "-"', lines[3])
+
+
+# -- a client that vanishes, shutdown ---------------------------------------------------------------
+
+
+async def test_a_client_vanishing_mid_file_leaves_nothing_behind(site: Site) -> None:
+    """The fd and loop guards of the conftest check that nothing leaked or was reported."""
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(get("/big.bin") + get("/big.bin"))
+        await reader.readexactly(10000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST mid-body
+    raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].status == 200
+
+
+async def test_shutdown_closes_idle_connections_and_finishes_answers_in_flight(tmp_path: Path) -> None:
+    mod = engine()
+    async with serving(tmp_path) as site:
+        idle_r, idle_w = await site.open()
+        idle_w.write(get("/small.txt"))
+        await read_answer(idle_r)
+        busy_r, busy_w = await site.open()
+        busy_w.write(get("/big.bin"))
+        head = await busy_r.readuntil(b"\r\n\r\n")  # the big answer has begun
+        try:
+            await mod.shutdown(site.server, 20.0)
+            assert await at_eof(idle_r)
+            body = await asyncio.wait_for(busy_r.readexactly(BIG), 20)
+            assert head.startswith(b"HTTP/1.1 200")
+            assert body == (site.root / "big.bin").read_bytes()
+            assert await at_eof(busy_r)
+        finally:
+            await _close(idle_w)
+            await _close(busy_w)
+
+
+# -- transports ---------------------------------------------------------------------------------------
+
+
+async def test_tls(tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext) -> None:
+    async with serving(tmp_path, tls=(tls_server_ctx, tls_client_ctx)) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(get("/small.txt") + get("/big.bin") + get("/missing"))
+            answers = [await read_answer(reader) for _ in range(3)]
+        finally:
+            await _close(writer)
+    assert [a.status for a in answers] == [200, 200, 404]
+    assert answers[1].body == (site.root / "big.bin").read_bytes()
+
+
+async def test_unix_socket(tmp_path: Path) -> None:
+    async with serving(tmp_path, kind="unix") as site:
+        raw = await site.exchange(get("/small.txt") + get("/big.bin", "Connection: close\r\n"))
+    answers = split_answers(raw, ["GET", "GET"])
+    assert [len(a.body) for a in answers] == [SMALL, BIG]
