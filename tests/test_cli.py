@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,34 @@ def test_serve_refuses_unusable_tls_files(served: Path, args: list[str], message
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_serve_needs_no_web_framework(served: Path) -> None:
+    """The serve extra is uvloop + httptools: serve runs, and answers, with aiohttp unimportable."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None; from aiosendfile._cli._main import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", str(served), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        match = BANNER.search(proc.stdout.readline())
+        assert match, proc.stderr.read() if proc.stderr else ""
+        with urllib.request.urlopen(match["url"] + "hello.txt", timeout=10) as resp:
+            assert resp.read() == b"hello"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 def test_serve_errors(tmp_path: Path) -> None:
@@ -365,7 +394,7 @@ def world_readable_tmp() -> Iterator[Path]:
 # directory too, as mkdtemp makes them), then drops its privileges.
 AS_NOBODY = """
 import os, sys
-import aiosendfile._cli._main, aiosendfile._aiohttp._static, aiosendfile._pair._cli, aiohttp.web
+import aiosendfile._cli._main, aiosendfile._cli._serve, aiosendfile._serve._server, aiosendfile._pair._cli
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.exit(aiosendfile._cli._main.main(sys.argv[1:]))
 """

@@ -142,9 +142,9 @@ def add_serve_command(commands: Any) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     try:
-        import aiohttp  # noqa: F401
+        import httptools  # noqa: F401
     except ImportError:
-        return fail(PROG, "needs aiohttp (pip install 'aiosendfile[aiohttp]')", 2)
+        return fail(PROG, "needs httptools (pip install 'aiosendfile[serve]')", 2)
     directory = args.directory  # absolute, and checked readable by _directory
     _, loop_name = loop_factory(args.loop)
     if args.tls_key and not args.tls_cert:
@@ -307,29 +307,15 @@ async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) 
 async def _serve_until(
     args: argparse.Namespace, directory: str, sock: socket.socket, stop: asyncio.Event
 ) -> None:
-    import logging
+    from .._serve._server import ServeConfig, shutdown, start_server
 
-    from aiohttp import web
-    from aiohttp.log import access_logger
-
-    logging.basicConfig(
-        level=logging.INFO if args.access_log else logging.WARNING, format="%(message)s", stream=sys.stderr
-    )
-
-    from .._aiohttp._static import StaticResource
-
-    # aiohttp's low-level server: no router, middlewares or signals to run per
-    # request, just the static resource (see StaticResource.handle).
-    resource = StaticResource(
-        "",
+    config = ServeConfig(
         directory,
         show_index=args.show_index,
         follow_symlinks=args.follow_symlinks,
         show_dotfiles=args.show_dotfiles,
+        access_log=sys.stderr if args.access_log else None,
     )
-    server = web.Server(resource.handle, access_log=access_logger if args.access_log else None)
-    runner = web.ServerRunner(server, shutdown_timeout=SHUTDOWN_TIMEOUT)
-    await runner.setup()
     loop = asyncio.get_running_loop()
     parent = getattr(args, "parent_pid", None)
     if parent is not None:  # a worker: stop if the parent is gone (even SIGKILLed)
@@ -341,9 +327,8 @@ async def _serve_until(
                 loop.call_later(1.0, watch_parent)
 
         loop.call_later(1.0, watch_parent)
+    server = await start_server(config, sock=sock, ssl=tls_context(args) if args.tls_cert else None)
     try:
-        site = web.SockSite(runner, sock, ssl_context=tls_context(args) if args.tls_cert else None)
-        await site.start()
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await shutdown(server, SHUTDOWN_TIMEOUT)
