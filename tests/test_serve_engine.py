@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -540,3 +540,56 @@ async def test_unix_socket(tmp_path: Path) -> None:
         raw = await site.exchange(get("/small.txt") + get("/big.bin", "Connection: close\r\n"))
     answers = split_answers(raw, ["GET", "GET"])
     assert [len(a.body) for a in answers] == [SMALL, BIG]
+
+
+async def test_an_upgrade_request_is_answered_and_the_connection_closed(site: Site) -> None:
+    upgrade = get("/small.txt", "Connection: Upgrade\r\nUpgrade: websocket\r\n")
+    raw = await site.exchange(upgrade + b"\x81\x85not http at all")
+    (a,) = split_answers(raw, ["GET"])
+    assert (a.status, len(a.body)) == (200, SMALL)
+
+
+# -- bugs are reported, never hidden behind a hung or short answer ----------------------------------
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[list[dict[str, Any]]]:
+    """What reaches the loop's exception handler meanwhile (instead of failing the test)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    try:
+        yield errors
+    finally:
+        loop.set_exception_handler(previous)
+
+
+async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiosendfile._serve import _protocol
+
+    def broken(*args: Any) -> Any:
+        raise ZeroDivisionError("core bug")
+
+    monkeypatch.setattr(_protocol, "answer", broken)
+    with reported() as errors:
+        for target in ("/first-sight", "/first-sight"):  # in the cold pool, then inline
+            raw = await site.exchange(get(target))
+            (a,) = split_answers(raw, ["GET"])
+            assert (a.status, a.headers["connection"]) == (500, "close")
+    assert [type(e["exception"]) for e in errors] == [ZeroDivisionError] * 2
+
+
+async def test_a_failing_body_send_aborts_the_connection_and_is_reported(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiosendfile._serve import _protocol
+
+    async def broken(*args: Any, **kwargs: Any) -> int:
+        raise ZeroDivisionError("send bug")
+
+    monkeypatch.setattr(_protocol, "sendfile", broken)
+    with reported() as errors:
+        raw = await site.exchange(get("/big.bin"))  # aborted: no complete answer, no hang
+    assert raw == b""
+    assert [type(e["exception"]) for e in errors] == [ZeroDivisionError]

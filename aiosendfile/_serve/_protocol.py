@@ -423,15 +423,24 @@ class HttpProtocol(asyncio.Protocol):
                             headers=head + part_head if i == 0 else part_head,
                             trailers=body.closing if i == last else b"",
                         )
-        except asyncio.CancelledError:
-            transport.abort()
-            raise
-        except (OSError, SendfileError, RuntimeError) as exc:
-            # The peer went away, the file shrank, or the transport was closing already.
-            if isinstance(exc, RuntimeError) and not transport.is_closing():
-                raise
+        except (OSError, SendfileError):  # the peer went away, the file shrank
             self.task = None
             transport.abort()
+            return
+        except RuntimeError:
+            self.task = None
+            closing = transport.is_closing()  # "Transport is closing": the peer went away first
+            transport.abort()
+            if not closing:
+                raise
+            return
+        except asyncio.CancelledError:  # the connection was lost
+            transport.abort()
+            raise
+        except Exception as exc:  # a bug: abort (never a short body), and report it
+            self.task = None
+            transport.abort()
+            self._report(exc, "sending a file body failed")
             return
         finally:
             if log is not None:
@@ -522,8 +531,11 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         """The core raised: answer 500, close, and report it to the loop like any callback error."""
         self._error(500, method, url, log)
+        self._report(exc, "the static core failed")
+
+    def _report(self, exc: Exception, message: str) -> None:
         asyncio.get_running_loop().call_exception_handler(
-            {"message": "static core failed", "exception": exc, "protocol": self}
+            {"message": message, "exception": exc, "protocol": self, "transport": self.transport}
         )
 
     def expire(self, now: float, header_timeout: float, keepalive_timeout: float) -> None:
