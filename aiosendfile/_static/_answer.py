@@ -3,8 +3,9 @@
 A door renders it: the status line, ``fields`` in order, ``Content-Length: length`` (none when
 ``length`` is None: a 304), then the body unless ``head_only``. The body is cached bytes (a hot
 file's slice, a listing, an error text), a ``FileRange`` of an open descriptor, or a ``Multipart``
-of several ranges. ``fields`` never carries ``Content-Length``, ``Date``, ``Server`` or
-``Connection``: those are the door's.
+of several ranges. A ``head_only`` answer may still hold its bytes (a HEAD of a hot file, a listing
+or an error: a door may build its head from them), never a descriptor. ``fields`` never carries
+``Content-Length``, ``Date``, ``Server`` or ``Connection``: those are the door's.
 
 An Answer that owns a descriptor closes it in ``close()``/``__exit__`` (idempotent); one with
 ``head_only`` set owns none (the core closed it already).
@@ -109,11 +110,5 @@ def error(status: int, method: str, *extra: tuple[str, str]) -> Answer:
     *extra* fields follow Content-Type (``Allow`` of a 405, ``Location`` of a 301).
     """
     text = f"{status}: {HTTPStatus(status).phrase}".encode()
-    head = method == "HEAD"
-    return Answer(
-        status,
-        [("Content-Type", "text/plain; charset=utf-8"), *extra],
-        len(text),
-        head_only=head,
-        body=None if head else text,
-    )
+    fields = [("Content-Type", "text/plain; charset=utf-8"), *extra]
+    return Answer(status, fields, len(text), head_only=method == "HEAD", body=text)

@@ -112,15 +112,8 @@ def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem)
         except OSError:  # removed meanwhile
             return error(404, req.method)
         page = listing_html(unquote_to_bytes(raw), at_root, entries, policy.dotfiles)
-        head = req.method == "HEAD"
-        return Answer(
-            200,
-            [("Content-Type", "text/html; charset=utf-8")],
-            len(page),
-            head_only=head,
-            body=None if head else page,
-            path=path,
-        )
+        fields = [("Content-Type", "text/html; charset=utf-8")]
+        return Answer(200, fields, len(page), head_only=req.method == "HEAD", body=page, path=path)
     return error(403, req.method)
 
 
@@ -150,15 +143,8 @@ def _hot_answer(
         )
         entry.rendered[key] = fields
     head = req.method == "HEAD"
-    return Answer(
-        200,
-        fields,  # type: ignore[arg-type]  # (memoised: a list of str pairs)
-        st.st_size,
-        head_only=head,
-        body=None if head else entry.body,
-        entry=entry,
-        path=path,
-    ), None
+    memoised: list[tuple[str, str]] = fields  # type: ignore[assignment]
+    return Answer(200, memoised, st.st_size, head_only=head, body=entry.body, entry=entry, path=path), None
 
 
 def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[tuple[str, str]]:
@@ -259,23 +245,26 @@ def _decide(
     vary = policy.precompressed
     fd = source if isinstance(source, int) else None
 
-    def headers_only(status: int, fields: list[tuple[str, str]], length: int | None) -> Answer:
+    def headers_only(
+        status: int, fields: list[tuple[str, str]], length: int | None, coding: str | None = encoding
+    ) -> Answer:
         if fd is not None:
             fs.close(fd)
-        return Answer(status, fields, length, head_only=True, encoding=encoding, path=name)
+        return Answer(status, fields, length, head_only=True, encoding=coding, path=name)
 
     if any(field in headers for field in _CONDITIONAL):
         status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
-        if status is not None:
+        if status is not None:  # (no Content-Encoding: no representation is sent)
             fields = _http.file_headers(etag, last_modified, vary=vary)
-            return headers_only(status, fields, None if status == 304 else 0)
+            return headers_only(status, fields, None if status == 304 else 0, None)
 
     content_type = req.content_type or content_type_for(os.path.basename(name))
     ranges: list[_http.ByteRange] | None = None
-    # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses.
+    # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses (a
+    # pre-compressed sibling is sent as it is: the door turns compression off for it).
     if (
         req.method == "GET"
-        and req.ranges_ok
+        and (req.ranges_ok or encoding is not None)
         and "Range" in headers
         and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
     ):

@@ -78,7 +78,8 @@ class Request(NamedTuple):
     directory's 301 ``Location``. ``prefix`` is the mount prefix, decoded, without a trailing
     ``/`` (``""`` at the root). ``rel`` is a door's already decoded path below the prefix
     (aiohttp's ``match_info["filename"]``); None lets the core decode ``raw_path``. ``ranges_ok``
-    is False when a middleware compresses the body; ``content_type`` is a caller's Content-Type,
+    is False when a middleware compresses the body (a pre-compressed sibling's ranges are still
+    honoured: it is sent as it is); ``content_type`` is a caller's Content-Type,
     which wins over the file name's.
     """
 
