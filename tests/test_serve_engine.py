@@ -593,3 +593,66 @@ async def test_a_failing_body_send_aborts_the_connection_and_is_reported(
         raw = await site.exchange(get("/big.bin"))  # aborted: no complete answer, no hang
     assert raw == b""
     assert [type(e["exception"]) for e in errors] == [ZeroDivisionError]
+
+
+# -- the hot memo and the cold pool -----------------------------------------------------------------
+
+
+async def test_a_changed_file_is_never_answered_from_the_memo(site: Site) -> None:
+    path = site.root / "small.txt"
+    reader, writer = await site.open()
+    try:
+        for _ in range(2):
+            writer.write(get("/small.txt"))
+            assert (await read_answer(reader)).body == path.read_bytes()
+        path.write_bytes(b"rewritten in place")  # same inode, new size and mtime
+        writer.write(get("/small.txt"))
+        assert (await read_answer(reader)).body == b"rewritten in place"
+        fresh = site.root / "fresh.tmp"
+        fresh.write_bytes(b"renamed over it!!!")  # same size: another inode
+        fresh.replace(path)
+        writer.write(get("/small.txt"))
+        assert (await read_answer(reader)).body == b"renamed over it!!!"
+        path.unlink()
+        writer.write(get("/small.txt"))
+        assert (await read_answer(reader)).status == 404
+    finally:
+        await _close(writer)
+
+
+async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(site: Site) -> None:
+    engine_ = engine()._engines[site.server]
+    pool = engine_.executor
+    submitted: list[object] = []
+
+    class Counting:
+        def submit(self, fn: Any, *args: Any) -> Any:
+            submitted.append(args[0].raw_path)
+            return pool.submit(fn, *args)
+
+    engine_.executor = Counting()
+    reader, writer = await site.open()
+    try:
+        for target in ("/big.bin", "/big.bin", "/missing", "/missing", "/small.txt", "/small.txt"):
+            writer.write(get(target))
+            await read_answer(reader)
+    finally:
+        await _close(writer)
+    assert submitted == [b"/big.bin", b"/missing", b"/small.txt"]
+
+
+async def test_a_file_truncated_while_sent_aborts_the_connection(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiosendfile._serve import _protocol
+
+    real = _protocol.sendfile
+
+    async def truncating(*args: Any, **kwargs: Any) -> int:
+        (site.root / "big.bin").write_bytes(b"short")  # after the core's fstat: the length is promised
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(_protocol, "sendfile", truncating)
+    raw = await site.exchange(get("/big.bin") + get("/small.txt"))
+    body = raw.partition(b"\r\n\r\n")[2]
+    assert len(body) < BIG  # never passed off as complete; nothing answered after it
