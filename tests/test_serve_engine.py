@@ -282,8 +282,8 @@ async def test_connection_close_closes_after_the_answer(site: Site) -> None:
 async def test_other_methods_get_405_with_allow(site: Site) -> None:
     reader, writer = await site.open()
     try:
-        for method in ("DELETE", "POST", "OPTIONS"):
-            writer.write(get("/small.txt", "Content-Length: 0\r\n", method))
+        for method, target in [("DELETE", "/small.txt"), ("POST", "/small.txt"), ("OPTIONS", "*")]:
+            writer.write(get(target, "Content-Length: 0\r\n", method))
             a = await read_answer(reader)
             assert a.status == 405
             assert a.headers["allow"] == "GET,HEAD"

@@ -290,10 +290,13 @@ class HttpProtocol(asyncio.Protocol):
                 parsed = httptools.parse_url(url)
             except httptools.HttpParserInvalidURLError:
                 parsed = None
-            if parsed is None or not parsed.schema:
+            if parsed is not None and parsed.schema:
+                raw, query = parsed.path or b"/", parsed.query or b""
+            elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
                 self._error(400, method, url, log)
                 return
-            raw, query = parsed.path or b"/", parsed.query or b""
+            else:  # OPTIONS *, CONNECT host:port: the method is refused first (405)
+                raw, query = url, b""
         request = Request(method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY)
         engine = self.engine
         if engine.seen(raw):
