@@ -139,6 +139,8 @@ class HttpProtocol(asyncio.Protocol):
                 self.peer = str(peer[0])
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Python 3.10's TLS transport counts as unclosed (a ResourceWarning) until close() is called.
+        self.transport.close()
         self.transport = None
         self.pending.clear()
         self.out.clear()
