@@ -65,7 +65,7 @@ class Engine:
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,
         )
-        self.render_key = ("native", self.policy)
+        self.render_key = ("native", self.policy.precompressed)  # what the plain 200 head depends on
         self.clock = Clock()
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
         wanted = dict.fromkeys(BytesHeaders.WANTED, CORE)
