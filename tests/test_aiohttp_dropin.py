@@ -31,6 +31,7 @@ import aiosendfile
 import aiosendfile.aiohttp as sf
 from aiosendfile import _options, _platform
 from aiosendfile._aiohttp import _fileresponse
+from aiosendfile._static import _fs
 
 from .support.connections import Connector
 from .support.files import SlowDisk, pattern
@@ -341,7 +342,7 @@ async def test_sibling_that_is_not_a_file_is_absent(
     try:
         for race in (False, True):
             if race:  # the lookup saw a regular file; by the open it is not one
-                monkeypatch.setattr(_fileresponse, "_is_file", lambda path: True)
+                monkeypatch.setattr(_fs, "_is_file", lambda path: True)
             status, headers, body = await _get(server, url, **{"Accept-Encoding": "gzip"})
             assert (status, body) == (200, pattern(SMALL)), race
             assert "Content-Encoding" not in headers

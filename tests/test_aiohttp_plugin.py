@@ -654,18 +654,18 @@ async def test_siblings_are_looked_up_once_per_request(
 ) -> None:
     """A hot file whose accepted .gz sibling exists: the hot path's lookup of the siblings is
     handed to the full path, not repeated (one stat per admitted encoding)."""
-    from aiosendfile._aiohttp import _fileresponse
+    from aiosendfile._static import _fs
 
     s = await site()
     await s.get("/static/doc.txt", **{"Accept-Encoding": "identity"})  # doc.txt is now hot
     looked_up: list[str] = []
-    real = _fileresponse._is_file
+    real = _fs._is_file
 
     def counting(path: str) -> bool:
         looked_up.append(path)
         return real(path)
 
-    monkeypatch.setattr(_fileresponse, "_is_file", counting)
+    monkeypatch.setattr(_fs, "_is_file", counting)
     status, headers, body = await s.get("/static/doc.txt", **{"Accept-Encoding": "gzip"})
     assert (status, headers["Content-Encoding"]) == (200, "gzip")
     assert body == (s.root / "doc.txt.gz").read_bytes()

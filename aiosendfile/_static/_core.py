@@ -202,7 +202,11 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                 fs.close(fd)
                 _hot.hot_files.put(path, cache_root, st, read)  # shared by every request while cached
                 return _file_answer(req, located.path, policy, st, encoding, read, fs)
-        return _file_answer(req, located.path, policy, st, encoding, fd, fs)
+        try:
+            return _file_answer(req, located.path, policy, st, encoding, fd, fs)
+        except BaseException:
+            fs.close(fd)
+            raise
     return _empty_error(404)
 
 
@@ -220,24 +224,6 @@ def _file_answer(
     fs: FileSystem,
 ) -> Answer:
     """Preconditions, ranges and headers for the representation *source* (bytes, or an fd now owned)."""
-    fd = source if isinstance(source, int) else None
-    try:
-        return _decide(req, name, policy, st, encoding, source, fs)
-    except BaseException:
-        if fd is not None:
-            fs.close(fd)
-        raise
-
-
-def _decide(
-    req: Request,
-    name: str,
-    policy: DirectoryPolicy,
-    st: os.stat_result,
-    encoding: str | None,
-    source: bytes | int,
-    fs: FileSystem,
-) -> Answer:
     size = st.st_size
     etag = _http.make_etag(st.st_mtime_ns, size)
     last_modified = int(st.st_mtime)
