@@ -656,3 +656,26 @@ async def test_a_file_truncated_while_sent_aborts_the_connection(
     raw = await site.exchange(get("/big.bin") + get("/small.txt"))
     body = raw.partition(b"\r\n\r\n")[2]
     assert len(body) < BIG  # never passed off as complete; nothing answered after it
+
+
+async def test_a_client_that_stops_reading_a_file_is_cut_off(tmp_path: Path) -> None:
+    async with serving(tmp_path, send_timeout=0.2) as site:
+        with open(site.root / "huge.bin", "wb") as f:
+            f.truncate(256 * 1024 * 1024)  # more than any socket buffers hold
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        try:
+            writer.write(get("/huge.bin"))
+            connections = engine()._engines[site.server].connections
+            for _ in range(400):  # never reading: the server gives up and aborts
+                if not connections:
+                    break
+                await asyncio.sleep(0.05)
+            assert not connections
+            rest = await asyncio.wait_for(_read_to_eof(reader), 20)
+            assert len(rest) < 256 * 1024 * 1024
+        finally:
+            await _close(writer)

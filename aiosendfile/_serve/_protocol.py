@@ -41,7 +41,7 @@ from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:
-    from ._server import Engine
+    from ._server import Engine, ServeConfig
 
 __all__ = ("AGENT", "CORE", "EXPECT", "REFERER", "HttpProtocol")
 
@@ -94,6 +94,7 @@ class HttpProtocol(asyncio.Protocol):
         "pending",
         "read_paused",
         "referer",
+        "sending",
         "since",
         "task",
         "transport",
@@ -120,6 +121,7 @@ class HttpProtocol(asyncio.Protocol):
         # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
         self.since = engine.now - engine.config.keepalive_timeout + engine.config.header_timeout
         self.busy = False  # a cold decision or a file body is in flight
+        self.sending = False  # a file body is in flight: since = its last progress
         self.dead = False  # no more requests will be read: close once everything is answered
         self.pending: deque[Item] = deque()
         self.out: list[bytes] = []
@@ -407,11 +409,15 @@ class HttpProtocol(asyncio.Protocol):
         transport = self.transport
         body = ans.body
         sent = 0
+        self.sending = True
+        self.since = self.engine.now
         try:
             if isinstance(body, FileRange):
                 with io.FileIO(body.fd, "rb", closefd=False) as file:
                     if body.length:
-                        sent = await sendfile(transport, file, body.start, body.length, headers=head)
+                        sent = await sendfile(
+                            transport, file, body.start, body.length, headers=head, on_progress=self._progress
+                        )
                     else:
                         transport.write(head)
             else:
@@ -427,6 +433,7 @@ class HttpProtocol(asyncio.Protocol):
                             r.length,
                             headers=head + part_head if i == 0 else part_head,
                             trailers=body.closing if i == last else b"",
+                            on_progress=self._progress,
                         )
         except (OSError, SendfileError):  # the peer went away, the file shrank
             self.task = None
@@ -448,6 +455,7 @@ class HttpProtocol(asyncio.Protocol):
             self._report(exc, "sending a file body failed")
             return
         finally:
+            self.sending = False
             if log is not None:
                 self._log(method, url, log, status, sent)
         self.task = None
@@ -543,18 +551,27 @@ class HttpProtocol(asyncio.Protocol):
             {"message": message, "exception": exc, "protocol": self, "transport": self.transport}
         )
 
-    def expire(self, now: float, header_timeout: float, keepalive_timeout: float) -> None:
+    def _progress(self, sent: int, total: int | None) -> None:
+        self.since = self.engine.now
+
+    def expire(self, now: float, config: ServeConfig) -> None:
         """Close the connection if it has waited too long (called by the engine's timer)."""
         transport = self.transport
-        if transport is None or self.busy or self.pending:
+        if transport is None:
+            return
+        if self.sending:
+            if now - self.since > config.send_timeout:  # the client stopped reading (nginx's send_timeout)
+                transport.abort()
+            return
+        if self.busy or self.pending:
             return
         if self.in_head:
-            if now - self.since > header_timeout:
+            if now - self.since > config.header_timeout:
                 self.dead = True
                 self.out.append(error_response(408, self.engine.clock))
                 self._flush()
                 transport.close()
-        elif now - self.since > keepalive_timeout:
+        elif now - self.since > config.keepalive_timeout:
             self.dead = True
             transport.close()
 

@@ -5,7 +5,7 @@ of hot answers (raw target path → hot entry, file path, rendered head), the se
 in the last :data:`RECENT_SECONDS` (decided inline; any other path is decided in the cold pool),
 the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
 second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
-the access log and closes connections past their header or keep-alive timeout.
+the access log and closes connections past their header, keep-alive or send timeout.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class ServeConfig:
     access_log: TextIO | None = None  # Combined Log Format lines, one per response
     header_timeout: float = 20.0  # a request head must arrive within this (slowloris): 408, close
     keepalive_timeout: float = 75.0  # an idle keep-alive connection is closed after this (nginx)
+    send_timeout: float = 60.0  # a file body that makes no progress this long is aborted (nginx)
     max_request_line: int = 8190  # longer request target: 414
     max_header_bytes: int = 16384  # larger header fields: 431
 
@@ -80,7 +81,8 @@ class Engine:
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
         self.now = loop.time()
-        self.period = min(1.0, config.header_timeout / 4, config.keepalive_timeout / 4)
+        timeouts = (config.header_timeout, config.keepalive_timeout, config.send_timeout)
+        self.period = min(1.0, *(t / 4 for t in timeouts))
         self.timer: asyncio.TimerHandle | None = None
         self.all_gone: asyncio.Future[None] | None = None
         self._tick()
@@ -133,7 +135,7 @@ class Engine:
             self.log.flush()
         config = self.config
         for conn in list(self.connections):
-            conn.expire(now, config.header_timeout, config.keepalive_timeout)
+            conn.expire(now, config)
         delay = self.period
         if delay >= 1.0:
             delay = 1.0 - (wall - int(wall)) + 0.001  # just past the next wall-clock second
