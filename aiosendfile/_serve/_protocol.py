@@ -299,8 +299,8 @@ class HttpProtocol(asyncio.Protocol):
             elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
                 self._error(400, method, url, log)
                 return
-            else:  # OPTIONS *, CONNECT host:port: the method is refused first (405)
-                raw, query = url, b""
+            else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
+                raw, query = b"/", b""
         request = Request(method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY)
         engine = self.engine
         if engine.seen(raw):
