@@ -20,7 +20,11 @@ __all__ = ("SendJob",)
 
 @dataclass
 class SendJob:
-    """A resolved, planned transfer. ``options`` loses its headers once they have gone out."""
+    """A resolved, planned transfer. ``options`` loses its headers once they have gone out.
+
+    ``headers_sent``/``trailers_sent`` say how much of each the zero-copy driver has
+    sent, so a transfer begun synchronously (``_writer.send_at_once``) resumes mid-header.
+    """
 
     target: Target
     file: FileInfo
@@ -28,3 +32,6 @@ class SendJob:
     options: Options
     zero_copy: bool  # the target and the file allow sendfile(2)
     fallback: bool  # the caller allows a userspace copy where zero-copy fails
+    headers_sent: int = 0
+    trailers_sent: int = 0
+    held: bool = False  # a send flagged MSG_MORE may wait for a next send that has not come yet

@@ -37,12 +37,27 @@ Theory of operation
   happens off the loop thread. The transfer stays zero-copy. (Measured and
   dropped: a ``POSIX_FADV_WILLNEED`` of the next chunk from the pool halved
   cold throughput and doubled CPU; see ``benchmarks/loop_stall.py``.)
-* **Headers and trailers** go to the same socket with ``send()``, inside
-  ``TCP_CORK`` (``TCP_NOPUSH`` on BSD), so they share packets with the file's
-  first and last bytes. The cork is released when the transfer ends, however
-  it ends.
+* **Headers and trailers** go to the same socket with ``send()``. On Linux
+  the headers are flagged ``MSG_MORE``, so they wait to share a packet with
+  the file's first bytes, and the trailers follow the file's last chunk
+  (which ``sendfile`` pushes) unflagged: no ``setsockopt`` per transfer. If
+  the transfer ends, however it ends, right after a flagged send, the held
+  bytes are pushed at once (``_platform.push``) instead of after the kernel's
+  200 ms. Elsewhere (BSD, macOS) both go inside ``TCP_NOPUSH``, released when
+  the transfer ends, however it ends.
+* **Starting at once.** ``send_at_once`` runs before the caller's first
+  await, when nothing is buffered ahead of us (the transport's buffer is
+  empty): headers, one chunk (probed as any other) and trailers go straight
+  to the target's own fd, borrowed for those few calls (nothing else runs
+  meanwhile, so its number cannot be reused under us). No dup, no waiter, no
+  lease: a response the socket takes whole costs no event-loop machinery.
+  Whatever is left (socket full, a full chunk sent, a cold chunk) goes on in
+  ``send_zero_copy``, told how to begin (wait, yield, or go).
 * **Cleanup.** Every wait removes its writer registration in ``finally``, and
   the duplicate socket is closed in ``finally``, on errors and cancellation alike.
+  The duplicate is made only when a wait may be needed; it is created with its
+  family and type given and keeps its ``None`` timeout (the fd is non-blocking
+  already), which saves the ``getsockopt``/``ioctl`` calls of a bare ``socket(fileno=)``.
 """
 
 from __future__ import annotations
@@ -51,38 +66,109 @@ import asyncio
 import contextlib
 import os
 import socket
+from typing import Literal
 
 from . import _platform
 from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options
 from ._readiness import wait_ready, yield_to_others
-from ._state import TransferState
 from ._threads import settled
 
-__all__ = ("send_zero_copy",)
+__all__ = ("Start", "send_at_once", "send_zero_copy")
+
+#: How the loop-driven part begins after ``send_at_once``: wait until the socket is
+#: writable, yield to others (a full chunk went), or go at once.
+Start = Literal["wait", "yield", "go"]
 
 
-async def send_zero_copy(job: SendJob, lease: TransportLease | None = None) -> None:
-    """Send the job's headers, its ``state``'s remaining bytes of the file, then its trailers.
+def send_at_once(job: SendJob) -> Start | None:
+    """Send what the socket takes now, synchronously, on the target's own fd; None when all went.
 
+    Call it before any await, and only when nothing is buffered ahead of the
+    file (a transport's buffer is empty). Sends the rest of the headers, at most
+    one chunk (a cold one is left to the pool), and the trailers. Otherwise
+    returns how ``send_zero_copy`` is to go on. Raises as ``send_zero_copy``.
+    """
+    options = job.options
+    if (options.headers or options.trailers) and not _platform.HAS_MSG_MORE:
+        return "go"  # BSD/macOS: headers and trailers inside TCP_NOPUSH, set once, in send_zero_copy
+    target = job.target
+    sock = target.sock if target.sock is not None else _platform.borrow_socket(target.sock_fd)
+    try:
+        return _send_now(job, sock)
+    except BaseException:
+        if job.held:
+            _platform.push(sock)
+        raise
+    finally:
+        if target.sock is None:
+            sock.detach()  # the transport's fd: never ours to close
+
+
+def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
+    state, options, file_fd = job.state, job.options, job.file.fd
+    assert file_fd is not None  # zero-copy needs a regular file's fd
+    if job.headers_sent < len(options.headers):
+        try:
+            _send_some(job, sock, options.headers, trailers=False)
+        except BlockingIOError:
+            return "wait"
+        if job.headers_sent < len(options.headers):
+            return "wait"
+    if not state.done:
+        size = state.next_chunk()
+        position = state.position
+        if _is_cold(file_fd, position, size, options):
+            return "go"  # the pool sends it
+        try:
+            n = _platform.sendfile_once(sock.fileno(), file_fd, position, size)
+        except BlockingIOError:
+            return "wait"
+        _advance(job, n)
+        if n < size:
+            return "wait"
+        if not state.done:
+            return "yield"
+    if job.trailers_sent < len(options.trailers):
+        try:
+            _send_some(job, sock, options.trailers, trailers=True)
+        except BlockingIOError:
+            return "wait"
+        if job.trailers_sent < len(options.trailers):
+            return "wait"
+    return None
+
+
+async def send_zero_copy(job: SendJob, lease: TransportLease | None = None, start: Start = "go") -> None:
+    """Send the rest of the job's headers, its ``state``'s remaining bytes of the file, then its trailers.
+
+    *start* says how to begin: what ``send_at_once`` returned, or ``"go"``.
     Raises ``_platform.NotSupportedBySendfile`` (before or after some bytes;
     ``state.sent`` says which), ``FileTruncatedError``, or the OS error.
     """
-    state, options, file_fd = job.state, job.options, job.file.fd
-    assert file_fd is not None  # zero-copy needs a regular file's fd
+    options = job.options
     loop = asyncio.get_running_loop()
-    out = socket.socket(fileno=os.dup(job.target.sock_fd))  # ours: closed below, whatever happens
-    out.setblocking(False)  # never inherit socket.setdefaulttimeout(): send() must not wait
+    # Ours: closed below, whatever happens. Its timeout is None unless socket.setdefaulttimeout()
+    # was called: then clear it, or send() would wait.
+    out = socket.socket(-1, socket.SOCK_STREAM, 0, fileno=os.dup(job.target.sock_fd))
     corked = False
     try:
-        if options.headers or options.trailers:
+        if out.gettimeout() is not None:
+            out.setblocking(False)
+        if start == "wait":
+            await _wait_writable(loop, out.fileno(), lease)
+        elif start == "yield":
+            await yield_to_others(loop)
+        if (options.headers or options.trailers) and not _platform.HAS_MSG_MORE:
             corked = _platform.set_cork(out, True)
-        if options.headers:
-            await _send_all(loop, out, options.headers, lease)
-        await _send_file(loop, out, file_fd, state, options, lease)
-        if options.trailers:
-            await _send_all(loop, out, options.trailers, lease)
+        await _send_all(loop, job, out, lease, trailers=False)
+        await _send_file(loop, out, job, lease)
+        await _send_all(loop, job, out, lease, trailers=True)
+    except BaseException:
+        if job.held:
+            _platform.push(out)
+        raise
     finally:
         if corked:
             with contextlib.suppress(OSError):
@@ -90,44 +176,61 @@ async def send_zero_copy(job: SendJob, lease: TransportLease | None = None) -> N
         out.close()
 
 
+def _advance(job: SendJob, n: int) -> None:
+    """Count *n* file bytes the kernel took; 0 is an end of file before the promised total."""
+    state = job.state
+    if n == 0:
+        raise state.truncated()
+    state.advance(n)
+    job.held = False  # sendfile's last segment goes out unflagged, pushing the headers with it
+    on_progress = job.options.on_progress
+    if on_progress is not None:
+        on_progress(state.sent, state.total)
+
+
+def _send_some(job: SendJob, sock: socket.socket, data: bytes, *, trailers: bool) -> None:
+    """One ``send`` of the unsent rest of the headers (flagged *more*) or of the trailers."""
+    if trailers:
+        job.trailers_sent += _platform.send_once(sock, memoryview(data)[job.trailers_sent :])
+        job.held = False
+    else:
+        job.headers_sent += _platform.send_once(sock, memoryview(data)[job.headers_sent :], more=True)
+        job.held = _platform.HAS_MSG_MORE
+
+
 async def _send_file(
-    loop: asyncio.AbstractEventLoop,
-    out: socket.socket,
-    file_fd: int,
-    state: TransferState,
-    options: Options,
-    lease: TransportLease | None,
+    loop: asyncio.AbstractEventLoop, out: socket.socket, job: SendJob, lease: TransportLease | None
 ) -> None:
+    state, options, file_fd = job.state, job.options, job.file.fd
+    assert file_fd is not None
     out_fd = out.fileno()
-    on_progress = options.on_progress
-    device = os.fstat(file_fd).st_dev if options.probe else 0
     while not state.done:
         if lease is not None:
             lease.check_alive()
         size = state.next_chunk()
         position = state.position
         try:
-            if _is_cold(file_fd, position, size, options, device):
+            if _is_cold(file_fd, position, size, options):
                 _platform.counters.cold += 1
-                job = options.cold_executor.submit(_platform.sendfile_once, out_fd, file_fd, position, size)
-                pending = asyncio.wrap_future(job)
+                send = _platform.sendfile_once
+                pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
+                pending = asyncio.wrap_future(pool_job)
                 try:
                     n = await asyncio.shield(pending)
                 except asyncio.CancelledError:
-                    if not job.cancel():
+                    if not pool_job.cancel():
                         # The thread is already sending on our fd: count what it sends, then stop.
-                        state.advance(await settled(pending) or 0)
+                        sent = await settled(pending) or 0
+                        if sent:
+                            state.advance(sent)
+                            job.held = False
                     raise
             else:
                 n = _platform.sendfile_once(out_fd, file_fd, position, size)
         except BlockingIOError:
             await _wait_writable(loop, out_fd, lease)
             continue
-        if n == 0:
-            raise state.truncated()
-        state.advance(n)
-        if on_progress is not None:
-            on_progress(state.sent, state.total)
+        _advance(job, n)
         if state.done:
             break
         if n < size:
@@ -136,8 +239,11 @@ async def _send_file(
             await yield_to_others(loop)
 
 
-def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int) -> bool:
-    """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool)."""
+def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int | None = None) -> bool:
+    """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool).
+
+    *device* (the file's ``st_dev``) only spares ``page_cached`` an ``fstat`` where a file system refused.
+    """
     if not options.probe:
         return False
     last = position + size - 1
@@ -152,15 +258,20 @@ def _is_cold(file_fd: int, position: int, size: int, options: Options, device: i
 
 
 async def _send_all(
-    loop: asyncio.AbstractEventLoop, out: socket.socket, data: bytes, lease: TransportLease | None
+    loop: asyncio.AbstractEventLoop,
+    job: SendJob,
+    out: socket.socket,
+    lease: TransportLease | None,
+    *,
+    trailers: bool,
 ) -> None:
-    """``send()`` all of *data* on the non-blocking socket, waiting while it is full."""
-    view = memoryview(data)
-    while view:
+    """Send the unsent rest of the headers or the trailers, waiting while the socket is full."""
+    data = job.options.trailers if trailers else job.options.headers
+    while (job.trailers_sent if trailers else job.headers_sent) < len(data):
         if lease is not None:
             lease.check_alive()
         try:
-            view = view[out.send(view) :]
+            _send_some(job, out, data, trailers=trailers)
         except BlockingIOError:
             await _wait_writable(loop, out.fileno(), lease)
 
