@@ -1,0 +1,675 @@
+"""The native ``serve`` engine over HTTP: the plugin's tables, then HTTP/1.1 as the RFCs and nginx do it.
+
+The engine runs in the test's loop (both loops, over TCP and TLS; a Unix socket where it
+matters), mounted at "/" as ``serve`` mounts it. The first half replays the plugin's tables
+(tests/test_aiohttp_plugin.py: full files, HEAD, content types, conditional requests, single and
+multiple ranges, If-Range, pre-compressed siblings, hostile paths, symlinks, directories) on
+the plugin's own fixture tree, with an aiohttp client. The second half is the protocol's own:
+keep-alive, pipelining, HTTP/1.0, ``Connection: close``, 405 with ``Allow``, ``Expect:
+100-continue``, a body on ``GET``, absolute-form targets, decoding once, the query, limits
+(400/414/431 then close), the header and keep-alive timeouts, ``Date``; written raw on a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import email.utils
+import gzip
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import BodyPartReader, ClientSession, MultipartReader, TCPConnector
+
+from aiosendfile import _platform
+
+from .support.files import pattern
+from .support.native import Blob, NativeSite, native_site, read_response, split_responses, without_date
+from .support.raw_http import parse_response
+from .test_aiohttp_plugin import BIG, HOSTILE, SMALL, build_tree
+
+pytest.importorskip("aiosendfile._serve._server")
+
+
+@dataclass
+class Client:
+    """A native site and an aiohttp session to it (no decompression, no redirects)."""
+
+    site: NativeSite
+    session: ClientSession
+
+    @property
+    def root(self) -> Path:
+        return self.site.public
+
+    @property
+    def tls(self) -> bool:
+        return self.site.tls
+
+    def url(self, path: str) -> str:
+        return self.site.url(path)
+
+    async def get(self, path: str, method: str = "GET", **headers: str) -> tuple[int, Any, bytes]:
+        async with self.session.request(method, self.url(path), headers=headers, allow_redirects=False) as r:
+            return r.status, r.headers, await r.read()
+
+    async def raw(self, target: str, extra: str = "") -> tuple[int, bytes]:
+        """Send a request line exactly as given (no client-side normalisation)."""
+        data = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n".encode("latin-1")
+        response = await self.site.fetch(data)
+        return response.status, response.raw
+
+
+@pytest.fixture(params=[False, True], ids=["tcp", "tls"])
+async def site(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    tls_server_ctx: ssl.SSLContext,
+    tls_client_ctx: ssl.SSLContext,
+) -> AsyncIterator[Callable[..., Any]]:
+    """``await site(**config)``: the plugin's tree served by the native engine (config → ``ServeConfig``)."""
+    tls: bool = request.param
+    build_tree(tmp_path)
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def make(**config: Any) -> Client:
+            s = await stack.enter_async_context(
+                native_site(
+                    tmp_path / "public",
+                    server_ctx=tls_server_ctx if tls else None,
+                    client_ctx=tls_client_ctx,
+                    **config,
+                )
+            )
+            session = ClientSession(
+                connector=TCPConnector(ssl=tls_client_ctx if tls else False), auto_decompress=False
+            )
+            stack.push_async_callback(session.close)
+            return Client(s, session)
+
+        yield make
+
+
+# -- the plugin's tables: bodies and headers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "size"), [("big.bin", BIG), ("small.txt", SMALL), ("empty.txt", 0)])
+async def test_get_full_file(site: Any, name: str, size: int) -> None:
+    s = await site()
+    status, headers, body = await s.get(f"/{name}")
+    assert status == 200
+    assert Blob(body) == Blob((s.root / name).read_bytes())
+    assert headers["Content-Length"] == str(size)
+    assert headers["Accept-Ranges"] == "bytes"
+    st = (s.root / name).stat()
+    assert headers["ETag"] == f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+    assert email.utils.parsedate_to_datetime(headers["Last-Modified"]).timestamp() == int(st.st_mtime)
+    assert "Content-Encoding" not in headers
+
+
+async def test_big_file_is_zero_copy_except_over_tls(site: Any) -> None:
+    s = await site()
+    for _ in range(2):  # and the keep-alive connection is fine afterwards
+        status, _, body = await s.get("/big.bin")
+        assert status == 200
+        assert Blob(body) == Blob(pattern(BIG))
+    assert _platform.counters.bytes == (0 if s.tls else 2 * BIG)
+
+
+async def test_content_types(site: Any) -> None:
+    s = await site()
+    _, headers, body = await s.get("/archive.tar.gz")
+    assert headers["Content-Type"] == "application/gzip"  # gzip data, served as itself
+    assert "Content-Encoding" not in headers
+    assert gzip.decompress(body) == b"tar"
+    assert (await s.get("/page.html"))[1]["Content-Type"].startswith("text/html")
+    assert (await s.get("/big.bin"))[1]["Content-Type"] == "application/octet-stream"
+    assert (await s.get("/small.txt"))[1]["Content-Type"].startswith("text/plain")
+
+
+async def test_head_sends_headers_only(site: Any) -> None:
+    s = await site()
+    status, headers, body = await s.get("/big.bin", method="HEAD")
+    assert status == 200
+    assert body == b""
+    assert headers["Content-Length"] == str(BIG)
+    assert (await s.get("/small.txt"))[2] == pattern(SMALL)  # the connection is still in sync
+    status, headers, _ = await s.get("/big.bin", method="HEAD", Range="bytes=0-9")
+    assert (status, headers["Content-Length"]) == (200, str(BIG))
+    assert "Content-Range" not in headers
+
+
+async def test_conditional_requests(site: Any) -> None:
+    s = await site()
+    _, headers, _ = await s.get("/small.txt")
+    etag, last_modified = headers["ETag"], headers["Last-Modified"]
+    older = email.utils.format_datetime(
+        email.utils.parsedate_to_datetime(last_modified) - datetime.timedelta(days=1), usegmt=True
+    )
+    cases: list[tuple[dict[str, str], int]] = [
+        ({"If-None-Match": etag}, 304),
+        ({"If-None-Match": f"W/{etag}"}, 304),
+        ({"If-None-Match": '"other", ' + etag}, 304),
+        ({"If-None-Match": "*"}, 304),
+        ({"If-None-Match": '"other"'}, 200),
+        ({"If-Modified-Since": last_modified}, 304),
+        ({"If-Modified-Since": older}, 200),
+        ({"If-Modified-Since": "garbage"}, 200),
+        ({"If-None-Match": '"other"', "If-Modified-Since": last_modified}, 200),
+        ({"If-Match": etag}, 200),
+        ({"If-Match": '"other"'}, 412),
+        ({"If-Match": f"W/{etag}"}, 412),
+        ({"If-Match": "*"}, 200),
+        ({"If-Unmodified-Since": last_modified}, 200),
+        ({"If-Unmodified-Since": older}, 412),
+        ({"If-Match": etag, "If-Unmodified-Since": older}, 200),
+    ]
+    for headers_in, expected in cases:
+        status, headers_out, body = await s.get("/small.txt", **headers_in)
+        assert status == expected, headers_in
+        if status == 304:
+            assert body == b""
+            assert headers_out["ETag"] == etag
+            assert "Content-Length" not in headers_out
+        elif status == 412:
+            assert body == b""
+        else:
+            assert body == pattern(SMALL)
+
+
+# -- ranges ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["big.bin", "small.txt"])
+async def test_single_ranges(site: Any, name: str) -> None:
+    s = await site()
+    data = (s.root / name).read_bytes()
+    size = len(data)
+    cases = [
+        ("bytes=0-99", 0, 100),
+        ("bytes=100-", 100, size),
+        ("bytes=-500", size - 500, size),
+        ("bytes=10-10", 10, 11),
+        (f"bytes=0-{size + 1000}", 0, size),
+        (f"bytes=-{size * 2}", 0, size),
+        ("bytes=1000-1999", 1000, 2000),
+    ]
+    for header, start, stop in cases:
+        status, headers, body = await s.get(f"/{name}", Range=header)
+        assert status == 206, header
+        assert Blob(body) == Blob(data[start:stop]), header
+        assert headers["Content-Range"] == f"bytes {start}-{stop - 1}/{size}"
+        assert headers["Content-Length"] == str(stop - start)
+
+
+async def test_unsatisfiable_and_ignored_ranges(site: Any) -> None:
+    s = await site()
+    status, headers, body = await s.get("/small.txt", Range=f"bytes={SMALL}-")
+    assert status == 416
+    assert headers["Content-Range"] == f"bytes */{SMALL}"
+    assert body == b""
+    for ignored in ("bytes=5-1", "items=0-1", "bytes=abc", "bytes=--1", "bytes="):
+        status, headers, body = await s.get("/small.txt", Range=ignored)
+        assert (status, body) == (200, pattern(SMALL)), ignored
+
+
+async def test_multiple_ranges_are_multipart(site: Any) -> None:
+    s = await site()
+    data = pattern(BIG)
+    parts = []
+    async with s.session.get(s.url("/big.bin"), headers={"Range": "bytes=0-9,2000000-2999999,-5"}) as resp:
+        assert resp.status == 206
+        assert resp.headers["Content-Type"].startswith("multipart/byteranges; boundary=")
+        length = int(resp.headers["Content-Length"])
+        reader = MultipartReader.from_response(resp)
+        while (part := await reader.next()) is not None:
+            assert isinstance(part, BodyPartReader)
+            parts.append((part.headers["Content-Range"], Blob(await part.read(decode=False))))
+        assert resp.content.total_bytes == length
+    assert parts == [
+        (f"bytes 0-9/{BIG}", Blob(data[0:10])),
+        (f"bytes 2000000-2999999/{BIG}", Blob(data[2000000:3000000])),
+        (f"bytes {BIG - 5}-{BIG - 1}/{BIG}", Blob(data[-5:])),
+    ]
+
+
+async def test_overlapping_ranges_are_coalesced(site: Any) -> None:
+    s = await site()
+    status, headers, body = await s.get("/small.txt", Range="bytes=0-99,50-149,150-199")
+    assert status == 206
+    assert headers["Content-Range"] == f"bytes 0-199/{SMALL}"
+    assert body == pattern(SMALL)[:200]
+
+
+async def test_if_range(site: Any) -> None:
+    s = await site()
+    _, headers, _ = await s.get("/big.bin")
+    etag, last_modified = headers["ETag"], headers["Last-Modified"]
+    for if_range, expected in [
+        (etag, 206),
+        ('"stale"', 200),
+        (f"W/{etag}", 200),
+        (last_modified, 206),
+        ("Mon, 01 Jan 2001 00:00:00 GMT", 200),
+        ("junk", 200),
+    ]:
+        status, _, body = await s.get("/big.bin", Range="bytes=0-9", **{"If-Range": if_range})
+        assert status == expected, if_range
+        assert Blob(body) == Blob(pattern(BIG)[:10] if expected == 206 else pattern(BIG))
+
+
+async def test_file_changing_between_requests(site: Any) -> None:
+    s = await site()
+    path = s.root / "small.txt"
+    _, h1, b1 = await s.get("/small.txt")
+    path.write_bytes(b"shorter now")
+    os.utime(path, ns=(1, 10**18))
+    _, h2, b2 = await s.get("/small.txt")
+    assert (b1, b2) == (pattern(SMALL), b"shorter now")
+    assert h2["Content-Length"] == "11"
+    assert h1["ETag"] != h2["ETag"]
+    assert (await s.get("/small.txt", **{"If-None-Match": h1["ETag"]}))[0] == 200
+
+
+async def test_precompressed_siblings(site: Any) -> None:
+    s = await site()
+    plain = (s.root / "doc.txt").read_bytes()
+    cases = [
+        ("gzip", "gzip", "doc.txt.gz"),
+        ("br, gzip", "br", "doc.txt.br"),
+        ("gzip;q=1.0, br;q=0.5", "gzip", "doc.txt.gz"),
+        ("br;q=0, gzip;q=0", None, "doc.txt"),
+        ("identity", None, "doc.txt"),
+        ("", None, "doc.txt"),
+        ("*", "br", "doc.txt.br"),
+    ]
+    for accept, encoding, served in cases:
+        status, headers, body = await s.get("/doc.txt", **{"Accept-Encoding": accept})
+        assert status == 200
+        assert headers.get("Content-Encoding") == encoding, accept
+        assert body == (s.root / served).read_bytes(), accept
+        assert headers["Content-Type"].startswith("text/plain")
+        assert "Accept-Encoding" in headers.getall("Vary", [])
+    assert gzip.decompress((s.root / "doc.txt.gz").read_bytes()) == plain
+    _, headers, _ = await s.get("/small.txt", **{"Accept-Encoding": "gzip"})
+    assert "Accept-Encoding" in headers.getall("Vary", [])
+
+
+# -- directories and path safety ------------------------------------------------------------------------
+
+
+async def test_hostile_paths_never_escape(site: Any) -> None:
+    s = await site()
+    for target in HOSTILE:
+        target = target.replace("/static", "", 1)
+        status, raw = await s.raw(target)
+        assert status in (400, 403, 404), (target, status)
+        assert b"TOP SECRET" not in raw, target
+
+
+async def test_symlinked_siblings_and_index_cannot_escape(site: Any) -> None:
+    s = await site()
+    for path, encoding in [("/page.html", "gzip"), ("/ghost.js", "br"), ("/linkedindex/", "")]:
+        status, _, body = await s.get(path, **{"Accept-Encoding": encoding} if encoding else {})
+        assert b"TOP SECRET" not in body, path
+        assert status in (403, 404, 200), path
+    assert (await s.get("/page.html", **{"Accept-Encoding": "gzip"}))[2] == b"<h1>hi</h1>"
+    assert (await s.get("/outdir/"))[0] == 404
+    assert (await s.get("/outdir/secret.txt"))[0] == 404
+
+
+async def test_symlinks(site: Any) -> None:
+    s = await site()
+    assert (await s.get("/inner-link"))[2] == pattern(SMALL)
+    assert (await s.get("/escape"))[0] == 404
+    s2 = await site(follow_symlinks=True)
+    status, _, body = await s2.get("/escape")
+    assert (status, body) == (200, b"TOP SECRET")
+    assert (await s2.raw("/../secret.txt"))[0] in (400, 404)  # the URL still cannot climb out
+
+
+async def test_directories(site: Any) -> None:
+    s = await site()
+    status, headers, _ = await s.get("/dir")
+    assert status == 301
+    assert headers["Location"].endswith("/dir/")
+    status, headers, _ = await s.get("/dir?x=1&y=2")
+    assert (status, headers["Location"].rsplit("/", 2)[-2:]) == (301, ["dir", "?x=1&y=2"])
+    assert (await s.get("/small.txt/"))[0] == 404
+    assert (await s.raw("/small.txt/."))[0] == 404
+    assert (await s.get("/dir/"))[2] == b"index!"
+    assert (await s.get("/noindex/"))[0] == 403
+    assert (await s.get("/missing.txt"))[0] == 404
+    assert (await s.get("/space%20name.txt"))[2] == b"spaced"
+    assert (await s.get("/%252e%252e"))[2] == b"literal percent name"
+    listing = await site(show_index=True)
+    status, _, body = await listing.get("/noindex/")
+    assert status == 200
+    assert b'<a href="a.txt">a.txt</a>' in body
+
+
+async def test_fifo_and_missing_are_404_not_a_hang(site: Any) -> None:
+    s = await site()
+    assert (await s.get("/fifo"))[0] in (403, 404)
+    assert (await s.get("/small.txt"))[2] == pattern(SMALL)
+
+
+# -- HTTP/1.1: connections ---------------------------------------------------------------------------------
+
+
+def req(target: bytes, *headers: bytes, method: bytes = b"GET", version: bytes = b"HTTP/1.1") -> bytes:
+    return (
+        method
+        + b" "
+        + target
+        + b" "
+        + version
+        + b"\r\nHost: localhost\r\n"
+        + b"".join(h + b"\r\n" for h in headers)
+        + b"\r\n"
+    )
+
+
+async def read_to_eof(reader: asyncio.StreamReader, timeout: float = 20) -> bytes:
+    out = b""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    with contextlib.suppress(ConnectionError, ssl.SSLError):
+        while chunk := await asyncio.wait_for(reader.read(2**20), max(deadline - loop.time(), 0)):
+            out += chunk
+    return out
+
+
+async def closed(reader: asyncio.StreamReader, timeout: float = 20) -> bool:
+    """The server closed the connection (EOF or reset) within *timeout*, and sent nothing more."""
+    return await read_to_eof(reader, timeout) == b"" and reader.at_eof()
+
+
+async def test_keep_alive_answers_many_requests_on_one_connection(site: Any) -> None:
+    s = await site()
+    reader, writer = await s.site.open()
+    try:
+        for name, data in [("small.txt", pattern(SMALL)), ("big.bin", pattern(BIG))] * 3:
+            writer.write(req(f"/{name}".encode()))
+            r = parse_response(await read_response(reader))
+            assert (r.status, Blob(r.body)) == (200, Blob(data))
+            assert r.header("connection") in (None, "keep-alive")
+        writer.write(req(b"/small.txt", b"Connection: close"))
+        r = parse_response(await read_response(reader))
+        assert (r.status, r.header("connection")) == (200, "close")
+        assert await closed(reader)
+    finally:
+        writer.close()
+
+
+PIPELINE: list[tuple[bytes, bytes]] = [  # (method, request)
+    (b"GET", req(b"/small.txt")),
+    (b"GET", req(b"/big.bin")),  # sendfile between two inline answers
+    (b"HEAD", req(b"/big.bin", method=b"HEAD")),
+    (b"GET", req(b"/missing")),
+    (b"GET", req(b"/big.bin", b"Range: bytes=0-9,100-199")),
+    (b"GET", req(b"/dir")),
+    (b"POST", req(b"/small.txt", b"Content-Length: 3", method=b"POST") + b"abc"),
+    (b"GET", req(b"/doc.txt", b"Accept-Encoding: gzip")),
+    (b"GET", req(b"/big.bin", b"Range: bytes=5-")),
+    (b"GET", req(b"/small.txt", b"Connection: close")),
+]
+
+
+def _boundaryless(raw: bytes) -> bytes:
+    r = parse_response(raw)
+    ctype = r.header("content-type") or ""
+    if "boundary=" in ctype:
+        raw = raw.replace(ctype.split("boundary=", 1)[1].encode(), b"BOUNDARY")
+    return without_date(raw)
+
+
+async def test_pipelined_requests_are_answered_in_order_byte_exact(site: Any) -> None:
+    """All in one write (and one byte at a time) vs one by one: the same bytes, in order."""
+    s = await site()
+    one_by_one = []
+    reader, writer = await s.site.open()
+    for method, data in PIPELINE:
+        writer.write(data)
+        one_by_one.append(await read_response(reader, method))
+    assert await closed(reader)
+    writer.close()
+    methods = [m for m, _ in PIPELINE]
+    for how in ("one write", "byte by byte"):
+        reader, writer = await s.site.open()
+        stream = b"".join(d for _, d in PIPELINE)
+        if how == "one write":
+            writer.write(stream)
+        else:
+            for i in range(len(stream)):
+                writer.write(stream[i : i + 1])
+                if i % 50 == 0:
+                    await writer.drain()
+        got = await read_to_eof(reader)
+        writer.close()
+        answers, rest = split_responses(got, methods)
+        assert rest == b"", (how, rest[:200])
+        assert [Blob(_boundaryless(a)) for a in answers] == [Blob(_boundaryless(a)) for a in one_by_one], how
+    statuses = [parse_response(a).status for a in one_by_one]
+    assert statuses == [200, 200, 200, 404, 206, 301, 405, 200, 206, 200]
+
+
+async def test_http10_closes_unless_keep_alive_is_asked(site: Any) -> None:
+    s = await site()
+    reader, writer = await s.site.open()
+    writer.write(req(b"/small.txt", version=b"HTTP/1.0"))
+    got = await read_to_eof(reader)
+    writer.close()
+    r = parse_response(got)
+    assert (r.status, r.body) == (200, pattern(SMALL))
+    assert got.startswith(b"HTTP/1.")
+    assert int(r.header("content-length") or -1) == SMALL
+    reader, writer = await s.site.open()
+    try:
+        for _ in range(2):
+            writer.write(req(b"/small.txt", b"Connection: keep-alive", version=b"HTTP/1.0"))
+            r = parse_response(await read_response(reader))
+            assert (r.status, r.body) == (200, pattern(SMALL))
+            assert (r.header("connection") or "").lower() == "keep-alive"
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("method", [b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"])
+async def test_other_methods_are_405_with_allow(site: Any, method: bytes) -> None:
+    s = await site()
+    r = await s.site.fetch(req(b"/small.txt", b"Content-Length: 0", b"Connection: close", method=method))
+    assert r.status == 405
+    assert (r.header("allow") or "").replace(" ", "") == "GET,HEAD"
+    assert r.body == b"405: Method Not Allowed"
+
+
+async def test_expect_100_continue(site: Any) -> None:
+    """A 100 first and then the answer, or the answer at once; the body never becomes a request."""
+    s = await site()
+    reader, writer = await s.site.open()
+    try:
+        writer.write(req(b"/small.txt", b"Expect: 100-continue", b"Content-Length: 5"))
+        first = await read_response(reader)
+        if first.startswith(b"HTTP/1.1 100"):
+            writer.write(b"hello")
+            first = await read_response(reader)
+        else:
+            writer.write(b"hello")
+        r = parse_response(first)
+        assert (r.status, r.body) == (200, pattern(SMALL))
+        writer.write(req(b"/small.txt", b"Connection: close"))
+        rest = await read_to_eof(reader)
+        if rest:  # or the server closed after an unread body: also correct
+            r = parse_response(rest)
+            assert (r.status, r.body) == (200, pattern(SMALL))
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"Content-Length: 11\r\n\r\nGET / HTTP/", b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"],
+    ids=["length", "chunked"],
+)
+async def test_a_body_on_get_is_read_and_discarded(site: Any, body: bytes) -> None:
+    s = await site()
+    reader, writer = await s.site.open()
+    try:
+        writer.write(
+            b"GET /small.txt HTTP/1.1\r\nHost: x\r\n" + body + req(b"/big.bin", b"Connection: close")
+        )
+        got = await read_to_eof(reader)
+        answers, rest = split_responses(got, [b"GET", b"GET"])
+        assert rest == b""
+        first = parse_response(answers[0])
+        assert (first.status, first.body) == (200, pattern(SMALL))
+        if len(answers) == 2:  # the body was read and discarded (not closing is also allowed)
+            second = parse_response(answers[1])
+            assert (second.status, Blob(second.body)) == (200, Blob(pattern(BIG)))
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (b"http://localhost/small.txt", pattern(SMALL)),  # absolute-form
+        (b"http://localhost:1/small.txt?q=1", pattern(SMALL)),
+        (b"/small.txt?x=../../secret.txt", pattern(SMALL)),  # the query is not the path
+        (b"/space%20name.txt", b"spaced"),  # decoded once ...
+        (b"/%252e%252e", b"literal percent name"),  # ... and only once
+        (b"/%73mall.txt", pattern(SMALL)),
+    ],
+)
+async def test_targets_decode_once_and_ignore_the_query(site: Any, target: bytes, expected: bytes) -> None:
+    s = await site()
+    r = await s.site.fetch(req(target, b"Connection: close"))
+    assert (r.status, r.body) == (200, expected)
+
+
+@pytest.mark.parametrize(
+    ("request_", "statuses"),
+    [
+        (b"GARBAGE\r\n\r\n", (400,)),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", (400,)),
+        (b"GET /small.txt HTTP/9.9\r\nHost: x\r\n\r\n", (400, 505)),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", (414,)),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", (431,)),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\n" + b"X-Many: a\r\n" * 10_000 + b"\r\n", (431,)),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", (400,)),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", (400,)),
+    ],
+    ids=[
+        "garbage",
+        "bad-header",
+        "version",
+        "long-url",
+        "big-header",
+        "many-headers",
+        "neg-length",
+        "two-lengths",
+    ],
+)
+async def test_malformed_requests_get_their_status_then_close(
+    site: Any, request_: bytes, statuses: tuple[int, ...]
+) -> None:
+    """400, 414, 431: one answer, then the connection ends; a pipelined request after it is never answered."""
+    s = await site()
+    reader, writer = await s.site.open()
+    try:
+        writer.write(request_ + req(b"/small.txt"))
+        got = await read_to_eof(reader)
+    finally:
+        writer.close()
+    answers, rest = split_responses(got, [b"GET", b"GET"])
+    assert len(answers) == 1, got[:500]
+    assert rest == b"", rest[:200]
+    r = parse_response(answers[0])
+    assert r.status in statuses, r.raw[:300]
+    assert (r.header("connection") or "close").lower() == "close"
+    assert (await s.get("/small.txt"))[2] == pattern(SMALL)  # the server is fine
+
+
+async def test_date_header(site: Any) -> None:
+    s = await site()
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    for path in ("/small.txt", "/big.bin", "/missing"):
+        _, headers, _ = await s.get(path)
+        date = email.utils.parsedate_to_datetime(headers["Date"])
+        assert headers["Date"].endswith(" GMT"), headers["Date"]
+        assert date >= before - datetime.timedelta(seconds=1), (path, headers["Date"])
+        assert len(headers.getall("Date")) == 1
+
+
+# -- timeouts --------------------------------------------------------------------------------------------
+
+
+async def test_a_request_head_that_never_ends_is_closed_at_the_header_timeout(site: Any) -> None:
+    s = await site(header_timeout=0.5)
+    reader, writer = await s.site.open()
+    try:
+        writer.write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        got = await read_to_eof(reader, timeout=20)
+        assert got == b"" or got.startswith(b"HTTP/1.1 408"), got[:200]
+        assert reader.at_eof()
+    finally:
+        writer.close()
+    # The same holds for a connection that never sends a byte.
+    reader, writer = await s.site.open()
+    try:
+        assert await closed(reader)
+    finally:
+        writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(site: Any) -> None:
+    s = await site(keepalive_timeout=0.5)
+    reader, writer = await s.site.open()
+    try:
+        writer.write(req(b"/small.txt"))
+        r = parse_response(await read_response(reader))
+        assert (r.status, r.body) == (200, pattern(SMALL))
+        assert await closed(reader, timeout=20)
+    finally:
+        writer.close()
+
+
+async def test_a_slow_but_steady_client_is_not_cut_while_it_downloads(site: Any) -> None:
+    """The header timeout covers the request head only: a long download outlives it."""
+    s = await site(header_timeout=0.3, keepalive_timeout=0.3)
+    reader, writer = await s.site.open()
+    try:
+        writer.write(req(b"/big.bin"))
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        got = b""
+        while len(got) < BIG:
+            got += await reader.read(256 * 1024)
+            await asyncio.sleep(0.05)  # ~0.6 s in all: past both timeouts
+        assert Blob(got) == Blob(pattern(BIG))
+    finally:
+        writer.close()
+
+
+# -- a Unix socket ------------------------------------------------------------------------------------------
+
+
+async def test_over_a_unix_socket(tmp_path: Path) -> None:
+    build_tree(tmp_path)
+    async with native_site(tmp_path / "public", unix_path=str(tmp_path / "s.sock")) as s:
+        reader, writer = await s.open()
+        try:
+            for name, data in [("big.bin", pattern(BIG)), ("small.txt", pattern(SMALL))]:
+                writer.write(req(f"/{name}".encode()))
+                r = parse_response(await read_response(reader))
+                assert (r.status, Blob(r.body)) == (200, Blob(data))
+        finally:
+            writer.close()
+        assert _platform.counters.bytes == BIG
