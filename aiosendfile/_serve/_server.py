@@ -129,6 +129,10 @@ class Engine:
 
     def _tick(self) -> None:
         wall = time.time()
+        delay = self.period
+        if delay >= 1.0:
+            delay = 1.0 - (wall - int(wall)) + 0.001  # just past the next wall-clock second
+        self.timer = self.loop.call_later(delay, self._tick)  # first: nothing below can stop the clock
         self.clock.update(wall)
         self.now = now = self.loop.time()
         if self.log is not None:
@@ -136,10 +140,6 @@ class Engine:
         config = self.config
         for conn in list(self.connections):
             conn.expire(now, config)
-        delay = self.period
-        if delay >= 1.0:
-            delay = 1.0 - (wall - int(wall)) + 0.001  # just past the next wall-clock second
-        self.timer = self.loop.call_later(delay, self._tick)
 
     def stop(self) -> None:
         if self.timer is not None:
