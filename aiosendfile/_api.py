@@ -30,7 +30,7 @@ from ._options import Options, ProgressCallback
 from ._platform import NotSupportedBySendfile
 from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
 from ._target import FileInfo, Target, resolve_file, resolve_socket, resolve_target
-from ._writer import send_zero_copy
+from ._writer import Start, send_at_once, send_zero_copy
 
 __all__ = ("sendfile", "sock_sendfile")
 
@@ -57,8 +57,10 @@ async def sendfile(
     :class:`SendfileNotAvailableError` is raised where zero-copy is impossible
     instead of copying in userspace.
 
-    *headers* and *trailers* are sent right before and after the file, in the
-    same packets where the OS allows (``TCP_CORK``). *max_chunk* bounds the
+    *headers* and *trailers* are sent right before and after the file; the
+    headers share the file's first packet where the OS allows (``MSG_MORE`` on
+    Linux, ``TCP_NOPUSH`` on BSD). What the socket takes at once is sent
+    before the first await, with no event-loop machinery. *max_chunk* bounds the
     bytes sent per event-loop wakeup. *probe* checks the page cache before each
     chunk and sends cold chunks from *executor* (default: a small dedicated
     pool). ``probe=False`` trusts the cache. *on_progress(sent, total)* is
@@ -152,36 +154,57 @@ async def _send_frame_only(target: Target, options: Options) -> None:
         target.transport.write(frame)
 
 
-async def _zero_copy_or_decline(job: SendJob, lease: TransportLease | None) -> bool:
-    """Try zero-copy. True when done; False when the userspace copy is to finish the job.
+def _decline(job: SendJob, exc: NotSupportedBySendfile) -> None:
+    """The kernel refused sendfile for this pair of fds: the userspace copy is to finish the job.
 
-    The kernel may refuse sendfile for this pair of fds (a file system without
-    splice support). Then the copy carries on from where zero-copy stopped,
-    without resending headers that already went out.
+    (A file system without splice support.) The copy carries on from where
+    zero-copy stopped, without resending headers that already went out: the
+    refusal comes from the first ``sendfile``, after the last header byte.
     """
-    try:
-        await send_zero_copy(job, lease)
-    except NotSupportedBySendfile as exc:
-        if not job.fallback:
-            raise SendfileNotAvailableError(f"the kernel refused sendfile: {exc.strerror}") from exc
-        job.options = dataclasses.replace(job.options, headers=b"")  # sent before the first chunk
-        return False
-    return True
+    if not job.fallback:
+        raise SendfileNotAvailableError(f"the kernel refused sendfile: {exc.strerror}") from exc
+    job.options = dataclasses.replace(job.options, headers=b"")
+    job.zero_copy = False
 
 
 async def _to_socket(job: SendJob) -> None:
-    if job.zero_copy and await _zero_copy_or_decline(job, None):
-        return
+    if job.zero_copy:
+        try:
+            start = send_at_once(job)
+            if start is None:
+                return
+            await send_zero_copy(job, None, start)
+            return
+        except NotSupportedBySendfile as exc:
+            _decline(job, exc)
     await copy_to_socket(job)
 
 
 async def _to_transport(job: SendJob) -> None:
-    lease = TransportLease(job.target.transport, job.target.writer)
+    transport = job.target.transport
+    start: Start = "go"
+    if job.zero_copy and transport.get_write_buffer_size() == 0 and not TransportLease.held_on(transport):
+        # Nothing is buffered ahead of the file, no other transfer holds the transport, and
+        # nothing else runs until our first await: what the socket takes now needs no lease
+        # (see _writer, "Starting at once"). A held transport gets the lease's error below.
+        try:
+            start_now = send_at_once(job)
+        except NotSupportedBySendfile as exc:
+            _decline(job, exc)
+        else:
+            if start_now is None:
+                return
+            start = start_now
+    lease = TransportLease(transport, job.target.writer)
     lease.acquire()
     try:
         await lease.flushed()
-        if job.zero_copy and await _zero_copy_or_decline(job, lease):
-            return
+        if job.zero_copy:
+            try:
+                await send_zero_copy(job, lease, start)
+                return
+            except NotSupportedBySendfile as exc:
+                _decline(job, exc)
         await copy_to_transport(lease, job)
     finally:
         lease.release()

@@ -93,7 +93,7 @@ class TransportLease(asyncio.Protocol):
     ) -> None:
         if transport.is_closing() and not receiving:
             raise RuntimeError("Transport is closing")
-        if isinstance(transport.get_protocol(), TransportLease):
+        if self.held_on(transport):
             raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
         self._receiving = receiving
         self._transport = transport
@@ -115,6 +115,11 @@ class TransportLease(asyncio.Protocol):
         self._lost_exc: Exception | None = None
         self._shadowed: list[tuple[object, str, object]] = []
         self._held = False
+
+    @staticmethod
+    def held_on(transport: asyncio.BaseTransport) -> bool:
+        """Whether a lease (a ``sendfile`` or ``recvfile`` in progress) holds *transport* now."""
+        return isinstance(transport.get_protocol(), TransportLease)
 
     # -- lifecycle ------------------------------------------------------------
 

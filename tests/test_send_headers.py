@@ -1,8 +1,9 @@
-"""Headers and trailers around a zero-copy file: how they join the file on the wire, and resuming.
+"""Headers and trailers around a zero-copy file: joining the file on the wire, resuming, starting now.
 
 On Linux the headers go with ``send(MSG_MORE)`` and the file with ``sendfile``: no ``TCP_CORK``
 pair. A transfer that ends right after a held send pushes what is held at once. Headers the
-socket cannot take at once are resumed where they stopped. Each test runs on both loops, over
+socket cannot take at once are resumed where they stopped. What the socket takes before the
+call's first await goes without a lease or a waiter. Each test runs on both loops, over
 TCP and Unix sockets (and TLS where the fallback is the point).
 """
 
@@ -18,9 +19,10 @@ import pytest
 
 import aiosendfile
 from aiosendfile import _platform
+from aiosendfile._lease import TransportLease
 
 from .support.connections import Conn, Connector, zero_copy_expected
-from .support.files import pattern
+from .support.files import evict, pattern
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MSG_MORE is Linux's")
 
@@ -129,3 +131,78 @@ async def test_a_write_before_and_after_keeps_its_place_around_headers(
 
     _, data = await asyncio.gather(send(), conn.read_exactly(100_013))
     assert data == b"beforeH" + pattern(200_000)[10:100_010] + b"Tafter"
+
+
+# -- starting at once: no lease, no waiter, when the socket takes it all ----------------------
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_a_file_the_socket_takes_at_once_needs_no_lease(
+    connect: Connector, kind: str, make_file: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leases: list[object] = []
+    real_acquire = TransportLease.acquire
+
+    def acquire(self: TransportLease) -> None:
+        leases.append(self)
+        real_acquire(self)
+
+    monkeypatch.setattr(TransportLease, "acquire", acquire)
+    path = make_file(50_000)
+    conn = await connect()
+    with open(path, "rb") as f:
+        sent = await aiosendfile.sendfile(conn.writer, f, 100, headers=b"H" * 10, trailers=b"T")
+        assert f.tell() == 50_000
+    conn.writer.write(b"after")
+    assert sent == 49_900
+    assert await conn.read_exactly(49_916) == b"H" * 10 + pattern(50_000)[100:] + b"Tafter"
+    assert leases == []
+    assert _platform.counters.waits == 0
+    assert _platform.counters.bytes == 49_900
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_a_transfer_in_progress_is_not_joined_at_once(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    """A second sendfile while the first holds the transport refuses, and sends nothing.
+
+    (The transport's buffer is empty then: the first sends on its own fd.)
+    """
+    size = 4 * 2**20
+    big, small = make_file(size, "big"), make_file(1000, "small")
+    conn = await connect(rcvbuf=16384)
+
+    async def first() -> int:
+        with open(big, "rb") as f:
+            return await aiosendfile.sendfile(conn.writer, f, max_chunk=65536)
+
+    task = asyncio.create_task(first())
+    while not TransportLease.held_on(conn.transport):
+        await asyncio.sleep(0)
+    with open(small, "rb") as f, pytest.raises(RuntimeError, match="in progress"):
+        await aiosendfile.sendfile(conn.writer, f, headers=b"X")
+    data, sent = await asyncio.gather(conn.read_exactly(size), task)
+    assert sent == size
+    assert data == pattern(size)
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_a_cold_first_chunk_goes_to_the_pool_after_headers_at_once(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    if not (_platform.HAS_RWF_NOWAIT or _platform.range_cached_available()):
+        pytest.skip("the probe cannot tell here: every chunk goes to the pool anyway")
+    size = 300_000
+    path = make_file(size)
+    evict(path)
+    conn = await connect()
+
+    async def send() -> int:
+        with open(path, "rb") as f:
+            return await aiosendfile.sendfile(conn.writer, f, headers=b"HEAD")
+
+    sent, data = await asyncio.gather(send(), conn.read_exactly(size + 4))
+    assert sent == size
+    assert data == b"HEAD" + pattern(size)
+    assert _platform.counters.cold >= 1
