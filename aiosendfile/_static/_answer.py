@@ -68,7 +68,6 @@ class Answer:
         status: int,
         fields: list[tuple[str, str]],
         length: int | None,
-        *,
         head_only: bool = False,
         body: Body = None,
         encoding: str | None = None,

@@ -41,6 +41,8 @@ __all__ = ("Located", "answer", "present_siblings", "resolve", "respond", "route
 _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _ALLOW = ("Allow", "GET,HEAD")
+#: Where a hot entry keeps the core's fields of a plain 200, by ``policy.precompressed`` (Vary or not).
+_FIELDS_KEY = (("fields", False), ("fields", True))
 
 
 class Located(NamedTuple):
@@ -132,7 +134,7 @@ def _hot_answer(
         siblings = present_siblings(path, accept, fs)
         if siblings:
             return None, siblings
-    key = ("fields", policy.precompressed)
+    key = _FIELDS_KEY[policy.precompressed]
     fields = entry.rendered.get(key)
     if fields is None:
         fields = _http.file_headers(
@@ -142,9 +144,8 @@ def _hot_answer(
             content_type=content_type_for(os.path.basename(path)),
         )
         entry.rendered[key] = fields
-    head = req.method == "HEAD"
     memoised: list[tuple[str, str]] = fields  # type: ignore[assignment]
-    return Answer(200, memoised, st.st_size, head_only=head, body=entry.body, entry=entry, path=path), None
+    return Answer(200, memoised, st.st_size, req.method == "HEAD", entry.body, None, entry, path), None
 
 
 def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[tuple[str, str]]:

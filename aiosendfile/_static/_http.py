@@ -8,7 +8,7 @@
   and ``if_range_allows`` (§13.1.5).
 * Content coding (§12.5.3): ``choose_encoding`` picks a precompressed sibling.
 * multipart/byteranges (§14.6, RFC 2046): ``multipart_byteranges`` lays out the parts.
-* A file's response headers: ``file_headers`` builds them, for the hot path and ``FileResponse``.
+* A file's response headers: ``file_headers`` builds them, in the order every door sends them.
 """
 
 from __future__ import annotations
