@@ -1,4 +1,7 @@
-"""Hostile HTTP against the aiohttp plugin and ``python -m aiosendfile serve``.
+"""Hostile HTTP against the aiohttp plugin, the native engine and ``python -m aiosendfile serve``.
+
+The ``plugin`` fixture is the door: the plugin under ``/static`` in an Application, or the
+native engine (``aiosendfile._serve``) at "/" in the test's loop; each over TCP and TLS.
 
 Every request here is written raw to a socket: no client library normalises
 the path or the headers first.
@@ -37,11 +40,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from yarl import URL
 
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
 from .support.files import pattern
+from .support.native import NativeSite, native_site
 from .support.processes import Server
 from .support.ranges import model
 from .support.raw_http import Response, parse_multipart, parse_response, raw_async, raw_sync, request_bytes
@@ -98,6 +103,10 @@ class PluginSite:
     def tls(self) -> bool:
         return self.ctx is not None
 
+    @property
+    def path(self) -> str:
+        return self.prefix.decode()
+
     def url(self, path: str) -> str:
         return str(self.server.make_url(path))
 
@@ -107,15 +116,36 @@ class PluginSite:
         return parse_response(await raw_async(self.server.host, self.server.port, data, self.ctx))
 
 
-@pytest.fixture(params=[False, True], ids=["tcp", "tls"])
+class _NativeServer:
+    """What a PluginSite reads of its TestServer, for the native engine's site."""
+
+    def __init__(self, site: NativeSite) -> None:
+        self.host, self.port, self.base = site.host, site.port, site.base
+
+    def make_url(self, path: str) -> URL:
+        return URL(self.base + path)
+
+
+@pytest.fixture(
+    params=[("plugin", False), ("plugin", True), ("native", False), ("native", True)],
+    ids=["plugin-tcp", "plugin-tls", "native-tcp", "native-tls"],
+)
 async def plugin(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     tls_server_ctx: ssl.SSLContext,
     tls_client_ctx: ssl.SSLContext,
 ) -> AsyncIterator[PluginSite]:
-    tls: bool = request.param
+    """The door under test: the plugin under /static in an Application, or the native engine at "/"."""
+    door, tls = request.param
     public = build_tree(tmp_path)
+    if door == "native":
+        pytest.importorskip("aiosendfile._serve._server")
+        async with native_site(
+            public, server_ctx=tls_server_ctx if tls else None, client_ctx=tls_client_ctx
+        ) as site:
+            yield PluginSite(public, _NativeServer(site), site.ctx, prefix=b"")  # type: ignore[arg-type]
+        return
     app = web.Application()
     app.add_routes([sf.static("/static", public)])
     server = TestServer(app, scheme="https" if tls else "http")
@@ -302,7 +332,7 @@ async def test_traversal_table_against_the_plugin(plugin: PluginSite) -> None:
         if problem:
             failures.append((target[:120], problem))
     # The same server still serves what is inside (the table did not just break it).
-    ok = await plugin.fetch(request_bytes(b"/static/dir/inner.txt"))
+    ok = await plugin.fetch(request_bytes(plugin.prefix + b"/dir/inner.txt"))
     assert (ok.status, ok.body) == (200, b"inner")
     assert not failures, failures
 
@@ -446,7 +476,7 @@ async def test_hostile_ranges_against_the_plugin(plugin: PluginSite) -> None:
     failures = []
     for name, values, expected in _range_cases():
         data = (plugin.public / name.decode()).read_bytes()
-        response = await plugin.fetch(_range_request(b"/static/" + name, values))
+        response = await plugin.fetch(_range_request(plugin.prefix + b"/" + name, values))
         problem = check_range_response(response, data)
         want = _expected_for(name, values, expected)
         if problem is None and want is not None and response.status != want:
@@ -471,10 +501,20 @@ def test_hostile_ranges_against_serve(served: Server) -> None:
     assert not failures, failures
 
 
-async def test_oversized_range_header_is_refused_with_a_small_answer(plugin: PluginSite) -> None:
+async def test_oversized_range_header_is_refused_with_a_small_answer(
+    plugin: PluginSite, request: pytest.FixtureRequest
+) -> None:
     """A Range header past the parser's field limit: refused by the parser, never amplified."""
+    if plugin.prefix == b"":  # the native engine
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the native engine limits all header bytes together (16 KiB), not each field "
+                "(8190, as aiohttp and nginx): a 15 KB Range field is parsed, answered 200 whole",
+            )
+        )
     values = [",".join(["0-"] * 5000)]  # 15 KB
-    response = await plugin.fetch(_range_request(b"/static/big.bin", values))
+    response = await plugin.fetch(_range_request(plugin.prefix + b"/big.bin", values))
     assert response.status in (400, 431), response.status
     assert len(response.raw) < 4096
 
@@ -540,7 +580,7 @@ async def test_range_responses_match_the_model(
     connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False)
     async with (
         aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
-        session.get(plugin.url("/static/prop.bin"), headers=headers) as resp,
+        session.get(plugin.url(plugin.path + "/prop.bin"), headers=headers) as resp,
     ):
         body = await resp.read()
         status, content_type = resp.status, resp.headers.get("Content-Type", "")
@@ -633,7 +673,7 @@ async def test_file_truncated_mid_response_is_an_error_for_the_client(
     headers = {"Range": "bytes=0-9,1000-"} if shape == "multipart" else {}
     connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False, limit=1, **_small_rcvbuf())
     async with aiohttp.ClientSession(connector=connector, read_bufsize=2**14) as session:
-        async with session.get(plugin.url("/static/huge.bin"), headers=headers) as resp:
+        async with session.get(plugin.url(plugin.path + "/huge.bin"), headers=headers) as resp:
             assert resp.status == (206 if shape == "multipart" else 200)
             length = int(resp.headers["Content-Length"])
             assert length >= TRUNCATED_SIZE - 1000
@@ -651,7 +691,7 @@ async def test_file_truncated_mid_response_is_an_error_for_the_client(
                 await read_to_the_end()
             assert got < length
         # The broken connection is not reused: the next request on the session is whole.
-        async with session.get(plugin.url("/static/small.bin")) as resp:
+        async with session.get(plugin.url(plugin.path + "/small.bin")) as resp:
             assert (resp.status, await resp.read()) == (200, pattern(SMALL, seed=3))
 
 
@@ -669,8 +709,8 @@ async def test_truncated_response_closes_the_connection_raw(plugin: PluginSite) 
         sock=sock, ssl=plugin.ctx, server_hostname="localhost" if plugin.ctx else None, limit=2**14
     )
     try:
-        keep_alive = b"GET /static/huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
-        writer.write(keep_alive + b"GET /static/small.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        keep_alive = b"GET " + plugin.prefix + b"/huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        writer.write(keep_alive + b"GET " + plugin.prefix + b"/small.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 200")
         length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
@@ -702,13 +742,13 @@ async def test_inline_body_truncated_before_it_is_read(
 
     monkeypatch.setattr(_platform, "pread_cached", shrink_then_read)
     # Raw, because aiohttp's client retries an idempotent request once after a disconnect.
-    response = await plugin.fetch(request_bytes(b"/static/shrinks.bin"))
+    response = await plugin.fetch(request_bytes(plugin.prefix + b"/shrinks.bin"))
     if response.status:
         assert len(response.body) < int(response.header("content-length") or 0), response.raw[:300]
     monkeypatch.setattr(_platform, "pread_cached", real)
     connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False)
     async with (
         aiohttp.ClientSession(connector=connector) as session,
-        session.get(plugin.url("/static/shrinks.bin")) as resp,
+        session.get(plugin.url(plugin.path + "/shrinks.bin")) as resp,
     ):
         assert (resp.status, await resp.read()) == (200, pattern(100))

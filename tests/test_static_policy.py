@@ -1,9 +1,10 @@
 """Static directory policy: dotfiles hidden by default, and nginx-autoindex-like listings.
 
 Runs the plugin's StaticResource both ways it is mounted: in an Application
-under a prefix (``add_static``) and at the root of aiohttp's low-level server
-(as ``serve`` runs it). Requests are sent byte for byte, so percent-escapes
-reach the server exactly as written.
+under a prefix (``add_static``) and at the root of aiohttp's low-level server;
+and the native engine (``aiosendfile._serve``, what ``serve`` runs) at the root.
+Requests are sent byte for byte, so percent-escapes reach the server exactly as
+written.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from aiohttp import web
 from aiohttp.test_utils import RawTestServer, TestServer
 
 import aiosendfile.aiohttp as sf
+
+from .support.native import native_site
 
 RAW_NAME = b"caf\xe9-\xff.txt"  # Latin-1 bytes: not valid UTF-8
 
@@ -75,12 +78,16 @@ def build(root: Path) -> Path:
     return public
 
 
-@pytest.fixture(params=["app", "server"])
+@pytest.fixture(params=["app", "server", "native"])
 async def mount(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     public = build(tmp_path)
     servers: list[Any] = []
+    natives = contextlib.AsyncExitStack()
 
     async def make(**kwargs: Any) -> Mounted:
+        if request.param == "native":  # the native engine (serve), at the root; kwargs are ServeConfig's
+            site = await natives.enter_async_context(native_site(public, **kwargs))
+            return Mounted("", site.host, site.port)
         if request.param == "app":
             app = web.Application()
             sf.add_static(app.router, "/static", public, **kwargs)
@@ -94,7 +101,10 @@ async def mount(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         servers.append(server)
         return Mounted(base, server.host, server.port)
 
-    yield make
+    if request.param == "native":
+        pytest.importorskip("aiosendfile._serve._server")
+    async with natives:
+        yield make
     for server in servers:
         await server.close()
 
