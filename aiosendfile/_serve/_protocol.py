@@ -17,7 +17,9 @@ that cannot be sent whole aborts the connection: a short body is never passed of
 Limits (each answered, then the connection closes): request target over ``max_request_line`` →
 414, header fields over ``max_header_bytes`` → 431, anything llhttp refuses → 400, an ``Expect``
 other than ``100-continue`` → 417. A request body (``Content-Length`` or chunked) is read by the
-parser and dropped. Timeouts are checked by the engine's timer (:meth:`HttpProtocol.expire`).
+parser and dropped. The engine's timer applies the timeouts (:meth:`HttpProtocol.expire`): a head
+not complete in ``header_timeout`` → 408; idle longer than ``keepalive_timeout`` → closed; a file
+body with no progress for ``send_timeout`` → aborted.
 """
 
 from __future__ import annotations
@@ -58,11 +60,11 @@ _GET, _HEAD = b"GET", b"HEAD"
 _GET_HEAD = (_GET, _HEAD)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
+#: What the access log needs besides method and target: (HTTP version, Referer, User-Agent).
+LogFields = tuple[str, bytes | None, bytes | None]
 #: A queued request: (method, target, tail mode, the core's header pairs or None, log fields or
 #: None). A method of None queues prebuilt bytes (the target slot): a 100 Continue or an error.
-Item = tuple[
-    bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, tuple[str, bytes | None, bytes | None] | None
-]
+Item = tuple[bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, LogFields | None]
 
 
 class _Stop(Exception):
@@ -253,7 +255,7 @@ class HttpProtocol(asyncio.Protocol):
         url: bytes,
         mode: int,
         fields: list[tuple[bytes, bytes]] | None,
-        log: tuple[str, bytes | None, bytes | None] | None,
+        log: LogFields | None,
     ) -> None:
         engine = self.engine
         if fields is None and method in _GET_HEAD:
@@ -284,7 +286,7 @@ class HttpProtocol(asyncio.Protocol):
         url: bytes,
         mode: int,
         fields: list[tuple[bytes, bytes]] | None,
-        log: tuple[str, bytes | None, bytes | None] | None,
+        log: LogFields | None,
     ) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
         if url[:1] == b"/":
@@ -323,7 +325,7 @@ class HttpProtocol(asyncio.Protocol):
         url: bytes,
         mode: int,
         plain: bool,
-        log: tuple[str, bytes | None, bytes | None] | None,
+        log: LogFields | None,
     ) -> None:
         engine = self.engine
         job = asyncio.wrap_future(engine.executor.submit(answer, request, engine.policy))
@@ -354,7 +356,7 @@ class HttpProtocol(asyncio.Protocol):
         url: bytes,
         mode: int,
         plain: bool,
-        log: tuple[str, bytes | None, bytes | None] | None,
+        log: LogFields | None,
     ) -> None:
         """Write *ans* (or start sending it); it is closed once sent."""
         engine = self.engine
@@ -403,7 +405,7 @@ class HttpProtocol(asyncio.Protocol):
         method: bytes,
         url: bytes,
         status: int,
-        log: tuple[str, bytes | None, bytes | None] | None,
+        log: LogFields | None,
     ) -> None:
         """Send a file body after its head; abort the connection if it cannot be sent whole."""
         transport = self.transport
@@ -530,18 +532,14 @@ class HttpProtocol(asyncio.Protocol):
             if self.engine.log is not None:
                 self._log(b"", b"", ("", None, None), status, 0)
 
-    def _error(
-        self, status: int, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None] | None
-    ) -> None:
+    def _error(self, status: int, method: bytes, url: bytes, log: LogFields | None) -> None:
         """An error answer for a parsed request; the connection closes after it."""
         self.dead = True
         self.out.append(error_response(status, self.engine.clock, body=method != _HEAD))
         if log is not None:
             self._log(method, url, log, status, 0)
 
-    def _crashed(
-        self, exc: Exception, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None] | None
-    ) -> None:
+    def _crashed(self, exc: Exception, method: bytes, url: bytes, log: LogFields | None) -> None:
         """The core raised: answer 500, close, and report it to the loop like any callback error."""
         self._error(500, method, url, log)
         self._report(exc, "the static core failed")
@@ -604,9 +602,7 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 transport.resume_reading()
 
-    def _log(
-        self, method: bytes, url: bytes, log: tuple[str, bytes | None, bytes | None], status: int, sent: int
-    ) -> None:
+    def _log(self, method: bytes, url: bytes, log: LogFields, status: int, sent: int) -> None:
         access = self.engine.log
         assert access is not None
         version, referer, agent = log
