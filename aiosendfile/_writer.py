@@ -56,7 +56,8 @@ Theory of operation
 * **Cleanup.** Every wait removes its writer registration in ``finally``, and
   the duplicate socket is closed in ``finally``, on errors and cancellation alike.
   The duplicate is made only when a wait may be needed; it is created with its
-  family and type given and keeps its ``None`` timeout (the fd is non-blocking
+  type and protocol given (the family comes from the ``getsockname`` CPython
+  makes anyway) and keeps its ``None`` timeout (the fd is non-blocking
   already), which saves the ``getsockopt``/``ioctl`` calls of a bare ``socket(fileno=)``.
 """
 
