@@ -673,3 +673,56 @@ async def test_over_a_unix_socket(tmp_path: Path) -> None:
         finally:
             writer.close()
         assert _platform.counters.bytes == BIG
+
+
+# -- the hot cache and the engine's memo of hot answers ---------------------------------------------------
+
+
+async def test_hot_file_changed_in_place_is_seen_at_once(site: Any) -> None:
+    """Same size, mtime put back: ctime still changes, so the memoised answer is not served again."""
+    s = await site()
+    path = s.root / "small.txt"
+    for _ in range(3):  # hot, then memoised
+        assert (await s.get("/small.txt"))[2] == pattern(SMALL)
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.write(b"X" * 10)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (await s.get("/small.txt"))[2] == b"X" * 10 + pattern(SMALL)[10:]
+
+
+async def test_hot_file_replaced_by_rename_or_symlink(site: Any) -> None:
+    s = await site()
+    pub = s.root
+    for _ in range(3):
+        assert (await s.get("/small.txt"))[2] == pattern(SMALL)
+    (pub / "new.txt").write_bytes(b"N" * SMALL)
+    os.replace(pub / "new.txt", pub / "small.txt")
+    assert (await s.get("/small.txt"))[2] == b"N" * SMALL
+    assert (await s.get("/small.txt"))[2] == b"N" * SMALL
+    # Swapped for a symlink out of the root: never served, though its answer was memoised.
+    (pub / "small.txt").unlink()
+    (pub / "small.txt").symlink_to(pub.parent / "secret.txt")
+    for _ in range(2):
+        status, _, body = await s.get("/small.txt")
+        assert status == 404
+        assert b"SECRET" not in body
+    (pub / "small.txt").unlink()
+    assert (await s.get("/small.txt"))[0] == 404
+    # A directory swapped in under a hot file's name: its 301, not the old bytes.
+    (pub / "small.txt").mkdir()
+    assert (await s.get("/small.txt"))[0] == 301
+
+
+async def test_memoised_answer_keeps_head_and_conditionals_right(site: Any) -> None:
+    s = await site()
+    for _ in range(3):
+        status, headers, body = await s.get("/small.txt")
+    assert (status, body) == (200, pattern(SMALL))
+    status, head_headers, body = await s.get("/small.txt", method="HEAD")
+    assert (status, body, head_headers["Content-Length"]) == (200, b"", str(SMALL))
+    assert (await s.get("/small.txt", **{"If-None-Match": headers["ETag"]}))[:3:2] == (304, b"")
+    assert (await s.get("/small.txt", Range="bytes=0-0"))[::2] == (206, pattern(SMALL)[:1])
+    # Two spellings of one file: each answered right.
+    assert (await s.get("/%73mall.txt"))[::2] == (200, pattern(SMALL))
+    assert (await s.get("/./small.txt"))[::2] == (200, pattern(SMALL))
