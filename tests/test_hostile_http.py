@@ -36,6 +36,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
@@ -156,10 +157,23 @@ async def plugin(
         await server.close()
 
 
-@pytest.fixture(scope="module", params=["asyncio", "uvloop"])
-def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    public = build_tree(tmp_path_factory.mktemp(f"serve-{request.param}"))
-    server = Server(str(public), "--port", "0", "--loop", request.param)
+@pytest.fixture(
+    scope="module",
+    params=[("asyncio", False), ("uvloop", False), ("asyncio", True), ("uvloop", True)],
+    ids=["asyncio-tcp", "uvloop-tcp", "asyncio-tls", "uvloop-tls"],
+)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tls_ca: trustme.CA
+) -> Iterator[Server]:
+    loop, tls = request.param
+    base = tmp_path_factory.mktemp(f"serve-{loop}-{'tls' if tls else 'tcp'}")
+    public = build_tree(base)
+    options = []
+    if tls:
+        chain = base / "chain.pem"
+        tls_ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(chain))
+        options = ["--tls-cert", str(chain)]
+    server = Server(str(public), "--port", "0", "--loop", loop, *options)
     try:
         yield server
     finally:
@@ -168,9 +182,24 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         assert code == 0
 
 
-def serve_fetch(server: Server, data: bytes) -> Response:
+def serve_fetch(server: Server, data: bytes, ca: trustme.CA | None = None) -> Response:
+    """*data* sent raw to ``serve`` (over TLS, trusting *ca*, when it serves https)."""
     host, port = server.url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
-    return parse_response(raw_sync(host, int(port), data))
+    if not server.url.startswith("https:"):
+        return parse_response(raw_sync(host, int(port), data))
+    assert ca is not None
+    ctx = ssl.create_default_context()
+    ca.configure_trust(ctx)
+    with (
+        socket.create_connection((host, int(port)), timeout=20) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        sock.sendall(data)
+        chunks = []
+        with contextlib.suppress(ConnectionResetError, ssl.SSLError):
+            while chunk := sock.recv(2**20):
+                chunks.append(chunk)
+    return parse_response(b"".join(chunks))
 
 
 # -- path tricks ------------------------------------------------------------------------------------
@@ -337,15 +366,15 @@ async def test_traversal_table_against_the_plugin(plugin: PluginSite) -> None:
     assert not failures, failures
 
 
-def test_traversal_table_against_serve(served: Server) -> None:
+def test_traversal_table_against_serve(served: Server, tls_ca: trustme.CA) -> None:
     failures = []
     for template in TRAVERSAL:
         target = template.replace(b"{p}", b"")
-        response = serve_fetch(served, request_bytes(target))
+        response = serve_fetch(served, request_bytes(target), tls_ca)
         problem = check_refused(target, response)
         if problem:
             failures.append((target[:120], problem))
-    ok = serve_fetch(served, request_bytes(b"/dir/inner.txt"))
+    ok = serve_fetch(served, request_bytes(b"/dir/inner.txt"), tls_ca)
     assert (ok.status, ok.body) == (200, b"inner")
     assert not failures, failures
 
@@ -486,12 +515,12 @@ async def test_hostile_ranges_against_the_plugin(plugin: PluginSite) -> None:
     assert not failures, failures
 
 
-def test_hostile_ranges_against_serve(served: Server) -> None:
+def test_hostile_ranges_against_serve(served: Server, tls_ca: trustme.CA) -> None:
     public = Path(served.banner["dir"])
     failures = []
     for name, values, expected in _range_cases():
         data = (public / name.decode()).read_bytes()
-        response = serve_fetch(served, _range_request(b"/" + name, values))
+        response = serve_fetch(served, _range_request(b"/" + name, values), tls_ca)
         problem = check_range_response(response, data)
         want = _expected_for(name, values, expected)
         if problem is None and want is not None and response.status != want:
