@@ -20,7 +20,10 @@ import re
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +32,7 @@ import pytest
 import trustme
 
 from .support.files import pattern
-from .support.native import Blob, NativeProcess, native_process, split_responses, without_date
+from .support.native import Blob, NativeProcess, native_process, split_responses, wait_for, without_date
 from .support.raw_http import parse_multipart, parse_response
 
 pytest.importorskip("aiosendfile._serve._server")
@@ -334,3 +337,80 @@ def test_raw_malformed_request_is_answered_then_closed(
     assert rest == b"", rest[:300]
     assert [parse_response(a).status for a in answers] == [200, status], got[:600]
     assert parse_response(answers[1]).header("connection") == "close"
+
+
+def test_raw_pipelined_big_answers_to_a_slow_small_window_reader(server: NativeProcess) -> None:
+    """Several file bodies queued behind each other while the client's window is tiny: the
+    EAGAIN path runs again and again, and the stream is still exact and in order."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(30)
+    raw.connect((server.host, server.port))
+    sock: socket.socket = raw
+    if server.tls:
+        ctx = server.client_ctx()
+        assert ctx is not None
+        sock = ctx.wrap_socket(raw, server_hostname="localhost")
+    pipeline = [
+        _req(b"/big.bin"),
+        _req(b"/small.txt"),
+        _req(b"/big.bin", b"Range: bytes=1-1000000,2000000-"),
+        _req(b"/big.bin", b"Connection: close"),
+    ]
+    with sock:
+        sock.sendall(b"".join(pipeline))
+        got = _read_all(sock)
+    answers, rest = split_responses(got, [b"GET"] * 4)
+    assert rest == b""
+    statuses = [parse_response(a).status for a in answers]
+    assert statuses == [200, 200, 206, 200]
+    assert (
+        Blob(parse_response(answers[0]).body) == Blob(pattern(BIG)) == Blob(parse_response(answers[3]).body)
+    )
+    assert parse_response(answers[1]).body == pattern(SMALL, seed=3)
+
+
+def test_raw_many_small_pipelined_requests_with_a_reader_alongside(server: NativeProcess) -> None:
+    """2,000 requests written while the answers are read in another thread: all, in order."""
+    n = 2000
+    with _connect(server) as sock:
+        received: list[bytes] = []
+
+        def read() -> None:
+            received.append(_read_all(sock))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        batch = b"".join(_req(b"/small.txt" if i % 2 else b"/missing") for i in range(n - 1))
+        sock.sendall(batch + _req(b"/small.txt", b"Connection: close"))
+        reader.join(60)
+        assert not reader.is_alive()
+    answers, rest = split_responses(received[0], [b"GET"] * n)
+    assert rest == b""
+    assert [parse_response(a).status for a in answers] == [
+        404 if i % 2 == 0 else 200 for i in range(n - 1)
+    ] + [200]
+
+
+def test_clients_that_vanish_mid_body_leave_nothing_behind(server: NativeProcess) -> None:
+    """Reset mid-download, half-closed after the request, gone before the answer: the server's
+    descriptors come back to where they were, and it still serves."""
+    time.sleep(0.1)
+    base = server.fd_count()
+    for _ in range(5):
+        with _connect(server) as sock:
+            sock.sendall(_req(b"/big.bin"))
+            sock.recv(10_000)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+        with _connect(server) as sock:
+            sock.sendall(_req(b"/big.bin") * 3)  # and gone without reading
+    if not server.tls:  # a half-close after the request: the answer still comes (TLS has no half-close)
+        with _connect(server) as sock:
+            sock.sendall(_req(b"/small.txt"))
+            sock.shutdown(socket.SHUT_WR)
+            r = parse_response(_read_all(sock))
+            assert (r.status, r.body) == (200, pattern(SMALL, seed=3))
+    wait_for(lambda: server.fd_count() <= base, 30, f"server fds back to {base}")
+    with _connect(server) as sock:
+        sock.sendall(_req(b"/small.txt", b"Connection: close"))
+        assert parse_response(_read_all(sock)).body == pattern(SMALL, seed=3)
