@@ -206,3 +206,24 @@ async def test_a_cold_first_chunk_goes_to_the_pool_after_headers_at_once(
     assert sent == size
     assert data == b"HEAD" + pattern(size)
     assert _platform.counters.cold >= 1
+
+
+@pytest.mark.parametrize("kind", ["tcp", "unix"])
+async def test_cancelled_in_the_middle_of_headers_begun_at_once(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    """Headers the socket took only in part before the first await, then a cancel while waiting:
+    the file position is untouched (nothing of the file went), the transport is given back."""
+    path = make_file(1000)
+    conn = await connect(rcvbuf=16384)
+    with open(path, "rb") as f:
+        f.seek(7)
+        task = asyncio.create_task(aiosendfile.sendfile(conn.writer, f, 100, headers=b"H" * 2**23))
+        while not TransportLease.held_on(conn.transport):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert f.tell() == 100
+    assert not TransportLease.held_on(conn.transport)
+    assert _platform.counters.bytes == 0
