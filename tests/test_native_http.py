@@ -726,3 +726,37 @@ async def test_memoised_answer_keeps_head_and_conditionals_right(site: Any) -> N
     # Two spellings of one file: each answered right.
     assert (await s.get("/%73mall.txt"))[::2] == (200, pattern(SMALL))
     assert (await s.get("/./small.txt"))[::2] == (200, pattern(SMALL))
+
+
+async def test_pipelined_requests_for_paths_never_seen_keep_their_order(site: Any) -> None:
+    """Paths seen for the first time are decided off the loop (the cold pool); pipelined between
+    paths answered inline, every answer still comes in request order."""
+    s = await site()
+    fresh = s.root / "fresh"
+    fresh.mkdir()
+    sizes = [0, 1, 700, 4096, 65_536, 65_537, 200_000, 10, 1_000_003, 3]
+    for i, size in enumerate(sizes):
+        (fresh / f"f{i}.bin").write_bytes(pattern(size, seed=i))
+    await s.get("/small.txt")  # /small.txt is now hot and recent: answered inline
+    methods, stream, expected = [], b"", []
+    for i, size in enumerate(sizes):
+        method = b"HEAD" if i == 7 else b"GET"
+        for target, body, status in (
+            (f"/fresh/f{i}.bin".encode(), pattern(size, seed=i), 200),
+            (b"/small.txt", pattern(SMALL), 200),
+            (f"/fresh/nope{i}".encode(), None, 404),
+        ):
+            methods.append(method)
+            stream += req(target, method=method)
+            expected.append((status, None if body is None else Blob(b"" if method == b"HEAD" else body)))
+    stream += req(b"/small.txt", b"Connection: close")
+    methods.append(b"GET")
+    expected.append((200, Blob(pattern(SMALL))))
+    reader, writer = await s.site.open()
+    writer.write(stream)
+    got = await read_to_eof(reader)
+    writer.close()
+    answers, rest = split_responses(got, methods)
+    assert rest == b""
+    seen = [(r.status, None if r.status == 404 else Blob(r.body)) for r in map(parse_response, answers)]
+    assert seen == expected
