@@ -23,12 +23,13 @@ import errno
 import os
 import stat
 import uuid
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 from . import _hot, _http
 from ._answer import Answer, FileRange, Multipart, error
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
+from ._hot import HotEntry
 from ._listing import listing_html
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
@@ -86,12 +87,24 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         if root is not None and not policy.follow_symlinks and not inside(fs.realpath(path), root):
             return error(404, req.method)
         return _directory(req, path, policy, fs)
-    siblings = None
-    if policy.hot_cache and st.st_size <= policy.inline_limit:
-        hot, siblings = _hot_answer(req, path, st, policy, fs)
-        if hot is not None:
-            return hot
-    return Located(path, st, siblings)
+    if not policy.hot_cache or st.st_size > policy.inline_limit:
+        return Located(path, st)
+    # A plain GET/HEAD of a hot small file is answered from the cache.
+    headers = req.headers
+    for name in _NOT_PLAIN:
+        if name in headers:
+            return Located(path, st)
+    entry = _hot.hot_files.entry(path, policy.cache_root, st)
+    if entry is None:
+        return Located(path, st)
+    if policy.precompressed and (accept := headers.get("Accept-Encoding")):
+        siblings = present_siblings(path, accept, fs)
+        if siblings:
+            return Located(path, st, siblings)  # (respond need not look them up again)
+    fields: Any = entry.rendered.get(_FIELDS_KEY[policy.precompressed])
+    if fields is None:
+        fields = _plain_fields(entry, path, st, policy)
+    return Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
 
 
 def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer | Located:
@@ -119,33 +132,18 @@ def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem)
     return error(403, req.method)
 
 
-def _hot_answer(
-    req: Request, path: str, st: os.stat_result, policy: DirectoryPolicy, fs: FileSystem
-) -> tuple[Answer | None, list[tuple[str, str]] | None]:
-    """A plain GET/HEAD of a hot small file, from the cache; else None and the siblings looked up."""
-    headers = req.headers
-    for name in _NOT_PLAIN:
-        if name in headers:
-            return None, None
-    entry = _hot.hot_files.entry(path, policy.cache_root, st)
-    if entry is None:
-        return None, None
-    if policy.precompressed and (accept := headers.get("Accept-Encoding")):
-        siblings = present_siblings(path, accept, fs)
-        if siblings:
-            return None, siblings
-    key = _FIELDS_KEY[policy.precompressed]
-    fields = entry.rendered.get(key)
-    if fields is None:
-        fields = _http.file_headers(
-            _http.make_etag(st.st_mtime_ns, st.st_size),
-            int(st.st_mtime),
-            vary=policy.precompressed,
-            content_type=content_type_for(os.path.basename(path)),
-        )
-        entry.rendered[key] = fields
-    memoised: list[tuple[str, str]] = fields  # type: ignore[assignment]
-    return Answer(200, memoised, st.st_size, req.method == "HEAD", entry.body, None, entry, path), None
+def _plain_fields(
+    entry: HotEntry, path: str, st: os.stat_result, policy: DirectoryPolicy
+) -> list[tuple[str, str]]:
+    """The fields of a plain 200 of a hot file, memoised on its entry (valid while the entry is)."""
+    fields = _http.file_headers(
+        _http.make_etag(st.st_mtime_ns, st.st_size),
+        int(st.st_mtime),
+        vary=policy.precompressed,
+        content_type=content_type_for(os.path.basename(path)),
+    )
+    entry.rendered[_FIELDS_KEY[policy.precompressed]] = fields
+    return fields
 
 
 def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy")
 
@@ -33,8 +33,8 @@ class DirectoryPolicy:
     hot_cache: bool = True
     inline_limit: int = DEFAULT_INLINE_LIMIT
     max_ranges: int = 16
+    #: The root hot entries are checked under (None when symlinks may point anywhere).
+    cache_root: str | None = field(init=False, repr=False, compare=False)
 
-    @property
-    def cache_root(self) -> str | None:
-        """The root hot entries are checked under (None when symlinks may point anywhere)."""
-        return None if self.follow_symlinks else self.root
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache_root", None if self.follow_symlinks else self.root)
