@@ -757,3 +757,14 @@ async def test_pipelined_requests_for_paths_never_seen_keep_their_order(site: An
     assert rest == b""
     seen = [(r.status, None if r.status == 404 else Blob(r.body)) for r in map(parse_response, answers)]
     assert seen == expected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the engine takes '#frag' as part of the path (404); nginx and the plugin cut it (200)",
+)
+async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> None:
+    """A client should not send a fragment; one that does means the path before it (nginx: 200)."""
+    s = await site()
+    r = await s.site.fetch(req(b"/small.txt#frag", b"Connection: close"))
+    assert (r.status, r.body) == (200, pattern(SMALL))
