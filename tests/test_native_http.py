@@ -768,3 +768,20 @@ async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> No
     s = await site()
     r = await s.site.fetch(req(b"/small.txt#frag", b"Connection: close"))
     assert (r.status, r.body) == (200, pattern(SMALL))
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the engine answers 200 to HTTP/1.1 without Host or with two (RFC 9112 3.2)"
+)
+@pytest.mark.parametrize(
+    "head",
+    [b"GET /small.txt HTTP/1.1\r\n", b"GET /small.txt HTTP/1.1\r\nHost: a\r\nHost: b\r\n"],
+    ids=["no-host", "two-hosts"],
+)
+async def test_a_http11_request_needs_exactly_one_host(site: Any, head: bytes) -> None:
+    """RFC 9112 §3.2: 400 to an HTTP/1.1 request without Host or with more than one (nginx does)."""
+    s = await site()
+    r = await s.site.fetch(head + b"Connection: close\r\n\r\n")
+    assert r.status == 400
+    ok = await s.site.fetch(b"GET /small.txt HTTP/1.0\r\n\r\n")  # HTTP/1.0 needs no Host
+    assert (ok.status, ok.body) == (200, pattern(SMALL))
