@@ -5,7 +5,8 @@ under each of its policies with both doors mounted at "/". Each answer is compar
 line, its headers but ``Date`` and ``Server`` (names case-insensitive; order not compared:
 aiohttp orders some fields its own way) and its body, with multipart boundaries normalised. The
 requests ``KNOWN_DIFFERENCES`` names (an aiohttp quirk the recorded table keeps) are compared on
-status and body only.
+status and body only. Then seeded random requests (validators, ranges, encodings combined) go
+to both doors the same way.
 
 Connection handling: every golden request says ``Connection: close``, and both doors must answer
 ``Connection: close`` and end the connection (compared like any header; ``Keep-Alive`` is
@@ -19,6 +20,8 @@ there: aiohttp closes after refusing one).
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,19 @@ from aiosendfile._aiohttp import _fileresponse
 
 from .support.native import native_site, read_response
 from .support.raw_http import raw_async
-from .support.static_requests import KNOWN_DIFFERENCES, POLICIES, build_tree, normalise, requests
+from .support.static_requests import (
+    EARLIER_HTTP,
+    KNOWN_DIFFERENCES,
+    LARGE_SIZE,
+    LATER_HTTP,
+    POLICIES,
+    SMALL,
+    STAMP_HTTP,
+    build_tree,
+    etag_of,
+    normalise,
+    requests,
+)
 
 pytest.importorskip("aiosendfile._serve._server")
 
@@ -138,3 +153,67 @@ async def test_native_and_plugin_answer_alike_on_one_keep_alive_connection(doors
         for _, writer in (plugin_conn, native_conn):
             writer.close()
     assert not differ, differ
+
+
+# -- random requests ----------------------------------------------------------------------------------
+
+
+def random_request(rng: random.Random) -> bytes:
+    """A GET/HEAD (sometimes another method) of a tree path with random validators, ranges and
+    Accept-Encoding: the combinations the table spells one at a time."""
+    paths = sorted({raw.split(b" ", 2)[1].partition(b"?")[0] for _, raw in requests("default", b"")})
+    etags = [etag_of(size) for size in (len(SMALL), LARGE_SIZE, 0, 17)] + [
+        '"x"',
+        "*",
+        "W/" + etag_of(len(SMALL)),
+    ]
+    dates = [STAMP_HTTP, EARLIER_HTTP, LATER_HTTP, "garbage"]
+
+    def spec() -> str:
+        a, roll = rng.randint(0, LARGE_SIZE + 100), rng.random()
+        if roll < 0.4:
+            return f"{a}-{a + rng.randint(0, 5000)}"
+        if roll < 0.6:
+            return f"{a}-"
+        if roll < 0.8:
+            return f"-{rng.randint(0, 3000)}"
+        return rng.choice(["x", "5-1", ""])
+
+    method = rng.choice([b"GET"] * 6 + [b"HEAD"] * 2 + [b"POST", b"OPTIONS"])
+    target = rng.choice(paths) + (b"?q=" + rng.choice([b"1", b""]) if rng.random() < 0.15 else b"")
+    fields = []
+    if rng.random() < 0.4:
+        fields.append("Range: bytes=" + ",".join(spec() for _ in range(rng.randint(1, 4))))
+    for name, values, chance in (
+        ("If-Range", etags + dates, 0.2),
+        ("If-None-Match", etags, 0.25),
+        ("If-Match", etags, 0.15),
+        ("If-Modified-Since", dates, 0.15),
+        ("If-Unmodified-Since", dates, 0.15),
+        (
+            "Accept-Encoding",
+            ["gzip", "br", "gzip, br", "br;q=0", "identity", "*", "gzip;q=0.5, br;q=0.6"],
+            0.4,
+        ),
+    ):
+        if rng.random() < chance:
+            fields.append(f"{name}: {rng.choice(values)}")
+    if method == b"POST":
+        fields.append("Content-Length: 0")
+    head = method + b" " + target + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+    return head + "".join(f + "\r\n" for f in fields).encode() + b"\r\n"
+
+
+@pytest.mark.parametrize("policy", ["default", "open"])
+async def test_native_and_plugin_answer_random_requests_alike(doors: Any, policy: str) -> None:
+    """Seeded random requests (``AIOSENDFILE_DIFF_EXAMPLES`` of them, 150 by default): same answers."""
+    (host, port), native = await doors(policy)
+    rng = random.Random(f"{policy}-15")
+    differ = []
+    for _ in range(int(os.environ.get("AIOSENDFILE_DIFF_EXAMPLES", "150"))):
+        raw = random_request(rng)
+        plugin = comparable(await raw_async(host, port, raw, None))
+        ours = comparable((await native.fetch(raw)).raw)
+        if found := differences(plugin, ours):
+            differ.append((raw, found))
+    assert not differ, differ[:5]
