@@ -183,10 +183,19 @@ async def _to_socket(job: SendJob) -> None:
 async def _to_transport(job: SendJob) -> None:
     transport = job.target.transport
     start: Start = "go"
-    if job.zero_copy and transport.get_write_buffer_size() == 0 and not TransportLease.held_on(transport):
-        # Nothing is buffered ahead of the file, no other transfer holds the transport, and
-        # nothing else runs until our first await: what the socket takes now needs no lease
-        # (see _writer, "Starting at once"). A held transport gets the lease's error below.
+    # Nothing is buffered ahead of the file, no other transfer holds the transport, and
+    # nothing else runs until our first await: what the socket takes now needs no lease
+    # (see _writer, "Starting at once"). A held transport gets the lease's error below.
+    # Only on_progress could write meanwhile: where a lease would refuse that, take one.
+    progress_may_write = job.options.on_progress is not None and TransportLease.guards_writes(
+        transport, job.target.writer
+    )
+    if (
+        job.zero_copy
+        and transport.get_write_buffer_size() == 0
+        and not TransportLease.held_on(transport)
+        and not progress_may_write
+    ):
         try:
             start_now = send_at_once(job)
         except NotSupportedBySendfile as exc:

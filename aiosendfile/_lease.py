@@ -121,6 +121,11 @@ class TransportLease(asyncio.Protocol):
         """Whether a lease (a ``sendfile`` or ``recvfile`` in progress) holds *transport* now."""
         return isinstance(transport.get_protocol(), TransportLease)
 
+    @staticmethod
+    def guards_writes(transport: asyncio.BaseTransport, writer: Any = None) -> bool:
+        """Whether a lease would refuse writes here (step 4): a StreamWriter, or a Python transport."""
+        return writer is not None or hasattr(transport, "__dict__")
+
     # -- lifecycle ------------------------------------------------------------
 
     def acquire(self) -> None:

@@ -52,7 +52,10 @@ Theory of operation
   meanwhile, so its number cannot be reused under us). No dup, no waiter, no
   lease: a response the socket takes whole costs no event-loop machinery.
   Whatever is left (socket full, a full chunk sent, a cold chunk) goes on in
-  ``send_zero_copy``, told how to begin (wait, yield, or go).
+  ``send_zero_copy``, told how to begin (wait, yield, or go). Only the
+  caller's ``on_progress`` could write meanwhile, so with one, ``_api`` starts
+  at once only where a lease could not refuse that write either (a bare
+  uvloop transport); elsewhere the lease comes first, as before.
 * **Cleanup.** Every wait removes its writer registration in ``finally``, and
   the duplicate socket is closed in ``finally``, on errors and cancellation alike.
   The duplicate is made only when a wait may be needed; it is created with its

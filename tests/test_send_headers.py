@@ -227,3 +227,18 @@ async def test_cancelled_in_the_middle_of_headers_begun_at_once(
         assert f.tell() == 100
     assert not TransportLease.held_on(conn.transport)
     assert _platform.counters.bytes == 0
+
+
+@pytest.mark.parametrize("kind", ["tcp"])
+async def test_a_write_from_on_progress_is_refused_where_writes_can_be_guarded(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    """Starting at once must not lose the guard: a StreamWriter's write during the call raises."""
+    path = make_file(1000)
+    conn = await connect()
+
+    def on_progress(sent: int, total: int | None) -> None:
+        conn.writer.write(b"too early")
+
+    with open(path, "rb") as f, pytest.raises(RuntimeError, match="sendfile is in progress"):
+        await aiosendfile.sendfile(conn.writer, f, headers=b"H", on_progress=on_progress)
