@@ -258,7 +258,7 @@ async def test_a_long_pipeline_of_small_files(site: Site) -> None:
 
 
 async def test_http_10_closes_unless_asked_to_keep_alive(site: Site) -> None:
-    raw = await site.exchange(get("/small.txt", version="1.0"))
+    raw = await site.exchange(b"GET /small.txt HTTP/1.0\r\n\r\n")  # HTTP/1.0 needs no Host
     (a,) = split_answers(raw, ["GET"])
     assert (a.status, a.headers["connection"]) == (200, "close")
     assert a.head.startswith(b"HTTP/1.1 200 OK\r\n")  # the server's version, as nginx answers
@@ -357,6 +357,8 @@ async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
             ("/small.txt?a=b&c=%2F", (site.root / "small.txt").read_bytes()),
             ("/sp%20ace.txt", b"space"),
             ("/a%2520b.txt", b"literal percent"),  # decoded once: the file is named a%20b.txt
+            ("/small.txt#frag", (site.root / "small.txt").read_bytes()),  # a fragment is no part of it
+            ("/sp%20ace.txt?q#f?g", b"space"),
         ]:
             writer.write(get(target))
             a = await read_answer(reader)
@@ -378,8 +380,20 @@ async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 40, 400),  # a TLS hello
         (b"GET /small.txt HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
         (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /small.txt HTTP/1.1\r\n\r\n", 400),  # RFC 9112 3.2: HTTP/1.1 needs a Host
+        (b"GET /small.txt HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n", 400),  # and none has two
     ],
-    ids=["url", "one-header", "many-headers", "malformed", "tls-hello", "two-lengths", "asterisk"],
+    ids=[
+        "url",
+        "one-header",
+        "many-headers",
+        "malformed",
+        "tls-hello",
+        "two-lengths",
+        "asterisk",
+        "no-host",
+        "two-hosts",
+    ],
 )
 async def test_limits_and_garbage_are_answered_then_closed(site: Site, data: bytes, status: int) -> None:
     reader, writer = await site.open()

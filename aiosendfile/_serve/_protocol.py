@@ -45,10 +45,10 @@ from ._render import error_response, head_of
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
 
-__all__ = ("AGENT", "CORE", "EXPECT", "REFERER", "HttpProtocol")
+__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "HttpProtocol")
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-CORE, EXPECT, REFERER, AGENT = 0, 1, 2, 3
+HOST, CORE, EXPECT, REFERER, AGENT = 0, 1, 2, 3, 4
 
 #: Parsed requests waiting behind a response in flight before reading pauses.
 MAX_PENDING = 16
@@ -86,6 +86,7 @@ class HttpProtocol(asyncio.Protocol):
         "expect",
         "fields",
         "head_size",
+        "hosts",
         "in_head",
         "max_head",
         "max_url",
@@ -118,6 +119,7 @@ class HttpProtocol(asyncio.Protocol):
         self.referer: bytes | None = None
         self.agent: bytes | None = None
         self.head_size = 0
+        self.hosts = 0  # Host fields in this request's head
         self.partial = 0
         self.in_head = False
         # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
@@ -206,7 +208,9 @@ class HttpProtocol(asyncio.Protocol):
         kind = self.wanted.get(name.lower())
         if kind is None:
             return
-        if kind == CORE:
+        if kind == HOST:
+            self.hosts += 1
+        elif kind == CORE:
             if self.fields is None:
                 self.fields = [(name, value)]
             else:
@@ -220,6 +224,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        hosts, self.hosts = self.hosts, 0
+        if hosts != 1 and (hosts or self.parser.get_http_version() == "1.1"):
+            raise _Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
         if self.expect is not None:
             expect, self.expect = self.expect, None
             self._expect(expect)
@@ -290,7 +297,8 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
         if url[:1] == b"/":
-            raw, _, query = url.partition(b"?")
+            # A fragment (clients should not send one) is not part of the path or the query.
+            raw, _, query = (url.partition(b"#")[0] if b"#" in url else url).partition(b"?")
         else:  # absolute-form: http://host/path?query; anything else is refused
             try:
                 parsed = httptools.parse_url(url)

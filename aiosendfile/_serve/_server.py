@@ -26,7 +26,7 @@ from .._static._policy import DirectoryPolicy
 from .._static._request import BytesHeaders
 from ._accesslog import AccessLog
 from ._date import Clock
-from ._protocol import AGENT, CORE, EXPECT, REFERER, HttpProtocol
+from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, HttpProtocol
 
 __all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
 
@@ -71,6 +71,7 @@ class Engine:
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
         wanted = dict.fromkeys(BytesHeaders.WANTED, CORE)
         wanted[b"expect"] = EXPECT
+        wanted[b"host"] = HOST
         if self.log is not None:
             wanted[b"referer"] = REFERER
             wanted[b"user-agent"] = AGENT
