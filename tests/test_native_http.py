@@ -759,10 +759,6 @@ async def test_pipelined_requests_for_paths_never_seen_keep_their_order(site: An
     assert seen == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine takes '#frag' as part of the path (404); nginx and the plugin cut it (200)",
-)
 async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> None:
     """A client should not send a fragment; one that does means the path before it (nginx: 200)."""
     s = await site()
@@ -770,9 +766,6 @@ async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> No
     assert (r.status, r.body) == (200, pattern(SMALL))
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the engine answers 200 to HTTP/1.1 without Host or with two (RFC 9112 3.2)"
-)
 @pytest.mark.parametrize(
     "head",
     [b"GET /small.txt HTTP/1.1\r\n", b"GET /small.txt HTTP/1.1\r\nHost: a\r\nHost: b\r\n"],
