@@ -375,6 +375,7 @@ async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
     [
         (get("/" + "a" * 9000), 414),
         (get("/small.txt", "X-Big: " + "b" * 20000 + "\r\n"), 431),
+        (get("/small.txt", "Range: bytes=" + "0-," * 3000 + "0-\r\n"), 431),  # one field over 8190
         (get("/small.txt", "".join(f"X-{i}: {'c' * 100}\r\n" for i in range(200))), 431),
         (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 40, 400),  # a TLS hello
@@ -386,6 +387,7 @@ async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
     ids=[
         "url",
         "one-header",
+        "one-field",
         "many-headers",
         "malformed",
         "tls-hello",

@@ -15,7 +15,8 @@ requests already parsed wait in ``pending``; they are answered in order when it 
 that cannot be sent whole aborts the connection: a short body is never passed off as complete.
 
 Limits (each answered, then the connection closes): request target over ``max_request_line`` →
-414, header fields over ``max_header_bytes`` → 431, anything llhttp refuses → 400, an ``Expect``
+414; header fields over ``max_header_bytes`` together, or one over ``max_request_line`` → 431;
+anything llhttp refuses, or an HTTP/1.1 head without exactly one ``Host`` → 400; an ``Expect``
 other than ``100-continue`` → 417. A request body (``Content-Length`` or chunked) is read by the
 parser and dropped. The engine's timer applies the timeouts (:meth:`HttpProtocol.expire`): a head
 not complete in ``header_timeout`` → 408; idle longer than ``keepalive_timeout`` → closed; a file
@@ -201,8 +202,9 @@ class HttpProtocol(asyncio.Protocol):
         self.url = url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        size = self.head_size + len(name) + len(value) + 4
-        if size > self.max_head:
+        field = len(name) + len(value)
+        size = self.head_size + field + 4
+        if size > self.max_head or field > self.max_url:  # each field as the request line (nginx)
             raise _Stop(431)
         self.head_size = size
         kind = self.wanted.get(name.lower())

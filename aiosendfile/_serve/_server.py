@@ -50,8 +50,8 @@ class ServeConfig:
     header_timeout: float = 20.0  # a request head must arrive within this (slowloris): 408, close
     keepalive_timeout: float = 75.0  # an idle keep-alive connection is closed after this (nginx)
     send_timeout: float = 60.0  # a file body that makes no progress this long is aborted (nginx)
-    max_request_line: int = 8190  # longer request target: 414
-    max_header_bytes: int = 16384  # larger header fields: 431
+    max_request_line: int = 8190  # longer request target: 414; a longer header field: 431
+    max_header_bytes: int = 16384  # larger header fields together: 431
 
 
 class Engine:
