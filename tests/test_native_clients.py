@@ -392,10 +392,23 @@ def test_raw_many_small_pipelined_requests_with_a_reader_alongside(server: Nativ
     ] + [200]
 
 
-def test_clients_that_vanish_mid_body_leave_nothing_behind(server: NativeProcess) -> None:
+def test_clients_that_vanish_mid_body_leave_nothing_behind(
+    server: NativeProcess, request: pytest.FixtureRequest
+) -> None:
     """Reset mid-download, half-closed after the request, gone before the answer: the server's
-    descriptors come back to where they were, and it still serves."""
+    descriptors come back to where they were, it still serves, and it says nothing on stderr."""
+    if server.tls:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the TLS fallback (_fallback._copy_to_tls) keeps writing pieces after the peer reset: "
+                "asyncio logs 'socket.send() raised exception.', uvloop 'SSL connection is closed' (and "
+                "on Python 3.10 asyncio the engine's _send task dies: 'SSL transport has not been "
+                "initialized yet')",
+            )
+        )
     time.sleep(0.1)
+    server.new_stderr()
     base = server.fd_count()
     for _ in range(5):
         with _connect(server) as sock:
@@ -414,3 +427,5 @@ def test_clients_that_vanish_mid_body_leave_nothing_behind(server: NativeProcess
     with _connect(server) as sock:
         sock.sendall(_req(b"/small.txt", b"Connection: close"))
         assert parse_response(_read_all(sock)).body == pattern(SMALL, seed=3)
+    time.sleep(0.2)
+    assert server.new_stderr() == ""
