@@ -18,6 +18,7 @@ import datetime
 import email.utils
 import gzip
 import os
+import random
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -778,3 +779,37 @@ async def test_a_http11_request_needs_exactly_one_host(site: Any, head: bytes) -
     assert r.status == 400
     ok = await s.site.fetch(b"GET /small.txt HTTP/1.0\r\n\r\n")  # HTTP/1.0 needs no Host
     assert (ok.status, ok.body) == (200, pattern(SMALL))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_random_pipelines_of_the_golden_requests_are_answered_as_one_at_a_time(
+    tmp_path: Path, seed: int, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> None:
+    """Random runs of the golden requests (keep-alive: cold first sights, hot memo, file bodies,
+    errors, redirects, refused methods) pipelined in one write (TLS for one seed) while every path
+    is new, then sent one at a time on another connection: the same answers (but Date, boundaries)."""
+    from .support.static_requests import build_tree as golden_tree
+    from .support.static_requests import requests as golden_requests
+
+    public = golden_tree(tmp_path)
+    rng = random.Random(seed)
+    table = [raw.replace(b"Connection: close\r\n", b"") for _, raw in golden_requests("default", b"")]
+    picked = [rng.choice(table) for _ in range(60)] + [req(b"/a.txt", b"Connection: close")]
+    methods = [raw.split(b" ", 1)[0] for raw in picked]
+    tls = seed % 2 == 0
+    async with native_site(
+        public, server_ctx=tls_server_ctx if tls else None, client_ctx=tls_client_ctx
+    ) as site:
+        reader, writer = await site.open()  # first: every path a first sight (the cold pool)
+        writer.write(b"".join(picked))
+        got = await read_to_eof(reader)
+        writer.close()
+        reader, writer = await site.open()
+        reference = []
+        for method, raw in zip(methods, picked, strict=True):
+            writer.write(raw)
+            reference.append(await read_response(reader, method))
+        writer.close()
+    answers, rest = split_responses(got, methods)
+    assert rest == b""
+    assert [Blob(_boundaryless(a)) for a in answers] == [Blob(_boundaryless(a)) for a in reference]
