@@ -596,19 +596,20 @@ async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch:
     assert [type(e["exception"]) for e in errors] == [ZeroDivisionError] * 2
 
 
+@pytest.mark.parametrize("error", [ZeroDivisionError, RuntimeError])
 async def test_a_failing_body_send_aborts_the_connection_and_is_reported(
-    site: Site, monkeypatch: pytest.MonkeyPatch
+    site: Site, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
 ) -> None:
     from aiosendfile._serve import _protocol
 
     async def broken(*args: Any, **kwargs: Any) -> int:
-        raise ZeroDivisionError("send bug")
+        raise error("send bug")  # a RuntimeError with the connection alive is a bug too
 
     monkeypatch.setattr(_protocol, "sendfile", broken)
     with reported() as errors:
         raw = await site.exchange(get("/big.bin"))  # aborted: no complete answer, no hang
     assert raw == b""
-    assert [type(e["exception"]) for e in errors] == [ZeroDivisionError]
+    assert [type(e["exception"]) for e in errors] == [error]
 
 
 # -- the hot memo and the cold pool -----------------------------------------------------------------

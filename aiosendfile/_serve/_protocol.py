@@ -451,12 +451,18 @@ class HttpProtocol(asyncio.Protocol):
             self.task = None
             transport.abort()
             return
-        except RuntimeError:
-            self.task = None
-            closing = transport.is_closing()  # "Transport is closing": the peer went away first
+        except RuntimeError as exc:
+            # "Transport is closing", or (Python 3.10's TLS) "SSL transport has not been initialized
+            # yet": the peer went away first, and the loss reaches us within a few iterations.
+            self.task = None  # (connection_lost must not cancel these waits)
+            for _ in range(3):
+                if self.transport is None or transport.is_closing():
+                    break
+                await asyncio.sleep(0)
+            gone = self.transport is None or transport.is_closing()
             transport.abort()
-            if not closing:
-                raise
+            if not gone:
+                self._report(exc, "sending a file body failed")
             return
         except asyncio.CancelledError:  # the connection was lost
             transport.abort()
