@@ -22,9 +22,13 @@ asyncio (``asyncio/selector_events.py``, ``asyncio/sslproto.py``, ``asyncio/stre
   * :func:`reader_buffer`: ``StreamReader._buffer``.
   * :func:`defuse_py310_tls_resume`: 3.10's ``_SSLProtocolTransport._ssl_protocol._transport``
     (read) and ``StreamReader._paused`` (written).
+  * :func:`tls_socket_transport`: ``_SSLProtocolTransport._ssl_protocol._transport`` (read).
 uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
   * :func:`native_transport_types`: ``uvloop.loop.TCPTransport``, ``uvloop.loop.UnixTransport``.
   * :func:`tls_protocol_types`: ``uvloop.loop.SSLProtocol``.
+  * :func:`tls_socket_transport`: the TLS transport's ``get_extra_info("uvloop.sslproto")`` key
+    (``uvloop/sslproto.pyx``), and the socket transport its ``SSLProtocol`` holds in a C field,
+    found among ``gc.get_referents`` (Cython's traversal of the object's fields).
 aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
   * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
   * :func:`keep_headers_buffered`: ``StreamResponse._send_headers_immediately`` (set on a subclass).
@@ -36,6 +40,8 @@ aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_
 from __future__ import annotations
 
 import asyncio
+import functools
+import gc
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -55,6 +61,7 @@ __all__ = (
     "take_buffered_headers",
     "tls_protocol_types",
     "tls_shutting_down",
+    "tls_socket_transport",
     "turn_off_compression",
 )
 
@@ -82,7 +89,7 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("asyncio", "StreamReader", "_transport"),
         ("asyncio", "StreamReader", "_buffer"),
         ("asyncio", "StreamReader", "_paused", (3, 10), (3, 11)),
-        ("asyncio", "TLS transport._ssl_protocol", "_transport", (3, 10), (3, 11)),
+        ("asyncio", "TLS transport._ssl_protocol", "_transport"),
         ("uvloop", "uvloop.loop", "TCPTransport"),
         ("uvloop", "uvloop.loop", "UnixTransport"),
         ("uvloop", "uvloop.loop", "SSLProtocol"),
@@ -106,12 +113,17 @@ def native_transport_types() -> tuple[type, ...]:
     version checked), and, only if the program has imported uvloop, ``uvloop.loop.TCPTransport``
     and ``uvloop.loop.UnixTransport``. Missing: asyncio's class raises ``AttributeError`` (every
     transport ``sendfile`` is given would fail loudly: nothing can be assumed about the new
-    classes); uvloop's raise ``AttributeError`` too.
+    classes); uvloop's raise ``AttributeError`` too. Worked out once per state of uvloop (not
+    imported, imported): a call costs one dictionary lookup.
     """
+    return _native_transport_types(sys.modules.get("uvloop.loop"))
+
+
+@functools.cache
+def _native_transport_types(uvloop_mod: Any) -> tuple[type, ...]:
     from asyncio import selector_events
 
     types: list[type] = [selector_events._SelectorSocketTransport]  # type: ignore[attr-defined]
-    uvloop_mod = sys.modules.get("uvloop.loop")  # only if the program uses uvloop
     if uvloop_mod is not None:
         types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
     return tuple(types)
@@ -123,15 +135,50 @@ def tls_protocol_types() -> tuple[type, ...]:
     ``asyncio.sslproto.SSLProtocol`` (every version checked: an undocumented module), and,
     only if the program has imported uvloop and it has one, ``uvloop.loop.SSLProtocol``.
     Missing: asyncio's raises ``AttributeError``; uvloop's is left out (a raw uvloop
-    transport under TLS is then not recognised as one).
+    transport under TLS is then not recognised as one). Cached as
+    :func:`native_transport_types` is.
     """
+    return _tls_protocol_types(sys.modules.get("uvloop.loop"))
+
+
+@functools.cache
+def _tls_protocol_types(uvloop_mod: Any) -> tuple[type, ...]:
     from asyncio import sslproto
 
-    uvloop_mod = sys.modules.get("uvloop.loop")
     tls_protocols: tuple[type, ...] = (sslproto.SSLProtocol,)
     if uvloop_mod is not None and hasattr(uvloop_mod, "SSLProtocol"):
         tls_protocols += (uvloop_mod.SSLProtocol,)
     return tls_protocols
+
+
+def tls_socket_transport(transport: Any) -> Any:
+    """The socket transport under a TLS transport, or None where it cannot be found.
+
+    The TLS transport looks open until its ``connection_lost`` runs, a loop iteration or two
+    after the socket transport under it was lost (a failed ``send()``, a reset read) or began
+    to close (uvloop: the peer's EOF); every write meanwhile is dropped with a warning. The
+    socket transport's ``is_closing()`` says it at once.
+
+    asyncio (3.10-3.13): ``transport._ssl_protocol._transport`` (None once the TLS layer's
+    ``connection_lost`` ran). uvloop (0.23.0): ``get_extra_info("uvloop.sslproto")`` gives its
+    ``SSLProtocol``, whose ``_transport`` is a C field: it is the one of the objects the
+    protocol refers to (``gc.get_referents``) that is a uvloop socket transport with this
+    protocol. Missing (any of them): None, and loss is seen from the TLS transport alone (later).
+    """
+    ssl_protocol = getattr(transport, "_ssl_protocol", None)
+    if ssl_protocol is not None:
+        return getattr(ssl_protocol, "_transport", None)
+    uvloop_mod = sys.modules.get("uvloop.loop")
+    if uvloop_mod is None:
+        return None
+    ssl_protocol = transport.get_extra_info("uvloop.sslproto")
+    if not isinstance(ssl_protocol, _tls_protocol_types(uvloop_mod)):
+        return None
+    socket_types = _native_transport_types(uvloop_mod)
+    for under in gc.get_referents(ssl_protocol):
+        if type(under) in socket_types and under.get_protocol() is ssl_protocol:
+            return under
+    return None
 
 
 def tls_shutting_down(transport: Any) -> bool:

@@ -115,6 +115,10 @@ class TransportLease(asyncio.Protocol):
         self._lost_exc: Exception | None = None
         self._shadowed: list[tuple[object, str, object]] = []
         self._held = False
+        # The socket transport under a TLS one: lost or closing before the TLS transport knows.
+        self._under: Any = (
+            None if receiving or not is_tls(transport) else _compat.tls_socket_transport(transport)
+        )
 
     @staticmethod
     def held_on(transport: asyncio.BaseTransport) -> bool:
@@ -220,6 +224,9 @@ class TransportLease(asyncio.Protocol):
             raise ConnectionLostError("connection lost during sendfile")
         if self._transport.is_closing():
             raise ConnectionLostError("transport was closed during sendfile")
+        if self._under is not None and self._under.is_closing():
+            # A write now would be dropped, with a warning (see _compat.tls_socket_transport).
+            raise ConnectionLostError("the connection under TLS was lost during sendfile")
         if _compat.tls_shutting_down(self._transport):
             raise ConnectionLostError("the TLS session is shutting down (the peer closed its side)")
 

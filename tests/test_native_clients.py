@@ -1,7 +1,8 @@
 """Real clients against the native engine running in its own process (a client in the server's
 own loop hides real bugs: ordering, flow control, a blocked loop).
 
-One server process per (loop, TCP|TLS) for the module (``tests/support/native.py``'s runner);
+One server process per (loop, TCP|TLS) for the module (``tests/support/native.py``'s runner),
+and two more that are ``python -m aiosendfile serve`` itself;
 against it: curl as a subprocess (ranges, multipart, ``-C -`` resuming a partial download,
 ``--http1.0``, connection reuse), Python's ``http.client`` (many requests on one keep-alive
 connection), aiohttp's client (concurrent downloads, multipart), and a raw socket sending pipelined
@@ -54,14 +55,22 @@ def build(public: Path) -> None:
 
 @pytest.fixture(
     scope="module",
-    params=[("uvloop", False), ("asyncio", False), ("uvloop", True), ("asyncio", True)],
-    ids=["uvloop-tcp", "asyncio-tcp", "uvloop-tls", "asyncio-tls"],
+    params=[
+        ("uvloop", False, False),
+        ("asyncio", False, False),
+        ("uvloop", True, False),
+        ("asyncio", True, False),
+        ("uvloop", False, True),
+        ("asyncio", True, True),
+    ],
+    ids=["uvloop-tcp", "asyncio-tcp", "uvloop-tls", "asyncio-tls", "serve-uvloop-tcp", "serve-asyncio-tls"],
 )
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[NativeProcess]:
-    loop, tls = request.param
-    base = tmp_path_factory.mktemp(f"native-{loop}-{'tls' if tls else 'tcp'}")
+    """The engine in its own process: the tests' runner, or ``python -m aiosendfile serve`` ("serve-")."""
+    loop, tls, cli = request.param
+    base = tmp_path_factory.mktemp(f"native-{loop}-{'tls' if tls else 'tcp'}{'-cli' if cli else ''}")
     build(base / "public")
     cert = ca = None
     if tls:
@@ -69,7 +78,7 @@ def server(
         cert, ca = base / "server.pem", base / "ca.pem"
         authority.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(cert))
         authority.cert_pem.write_to_path(str(ca))
-    with native_process(base / "public", loop=loop, cert=cert, ca=ca) as s:
+    with native_process(base / "public", loop=loop, cert=cert, ca=ca, cli=cli) as s:
         yield s
 
 
@@ -397,16 +406,6 @@ def test_clients_that_vanish_mid_body_leave_nothing_behind(
 ) -> None:
     """Reset mid-download, half-closed after the request, gone before the answer: the server's
     descriptors come back to where they were, it still serves, and it says nothing on stderr."""
-    if server.tls:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the TLS fallback (_fallback._copy_to_tls) keeps writing pieces after the peer reset: "
-                "asyncio logs 'socket.send() raised exception.', uvloop 'SSL connection is closed' (and "
-                "on Python 3.10 asyncio the engine's _send task dies: 'SSL transport has not been "
-                "initialized yet')",
-            )
-        )
     time.sleep(0.1)
     server.new_stderr()
     base = server.fd_count()
