@@ -4,10 +4,11 @@
 TLS or a Unix socket) and yields a ``NativeSite`` with the same face as the plugin's test
 sites (``url``, ``fetch`` of raw bytes, ``host``/``port``, ``prefix`` b"" as ``serve`` mounts
 at "/"). ``NativeProcess`` runs the engine in another interpreter (``python -m
-tests.support.native DIR ...``, this module's ``main``): a client in the server's own loop
-hides real bugs (ordering, flow control, a loop that blocks), and load tests measure the
-server's memory alone. ``read_response``/``split_responses`` frame HTTP/1.1 answers on a
-keep-alive connection by their Content-Length, for pipelining and differential tests.
+tests.support.native DIR ...``, this module's ``main``, or ``python -m aiosendfile serve``):
+a client in the server's own loop hides real bugs (ordering, flow control, a loop that blocks),
+and load tests measure the server's memory alone. ``read_response``/``split_responses`` frame
+HTTP/1.1 answers on a keep-alive connection by their Content-Length, for pipelining and
+differential tests.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .processes import cli_env
+from .processes import BANNER, cli_env
 from .raw_http import Response, parse_response, raw_async
 
 # -- in the test's loop -----------------------------------------------------------------------------
@@ -207,11 +208,15 @@ class NativeProcess:
     cert: Path | None = None  # key and certificate chain in one PEM file
     ca: Path | None = None  # for clients
     options: list[str] = field(default_factory=list)
+    cli: bool = False  # run ``python -m aiosendfile serve`` itself (options are then serve's)
 
     def __post_init__(self) -> None:
         argv = [sys.executable, "-m", "tests.support.native", str(self.public), "--loop", self.loop]
+        if self.cli:
+            argv = [sys.executable, "-m", "aiosendfile", "serve", str(self.public), "--host", "127.0.0.1"]
+            argv += ["--port", "0", "--loop", self.loop]
         if self.cert is not None:
-            argv += ["--cert", str(self.cert)]
+            argv += ["--tls-cert" if self.cli else "--cert", str(self.cert)]
         root = Path(__file__).resolve().parent.parent.parent
         self.proc = subprocess.Popen(
             [*argv, *self.options],
@@ -228,7 +233,14 @@ class NativeProcess:
         os.set_blocking(self.proc.stderr.fileno(), False)  # new_stderr() reads what is there
         self._err_seen = ""
         try:
-            info = json.loads(line)
+            if self.cli:
+                banner = BANNER.search(line)
+                if banner is None:
+                    raise ValueError(line)
+                host, port = banner["url"].split("//", 1)[1].rstrip("/").rsplit(":", 1)
+                info = {"host": host, "port": int(port)}
+            else:
+                info = json.loads(line)
         except ValueError:
             self.proc.kill()
             _, err = self.proc.communicate()
