@@ -646,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
             file=log,
         )
     started = datetime.now(timezone.utc)
+    machine = machine_info()  # before the trials: the git HEAD and sources they ran
     cases = plan(args)
     samples: list[Sample] = []
     t_setup = time.perf_counter()
@@ -746,7 +747,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     text += f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
 
-    machine = machine_info()
     machine["tools"] = {
         "wrk": tool_version([wrk, "-v"]),
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
