@@ -93,6 +93,7 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("uvloop", "uvloop.loop", "TCPTransport"),
         ("uvloop", "uvloop.loop", "UnixTransport"),
         ("uvloop", "uvloop.loop", "SSLProtocol"),
+        ("uvloop", "uvloop TLS transport", "uvloop.sslproto"),
         ("aiohttp", "aiohttp StreamWriter", "_headers_buf"),
         ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
         ("aiohttp", "aiohttp.web.StreamResponse", "_send_headers_immediately"),

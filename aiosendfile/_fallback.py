@@ -53,6 +53,10 @@ So over TLS:
   16 KiB fits the budget; it gives its share back when it closes. A few fast
   downloads so run as fast as with 256 KiB writes, and a thousand connections
   still cost about 16 KiB each, plus the budget.
+* The socket transport under the TLS one is watched too (``TransportLease.watch_socket_under_tls``):
+  once it is lost (a failed ``send()``) or closing (uvloop: the peer's EOF), the next piece
+  raises ``ConnectionLostError``. The TLS transport learns it a loop iteration or two later
+  and, until then, drops every write with a warning.
 * While a regular file is sent, the socket under TLS is corked (``TCP_CORK``),
   so small pieces still leave in full segments; the cork is released when the
   transfer ends, however it ends.
@@ -70,6 +74,7 @@ from typing import IO, Any
 
 from . import _platform
 from ._coldread import read_range
+from ._errors import ConnectionLostError
 from ._job import SendJob
 from ._lease import TransportLease
 from ._options import DEFAULT_FALLBACK_CHUNK, Options
@@ -147,6 +152,8 @@ async def _copy_to_tls(
     See "Memory over TLS" above.
     """
     transport = lease.transport
+    # A write after the socket under TLS is lost would be dropped with a warning: stop at the first.
+    lease.watch_socket_under_tls()
     # Paused while any ciphertext waits in the TLS layer, so resumed only once the socket
     # transport under it took it all (that transport is not in get_write_buffer_size()).
     lease.set_buffer_limits(high=1, low=0)
@@ -172,9 +179,13 @@ async def _copy_to_tls(
         end = len(view)
         write(prefix + view[:piece] if prefix else view[:piece])
         sent = piece
-        while sent < end and not buffered():
-            write(view[sent : sent + piece])
-            sent += piece
+        try:
+            while sent < end and not buffered():
+                write(view[sent : sent + piece])
+                sent += piece
+        except ConnectionLostError:
+            _advance(state, options, min(sent, end))  # the pieces written before the loss went
+            raise
         # Stopped at the first piece the TLS layer kept (the socket under it is full), or at the end.
         short = sent if sent < end else 0
         return min(sent, end)

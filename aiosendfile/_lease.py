@@ -115,10 +115,7 @@ class TransportLease(asyncio.Protocol):
         self._lost_exc: Exception | None = None
         self._shadowed: list[tuple[object, str, object]] = []
         self._held = False
-        # The socket transport under a TLS one: lost or closing before the TLS transport knows.
-        self._under: Any = (
-            None if receiving or not is_tls(transport) else _compat.tls_socket_transport(transport)
-        )
+        self._under: Any = None  # see watch_socket_under_tls
 
     @staticmethod
     def held_on(transport: asyncio.BaseTransport) -> bool:
@@ -229,6 +226,14 @@ class TransportLease(asyncio.Protocol):
             raise ConnectionLostError("the connection under TLS was lost during sendfile")
         if _compat.tls_shutting_down(self._transport):
             raise ConnectionLostError("the TLS session is shutting down (the peer closed its side)")
+
+    def watch_socket_under_tls(self) -> None:
+        """Also see the connection as lost once the socket transport under this TLS one is lost
+        or closing: the TLS transport itself says so only a loop iteration or two later, and drops
+        (with a warning) every write made meanwhile. Found through ``_compat.tls_socket_transport``;
+        where it cannot be found, loss is seen from the TLS transport alone, as before.
+        """
+        self._under = _compat.tls_socket_transport(self._transport)
 
     def wake_on_loss(self, fut: asyncio.Future[None] | None) -> None:
         """Have *fut* (a wait of the transfer's own) resolved if the connection is lost."""

@@ -130,8 +130,14 @@ async def test_live_internal_is_there(library: str, where: str, attribute: str, 
         assert _compat.reader_transport(reader) is client_writer.transport
         assert isinstance(_compat.reader_buffer(reader), bytearray)
         return
-    # asyncio's TLS transport; uvloop's is compiled and has none of these: _compat's fallback applies.
     transport = conn.transport
+    if library == "uvloop":  # an extra-info key of uvloop's TLS transport, not an attribute
+        if loop_name() != "uvloop":
+            pytest.skip("uvloop's TLS transport only")
+        assert transport.get_extra_info(attribute) is not None, missing(library, where, attribute)
+        assert _compat.tls_socket_transport(transport) is not None, "the socket transport under TLS"
+        return
+    # asyncio's TLS transport; uvloop's is compiled and has none of these: _compat's fallback applies.
     if loop_name() == "uvloop":
         assert not _compat.tls_shutting_down(transport)
         pytest.skip("uvloop's TLS transport: the fallback applies (tls_shutting_down is False)")
