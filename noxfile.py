@@ -67,6 +67,8 @@ VERSION_SENSITIVE = [
     "tests/test_patch.py",
     "tests/test_units.py",
     "tests/test_compat.py",
+    "tests/test_tls_peer_loss.py",
+    "tests/test_serve_engine.py",
 ]
 
 

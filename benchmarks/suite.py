@@ -9,7 +9,8 @@ own interleaved rounds and medians (see ``benchmarks/README.md``):
    The output and the JSON say which network, and why not veth.
 2. ``concurrency``: 1, 16 and 256 simultaneous downloads of a 16 MiB file from
    one server loop (``concurrency.py``).
-3. ``http``: wrk against the aiohttp plugin, aiohttp's static and nginx (``http_static.py``).
+3. ``http``: wrk against ``serve``, the aiohttp plugin, aiohttp's static, nginx, caddy and
+   http.server (``http_static.py``).
 4. ``tls``: wrk over HTTPS, the plugin's fallback path vs aiohttp's static (``tls_static.py``).
 5. ``receive``: one 512 MiB upload, ``recvfile`` vs ``StreamReader.read`` + ``write`` (``receive.py``).
 
@@ -127,7 +128,9 @@ def _plan(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     conc = plan["concurrency"]
     conc["trials"] = conc["rounds"] * len(conc_levels) * len(concurrency.CONTENDERS)
     plan["http"]["files"] = ["1MiB"] if q else [f[0] for f in http_static.FILES]
-    plan["http"]["trials"] = plan["http"]["rounds"] * len(plan["http"]["files"]) * len(http_static.CONTENDERS)
+    plan["http"]["trials"] = (
+        plan["http"]["rounds"] * len(plan["http"]["files"]) * len(http_static.DEFAULT_CONTENDERS)
+    )
     plan["tls"]["trials"] = plan["tls"]["rounds"] * len(tls_static.CONTENDERS)
     plan["receive"]["trials"] = plan["receive"]["rounds"] * len(receive.CONTENDERS)
     return plan
@@ -171,6 +174,10 @@ def run_section(name: str, p: dict[str, Any], args: argparse.Namespace, progress
             str(p["rounds"]),
             "--files",
             ",".join(p["files"]),
+            "--connections",  # the suite's scope: 64 connections, one worker (the grid is http_static's own)
+            "64",
+            "--workers",
+            "1",
         ]
         with progress.external():
             doc = _run_cli_section(
@@ -316,7 +323,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> bool:
         mine = [r for r in rows if r["section"] == section and r["mb_per_s"] is not None]
         labels = [r["label"] for r in mine]
         y = list(range(len(mine)))
-        colors = ["tab:blue" if "aiosendfile" in lb or "recvfile" in lb else "tab:gray" for lb in labels]
+        ours = [lb == "serve" or "aiosendfile" in lb or "recvfile" in lb for lb in labels]
+        colors = ["tab:blue" if is_ours else "tab:gray" for is_ours in ours]
         panels = [
             ("mb_per_s", "MB/s (median, min-max)"),
             ("cpu_s_per_gb", "server CPU s/GB"),
