@@ -696,3 +696,32 @@ async def test_a_client_that_stops_reading_a_file_is_cut_off(tmp_path: Path) -> 
             assert len(rest) < 256 * 1024 * 1024
         finally:
             await _close(writer)
+
+
+def test_access_log_writes_whole_lines_in_batches_up_to_pipe_buf() -> None:
+    """Lines reach the stream batched (not a write per line), each write whole lines of at most
+    4096 bytes (a pipe shared by workers never interleaves them), the rest on flush."""
+    from aiosendfile._serve._accesslog import AccessLog
+
+    class Recorder(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return super().write(text)
+
+    stream = Recorder()
+    log = AccessLog(stream)
+    for i in range(200):
+        log.line("127.0.0.1", "[24/Nov/2026:08:09:07 +0000]", b"GET /%d HTTP/1.1" % i, 200, i, None, None)
+    written = len(stream.writes)
+    assert 0 < written < 20
+    log.flush()
+    assert len(stream.writes) == written + 1
+    assert all(len(w) <= 4096 and w.endswith("\n") for w in stream.writes)
+    lines = stream.getvalue().splitlines()
+    assert [line.split('"')[1] for line in lines] == [f"GET /{i} HTTP/1.1" for i in range(200)]
+    log.flush()
+    assert len(stream.writes) == written + 1  # nothing left: no empty write

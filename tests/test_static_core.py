@@ -769,3 +769,30 @@ def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Pa
             expected = dict(table[name][case])
             got["status"], expected["status"] = got["status"].split()[1], expected["status"].split()[1]
             assert got == expected, (name, case)
+
+
+# -- the real file systems --------------------------------------------------------------------------
+
+
+def test_pool_fs_reads_a_small_body_whether_cached_or_not(tmp_path: Path) -> None:
+    """A decision in the pool reads the body itself (REAL_FS would answer None for cold pages)."""
+    from aiosendfile._static._fs import POOL_FS
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(BIG[:50_000])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert POOL_FS.read_cached(fd, 50_000) == BIG[:50_000]
+        assert POOL_FS.read_cached(fd, 60_000) == BIG[:50_000]  # shrank: a short read, seen by the caller
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a.txt", "A.TXT", "x.tar.gz", "a.svgz", "a..b.htm", ".rc", "..x", "noext", "a.b.JSON", "data:x.html"],
+)
+def test_content_type_memo_by_extension_answers_as_mimetypes(name: str) -> None:
+    from aiosendfile._static._mime import content_type_for
+
+    assert _core._content_type(name) == content_type_for(name)

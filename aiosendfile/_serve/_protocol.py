@@ -26,6 +26,8 @@ body with no progress for ``send_timeout`` → aborted.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import io
 import os
 from collections import deque
@@ -37,9 +39,9 @@ from .._api import sendfile
 from .._errors import SendfileError
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer
+from .._static._fs import POOL_FS
 from .._static._hot import identity
 from .._static._request import EMPTY, BytesHeaders, Request
-from .._threads import shielded
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 
@@ -325,11 +327,22 @@ class HttpProtocol(asyncio.Protocol):
             return
         self.busy = True
         self._update_reading()
-        self._start(self._cold(request, raw, method, url, mode, fields is None, log))
+        # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
+        job = engine.executor.submit(answer, request, engine.policy, POOL_FS)  # (reads small bodies too)
+        args = (raw, method, url, mode, fields is None, log)
+        job.add_done_callback(functools.partial(self._cold_arrived, args))
 
-    async def _cold(
+    def _cold_arrived(self, args: tuple[Any, ...], job: concurrent.futures.Future[Answer]) -> None:
+        """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
+        try:
+            self.engine.loop.call_soon_threadsafe(self._cold_done, job, *args)
+        except RuntimeError:  # the loop is closed: nobody will send the answer
+            if not job.cancelled() and job.exception() is None:
+                job.result().close()
+
+    def _cold_done(
         self,
-        request: Request,
+        job: concurrent.futures.Future[Answer],
         raw: bytes,
         method: bytes,
         url: bytes,
@@ -337,21 +350,18 @@ class HttpProtocol(asyncio.Protocol):
         plain: bool,
         log: LogFields | None,
     ) -> None:
-        engine = self.engine
-        job = asyncio.wrap_future(engine.executor.submit(answer, request, engine.policy))
-        try:
-            ans = await shielded(job, _close_answer)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.task = None
-            self.busy = False
+        """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
+        self.busy = False
+        exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
+        if exc is not None:
+            if not isinstance(exc, Exception):
+                raise exc
             self._crashed(exc, method, url, log)
             self._resume()
             return
+        ans = job.result()
+        engine = self.engine
         engine.saw(raw)
-        self.task = None
-        self.busy = False
         if self.transport is None:
             ans.close()
             return
@@ -624,8 +634,3 @@ class HttpProtocol(asyncio.Protocol):
         version, referer, agent = log
         request = method + b" " + url + b" HTTP/" + version.encode("ascii") if method else b""
         access.line(self.peer, self.engine.clock.log_stamp, request, status, sent, referer, agent)
-
-
-def _close_answer(ans: Answer | None) -> None:
-    if ans is not None:
-        ans.close()

@@ -32,8 +32,12 @@ __all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
 
 #: A path decided within this many seconds is decided again inline (its metadata is cached).
 RECENT_SECONDS = 10.0
-#: Paths remembered as recently decided (least recently decided forgotten first).
-RECENT_MAX = 8192
+#: Paths remembered as recently decided (least recently decided forgotten first), bounded by
+#: count and by the bytes of the paths kept: at most 16 MiB of paths and about 100 bytes of
+#: bookkeeping each (~6 MiB), whatever the targets. An LRU over uniform random paths hits about
+#: RECENT_MAX / paths: it must cover a site's working set, or most requests hop to the cold pool.
+RECENT_MAX = 65536
+RECENT_MAX_BYTES = 16 * 1024 * 1024
 #: Bytes of hot bodies the memo may keep alive beyond the hot cache's own bound.
 MEMO_MAX_BYTES = 16 * 1024 * 1024
 
@@ -79,6 +83,7 @@ class Engine:
         self.memo: dict[bytes, tuple[HotEntry, str, bytes]] = {}
         self.memo_bytes = 0
         self.recent: OrderedDict[bytes, float] = OrderedDict()
+        self.recent_bytes = 0
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
         self.now = loop.time()
@@ -116,10 +121,14 @@ class Engine:
         return True
 
     def saw(self, raw: bytes) -> None:
-        self.recent[raw] = self.now
-        self.recent.move_to_end(raw)
-        if len(self.recent) > RECENT_MAX:
-            self.recent.popitem(last=False)
+        recent = self.recent
+        if raw in recent:
+            recent.move_to_end(raw)
+        else:
+            self.recent_bytes += len(raw)
+        recent[raw] = self.now
+        while len(recent) > RECENT_MAX or self.recent_bytes > RECENT_MAX_BYTES:
+            self.recent_bytes -= len(recent.popitem(last=False)[0])
 
     def lost(self, conn: HttpProtocol) -> None:
         self.connections.discard(conn)
