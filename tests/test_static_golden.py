@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,26 @@ async def _answers(public: Path, door: str, policy: str) -> dict[str, Any]:
         await server.close()
 
 
+def _phrase_free(answer: dict[str, Any]) -> dict[str, Any]:
+    """*answer* with its status line's reason checked against this Python's and then dropped.
+
+    Both doors say ``http.HTTPStatus``'s phrase, which Python 3.13 renamed for some statuses
+    (416 "Requested Range Not Satisfiable" became "Range Not Satisfiable"): the table was recorded
+    on an older Python, so the code is compared, and the phrase must be the running Python's.
+    """
+    version, code, phrase = answer["status"].split(" ", 2)
+    assert phrase in (HTTPStatus(int(code)).phrase, _RECORDED_PHRASES.get(int(code))), answer["status"]
+    return {**answer, "status": f"{version} {code}"}
+
+
+#: Phrases the table holds where Python 3.13 changed them.
+_RECORDED_PHRASES = {
+    416: "Requested Range Not Satisfiable",
+    414: "Request-URI Too Long",
+    413: "Request Entity Too Large",
+}
+
+
 @pytest.mark.parametrize("door", sorted(DOORS))
 async def test_static_answers_match_the_recorded_table(tmp_path: Path, door: str) -> None:
     public = build_tree(tmp_path)
@@ -62,5 +83,5 @@ async def test_static_answers_match_the_recorded_table(tmp_path: Path, door: str
     expected = json.loads(GOLDEN.read_text())[door]
     for policy, answers in expected.items():
         for name, answer in answers.items():
-            assert got[policy][name] == answer, (door, policy, name)
+            assert _phrase_free(got[policy][name]) == _phrase_free(answer), (door, policy, name)
     assert {p: sorted(a) for p, a in got.items()} == {p: sorted(a) for p, a in expected.items()}
