@@ -1,10 +1,11 @@
 """The native ``serve`` engine over HTTP: the plugin's tables, then HTTP/1.1 as the RFCs and nginx do it.
 
 The engine runs in the test's loop (both loops, over TCP and TLS; a Unix socket where it
-matters), mounted at "/" as ``serve`` mounts it. The first half replays the plugin's tables
-(tests/test_aiohttp_plugin.py: full files, HEAD, content types, conditional requests, single and
-multiple ranges, If-Range, pre-compressed siblings, hostile paths, symlinks, directories) on
-the plugin's own fixture tree, with an aiohttp client. The second half is the protocol's own:
+matters), mounted at "/" as ``serve`` mounts it. The first half runs the plugin's tables and
+checks (tests/support/static_cases.py, which tests/test_aiohttp_plugin.py runs too: full files,
+HEAD, content types, conditional requests, single and multiple ranges, If-Range, pre-compressed
+siblings, hostile paths, symlinks, directories) on the plugin's own fixture tree, with an
+aiohttp client; ``site`` is this module's door. The second half is the protocol's own:
 keep-alive, pipelining, HTTP/1.0, ``Connection: close``, 405 with ``Allow``, ``Expect:
 100-continue``, a body on ``GET``, absolute-form targets, decoding once, the query, limits
 (400/414/431 then close), the header and keep-alive timeouts, ``Date``; written raw on a socket.
@@ -16,7 +17,6 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
-import gzip
 import os
 import random
 import ssl
@@ -26,24 +26,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import BodyPartReader, ClientSession, MultipartReader, TCPConnector
+from aiohttp import ClientSession
 
 from aiosendfile import _platform
 
 from .support.files import pattern
 from .support.native import Blob, NativeSite, native_site, read_response, split_responses, without_date
-from .support.raw_http import parse_response
-from .test_aiohttp_plugin import BIG, HOSTILE, SMALL, build_tree
+from .support.raw_http import Response, parse_response
+from .support.static_cases import BIG, SMALL, DoorClient, StaticCases, build_tree, door_session
 
 pytest.importorskip("aiosendfile._serve._server")
 
 
 @dataclass
-class Client:
+class Client(DoorClient):
     """A native site and an aiohttp session to it (no decompression, no redirects)."""
 
     site: NativeSite
     session: ClientSession
+    mount: str = ""  # serve mounts at "/"
 
     @property
     def root(self) -> Path:
@@ -56,15 +57,8 @@ class Client:
     def url(self, path: str) -> str:
         return self.site.url(path)
 
-    async def get(self, path: str, method: str = "GET", **headers: str) -> tuple[int, Any, bytes]:
-        async with self.session.request(method, self.url(path), headers=headers, allow_redirects=False) as r:
-            return r.status, r.headers, await r.read()
-
-    async def raw(self, target: str, extra: str = "") -> tuple[int, bytes]:
-        """Send a request line exactly as given (no client-side normalisation)."""
-        data = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n".encode("latin-1")
-        response = await self.site.fetch(data)
-        return response.status, response.raw
+    async def fetch(self, data: bytes) -> Response:
+        return await self.site.fetch(data)
 
 
 @pytest.fixture(params=[False, True], ids=["tcp", "tls"])
@@ -88,271 +82,35 @@ async def site(
                     **config,
                 )
             )
-            session = ClientSession(
-                connector=TCPConnector(ssl=tls_client_ctx if tls else False), auto_decompress=False
-            )
+            session = door_session(tls_client_ctx if tls else None)
             stack.push_async_callback(session.close)
             return Client(s, session)
 
         yield make
 
 
-# -- the plugin's tables: bodies and headers ---------------------------------------------------------
+# -- the plugin's tables (tests/support/static_cases.py) -------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("big.bin", BIG), ("small.txt", SMALL), ("empty.txt", 0)])
-async def test_get_full_file(site: Any, name: str, size: int) -> None:
-    s = await site()
-    status, headers, body = await s.get(f"/{name}")
-    assert status == 200
-    assert Blob(body) == Blob((s.root / name).read_bytes())
-    assert headers["Content-Length"] == str(size)
-    assert headers["Accept-Ranges"] == "bytes"
-    st = (s.root / name).stat()
-    assert headers["ETag"] == f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
-    assert email.utils.parsedate_to_datetime(headers["Last-Modified"]).timestamp() == int(st.st_mtime)
-    assert "Content-Encoding" not in headers
+class TestStaticCases(StaticCases):
+    """Full files, HEAD, content types, conditional requests, ranges, If-Range, pre-compressed
+    siblings, path safety, directories and symlinks, through ``site`` (mounted at /)."""
+
+    def check_a_304(self, headers: Any) -> None:
+        assert "Content-Length" not in headers
 
 
-async def test_big_file_is_zero_copy_except_over_tls(site: Any) -> None:
-    s = await site()
-    for _ in range(2):  # and the keep-alive connection is fine afterwards
-        status, _, body = await s.get("/big.bin")
-        assert status == 200
-        assert Blob(body) == Blob(pattern(BIG))
-    assert _platform.counters.bytes == (0 if s.tls else 2 * BIG)
+# -- directories and symlinks ------------------------------------------------------------------------
 
 
-async def test_content_types(site: Any) -> None:
-    s = await site()
-    _, headers, body = await s.get("/archive.tar.gz")
-    assert headers["Content-Type"] == "application/gzip"  # gzip data, served as itself
-    assert "Content-Encoding" not in headers
-    assert gzip.decompress(body) == b"tar"
-    assert (await s.get("/page.html"))[1]["Content-Type"].startswith("text/html")
-    assert (await s.get("/big.bin"))[1]["Content-Type"] == "application/octet-stream"
-    assert (await s.get("/small.txt"))[1]["Content-Type"].startswith("text/plain")
+async def test_the_url_cannot_climb_out_even_following_symlinks(site: Any) -> None:
+    s = await site(follow_symlinks=True)
+    assert (await s.raw("/../secret.txt"))[0] in (400, 404)
 
 
-async def test_head_sends_headers_only(site: Any) -> None:
-    s = await site()
-    status, headers, body = await s.get("/big.bin", method="HEAD")
-    assert status == 200
-    assert body == b""
-    assert headers["Content-Length"] == str(BIG)
-    assert (await s.get("/small.txt"))[2] == pattern(SMALL)  # the connection is still in sync
-    status, headers, _ = await s.get("/big.bin", method="HEAD", Range="bytes=0-9")
-    assert (status, headers["Content-Length"]) == (200, str(BIG))
-    assert "Content-Range" not in headers
-
-
-async def test_conditional_requests(site: Any) -> None:
-    s = await site()
-    _, headers, _ = await s.get("/small.txt")
-    etag, last_modified = headers["ETag"], headers["Last-Modified"]
-    older = email.utils.format_datetime(
-        email.utils.parsedate_to_datetime(last_modified) - datetime.timedelta(days=1), usegmt=True
-    )
-    cases: list[tuple[dict[str, str], int]] = [
-        ({"If-None-Match": etag}, 304),
-        ({"If-None-Match": f"W/{etag}"}, 304),
-        ({"If-None-Match": '"other", ' + etag}, 304),
-        ({"If-None-Match": "*"}, 304),
-        ({"If-None-Match": '"other"'}, 200),
-        ({"If-Modified-Since": last_modified}, 304),
-        ({"If-Modified-Since": older}, 200),
-        ({"If-Modified-Since": "garbage"}, 200),
-        ({"If-None-Match": '"other"', "If-Modified-Since": last_modified}, 200),
-        ({"If-Match": etag}, 200),
-        ({"If-Match": '"other"'}, 412),
-        ({"If-Match": f"W/{etag}"}, 412),
-        ({"If-Match": "*"}, 200),
-        ({"If-Unmodified-Since": last_modified}, 200),
-        ({"If-Unmodified-Since": older}, 412),
-        ({"If-Match": etag, "If-Unmodified-Since": older}, 200),
-    ]
-    for headers_in, expected in cases:
-        status, headers_out, body = await s.get("/small.txt", **headers_in)
-        assert status == expected, headers_in
-        if status == 304:
-            assert body == b""
-            assert headers_out["ETag"] == etag
-            assert "Content-Length" not in headers_out
-        elif status == 412:
-            assert body == b""
-        else:
-            assert body == pattern(SMALL)
-
-
-# -- ranges ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["big.bin", "small.txt"])
-async def test_single_ranges(site: Any, name: str) -> None:
-    s = await site()
-    data = (s.root / name).read_bytes()
-    size = len(data)
-    cases = [
-        ("bytes=0-99", 0, 100),
-        ("bytes=100-", 100, size),
-        ("bytes=-500", size - 500, size),
-        ("bytes=10-10", 10, 11),
-        (f"bytes=0-{size + 1000}", 0, size),
-        (f"bytes=-{size * 2}", 0, size),
-        ("bytes=1000-1999", 1000, 2000),
-    ]
-    for header, start, stop in cases:
-        status, headers, body = await s.get(f"/{name}", Range=header)
-        assert status == 206, header
-        assert Blob(body) == Blob(data[start:stop]), header
-        assert headers["Content-Range"] == f"bytes {start}-{stop - 1}/{size}"
-        assert headers["Content-Length"] == str(stop - start)
-
-
-async def test_unsatisfiable_and_ignored_ranges(site: Any) -> None:
-    s = await site()
-    status, headers, body = await s.get("/small.txt", Range=f"bytes={SMALL}-")
-    assert status == 416
-    assert headers["Content-Range"] == f"bytes */{SMALL}"
-    assert body == b""
-    for ignored in ("bytes=5-1", "items=0-1", "bytes=abc", "bytes=--1", "bytes="):
-        status, headers, body = await s.get("/small.txt", Range=ignored)
-        assert (status, body) == (200, pattern(SMALL)), ignored
-
-
-async def test_multiple_ranges_are_multipart(site: Any) -> None:
-    s = await site()
-    data = pattern(BIG)
-    parts = []
-    async with s.session.get(s.url("/big.bin"), headers={"Range": "bytes=0-9,2000000-2999999,-5"}) as resp:
-        assert resp.status == 206
-        assert resp.headers["Content-Type"].startswith("multipart/byteranges; boundary=")
-        length = int(resp.headers["Content-Length"])
-        reader = MultipartReader.from_response(resp)
-        while (part := await reader.next()) is not None:
-            assert isinstance(part, BodyPartReader)
-            parts.append((part.headers["Content-Range"], Blob(await part.read(decode=False))))
-        assert resp.content.total_bytes == length
-    assert parts == [
-        (f"bytes 0-9/{BIG}", Blob(data[0:10])),
-        (f"bytes 2000000-2999999/{BIG}", Blob(data[2000000:3000000])),
-        (f"bytes {BIG - 5}-{BIG - 1}/{BIG}", Blob(data[-5:])),
-    ]
-
-
-async def test_overlapping_ranges_are_coalesced(site: Any) -> None:
-    s = await site()
-    status, headers, body = await s.get("/small.txt", Range="bytes=0-99,50-149,150-199")
-    assert status == 206
-    assert headers["Content-Range"] == f"bytes 0-199/{SMALL}"
-    assert body == pattern(SMALL)[:200]
-
-
-async def test_if_range(site: Any) -> None:
-    s = await site()
-    _, headers, _ = await s.get("/big.bin")
-    etag, last_modified = headers["ETag"], headers["Last-Modified"]
-    for if_range, expected in [
-        (etag, 206),
-        ('"stale"', 200),
-        (f"W/{etag}", 200),
-        (last_modified, 206),
-        ("Mon, 01 Jan 2001 00:00:00 GMT", 200),
-        ("junk", 200),
-    ]:
-        status, _, body = await s.get("/big.bin", Range="bytes=0-9", **{"If-Range": if_range})
-        assert status == expected, if_range
-        assert Blob(body) == Blob(pattern(BIG)[:10] if expected == 206 else pattern(BIG))
-
-
-async def test_file_changing_between_requests(site: Any) -> None:
-    s = await site()
-    path = s.root / "small.txt"
-    _, h1, b1 = await s.get("/small.txt")
-    path.write_bytes(b"shorter now")
-    os.utime(path, ns=(1, 10**18))
-    _, h2, b2 = await s.get("/small.txt")
-    assert (b1, b2) == (pattern(SMALL), b"shorter now")
-    assert h2["Content-Length"] == "11"
-    assert h1["ETag"] != h2["ETag"]
-    assert (await s.get("/small.txt", **{"If-None-Match": h1["ETag"]}))[0] == 200
-
-
-async def test_precompressed_siblings(site: Any) -> None:
-    s = await site()
-    plain = (s.root / "doc.txt").read_bytes()
-    cases = [
-        ("gzip", "gzip", "doc.txt.gz"),
-        ("br, gzip", "br", "doc.txt.br"),
-        ("gzip;q=1.0, br;q=0.5", "gzip", "doc.txt.gz"),
-        ("br;q=0, gzip;q=0", None, "doc.txt"),
-        ("identity", None, "doc.txt"),
-        ("", None, "doc.txt"),
-        ("*", "br", "doc.txt.br"),
-    ]
-    for accept, encoding, served in cases:
-        status, headers, body = await s.get("/doc.txt", **{"Accept-Encoding": accept})
-        assert status == 200
-        assert headers.get("Content-Encoding") == encoding, accept
-        assert body == (s.root / served).read_bytes(), accept
-        assert headers["Content-Type"].startswith("text/plain")
-        assert "Accept-Encoding" in headers.getall("Vary", [])
-    assert gzip.decompress((s.root / "doc.txt.gz").read_bytes()) == plain
-    _, headers, _ = await s.get("/small.txt", **{"Accept-Encoding": "gzip"})
-    assert "Accept-Encoding" in headers.getall("Vary", [])
-
-
-# -- directories and path safety ------------------------------------------------------------------------
-
-
-async def test_hostile_paths_never_escape(site: Any) -> None:
-    s = await site()
-    for target in HOSTILE:
-        target = target.replace("/static", "", 1)
-        status, raw = await s.raw(target)
-        assert status in (400, 403, 404), (target, status)
-        assert b"TOP SECRET" not in raw, target
-
-
-async def test_symlinked_siblings_and_index_cannot_escape(site: Any) -> None:
-    s = await site()
-    for path, encoding in [("/page.html", "gzip"), ("/ghost.js", "br"), ("/linkedindex/", "")]:
-        status, _, body = await s.get(path, **{"Accept-Encoding": encoding} if encoding else {})
-        assert b"TOP SECRET" not in body, path
-        assert status in (403, 404, 200), path
-    assert (await s.get("/page.html", **{"Accept-Encoding": "gzip"}))[2] == b"<h1>hi</h1>"
-    assert (await s.get("/outdir/"))[0] == 404
-    assert (await s.get("/outdir/secret.txt"))[0] == 404
-
-
-async def test_symlinks(site: Any) -> None:
-    s = await site()
-    assert (await s.get("/inner-link"))[2] == pattern(SMALL)
-    assert (await s.get("/escape"))[0] == 404
-    s2 = await site(follow_symlinks=True)
-    status, _, body = await s2.get("/escape")
-    assert (status, body) == (200, b"TOP SECRET")
-    assert (await s2.raw("/../secret.txt"))[0] in (400, 404)  # the URL still cannot climb out
-
-
-async def test_directories(site: Any) -> None:
-    s = await site()
-    status, headers, _ = await s.get("/dir")
-    assert status == 301
-    assert headers["Location"].endswith("/dir/")
-    status, headers, _ = await s.get("/dir?x=1&y=2")
+async def test_a_directory_redirect_keeps_the_query(site: Any) -> None:
+    status, headers, _ = await (await site()).get("/dir?x=1&y=2")
     assert (status, headers["Location"].rsplit("/", 2)[-2:]) == (301, ["dir", "?x=1&y=2"])
-    assert (await s.get("/small.txt/"))[0] == 404
-    assert (await s.raw("/small.txt/."))[0] == 404
-    assert (await s.get("/dir/"))[2] == b"index!"
-    assert (await s.get("/noindex/"))[0] == 403
-    assert (await s.get("/missing.txt"))[0] == 404
-    assert (await s.get("/space%20name.txt"))[2] == b"spaced"
-    assert (await s.get("/%252e%252e"))[2] == b"literal percent name"
-    listing = await site(show_index=True)
-    status, _, body = await listing.get("/noindex/")
-    assert status == 200
-    assert b'<a href="a.txt">a.txt</a>' in body
 
 
 async def test_fifo_and_missing_are_404_not_a_hang(site: Any) -> None:
