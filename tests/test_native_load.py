@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from .support.files import pattern
+from .support.files import download_sizes, pattern, write_download_mix
 from .support.native import NativeProcess, native_process, raise_nofile, read_response, wait_for
 from .support.raw_http import parse_response
 
@@ -232,17 +231,6 @@ async def _slowloris(server: NativeProcess, clients: int, header_timeout: float)
 
 # -- concurrent downloads --------------------------------------------------------------------------------
 
-# (size, how many): 1,000 downloads, about 640 MB in all (test_stress's mix); the default run takes 1 in 10.
-MIX = [
-    (1_000, 200),
-    (30_000, 250),
-    (65_536, 100),
-    (200_000, 200),
-    (1_000_000, 150),
-    (4_000_000, 70),
-    (8_000_000, 30),
-]
-
 
 @pytest.mark.parametrize(
     ("n", "tls"),
@@ -256,14 +244,8 @@ MIX = [
 def test_concurrent_downloads_are_byte_exact(tmp_path: Path, tls_ca: Any, n: int, tls: bool) -> None:
     public = tmp_path / "public"
     public.mkdir()
-    digests = {}
-    for size, _ in MIX:
-        data = pattern(size, seed=size % 251)
-        (public / f"f{size}.bin").write_bytes(data)
-        digests[size] = hashlib.sha256(data).hexdigest()
-    sizes = [size for size, count in MIX for _ in range(count * n // 1000)]
-    assert len(sizes) == n
-    sizes = sizes[::2] + sizes[1::2][::-1]  # big and small transfers overlap
+    digests = write_download_mix(public)
+    sizes = download_sizes(n)  # the default run takes 1 in 10 of the mix
     cert = ca = None
     if tls:
         cert, ca = tmp_path / "server.pem", tmp_path / "ca.pem"

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import ctypes
 import gc
-import hashlib
 import http.client
 import json
 import os
@@ -45,7 +44,7 @@ import aiosendfile.aiohttp as sf
 
 from .support.cancellations import random_cancellations
 from .support.connections import Connector, loop_name
-from .support.files import pattern
+from .support.files import download_sizes, pattern, write_download_mix
 from .support.processes import Server
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
@@ -161,17 +160,6 @@ async def site_factory(tls: bool, tls_server_ctx: ssl.SSLContext) -> AsyncIterat
 
 # -- 1,000 concurrent downloads ---------------------------------------------------------------------
 
-# (size, how many downloads of it): 1,000 downloads, about 640 MB in all.
-MIX = [
-    (1_000, 200),
-    (30_000, 250),
-    (65_536, 100),  # the largest body sent inline with the headers
-    (200_000, 200),
-    (1_000_000, 150),
-    (4_000_000, 70),
-    (8_000_000, 30),
-]
-
 
 class Sampler:
     """Samples this process's RSS and fd count every 50 ms while the load runs."""
@@ -281,17 +269,10 @@ async def test_a_thousand_concurrent_downloads(
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    digests = {}
-    for size, _ in MIX:
-        data = pattern(size, seed=size % 251)
-        (root / f"f{size}.bin").write_bytes(data)
-        digests[size] = hashlib.sha256(data).hexdigest()
-    del data
+    digests = write_download_mix(root)
     (root / "tiny.txt").write_bytes(b"x" * 100)
     site = await site_factory(root)
-    sizes = [size for size, n in MIX for _ in range(n)]
-    assert len(sizes) == 1000
-    sizes = sizes[::2] + sizes[1::2][::-1]  # interleaved, so big and small transfers overlap
+    sizes = download_sizes(1000)
     ca = tmp_path / "ca.pem"
     tls_ca.cert_pem.write_to_path(str(ca))
     config = {

@@ -1,7 +1,9 @@
-"""Test data and the disk under it: position-dependent bytes, page-cache eviction, a slow disk."""
+"""Test data and the disk under it: position-dependent bytes, the load tests' download mix,
+page-cache eviction, a slow disk."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -20,6 +22,36 @@ def pattern(size: int, seed: int = 0) -> bytes:
     block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
     reps = size // len(block) + 1
     return (block * reps)[:size]
+
+
+# (size, how many): 1,000 downloads, about 640 MB in all (test_stress's and test_native_load's mix).
+DOWNLOAD_MIX = [
+    (1_000, 200),
+    (30_000, 250),
+    (65_536, 100),  # the largest body sent inline with the headers
+    (200_000, 200),
+    (1_000_000, 150),
+    (4_000_000, 70),
+    (8_000_000, 30),
+]
+
+
+def write_download_mix(root: Path) -> dict[int, str]:
+    """One file ``f{size}.bin`` a size of ``DOWNLOAD_MIX`` in *root*; their sha256 by size."""
+    digests = {}
+    for size, _ in DOWNLOAD_MIX:
+        data = pattern(size, seed=size % 251)
+        (root / f"f{size}.bin").write_bytes(data)
+        digests[size] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def download_sizes(n: int) -> list[int]:
+    """*n* downloads (a multiple of 1,000 / 10) in ``DOWNLOAD_MIX``'s proportions, interleaved so
+    big and small transfers overlap."""
+    sizes = [size for size, count in DOWNLOAD_MIX for _ in range(count * n // 1000)]
+    assert len(sizes) == n
+    return sizes[::2] + sizes[1::2][::-1]
 
 
 def evict(path: Path) -> None:
