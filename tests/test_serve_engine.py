@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from .support.files import pattern
+from .support.raw_http import connect, read_to_eof
 
 pytest.importorskip("httptools")
 
@@ -48,38 +49,16 @@ class Site:
     ctx: ssl.SSLContext | None = None
 
     async def open(self, **kw: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self.unix is not None:
-            return await asyncio.open_unix_connection(self.unix, limit=2**22)
-        return await asyncio.open_connection(
-            self.host,
-            self.port,
-            ssl=self.ctx,
-            server_hostname="localhost" if self.ctx else None,
-            limit=2**22,
-            **kw,
-        )
+        return await connect(self.host, self.port, self.ctx, self.unix, limit=2**22, **kw)
 
     async def exchange(self, data: bytes) -> bytes:
         """Send *data*, read until the server closes."""
         reader, writer = await self.open()
         try:
             writer.write(data)
-            return await asyncio.wait_for(_read_to_eof(reader), 20)
+            return await asyncio.wait_for(read_to_eof(reader), 20)
         finally:
             await _close(writer)
-
-
-async def _read_to_eof(reader: asyncio.StreamReader) -> bytes:
-    chunks = []
-    while True:
-        try:
-            chunk = await reader.read(2**20)
-        except (ConnectionError, ssl.SSLError):
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -229,7 +208,7 @@ async def test_pipelined_requests_are_answered_in_order(site: Site) -> None:
     reader, writer = await site.open()
     try:
         writer.write(data)
-        raw = await asyncio.wait_for(_read_to_eof(reader), 30)
+        raw = await asyncio.wait_for(read_to_eof(reader), 30)
     finally:
         await _close(writer)
     answers = split_answers(raw, [m for m, _, _ in requests[:-1]])
@@ -401,7 +380,7 @@ async def test_limits_and_garbage_are_answered_then_closed(site: Site, data: byt
     reader, writer = await site.open()
     try:
         writer.write(data + get("/small.txt"))  # nothing after the error is answered
-        raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+        raw = await asyncio.wait_for(read_to_eof(reader), 20)
     finally:
         await _close(writer)
     (a,) = split_answers(raw, ["GET"])
@@ -412,7 +391,7 @@ async def test_an_error_after_pipelined_requests_comes_after_their_answers(site:
     reader, writer = await site.open()
     try:
         writer.write(get("/big.bin") + get("/small.txt") + b"NOT HTTP\r\n\r\n")
-        raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+        raw = await asyncio.wait_for(read_to_eof(reader), 20)
     finally:
         await _close(writer)
     answers = split_answers(raw, ["GET", "GET", "GET"])
@@ -428,7 +407,7 @@ async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path) -> None:
         reader, writer = await site.open()
         try:
             writer.write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n")  # never finished
-            raw = await asyncio.wait_for(_read_to_eof(reader), 20)
+            raw = await asyncio.wait_for(read_to_eof(reader), 20)
         finally:
             await _close(writer)
     (a,) = split_answers(raw, ["GET"])
@@ -692,7 +671,7 @@ async def test_a_client_that_stops_reading_a_file_is_cut_off(tmp_path: Path) -> 
                     break
                 await asyncio.sleep(0.05)
             assert not connections
-            rest = await asyncio.wait_for(_read_to_eof(reader), 20)
+            rest = await asyncio.wait_for(read_to_eof(reader), 20)
             assert len(rest) < 256 * 1024 * 1024
         finally:
             await _close(writer)

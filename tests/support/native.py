@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .processes import BANNER, cli_env
-from .raw_http import Response, parse_response, raw_async
+from .raw_http import Response, connect, parse_response, raw_async
 
 # -- in the test's loop -----------------------------------------------------------------------------
 
@@ -69,15 +69,7 @@ class NativeSite:
 
     async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw connection to the site (TLS when the site is), for keep-alive and pipelining."""
-        if self.unix_path is not None:
-            return await asyncio.open_unix_connection(self.unix_path, limit=2**20)
-        return await asyncio.open_connection(
-            self.host,
-            self.port,
-            ssl=self.ctx,
-            server_hostname="localhost" if self.ctx else None,
-            limit=2**20,
-        )
+        return await connect(self.host, self.port, self.ctx, self.unix_path)
 
 
 def engine() -> Any:

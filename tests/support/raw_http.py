@@ -1,4 +1,5 @@
-"""HTTP as bytes on a socket: a raw client (no library normalises the request) and a strict
+"""HTTP as bytes on a socket: a raw client (no library normalises the request), its connection
+(``connect``: TCP, TLS or a Unix socket) and reading to the end (``read_to_eof``), and a strict
 multipart/byteranges reader."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import re
 import socket
 import ssl
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -40,25 +42,45 @@ def request_bytes(target: bytes, extra: bytes = b"", method: bytes = b"GET") -> 
     return method + b" " + target + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + extra + b"\r\n"
 
 
+async def connect(
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext | None,
+    unix_path: str | None = None,
+    limit: int = 2**20,
+    **kw: Any,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw connection: to *unix_path* if given, else TCP to *host*:*port* (TLS through *ctx*,
+    checked as "localhost"; *kw* to ``asyncio.open_connection``)."""
+    if unix_path is not None:
+        return await asyncio.open_unix_connection(unix_path, limit=limit)
+    return await asyncio.open_connection(
+        host, port, ssl=ctx, server_hostname="localhost" if ctx else None, limit=limit, **kw
+    )
+
+
+async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
+    """Everything until the connection ends: EOF, a reset or a TLS error (no timeout of its own)."""
+    chunks = []
+    while True:
+        try:
+            chunk = await reader.read(2**20)
+        except (ConnectionError, ssl.SSLError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def raw_async(
     host: str, port: int, data: bytes, ctx: ssl.SSLContext | None, timeout: float = 20
 ) -> bytes:
-    reader, writer = await asyncio.open_connection(
-        host, port, ssl=ctx, server_hostname="localhost" if ctx else None, limit=2**20
-    )
+    reader, writer = await connect(host, port, ctx)
     try:
         writer.write(data)
-        chunks = []
         async with asyncio.timeout(timeout) if hasattr(asyncio, "timeout") else contextlib.nullcontext():
-            while True:
-                try:
-                    chunk = await reader.read(2**20)
-                except (ConnectionError, ssl.SSLError):
-                    break
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        return b"".join(chunks)
+            return await read_to_eof(reader)
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError, ssl.SSLError):
