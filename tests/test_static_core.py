@@ -796,3 +796,30 @@ def test_content_type_memo_by_extension_answers_as_mimetypes(name: str) -> None:
     from aiosendfile._static._mime import content_type_for
 
     assert _core._content_type(name) == content_type_for(name)
+
+
+def test_real_fs_remembers_a_checked_file_but_not_a_swapped_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second open of a file by the same path skips the /proc readlink; a symlink swapped in
+    at that path (another inode) is checked again and refused."""
+    from aiosendfile._static import _fs
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "a.txt").write_bytes(b"in")
+    (outside / "secret").write_bytes(b"out")
+    links: list[str] = []
+    readlink = os.readlink
+    monkeypatch.setattr(os, "readlink", lambda p: links.append(p) or readlink(p))
+    fs = _fs.RealFS()
+    for _ in range(3):
+        fd, _st = fs.open_regular(str(root / "a.txt"), str(root), False)
+        os.close(fd)
+    assert len(links) == 1
+    (root / "a.txt").unlink()
+    (root / "a.txt").symlink_to(outside / "secret")
+    with pytest.raises(OutsideRoot):
+        fs.open_regular(str(root / "a.txt"), str(root), False)
+    assert len(links) == 2

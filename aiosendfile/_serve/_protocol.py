@@ -461,19 +461,6 @@ class HttpProtocol(asyncio.Protocol):
             self.task = None
             transport.abort()
             return
-        except RuntimeError as exc:
-            # "Transport is closing", or (Python 3.10's TLS) "SSL transport has not been initialized
-            # yet": the peer went away first, and the loss reaches us within a few iterations.
-            self.task = None  # (connection_lost must not cancel these waits)
-            for _ in range(3):
-                if self.transport is None or transport.is_closing():
-                    break
-                await asyncio.sleep(0)
-            gone = self.transport is None or transport.is_closing()
-            transport.abort()
-            if not gone:
-                self._report(exc, "sending a file body failed")
-            return
         except asyncio.CancelledError:  # the connection was lost
             transport.abort()
             raise
