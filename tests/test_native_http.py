@@ -30,6 +30,7 @@ from aiohttp import ClientSession
 
 from aiosendfile import _platform
 
+from .support import raw_http
 from .support.files import pattern
 from .support.native import Blob, NativeSite, native_site, read_response, split_responses, without_date
 from .support.raw_http import Response, parse_response
@@ -137,13 +138,7 @@ def req(target: bytes, *headers: bytes, method: bytes = b"GET", version: bytes =
 
 async def read_to_eof(reader: asyncio.StreamReader, timeout: float = 20) -> bytes:
     """Everything until the connection ends (EOF or reset); TimeoutError if it has not in *timeout*."""
-    out = b""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    with contextlib.suppress(ConnectionError, ssl.SSLError):
-        while chunk := await asyncio.wait_for(reader.read(2**20), max(deadline - loop.time(), 0)):
-            out += chunk
-    return out
+    return await asyncio.wait_for(raw_http.read_to_eof(reader), timeout)
 
 
 async def closed(reader: asyncio.StreamReader, timeout: float = 20) -> bool:
