@@ -113,13 +113,8 @@ def send_at_once(job: SendJob) -> Start | None:
 def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
     state, options, file_fd = job.state, job.options, job.file.fd
     assert file_fd is not None  # zero-copy needs a regular file's fd
-    if job.headers_sent < len(options.headers):
-        try:
-            _send_some(job, sock, options.headers, trailers=False)
-        except BlockingIOError:
-            return "wait"
-        if job.headers_sent < len(options.headers):
-            return "wait"
+    if not _frame_sent(job, sock, trailers=False):
+        return "wait"
     if not state.done:
         size = state.next_chunk()
         position = state.position
@@ -134,14 +129,24 @@ def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
             return "wait"
         if not state.done:
             return "yield"
-    if job.trailers_sent < len(options.trailers):
-        try:
-            _send_some(job, sock, options.trailers, trailers=True)
-        except BlockingIOError:
-            return "wait"
-        if job.trailers_sent < len(options.trailers):
-            return "wait"
+    if not _frame_sent(job, sock, trailers=True):
+        return "wait"
     return None
+
+
+def _frame_sent(job: SendJob, sock: socket.socket, *, trailers: bool) -> bool:
+    """Whether the headers (or trailers) are all sent, after one send of their unsent rest if any."""
+    data = job.options.trailers if trailers else job.options.headers
+    if _unsent(job, data, trailers=trailers):
+        try:
+            _send_some(job, sock, data, trailers=trailers)
+        except BlockingIOError:
+            return False
+    return not _unsent(job, data, trailers=trailers)
+
+
+def _unsent(job: SendJob, data: bytes, *, trailers: bool) -> bool:
+    return (job.trailers_sent if trailers else job.headers_sent) < len(data)
 
 
 async def send_zero_copy(job: SendJob, lease: TransportLease | None = None, start: Start = "go") -> None:
@@ -271,7 +276,7 @@ async def _send_all(
 ) -> None:
     """Send the unsent rest of the headers or the trailers, waiting while the socket is full."""
     data = job.options.trailers if trailers else job.options.headers
-    while (job.trailers_sent if trailers else job.headers_sent) < len(data):
+    while _unsent(job, data, trailers=trailers):
         if lease is not None:
             lease.check_alive()
         try:

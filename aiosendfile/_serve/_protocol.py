@@ -271,7 +271,8 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         if fields is None and method in _GET_HEAD:
             q = url.find(b"?")
-            memo = engine.memo.get(url if q < 0 else url[:q])
+            key = url if q < 0 else url[:q]
+            memo = engine.memo.get(key)
             if memo is not None:
                 entry, path, head = memo
                 try:
@@ -288,7 +289,7 @@ class HttpProtocol(asyncio.Protocol):
                     if log is not None:
                         self._log(method, url, log, 200, len(body))
                     return
-                engine.forget(url if q < 0 else url[:q])
+                engine.forget(key)
         self._decide(method, url, mode, fields, log)
 
     def _decide(
