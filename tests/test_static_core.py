@@ -823,3 +823,21 @@ def test_real_fs_remembers_a_checked_file_but_not_a_swapped_path(
     with pytest.raises(OutsideRoot):
         fs.open_regular(str(root / "a.txt"), str(root), False)
     assert len(links) == 2
+
+
+def test_a_file_found_inside_by_the_pool_is_not_checked_again_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's file system (first sights) and the loop's share what they found inside the root."""
+    from aiosendfile._static import _fs
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"in")
+    links: list[str] = []
+    readlink = os.readlink
+    monkeypatch.setattr(os, "readlink", lambda p: links.append(p) or readlink(p))
+    for fs in (_fs.POOL_FS, _fs.REAL_FS):
+        fd, _st = fs.open_regular(str(root / "a.txt"), str(root), False)
+        os.close(fd)
+    assert len(links) == 1

@@ -21,7 +21,7 @@ from typing import Protocol
 from .. import _platform
 from ._paths import inside
 
-__all__ = ("POOL_FS", "REAL_FS", "FileSystem", "NotRegular", "OutsideRoot", "PoolFS", "RealFS")
+__all__ = ("POOL_FS", "REAL_FS", "FileSystem", "KnownInside", "NotRegular", "OutsideRoot", "PoolFS", "RealFS")
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 #: For a sibling with no root to contain it: a symlink is refused (ELOOP), as aiohttp's class does.
@@ -68,12 +68,33 @@ _INSIDE_MAX = 65536
 _INSIDE_MAX_CHARS = 16 * 1024 * 1024
 
 
-class RealFS:
-    """The file system through ``os``."""
+class KnownInside:
+    """Regular files already found inside a root: (root, path, device, inode, ctime ns), bounded."""
 
     def __init__(self) -> None:
-        self._inside: set[tuple[str, str, int, int, int]] = set()
-        self._inside_chars = 0
+        self._known: set[tuple[str, str, int, int, int]] = set()
+        self._chars = 0
+
+    def __contains__(self, key: tuple[str, str, int, int, int]) -> bool:
+        return key in self._known
+
+    def add(self, key: tuple[str, str, int, int, int]) -> None:
+        if len(self._known) >= _INSIDE_MAX or self._chars > _INSIDE_MAX_CHARS:
+            self._known.clear()
+            self._chars = 0
+        self._known.add(key)
+        self._chars += len(key[1])
+
+
+class RealFS:
+    """The file system through ``os``.
+
+    *known* is the memory of files found inside a root; file systems given the same one (the
+    loop's and the pool's) each skip the check the other made.
+    """
+
+    def __init__(self, known: KnownInside | None = None) -> None:
+        self._inside = KnownInside() if known is None else known
 
     def stat(self, path: str) -> os.stat_result:
         return os.stat(path)
@@ -94,11 +115,7 @@ class RealFS:
                     if not _opened_inside(fd, path, root):
                         raise OutsideRoot(path)
                     if stat.S_ISREG(st.st_mode):
-                        if len(self._inside) >= _INSIDE_MAX or self._inside_chars > _INSIDE_MAX_CHARS:
-                            self._inside.clear()
-                            self._inside_chars = 0
                         self._inside.add(known)
-                        self._inside_chars += len(path)
             if not stat.S_ISREG(st.st_mode):
                 raise NotRegular(path)
             os.set_blocking(fd, True)
@@ -168,7 +185,10 @@ class PoolFS(RealFS):
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+_KNOWN_INSIDE = KnownInside()
 #: The real file system.
-REAL_FS: FileSystem = RealFS()
-#: The real file system, for decisions taken in a pool thread (see :class:`PoolFS`).
-POOL_FS: FileSystem = PoolFS()
+REAL_FS: FileSystem = RealFS(_KNOWN_INSIDE)
+#: The real file system, for decisions taken in a pool thread (see :class:`PoolFS`); it shares
+#: REAL_FS's memory of files found inside, so a first sight decided in the pool spares the loop's
+#: later opens the ``readlink``.
+POOL_FS: FileSystem = PoolFS(_KNOWN_INSIDE)
