@@ -30,8 +30,7 @@ from yarl import URL
 import aiosendfile
 import aiosendfile.aiohttp as sf
 from aiosendfile import _options, _platform
-from aiosendfile._aiohttp import _fileresponse
-from aiosendfile._static import _fs
+from aiosendfile._static import _fs, _hot
 
 from .support.connections import Connector
 from .support.files import SlowDisk, pattern
@@ -43,9 +42,9 @@ BIG = 2 * 2**20 + 7  # above the inline limit: through aiosendfile.sendfile
 
 @pytest.fixture(autouse=True)
 def _fresh_hot_files() -> Any:
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
     yield
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
 
 
 class Server:
@@ -109,7 +108,7 @@ async def test_client_gone_before_prepare_is_connection_lost(
     (tmp_path / "small.txt").write_bytes(pattern(SMALL))
     (tmp_path / "big.bin").write_bytes(pattern(BIG))
     if kwargs.get("hot_cache", True):
-        _fileresponse.hot_files.put(
+        _hot.hot_files.put(
             str(tmp_path / name), None, os.stat(tmp_path / name), (tmp_path / name).read_bytes()
         )
     arrived = asyncio.Event()

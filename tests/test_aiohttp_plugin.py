@@ -218,11 +218,11 @@ async def test_save_upload(
 
 @pytest.fixture
 def fresh_hot_files() -> Any:
-    from aiosendfile._aiohttp import _fileresponse
+    from aiosendfile._static import _hot
 
-    _fileresponse.hot_files.clear()
-    yield _fileresponse.hot_files
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
+    yield _hot.hot_files
+    _hot.hot_files.clear()
 
 
 async def test_hot_file_is_served_without_opening_it(
@@ -355,7 +355,7 @@ async def test_siblings_are_looked_up_once_per_request(
 
 
 def test_hot_files_are_bounded() -> None:
-    from aiosendfile._aiohttp._fileresponse import HotFiles
+    from aiosendfile._static._hot import HotFiles
 
     def st(size: int, ino: int) -> Any:
         return os.stat_result((0o100644, ino, 1, 1, 0, 0, size, 0, 0, 0))

@@ -31,7 +31,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 import aiosendfile.aiohttp as sf
-from aiosendfile._aiohttp import _fileresponse
+from aiosendfile._static import _hot
 
 from .support.native import native_site, read_response
 from .support.raw_http import raw_async
@@ -83,13 +83,13 @@ async def doors(tmp_path: Path) -> AsyncIterator[Any]:
         assert server.port is not None
         return (server.host, server.port), site
 
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
     yield make
     for cm in natives:
         await cm.__aexit__(None, None, None)
     for server in servers:
         await server.close()
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.test_utils import RawTestServer, TestServer
 
 import aiosendfile.aiohttp as sf
-from aiosendfile._aiohttp import _fileresponse
+from aiosendfile._static import _hot
 
 from .support.raw_http import raw_async
 from .support.static_requests import POLICIES, build_tree, normalise, requests
@@ -73,9 +73,9 @@ _RECORDED_PHRASES = {
 @pytest.mark.parametrize("door", sorted(DOORS))
 async def test_static_answers_match_the_recorded_table(tmp_path: Path, door: str) -> None:
     public = build_tree(tmp_path)
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
     got = {policy: await _answers(public, door, policy) for policy in POLICIES}
-    _fileresponse.hot_files.clear()
+    _hot.hot_files.clear()
     if os.environ.get("AIOSENDFILE_GOLDEN_WRITE"):
         table = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
         table[door] = got

@@ -40,23 +40,10 @@ from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static import _http
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import Located, respond
-from .._static._hot import HOT_FILES_MAX_BYTES, HOT_FILES_MAX_ENTRIES, HotEntry, HotFiles, hot_files
-from .._static._mime import content_type_for
-from .._static._paths import inside
 from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
 from .._static._request import Request
 
-__all__ = (
-    "DEFAULT_INLINE_LIMIT",
-    "HOT_FILES_MAX_BYTES",
-    "HOT_FILES_MAX_ENTRIES",
-    "FileResponse",
-    "HotEntry",
-    "HotFiles",
-    "content_type_for",
-    "hot_files",
-    "inside",
-)
+__all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
 
 
 @functools.lru_cache(maxsize=64)
