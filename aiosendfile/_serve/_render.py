@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from .._static._answer import Answer
+from .._static._answer import Answer, error
 from ._date import CLOSE, Clock
 
 __all__ = ("error_response", "head_of", "status_line")
@@ -38,11 +38,9 @@ def head_of(answer: Answer) -> bytes:
 
 
 def error_response(status: int, clock: Clock, *, body: bool = True, mode: int = CLOSE) -> bytes:
-    """A whole response for an error the protocol finds itself (400, 408, 414, 431, 417, 500)."""
-    text = b"%d: %s" % (status, HTTPStatus(status).phrase.encode("latin-1"))
-    return (
-        status_line(status)
-        + b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n" % len(text)
-        + clock.tails[mode]
-        + (text if body else b"")
-    )
+    """A whole response for an error the protocol finds itself (400, 408, 414, 431, 417, 500),
+    rendered from the core's error answer, so its text and fields are the core's."""
+    answer = error(status, "GET" if body else "HEAD")
+    text = answer.body if body else b""
+    assert isinstance(text, bytes)
+    return head_of(answer) + clock.tails[mode] + text
