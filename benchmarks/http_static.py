@@ -14,6 +14,12 @@ Contenders, each serving the same temporary directory:
   in a ``web.Application`` on uvloop: the router and signals cost per request.
 * ``aiohttp-memory`` (not run by default): a reference, not a file server: the files' bytes
   held in memory and answered with ``web.Response``; what aiohttp's machinery costs.
+* The ASGI rows (issue #16; not run by default, ``--asgi`` runs them with nginx), named
+  ``SERVER/APP``. Servers: ``uvicorn`` (stock: uvloop, httptools), ``uvicorn+asf`` (the same
+  with ``--http aiosendfile.uvicorn:HttpToolsProtocol``), ``granian`` (``--interface asgi``, one
+  worker, one runtime thread, uvloop). Apps (``benchmarks/asgi_apps.py``): ``starlette``
+  (Starlette's ``StaticFiles`` mounted in a Starlette app), ``fastapi`` (the same in a FastAPI
+  app), ``asf.asgi`` (``aiosendfile.asgi.StaticFiles`` mounted in a Starlette app).
 
 The grid: sets ``4KiB`` and ``1MiB`` (one file each, in the page cache) and ``mixed``
 (10,000 files of log-normal sizes from 1 KiB to 1 MiB, fixed seed, requested in a seeded
@@ -35,11 +41,13 @@ Run from the repository root::
     python -m benchmarks.http_static                 # the full grid: 10 s trials, 3 rounds
     python -m benchmarks.http_static --rounds 3 --duration 5 --json /tmp/out.json
     python -m benchmarks.http_static --sets 4KiB,1MiB --connections 64 --workers 1
+    python -m benchmarks.http_static --asgi          # the ASGI rows and nginx: 4KiB, 1MiB at 64 connections
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import signal
 import statistics
@@ -52,6 +60,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks import asgi_apps
+from benchmarks.asgi_apps import ROOT_ENV
 from benchmarks.harness import MiB, TrialError, servers
 from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, warm
@@ -77,12 +87,36 @@ from benchmarks.harness.servers import (
 )
 from benchmarks.harness.wrk import paths_script
 
+ASGI_APPS_SOURCE = Path(asgi_apps.__file__).read_text()
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 
 SERVE = "serve"
 BASE = "nginx"  # every ratio is to nginx
-CONTENDERS = (SERVE, "nginx", "caddy", "http.server", "aiohttp-static", "aiosendfile-app", "aiohttp-memory")
-DEFAULT_CONTENDERS = CONTENDERS[:-1]  # aiohttp-memory is a reference, asked for by name
+# The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
+ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
+ASGI_APPS = {"starlette": "starlette_app", "fastapi": "fastapi_app", "asf.asgi": "aiosendfile_app"}
+ASGI_CONTENDERS = (
+    "uvicorn/starlette",
+    "uvicorn+asf/starlette",
+    "uvicorn+asf/asf.asgi",
+    "granian/starlette",
+    "uvicorn/fastapi",
+    "uvicorn+asf/fastapi",
+    "uvicorn/asf.asgi",
+    "granian/asf.asgi",
+)
+CONTENDERS = (
+    SERVE,
+    "nginx",
+    "caddy",
+    "http.server",
+    "aiohttp-static",
+    "aiosendfile-app",
+    "aiohttp-memory",
+    *ASGI_CONTENDERS,
+)
+# aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
+DEFAULT_CONTENDERS = CONTENDERS[:6]
 ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
 MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
 SINGLE_FILE_ONLY = ("aiohttp-memory",)  # holds the files in memory: not for the mixed (cold) set
@@ -96,6 +130,16 @@ MIXED_SEED = 15
 MIXED_MEDIAN, MIXED_SIGMA, MIXED_LOW, MIXED_HIGH = 16 * 1024, 1.3, 1024, MiB
 # The issue's target (#15): serve >= 1.0x nginx in req/s on these cases.
 TARGETS = {"4KiB c64": 1.0, "1MiB c64": 1.0}
+# The ASGI rows' ratios (#16): (contender, base, {case: target}); every case is reported, the
+# targets are the issue's "done when".
+PAIRS: tuple[tuple[str, str, dict[str, float]], ...] = (
+    ("uvicorn+asf/starlette", "uvicorn/starlette", {"1MiB c64": 4.0}),
+    ("uvicorn+asf/asf.asgi", "granian/starlette", {"4KiB c64": 1.0, "1MiB c64": 1.0}),
+    ("uvicorn+asf/asf.asgi", "uvicorn/starlette", {"4KiB c64": 3.0}),
+    ("uvicorn+asf/fastapi", "uvicorn/fastapi", {}),
+    ("uvicorn/asf.asgi", "uvicorn/starlette", {}),
+    ("granian/asf.asgi", "granian/starlette", {}),
+)
 NOFILE = 65536  # wanted soft RLIMIT_NOFILE: 1,024 connections on each side, plus files
 
 # A static directory in a web.Application on uvloop, one process. argv: DIR HOST PORT.
@@ -149,6 +193,31 @@ web.run_app(
     loop=uvloop.new_event_loop(),
 )
 """
+
+# The ASGI servers' command lines (after the interpreter; APP is benchmarks.asgi_apps:NAME).
+# One process (granian: its main process and one worker), one thread serving, uvloop, no access log.
+_UVICORN = ["-m", "uvicorn", "APP", "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]
+ASGI_COMMANDS = {
+    "uvicorn": [*_UVICORN, "--http", "httptools"],  # what uvicorn's "auto" picks with httptools installed
+    "uvicorn+asf": [*_UVICORN, "--http", "aiosendfile.uvicorn:HttpToolsProtocol"],
+    "granian": [
+        "-m",
+        "granian",
+        "APP",
+        "--interface",
+        "asgi",
+        "--workers",
+        "1",
+        "--runtime-threads",
+        "1",
+        "--loop",
+        "uvloop",
+        "--no-ws",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ],
+}
 
 NGINX_CONF = """\
 {user}worker_processes {workers};
@@ -213,7 +282,7 @@ class FileSet:
 def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Server:
     """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``."""
     port = free_port()
-    log = Path(ctx.tmp, f"server-{name}.log")
+    log = Path(ctx.tmp, f"server-{name.replace('/', '_')}.log")
     cpus = ctx.server_cpus
     if name == SERVE:
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
@@ -223,6 +292,24 @@ def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Serve
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
     if ctx.workers != 1 and name != "nginx":
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
+    if name in ASGI_CONTENDERS:
+        server, app = name.split("/")
+        cmd = [sys.executable, *asgi_command(server, app)]
+        cmd += ["--host", "127.0.0.1", "--port", str(port)]
+        env = dict(repo_env(), **{ROOT_ENV: ctx.root})
+        # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
+        # after its graceful shutdown (its exit status is then -15).
+        granian = server == "granian"
+        return servers.start_server(
+            name,
+            cmd,
+            port,
+            log,
+            cpus=cpus,
+            env=env,
+            processes=2 if granian else 1,
+            reraises_stop_signal=not granian,
+        )
     if name == "aiosendfile-app":
         cmd = [sys.executable, "-c", PLUGIN_APP_SERVER, ctx.root, "127.0.0.1", str(port)]
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
@@ -267,6 +354,29 @@ def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Serve
     raise ValueError(name)
 
 
+def asgi_versions(names: list[str]) -> dict[str, str | None]:
+    """The versions of the ASGI servers, frameworks and parsers the rows ``names`` run."""
+    wanted = {"uvicorn", "starlette", "uvloop", "httptools", "anyio"}
+    for name in names:
+        server, app = name.split("/")
+        wanted.add("granian" if server == "granian" else "uvicorn")
+        if app == "fastapi":
+            wanted.add("fastapi")
+    out: dict[str, str | None] = {}
+    for dist in sorted(wanted):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def asgi_command(server: str, app: str) -> list[str]:
+    """ASGI server ``server``'s command line after the interpreter, serving ``app`` (of ASGI_APPS)."""
+    target = f"benchmarks.asgi_apps:{ASGI_APPS[app]}"
+    return [target if a == "APP" else a for a in ASGI_COMMANDS[server]]
+
+
 # ---------------------------------------------------------------------------
 # Summary and report
 # ---------------------------------------------------------------------------
@@ -285,12 +395,31 @@ def _by_round(samples: list[Sample], name: str, label: str, key: str) -> dict[in
     }
 
 
-def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
-    """case -> contender -> contender / nginx, on req/s (= body MB/s for a case) and server CPU per request.
+def _ratio(samples: list[Sample], name: str, base: str, label: str) -> dict[str, Any]:
+    """``name`` / ``base`` in case ``label``, on req/s and server CPU per request ({} if either has no trial).
 
     ``median`` is the ratio of the medians; ``paired`` are per-round ratios (the
     two trials of a round ran minutes apart at most, under similar machine load).
-    ``target``/``meets_target``: the issue's goal for ``serve`` on that case.
+    """
+    entry: dict[str, Any] = {}
+    for key in ("req_per_s", "server_cpu_us_per_req"):
+        mine = _by_round(samples, name, label, key)
+        theirs = _by_round(samples, base, label, key)
+        if not mine or not theirs:
+            continue
+        paired = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys()) if theirs[r]]
+        entry[key] = {
+            "median": statistics.median(mine.values()) / statistics.median(theirs.values()),
+            "paired": paired,
+            "paired_median": median_or_none(paired),
+        }
+    return entry
+
+
+def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
+    """case -> contender -> contender / nginx, on req/s (= body MB/s for a case) and server CPU per request.
+
+    See :func:`_ratio`. ``target``/``meets_target``: the issue's goal for ``serve`` on that case.
     """
     out: dict[str, Any] = {}
     if BASE not in contenders:
@@ -299,24 +428,30 @@ def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> d
         for name in contenders:
             if name == BASE:
                 continue
-            entry: dict[str, Any] = {}
-            for key in ("req_per_s", "server_cpu_us_per_req"):
-                mine = _by_round(samples, name, label, key)
-                theirs = _by_round(samples, BASE, label, key)
-                if not mine or not theirs:
-                    continue
-                paired = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys()) if theirs[r]]
-                entry[key] = {
-                    "median": statistics.median(mine.values()) / statistics.median(theirs.values()),
-                    "paired": paired,
-                    "paired_median": median_or_none(paired),
-                }
+            entry = _ratio(samples, name, BASE, label)
             if not entry:
                 continue
             if name == SERVE and label in TARGETS and "req_per_s" in entry:
                 entry["target"] = TARGETS[label]
                 entry["meets_target"] = entry["req_per_s"]["median"] >= TARGETS[label]
             out.setdefault(label, {})[name] = entry
+    return out
+
+
+def pair_ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
+    """case -> "A / B" -> the ASGI rows' ratios of :data:`PAIRS` that ran, with #16's targets where set."""
+    out: dict[str, Any] = {}
+    for label in labels:
+        for name, base, targets in PAIRS:
+            if name not in contenders or base not in contenders:
+                continue
+            entry = _ratio(samples, name, base, label)
+            if not entry:
+                continue
+            if label in targets and "req_per_s" in entry:
+                entry["target"] = targets[label]
+                entry["meets_target"] = entry["req_per_s"]["median"] >= targets[label]
+            out.setdefault(label, {})[f"{name} / {base}"] = entry
     return out
 
 
@@ -335,6 +470,34 @@ def _nonzero(summary: dict[str, Any], key: str) -> list[str]:
     ]
 
 
+RATIO_HEADER = ["ratio", "case", "req/s = MB/s", "per-round range", "CPU us/req", "target"]
+
+
+def _ratio_rows(rat: dict[str, Any], suffix: str) -> list[list[str]]:
+    """The ratio table's rows: case -> name -> entry (from :func:`ratios` or :func:`pair_ratios`)."""
+    rows = []
+    for label, by_other in rat.items():
+        for other, entry in by_other.items():
+            rps, cpu = entry.get("req_per_s"), entry.get("server_cpu_us_per_req")
+            if rps is None:
+                continue
+            paired = rps["paired"]
+            target = ""
+            if "target" in entry:
+                target = f">= {entry['target']:.1f}x: " + ("met" if entry["meets_target"] else "NOT MET")
+            rows.append(
+                [
+                    other + suffix,
+                    label,
+                    f"{rps['median']:.2f}x",
+                    f"{min(paired):.2f}-{max(paired):.2f}" if paired else "n/a",
+                    "n/a" if cpu is None else f"{cpu['median']:.2f}x",
+                    target,
+                ]
+            )
+    return rows
+
+
 def report(
     summary: dict[str, Any],
     rat: dict[str, Any],
@@ -344,6 +507,7 @@ def report(
     multi_cpus: str | None = None,
     skipped: dict[str, str] | None = None,
     mixed: dict[str, Any] | None = None,
+    pairs: dict[str, Any] | None = None,
 ) -> str:
     rows = []
     for label, by_name in summary.items():
@@ -423,36 +587,23 @@ def report(
         "Other load: CPUs' worth of busy time on the machine (/proc/stat) that was neither server nor wrk.",
         "p99 and max include each run's connection ramp-up (see benchmarks/README.md, caveats).",
     ]
-    ratio_rows = []
-    for label, by_other in rat.items():
-        for other, entry in by_other.items():
-            rps, cpu = entry.get("req_per_s"), entry.get("server_cpu_us_per_req")
-            if rps is None:
-                continue
-            paired = rps["paired"]
-            target = ""
-            if "target" in entry:
-                target = f">= {entry['target']:.1f}x: " + ("met" if entry["meets_target"] else "NOT MET")
-            ratio_rows.append(
-                [
-                    f"{other} / {BASE}",
-                    label,
-                    f"{rps['median']:.2f}x",
-                    f"{min(paired):.2f}-{max(paired):.2f}" if paired else "n/a",
-                    "n/a" if cpu is None else f"{cpu['median']:.2f}x",
-                    target,
-                ]
-            )
-    if ratio_rows:
+    if ratio_rows := _ratio_rows(rat, f" / {BASE}"):
         out += [
             "",
-            table(
-                ["ratio", "case", "req/s = MB/s", "per-round range", "CPU us/req", "target"],
-                ratio_rows,
-            ),
+            table(RATIO_HEADER, ratio_rows),
             "",
             "req/s = MB/s: ratio of the medians (in one case the req/s and MB/s ratios are the same).",
             "CPU us/req: the contender's server CPU per request / nginx's (below 1: cheaper than nginx).",
+        ]
+    if pair_rows := _ratio_rows(pairs or {}, ""):
+        out += [
+            "",
+            "The ASGI rows (issue #16), A / B in the same case:",
+            table(RATIO_HEADER, pair_rows),
+            "",
+            "req/s = MB/s: A's median over B's; per-round range: A / B round by round.",
+            "CPU us/req: A's server CPU per request / B's (below 1: A is cheaper).",
+            'target: the issue\'s "done when".',
         ]
     if skipped:
         out += ["", *(f"{name}: skipped: {why}" for name, why in skipped.items())]
@@ -511,28 +662,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=int, default=None, help="seconds per wrk trial (default 10; 2 --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
     p.add_argument(
-        "--connections", default=None, help="wrk -c, comma-separated (default 64,1024; 64 --quick)"
+        "--asgi",
+        action="store_true",
+        help="the ASGI rows (issue #16) and nginx, on 4KiB and 1MiB at 64 connections, one worker, "
+        "unless --contenders, --sets, --connections or --workers say otherwise",
+    )
+    p.add_argument(
+        "--connections", default=None, help="wrk -c, comma-separated (default 64,1024; 64 --quick or --asgi)"
     )
     p.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
     p.add_argument(
         "--workers",
-        default="1,2",
-        help="server workers, comma-separated (default 1,2): N > 1 runs serve --workers N and nginx "
-        "worker_processes N on every set at the first --connections, the servers on --multi-server-cpus",
+        default=None,
+        help="server workers, comma-separated (default 1,2; 1 --asgi): N > 1 runs serve --workers N "
+        "and nginx worker_processes N on every set at the first --connections, the servers on "
+        "--multi-server-cpus",
     )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     p.add_argument(
         "--contenders",
-        default=",".join(DEFAULT_CONTENDERS),
-        help="comma-separated subset, in run order (default: all but aiohttp-memory; "
-        f"of {', '.join(CONTENDERS)})",
+        default=None,
+        help="comma-separated subset, in run order (default: all but aiohttp-memory and the ASGI rows; "
+        f"--asgi: nginx and the ASGI rows; of {', '.join(CONTENDERS)})",
     )
     p.add_argument(
         "--sets",
         "--files",
         dest="sets",
         default=None,
-        help=f"comma-separated subset of {','.join(SETS)} (default: all; 4KiB,mixed --quick)",
+        help=f"comma-separated subset of {','.join(SETS)} "
+        "(default: all; 4KiB,mixed --quick; 4KiB,1MiB --asgi)",
     )
     p.add_argument(
         "--mixed-files", type=int, default=None, help="files in the mixed set (default 10000; 1000 --quick)"
@@ -557,15 +716,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dir", default=None, help="where to create the temporary directory (default: system temp)"
     )
     args = p.parse_args(argv)
-    q = args.quick
+    q, asgi = args.quick, args.asgi
+    if args.contenders is None:
+        args.contenders = ",".join((BASE, *ASGI_CONTENDERS) if asgi else DEFAULT_CONTENDERS)
     args.duration = args.duration if args.duration is not None else (2 if q else 10)
     args.rounds = args.rounds if args.rounds is not None else (1 if q else 3)
-    args.connections = _ints(p, args.connections or ("64" if q else "64,1024"), "--connections")
-    args.workers = _ints(p, args.workers, "--workers")
+    args.connections = _ints(p, args.connections or ("64" if q or asgi else "64,1024"), "--connections")
+    args.workers = _ints(p, args.workers or ("1" if asgi else "1,2"), "--workers")
     args.mixed_files = args.mixed_files if args.mixed_files is not None else (1000 if q else 10_000)
     named = ",".join(ALIASES.get(c.strip(), c.strip()) for c in args.contenders.split(","))
     args.contenders = list(dict.fromkeys(comma_list(p, named, CONTENDERS)))
-    args.sets = comma_list(p, args.sets or (f"4KiB,{MIXED}" if q else ",".join(SETS)), SETS, "sets")
+    default_sets = "4KiB,1MiB" if asgi else f"4KiB,{MIXED}" if q else ",".join(SETS)
+    args.sets = comma_list(p, args.sets or default_sets, SETS, "sets")
     if args.duration < 1 or args.rounds < 1 or args.threads < 1 or min(args.connections) < args.threads:
         p.error("--duration, --rounds and --threads must be >= 1, and --connections >= --threads")
     if args.mixed_files < 1:
@@ -724,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                         if noisy and attempt < args.retries:
                             s.discarded = True
                         print(
-                            f"round {rnd}/{args.rounds}  {case.label:<14} {contender:<15} {progress_line(s)}",
+                            f"round {rnd}/{args.rounds}  {case.label:<14} {contender:<21} {progress_line(s)}",
                             file=log,
                             flush=True,
                         )
@@ -736,6 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [case.label for case, _names in cases]
     summary = summarize(samples, args.contenders, labels, key="case")
     rat = ratios(samples, args.contenders, labels)
+    pairs = pair_ratios(samples, args.contenders, labels)
     text = report(
         summary,
         rat,
@@ -744,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
         multi_cpus=args.multi_server_cpus,
         skipped=skipped,
         mixed=mixed_info,
+        pairs=pairs,
     )
     text += f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
 
@@ -752,6 +916,8 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
         "caddy": tool_version([caddy, "version"]) if caddy else None,
     }
+    if asgi_rows := [c for c in args.contenders if c in ASGI_CONTENDERS]:
+        machine["tools"].update(asgi_versions(asgi_rows))
     document = {
         **document_head("http_static", started),
         "params": {
@@ -777,6 +943,13 @@ def main(argv: list[str] | None = None) -> int:
             "aiohttp_static_server": AIOHTTP_STATIC_SERVER,
             "plugin_app_server": PLUGIN_APP_SERVER,
             "nginx_conf": NGINX_CONF,
+            "asgi_commands": {
+                name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
+                for name in args.contenders
+                if name in ASGI_CONTENDERS
+            },
+            "asgi_apps": ASGI_APPS_SOURCE,
+            "asgi_root_env": ROOT_ENV,
             "elapsed_s": elapsed,
         },
         "units": {
@@ -790,6 +963,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "summary": summary,
         "ratios": rat,
+        "pair_ratios": pairs,
     }
     return finish_samples(text, document, Sample, samples, args.json, log)
 

@@ -179,6 +179,9 @@ class Server:
     pids: list[int] = field(default_factory=list)
     stop_signal: int = signal.SIGTERM  # the clean stop (nginx: SIGQUIT, graceful)
     error_log: Path | None = None  # a second log the server writes itself (nginx's error.log)
+    # The server ends its clean stop by re-raising the stop signal (uvicorn does, after its graceful
+    # shutdown): death by that signal is its status 0.
+    reraises_stop_signal: bool = False
 
 
 def start_server(
@@ -192,6 +195,7 @@ def start_server(
     processes: int = 1,
     stop_signal: int = signal.SIGTERM,
     error_log: Path | None = None,
+    reraises_stop_signal: bool = False,
 ) -> Server:
     """Start ``cmd`` (output to ``log``, on CPUs ``cpus``), wait until it listens on ``port``.
 
@@ -207,7 +211,15 @@ def start_server(
             cwd=REPO,
             env=env,
         )
-    server = Server(name, proc, port, log, stop_signal=stop_signal, error_log=error_log)
+    server = Server(
+        name,
+        proc,
+        port,
+        log,
+        stop_signal=stop_signal,
+        error_log=error_log,
+        reraises_stop_signal=reraises_stop_signal,
+    )
     try:
         wait_listening(server)
         server.pids = process_tree(proc.pid)
@@ -238,7 +250,11 @@ def wait_listening(server: Server) -> None:
 
 
 def stop_server(server: Server) -> int | None:
-    """Stop cleanly (the server's stop signal); kill if it hangs. The exit status, None if killed."""
+    """Stop cleanly (the server's stop signal); kill if it hangs. The exit status, None if killed.
+
+    A server that ends its clean stop by re-raising the signal (``reraises_stop_signal``) and died of
+    it reports 0.
+    """
     proc = server.proc
     if proc.poll() is None:
         proc.send_signal(server.stop_signal)
@@ -248,6 +264,8 @@ def stop_server(server: Server) -> int | None:
             proc.kill()
             proc.wait()
             return None
+    if server.reraises_stop_signal and proc.returncode == -server.stop_signal:
+        return 0
     return proc.returncode
 
 
