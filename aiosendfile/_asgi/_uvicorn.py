@@ -1,0 +1,217 @@
+"""uvicorn's two HTTP protocols, offering ``pathsend``/``zerocopysend`` and carrying them out.
+
+The only module that touches uvicorn's internals. How it hooks in: each protocol instance wraps
+its ``self.app`` (uvicorn's ``config.loaded_app``, middlewares included) in a :class:`_Door`. uvicorn
+calls ``app(scope, receive, cycle.send)`` for every HTTP request (0.30 to 0.54 alike), and that
+bound method's ``__self__`` is the request's ``RequestResponseCycle``. The door adds the extensions
+to the scope and gives the app a ``send`` that passes every message to ``cycle.send`` unchanged,
+except a pathsend/zerocopysend, which it carries out itself on the cycle's transport with the
+cycle's own rules:
+
+* drain first when writing is paused; nothing when disconnected; uvicorn's own error for a file
+  message before ``http.response.start`` or after the response completed (``cycle.send`` raises);
+* the body's framing and Content-Length from the cycle: httptools' ``expected_content_length`` and
+  ``chunked_encoding``, h11's own ``Connection`` (``send_with_data_passthrough`` with a sized
+  placeholder for the file bytes, so h11 counts and frames them). A body longer or shorter than
+  promised raises uvicorn's (or h11's) error before a byte is written;
+* HEAD sends no body bytes; completion as the cycle completes (``response_complete``,
+  ``message_event``, close if not keep-alive, ``on_response``);
+* peer gone mid-file: ``disconnected``, silently, as uvicorn; file truncated mid-file: the
+  connection is aborted (never a short body on keep-alive) with one warning line.
+
+``limit_concurrency``'s 503 app, websockets and lifespan never pass through the door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import h11
+from uvicorn.config import Config
+from uvicorn.protocols.http import h11_impl, httptools_impl
+from uvicorn.server import ServerState
+
+from .._errors import FileTruncatedError
+from ._carry import PATHSEND, PRIVATE, ZEROCOPYSEND, FileBody, file_body, transmit
+
+__all__ = ("H11Protocol", "HttpToolsProtocol")
+
+_FILE_MESSAGES = frozenset((PATHSEND, ZEROCOPYSEND))
+
+Send = Callable[[Any], Awaitable[None]]
+Carry = Callable[[Any, Any], Awaitable[None]]
+
+
+class _Door:
+    """The app uvicorn runs: the real app, with the extensions and our ``send``."""
+
+    __slots__ = ("app", "carry")
+
+    def __init__(self, app: Any, carry: Carry) -> None:
+        self.app = app
+        self.carry = carry
+
+    async def __call__(self, scope: Any, receive: Any, send: Send) -> None:
+        cycle = getattr(send, "__self__", None)
+        if cycle is None or scope["type"] != "http":  # not uvicorn's cycle.send: stay out of the way
+            await self.app(scope, receive, send)
+            return
+        extensions = scope.get("extensions")
+        if extensions is None:
+            scope["extensions"] = {PATHSEND: {}, ZEROCOPYSEND: {}, PRIVATE: {}}
+        else:
+            for name in (PATHSEND, ZEROCOPYSEND, PRIVATE):
+                extensions.setdefault(name, {})
+        carry = self.carry
+
+        async def door_send(message: Any) -> None:
+            kind = message["type"]
+            if kind in _FILE_MESSAGES:
+                await carry(cycle, message)
+            else:
+                await send(message)
+
+        await self.app(scope, receive, door_send)
+
+
+async def _prelude(cycle: Any, message: Any) -> bool:
+    """uvicorn's opening of ``cycle.send``; True if a file body may be sent now."""
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return False
+    if not cycle.response_started or cycle.response_complete:
+        await cycle.send(message)  # raises uvicorn's own error for this message type
+        return False
+    return True
+
+
+async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bool:
+    """Send the body on the cycle's transport; False (connection given up) if it failed."""
+    transport = cycle.transport
+    try:
+        await transmit(transport, body, head, tail)
+    except FileTruncatedError as exc:
+        transport.abort()
+        cycle.disconnected = True
+        cycle.logger.warning("File body cut short, connection aborted: %s", exc)
+        return False
+    except ConnectionError:
+        transport.abort()
+        cycle.disconnected = True
+        return False
+    except BaseException:
+        transport.abort()  # bytes may have gone: never leave a short body on the connection
+        raise
+    return True
+
+
+async def _carry_httptools(cycle: Any, message: Any) -> None:
+    """A file message on an httptools cycle (``httptools_impl.RequestResponseCycle.send``'s rules)."""
+    if not await _prelude(cycle, message):
+        return
+    body = file_body(message)
+    try:
+        more_body = body.more_body
+        if cycle.scope["method"] == "HEAD":
+            cycle.expected_content_length = 0
+        else:
+            length = body.length
+            if cycle.chunked_encoding:
+                head = b"%x\r\n" % length if length else b""
+                tail = b"\r\n" if length else b""
+                if not more_body:
+                    tail += b"0\r\n\r\n"
+            else:
+                if length > cycle.expected_content_length:
+                    raise RuntimeError("Response content longer than Content-Length")
+                if not more_body and length != cycle.expected_content_length:
+                    raise RuntimeError("Response content shorter than Content-Length")
+                cycle.expected_content_length -= length
+                head = tail = b""
+            if not await _send_body(cycle, body, head, tail):
+                return
+    finally:
+        body.close()
+    if not more_body:
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
+
+
+class _Sized:
+    """Stands for the file bytes in h11's output: h11 only takes their length."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+
+async def _carry_h11(cycle: Any, message: Any) -> None:
+    """A file message on an h11 cycle (``h11_impl.RequestResponseCycle.send``'s rules)."""
+    if not await _prelude(cycle, message):
+        return
+    body = file_body(message)
+    try:
+        more_body = body.more_body
+        conn = cycle.conn
+        if cycle.scope["method"] == "HEAD":
+            conn.send(h11.Data(data=b""))
+            head = tail = b""
+        else:
+            sized = _Sized(body.length)
+            pieces = conn.send_with_data_passthrough(h11.Data(data=sized))  # type: ignore[arg-type]  # h11 documents it
+            at = next((i for i, piece in enumerate(pieces) if piece is sized), len(pieces))
+            head = b"".join(pieces[:at])
+            tail = b"".join(pieces[at + 1 :])
+        if not more_body:
+            tail += conn.send(h11.EndOfMessage())  # h11 checks a short body here: before any byte
+        if body.length and cycle.scope["method"] != "HEAD":
+            if not await _send_body(cycle, body, head, tail):
+                return
+        elif head or tail:
+            cycle.transport.write(head + tail)
+    finally:
+        body.close()
+    if not more_body:
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if conn.our_state is h11.MUST_CLOSE or not cycle.keep_alive:
+            conn.send(event=h11.ConnectionClosed())
+            cycle.transport.close()
+        cycle.on_response()
+
+
+class HttpToolsProtocol(httptools_impl.HttpToolsProtocol):
+    """uvicorn's httptools protocol, offering and carrying out ``pathsend``/``zerocopysend``."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: Any = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.app = _Door(self.app, _carry_httptools)
+
+
+class H11Protocol(h11_impl.H11Protocol):
+    """uvicorn's h11 protocol, offering and carrying out ``pathsend``/``zerocopysend``."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: Any = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.app = _Door(self.app, _carry_h11)
