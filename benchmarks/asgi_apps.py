@@ -9,6 +9,9 @@ command line has no room for it). Every app mounts its static files at ``/`` the
 * ``fastapi_app``: ``FastAPI()`` with ``app.mount("/", starlette.staticfiles.StaticFiles(directory=...))``
   (FastAPI's ``StaticFiles`` is Starlette's).
 * ``aiosendfile_app``: ``Starlette(routes=[Mount("/", app=aiosendfile.asgi.StaticFiles(directory=...))])``.
+* ``memory_app``: a reference, not a file server: a bare ASGI app (no framework) answering each file
+  of the directory's top level from bytes read at start (``http.response.start`` + one
+  ``http.response.body``): what the server's own per-request machinery costs.
 
 The apps are built on first access (a module ``__getattr__``), so that importing this module
 needs neither the directory nor ``aiosendfile.asgi``, and loading one app does not build the
@@ -59,10 +62,34 @@ def _aiosendfile_app() -> Any:
     return Starlette(routes=[Mount("/", app=static_files(directory=_root()))])
 
 
+def _memory_app() -> Any:
+    bodies: dict[str, bytes] = {}
+    for entry in os.scandir(_root()):
+        if entry.is_file():
+            with open(entry.path, "rb") as f:
+                bodies["/" + entry.name] = f.read()
+    missing = [(b"content-type", b"text/plain"), (b"content-length", b"9")]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan: nothing to set up
+            return
+        body = bodies.get(scope["path"])
+        if body is None:
+            await send({"type": "http.response.start", "status": 404, "headers": missing})
+            await send({"type": "http.response.body", "body": b"not found"})
+            return
+        headers = [(b"content-type", b"application/octet-stream"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
 APPS: dict[str, Callable[[], Any]] = {
     "starlette_app": _starlette_app,
     "fastapi_app": _fastapi_app,
     "aiosendfile_app": _aiosendfile_app,
+    "memory_app": _memory_app,
 }
 _built: dict[str, Any] = {}
 

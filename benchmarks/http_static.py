@@ -19,7 +19,8 @@ Contenders, each serving the same temporary directory:
   with ``--http aiosendfile.uvicorn:HttpToolsProtocol``), ``granian`` (``--interface asgi``, one
   worker, one runtime thread, uvloop). Apps (``benchmarks/asgi_apps.py``): ``starlette``
   (Starlette's ``StaticFiles`` mounted in a Starlette app), ``fastapi`` (the same in a FastAPI
-  app), ``asf.asgi`` (``aiosendfile.asgi.StaticFiles`` mounted in a Starlette app).
+  app), ``asf.asgi`` (``aiosendfile.asgi.StaticFiles`` mounted in a Starlette app); and, asked
+  for by name, ``memory`` (a bare ASGI app answering from bytes in memory: the server's own cost).
 
 The grid: sets ``4KiB`` and ``1MiB`` (one file each, in the page cache) and ``mixed``
 (10,000 files of log-normal sizes from 1 KiB to 1 MiB, fixed seed, requested in a seeded
@@ -94,7 +95,12 @@ SERVE = "serve"
 BASE = "nginx"  # every ratio is to nginx
 # The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
 ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
-ASGI_APPS = {"starlette": "starlette_app", "fastapi": "fastapi_app", "asf.asgi": "aiosendfile_app"}
+ASGI_APPS = {
+    "starlette": "starlette_app",
+    "fastapi": "fastapi_app",
+    "asf.asgi": "aiosendfile_app",
+    "memory": "memory_app",
+}
 ASGI_CONTENDERS = (
     "uvicorn/starlette",
     "uvicorn+asf/starlette",
@@ -105,6 +111,8 @@ ASGI_CONTENDERS = (
     "uvicorn/asf.asgi",
     "granian/asf.asgi",
 )
+# References, asked for by name: a bare ASGI app answering from memory (no framework, no file).
+ASGI_MEMORY = ("uvicorn/memory", "granian/memory")
 CONTENDERS = (
     SERVE,
     "nginx",
@@ -114,12 +122,14 @@ CONTENDERS = (
     "aiosendfile-app",
     "aiohttp-memory",
     *ASGI_CONTENDERS,
+    *ASGI_MEMORY,
 )
 # aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
 DEFAULT_CONTENDERS = CONTENDERS[:6]
 ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
 MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
-SINGLE_FILE_ONLY = ("aiohttp-memory",)  # holds the files in memory: not for the mixed (cold) set
+# Hold the files in memory: not for the mixed (cold) set.
+SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
 MIXED = "mixed"
@@ -292,7 +302,7 @@ def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Serve
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
     if ctx.workers != 1 and name != "nginx":
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
-    if name in ASGI_CONTENDERS:
+    if name in ASGI_CONTENDERS or name in ASGI_MEMORY:
         server, app = name.split("/")
         cmd = [sys.executable, *asgi_command(server, app)]
         cmd += ["--host", "127.0.0.1", "--port", str(port)]
@@ -916,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
         "caddy": tool_version([caddy, "version"]) if caddy else None,
     }
-    if asgi_rows := [c for c in args.contenders if c in ASGI_CONTENDERS]:
+    if asgi_rows := [c for c in args.contenders if c in ASGI_CONTENDERS or c in ASGI_MEMORY]:
         machine["tools"].update(asgi_versions(asgi_rows))
     document = {
         **document_head("http_static", started),
@@ -946,7 +956,7 @@ def main(argv: list[str] | None = None) -> int:
             "asgi_commands": {
                 name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
                 for name in args.contenders
-                if name in ASGI_CONTENDERS
+                if name in ASGI_CONTENDERS or name in ASGI_MEMORY
             },
             "asgi_apps": ASGI_APPS_SOURCE,
             "asgi_root_env": ROOT_ENV,
