@@ -1,0 +1,379 @@
+"""``StaticFiles`` and ``FileResponse``: plain ASGI apps answering from the static-file core.
+
+``StaticFiles`` serves a directory (mount it anywhere: Starlette's ``Mount``, FastAPI's
+``app.mount``, or as the whole app). The request path below the mount is the raw path
+(``scope["raw_path"]``, percent-encoded as sent) minus ``scope["root_path"]``, which ``Mount`` sets
+to the mount's path; decoding happens once, in the core (``_static._paths``).
+
+Per request, cheapest first:
+
+* A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a memoised hot file:
+  one dict lookup by raw path, one ``os.stat`` to check the cached bytes still describe the file,
+  a start message with the memoised header pairs (a copy: middlewares edit them in place) and one
+  body message.
+* A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
+  inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
+* Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
+  waits for the disk on the loop.
+
+The answer is rendered by :mod:`._render`; its descriptor, if any, is closed when ``send`` returns
+or raises, and on cancellation (a decision cancelled in the pool is closed when it comes back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
+from .._static._answer import Answer
+from .._static._core import Located, answer, respond
+from .._static._fs import POOL_FS, REAL_FS
+from .._static._hot import HotEntry, identity
+from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
+from .._static._recent import RecentPaths
+from .._static._request import EMPTY, BytesHeaders, Request
+from .._threads import settled
+from ._render import BODY_TYPE, START, file_mode, header_pairs, send_answer
+
+__all__ = ("FileResponse", "StaticFiles")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+PathLike = str | os.PathLike[str]
+
+_WANTED = BytesHeaders.WANTED
+#: Bytes of hot bodies one app's memo may keep alive beyond the hot cache's own bound.
+MEMO_MAX_BYTES = 16 * 1024 * 1024
+#: What the raw path may keep after the path: a query (a server that leaves it in) or a fragment.
+_SAFE = "/:@!$&'()*+,;=~"
+
+
+def _plain(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether no request field the core reads is present (ASGI names are lowercase; checked anyway)."""
+    return not any(name in _WANTED or name.lower() in _WANTED for name, _ in headers)
+
+
+async def _decide_off_loop(fn: Callable[..., Answer], *args: Any) -> Answer:
+    """``fn(*args)`` (a core decision) in the cold-read pool; if we are cancelled meanwhile, an
+    answer that still comes back is closed (its descriptor would leak)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio through anyio): its threads; the result comes back
+        import anyio.to_thread  # even if cancelled (the caller closes it)
+
+        return await anyio.to_thread.run_sync(fn, *args)
+    job = default_cold_executor().submit(fn, *args)
+    pending = asyncio.wrap_future(job, loop=loop)
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        if not job.cancel():
+            late = await settled(pending)
+            if late is not None:
+                late.close()
+        raise
+
+
+async def _not_http(scope: Scope, receive: Receive, send: Send) -> None:
+    """A websocket is refused (closed before accepting: the server answers 403); lifespan is
+    acknowledged, so the app runs alone under a server too."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1000, "reason": ""})
+    elif scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    else:
+        raise RuntimeError(f"aiosendfile.asgi serves http scopes, not {scope['type']!r}")
+
+
+class StaticFiles:
+    """A directory as an ASGI app (see ``aiosendfile.asgi`` for the parameters)."""
+
+    def __init__(
+        self,
+        *,
+        directory: PathLike,
+        html: bool = False,
+        check_dir: bool = True,
+        follow_symlink: bool = False,
+        index: str | None = "index.html",
+        listings: bool = False,
+        dotfiles: bool = False,
+        follow_symlinks: bool | None = None,
+        precompressed: bool = True,
+        hot_cache: bool = True,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+        max_ranges: int = 16,
+        chunk_size: int = DEFAULT_FALLBACK_CHUNK,
+    ) -> None:
+        self.directory = os.fspath(directory)
+        if check_dir and not os.path.isdir(self.directory):
+            raise RuntimeError(f"Directory '{self.directory}' does not exist")
+        if follow_symlinks is None:
+            follow_symlinks = follow_symlink
+        self.html = html
+        self.chunk_size = chunk_size
+        self.policy = DirectoryPolicy(
+            os.path.realpath(self.directory),
+            index=index,
+            listings=listings,
+            dotfiles=dotfiles,
+            follow_symlinks=follow_symlinks,
+            precompressed=precompressed,
+            hot_cache=hot_cache,
+            inline_limit=inline_limit,
+            max_ranges=max_ranges,
+        )
+        self._render_key = ("asgi", precompressed)  # this door's memo on a hot entry
+        #: raw path → (hot entry, file path, header pairs, root_path) of a plain 200.
+        self._memo: dict[bytes, tuple[HotEntry, str, list[tuple[bytes, bytes]], str]] = {}
+        self._memo_bytes = 0
+        self._recent = RecentPaths()
+
+    def __repr__(self) -> str:
+        return f"aiosendfile.asgi.StaticFiles(directory={self.directory!r})"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await _not_http(scope, receive, send)
+            return
+        method: str = scope["method"]
+        raw: bytes | None = scope.get("raw_path")
+        if raw is None:
+            raw = quote(scope["path"], safe=_SAFE, errors="surrogateescape").encode("ascii")
+        root: str = scope.get("root_path", "")
+        headers = scope["headers"]
+        plain = _plain(headers)
+        if plain and (method == "GET" or method == "HEAD"):
+            memo = self._memo.get(raw)
+            if memo is not None and memo[3] == root:
+                entry, path, pairs, _ = memo
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+                if st is not None and identity(st) == entry.identity:
+                    await send({"type": START, "status": 200, "headers": pairs.copy()})
+                    await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
+                    return
+                self._forget(raw)
+        await self._answer(scope, send, method, raw, root, headers, plain)
+
+    async def _answer(
+        self,
+        scope: Scope,
+        send: Send,
+        method: str,
+        raw: bytes,
+        root: str,
+        headers: Iterable[tuple[bytes, bytes]],
+        plain: bool,
+    ) -> None:
+        """Any request but a memoised hot one: through the core, inline or in the cold pool."""
+        key = raw
+        if b"?" in raw or b"#" in raw:  # a server that left the query (or a fragment) in raw_path
+            raw = raw.partition(b"#")[0].partition(b"?")[0]
+        # The mount's prefix, where the path holds it (as Starlette's get_route_path reads it).
+        prefix = root.rstrip("/") if root and scope.get("path", "").startswith(root) else ""
+        req = Request(
+            method,
+            raw,
+            scope.get("query_string", b""),
+            EMPTY if plain else BytesHeaders(headers),
+            prefix,
+        )
+        policy = self.policy
+        recent = self._recent
+        if recent.seen(key, time.monotonic()):
+            ans = answer(req, policy, REAL_FS)
+        else:
+            ans = await _decide_off_loop(answer, req, policy, POOL_FS)
+            recent.saw(key, time.monotonic())
+        with ans:
+            status = None
+            if ans.status == 404 and self.html and ans.fields:
+                ans, status = await self._not_found_page(ans, method)
+            entry = ans.entry
+            if entry is not None and plain and ans.status == 200 and ans.encoding is None and ans.path:
+                pairs: Any = entry.rendered.get(self._render_key)
+                if pairs is None:
+                    pairs = entry.rendered[self._render_key] = header_pairs(ans.fields, ans.length)
+                self._remember(key, entry, ans.path, pairs, root)
+                pairs = pairs.copy()
+            else:
+                pairs = header_pairs(ans.fields, ans.length)
+            try:
+                await send_answer(
+                    ans,
+                    send,
+                    file_mode(scope),
+                    pairs,
+                    status=status,
+                    follow_symlinks=policy.follow_symlinks,
+                    chunk_size=self.chunk_size,
+                )
+            finally:
+                ans.close()
+
+    async def _not_found_page(self, ans: Answer, method: str) -> tuple[Answer, int | None]:
+        """``html=True``: the directory's ``404.html``, if it has one, with status 404 (as Starlette)."""
+        root = self.policy.root
+        assert root is not None
+        page = os.path.join(root, "404.html")
+        located = Located(page)
+        found = await _decide_off_loop(respond, Request(method, b""), located, self.policy, POOL_FS)
+        if found.status != 200:
+            found.close()
+            return ans, None
+        ans.close()
+        return found, 404
+
+    def _remember(
+        self, raw: bytes, entry: HotEntry, path: str, pairs: list[tuple[bytes, bytes]], root: str
+    ) -> None:
+        """Memoise the plain 200 of *raw* (FIFO, bounded by the bytes it keeps alive)."""
+        self._forget(raw)
+        self._memo[raw] = (entry, path, pairs, root)
+        self._memo_bytes += len(entry.body)
+        while self._memo_bytes > MEMO_MAX_BYTES:
+            self._forget(next(iter(self._memo)))
+
+    def _forget(self, raw: bytes) -> None:
+        old = self._memo.pop(raw, None)
+        if old is not None:
+            self._memo_bytes -= len(old[0].body)
+
+
+if TYPE_CHECKING:
+    _ResponseBase = object
+else:
+    try:  # FastAPI sends a handler's return value as is only if it is a Starlette Response
+        from starlette.responses import Response as _ResponseBase
+    except ImportError:  # (a plain ASGI app needs no Starlette)
+        _ResponseBase = object
+
+#: Files a FileResponse answered recently (decided inline next time), by path.
+_RECENT_FILES = RecentPaths()
+_FILE_POLICIES: dict[tuple[Any, ...], DirectoryPolicy] = {}
+
+
+class FileResponse(_ResponseBase):
+    """One file as an ASGI app (a response a handler returns; see ``aiosendfile.asgi``).
+
+    With Starlette installed it is a ``starlette.responses.Response`` (FastAPI sends such a return
+    value as it is); ``raw_headers`` (and Starlette's ``headers``, ``set_cookie``) are the caller's
+    fields, read when the response is sent.
+    """
+
+    body = b""
+
+    def __init__(
+        self,
+        path: PathLike,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: Callable[[], Awaitable[Any]] | None = None,
+        filename: str | None = None,
+        stat_result: os.stat_result | None = None,
+        content_disposition_type: str = "attachment",
+        *,
+        precompressed: bool = True,
+        hot_cache: bool = True,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+        chunk_size: int = DEFAULT_FALLBACK_CHUNK,
+        root: PathLike | None = None,
+        follow_symlinks: bool = False,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.status_code = status_code
+        self.background = background
+        self.stat_result = stat_result
+        self.chunk_size = chunk_size
+        extra = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in (headers or {}).items()
+        ]
+        if media_type is None:
+            for name, value in extra:
+                if name == b"content-type":
+                    media_type = value.decode("latin-1")
+        self.media_type = media_type
+        if filename is not None:
+            quoted = quote(filename)
+            if quoted != filename:
+                disposition = f"{content_disposition_type}; filename*=utf-8''{quoted}"
+            else:
+                disposition = f'{content_disposition_type}; filename="{filename}"'
+            extra.append((b"content-disposition", disposition.encode("latin-1")))
+        self.raw_headers = extra
+        real_root = None if root is None else os.path.realpath(root)
+        key = (real_root, follow_symlinks, precompressed, hot_cache, inline_limit)
+        policy = _FILE_POLICIES.get(key)
+        if policy is None:
+            policy = DirectoryPolicy(
+                real_root,
+                follow_symlinks=follow_symlinks,
+                precompressed=precompressed,
+                hot_cache=hot_cache,
+                inline_limit=inline_limit,
+            )
+            if len(_FILE_POLICIES) < 64:
+                _FILE_POLICIES[key] = policy
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await _not_http(scope, receive, send)
+            return
+        headers = scope["headers"]
+        if self.status_code != 200:  # as Starlette: a file sent as another status has no ranges
+            headers = [(n, v) for n, v in headers if n.lower() == b"accept-encoding"]
+        req = Request(
+            scope["method"],
+            b"",
+            headers=BytesHeaders(headers) if not _plain(headers) else EMPTY,
+            content_type=self.media_type,
+        )
+        located = Located(self.path, self.stat_result)
+        key = os.fsencode(self.path)
+        if _RECENT_FILES.seen(key, time.monotonic()):
+            ans = respond(req, located, self.policy, REAL_FS)
+        else:
+            ans = await _decide_off_loop(respond, req, located, self.policy, POOL_FS)
+            _RECENT_FILES.saw(key, time.monotonic())
+        with ans:
+            status = self.status_code if ans.status == 200 else None
+            try:
+                await send_answer(
+                    ans,
+                    send,
+                    file_mode(scope),
+                    self._headers(ans),
+                    status=status,
+                    follow_symlinks=self.policy.follow_symlinks,
+                    chunk_size=self.chunk_size,
+                )
+            finally:
+                ans.close()
+        if self.background is not None:
+            await self.background()
+
+    def _headers(self, ans: Answer) -> list[tuple[bytes, bytes]]:
+        """The caller's fields that the core's do not replace (``vary`` joins), then the core's."""
+        core = header_pairs(ans.fields, ans.length)
+        if not ans.fields and ans.status != 200:  # an error found on opening: as the core says it
+            return core
+        names = {name for name, _ in core if name != b"vary"}
+        return [pair for pair in self.raw_headers if pair[0] not in names] + core

@@ -1,0 +1,616 @@
+"""``aiosendfile.asgi`` in process: the golden table through a fake ASGI server, the message rules,
+descriptor lifetime, and Starlette/FastAPI apps through httpx.
+
+The fake server (:class:`FakeServer`) builds the scope a server would (uvicorn's spelling: path
+decoded, ``raw_path`` as sent without the query, lowercase header names), lists one set of
+extensions, collects the messages, checks their order, and carries out ``pathsend`` (ours with a
+descriptor and ranges, or a plain path) and ``zerocopysend`` by reading the file the way a server
+would. The response rendered from those messages must be the aiohttp plugin's recorded answer
+(``tests/data/static_golden.json``) but for header-name case (ASGI names are lowercase) and the
+reason phrase: at the root against the plugin on ``web.Server``, under a ``/static`` mount
+(``root_path``, as Starlette's ``Mount`` sets it) against the plugin in an ``Application``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+
+from aiosendfile import asgi
+from aiosendfile._asgi import _app
+from aiosendfile._static import _hot
+
+from .support.static_requests import (
+    KNOWN_DIFFERENCES,
+    LARGE_SIZE,
+    POLICIES,
+    SMALL,
+    build_tree,
+    large_bytes,
+    normalise,
+    requests,
+)
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "static_golden.json").read_text())
+
+#: The extension sets a server may list: none (hypercorn, stock uvicorn), pathsend (granian),
+#: zerocopysend, and ours (aiosendfile.uvicorn's protocols list all three).
+EXTENSIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "none": {},
+    "pathsend": {"http.response.pathsend": {}},
+    "zerocopysend": {"http.response.zerocopysend": {}},
+    "ours": {"http.response.pathsend": {}, "http.response.zerocopysend": {}, "aiosendfile.pathsend": {}},
+}
+
+
+def scope_of(raw_request: bytes, extensions: str = "none", root_path: str = "") -> dict[str, Any]:
+    """The http scope uvicorn builds for *raw_request* (root_path: what a ``Mount`` adds)."""
+    head = raw_request.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    method, target, _ = head[0].split(" ")
+    raw_path, _, query = target.encode("latin-1").partition(b"?")
+    headers = [
+        (name.strip().lower().encode("latin-1"), value.strip().encode("latin-1"))
+        for name, _, value in (line.partition(":") for line in head[1:])
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": unquote(raw_path.decode("ascii")),
+        "raw_path": raw_path,
+        "query_string": query,
+        "root_path": root_path,
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+        "extensions": dict(EXTENSIONS[extensions]),
+    }
+
+
+class FakeServer:
+    """Collects one response's messages, checks their order, carries out pathsend/zerocopysend."""
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self.scope = scope
+        self.status: int | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.kinds: list[str] = []
+        self.done = False
+        self.fds: list[int] = []  # descriptors the app handed over (closed after, checked by tests)
+
+    async def receive(self) -> dict[str, Any]:
+        if self.done:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        assert not self.done, f"{kind} after the response was complete"
+        self.kinds.append(kind)
+        if self.status is None:
+            assert kind == "http.response.start", kind
+            self.status = message["status"]
+            self.headers = [(bytes(n), bytes(v)) for n, v in message["headers"]]
+            for name, _ in self.headers:
+                assert name == name.lower(), name
+            return
+        assert kind != "http.response.start"
+        ext = self.scope["extensions"]
+        if kind == "http.response.body":
+            assert isinstance(message.get("body", b""), bytes)
+            self.body += message.get("body", b"")
+            self.done = not message.get("more_body", False)
+        elif kind == "http.response.pathsend":
+            assert "http.response.pathsend" in ext
+            fd = message.get("aiosendfile.fd")
+            if fd is None:
+                assert not any(k.startswith("aiosendfile.") for k in message), message
+                with open(message["path"], "rb") as f:
+                    self.body += f.read()
+            else:
+                assert "aiosendfile.pathsend" in ext
+                os.fstat(fd)  # open while send runs
+                self.fds.append(fd)
+                if "aiosendfile.parts" in message:
+                    for head, offset, count in message["aiosendfile.parts"]:
+                        self.body += head + os.pread(fd, count, offset)
+                    self.body += message["aiosendfile.closing"]
+                else:
+                    offset = message.get("aiosendfile.offset", 0)
+                    count = message.get("aiosendfile.count", os.fstat(fd).st_size - offset)
+                    self.body += os.pread(fd, count, offset)
+            self.done = True
+        elif kind == "http.response.zerocopysend":
+            assert "http.response.zerocopysend" in ext
+            fd = message["file"].fileno()
+            self.fds.append(fd)
+            self.body += os.pread(fd, message["count"], message["offset"])
+            self.done = not message.get("more_body", False)
+        else:
+            raise AssertionError(f"unexpected message {message!r}")
+
+    def raw(self) -> bytes:
+        assert self.done
+        assert self.status is not None
+        lines = [f"HTTP/1.1 {self.status} X".encode()]
+        lines += [n + b": " + v for n, v in self.headers]
+        lines.append(b"Connection: close")
+        return b"\r\n".join(lines) + b"\r\n\r\n" + bytes(self.body)
+
+
+async def call(app: Any, raw_request: bytes, extensions: str = "none", root_path: str = "") -> FakeServer:
+    scope = scope_of(raw_request, extensions, root_path)
+    server = FakeServer(scope)
+    await app(scope, server.receive, server.send)
+    for fd in server.fds:  # every descriptor the app handed over is closed once it returned
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+    return server
+
+
+def comparable(answer: dict[str, Any]) -> dict[str, Any]:
+    """A normalised answer with the status code only and header names lowercase."""
+    return {
+        "status": answer["status"].split()[1],
+        "headers": [[name.lower(), value] for name, value in answer["headers"]],
+        "body": answer["body"],
+    }
+
+
+def app_for(public: Path, policy: str, **kwargs: Any) -> asgi.StaticFiles:
+    options = POLICIES[policy]
+    return asgi.StaticFiles(
+        directory=public,
+        listings=options.get("show_index", False),
+        dotfiles=options.get("show_dotfiles", False),
+        follow_symlinks=options.get("follow_symlinks", False),
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def public(tmp_path: Path) -> Path:
+    _hot.hot_files.clear()
+    yield build_tree(tmp_path)
+    _hot.hot_files.clear()
+
+
+# -- the golden table ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mount", ["root", "static"])
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+async def test_golden_table_through_each_extension_set(public: Path, extensions: str, mount: str) -> None:
+    """Every golden request answers as the plugin recorded, whatever the server lists."""
+    prefix, root_path, door = (b"", "", "server") if mount == "root" else (b"/static", "/static", "app")
+    for policy in POLICIES:
+        app = app_for(public, policy)
+        for name, raw in requests(policy, prefix):
+            if name in KNOWN_DIFFERENCES:
+                continue
+            got = normalise((await call(app, raw, extensions, root_path)).raw())
+            assert comparable(got) == comparable(GOLDEN[door][policy][name]), (policy, name)
+
+
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+async def test_golden_table_answers_again_from_the_hot_memo(public: Path, extensions: str) -> None:
+    """Asked three times (first sight in the pool, then inline, then the memo), each answer is the same."""
+    app = app_for(public, "default")
+    for _ in range(3):
+        for name, raw in requests("default"):
+            if name in KNOWN_DIFFERENCES:
+                continue
+            got = normalise((await call(app, raw, extensions)).raw())
+            assert comparable(got) == comparable(GOLDEN["server"]["default"][name]), name
+
+
+# -- which message each server gets ----------------------------------------------------------
+
+GET_LARGE = b"GET /large.bin HTTP/1.1\r\nHost: x\r\n\r\n"
+RANGE_LARGE = b"GET /large.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=10-19\r\n\r\n"
+MULTI_LARGE = b"GET /large.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-0,100-199\r\n\r\n"
+HEAD_LARGE = b"HEAD /large.bin HTTP/1.1\r\nHost: x\r\n\r\n"
+
+START, BODY, PATHSEND, ZEROCOPY = (
+    "http.response.start",
+    "http.response.body",
+    "http.response.pathsend",
+    "http.response.zerocopysend",
+)
+
+
+@pytest.mark.parametrize(
+    ("extensions", "request_", "kinds"),
+    [
+        ("ours", GET_LARGE, [START, PATHSEND]),
+        ("ours", RANGE_LARGE, [START, PATHSEND]),
+        ("ours", MULTI_LARGE, [START, PATHSEND]),
+        ("ours", HEAD_LARGE, [START, BODY]),
+        ("pathsend", GET_LARGE, [START, PATHSEND]),
+        ("pathsend", RANGE_LARGE, [START, BODY]),
+        ("pathsend", HEAD_LARGE, [START, BODY]),
+        ("zerocopysend", GET_LARGE, [START, ZEROCOPY]),
+        ("zerocopysend", RANGE_LARGE, [START, ZEROCOPY]),
+        ("zerocopysend", MULTI_LARGE, [START, BODY, ZEROCOPY, BODY, ZEROCOPY, BODY]),
+        ("none", GET_LARGE, [START, BODY]),  # 200 KiB: one chunk of 256 KiB
+        ("none", RANGE_LARGE, [START, BODY]),
+        ("none", MULTI_LARGE, [START, BODY, BODY]),  # each part's header rides with its bytes
+    ],
+)
+async def test_each_server_gets_the_message_its_extensions_allow(
+    public: Path, extensions: str, request_: bytes, kinds: list[str]
+) -> None:
+    app = asgi.StaticFiles(directory=public)
+    for _ in range(2):  # the pool's first sight, then inline: the same messages
+        server = await call(app, request_, extensions)
+        assert server.kinds == kinds
+
+
+async def test_standard_pathsend_names_the_checked_file_not_a_descriptor(public: Path) -> None:
+    """granian opens a pathsend's path in a task of its own after send returns: the path must name
+    the file itself (read back from /proc/self/fd), never /proc/self/fd/N, which may be another
+    file's by then."""
+    seen: list[dict[str, Any]] = []
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(b"GET /large.bin HTTP/1.1\r\n\r\n", "pathsend")
+    server = FakeServer(scope)
+
+    async def send(message: dict[str, Any]) -> None:
+        seen.append(message)
+        await server.send(message)
+
+    await app(scope, server.receive, send)
+    assert seen[-1]["path"] == str((public / "large.bin").resolve())
+    assert bytes(server.body) == large_bytes()
+
+
+async def test_chunks_are_bounded(public: Path) -> None:
+    app = asgi.StaticFiles(directory=public, chunk_size=65536)
+    server = await call(app, GET_LARGE)
+    assert server.kinds == [START] + [BODY] * 4
+    assert bytes(server.body) == large_bytes()
+    assert len(server.body) == LARGE_SIZE
+
+
+# -- the hot path ----------------------------------------------------------------------------
+
+
+async def test_a_hot_file_is_answered_from_the_memo_without_the_core(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = asgi.StaticFiles(directory=public)
+    get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    first = await call(app, get)
+    await call(app, get)
+
+    def no_core(*args: Any) -> Any:
+        raise AssertionError("the core was asked")
+
+    monkeypatch.setattr(_app, "answer", no_core)
+    monkeypatch.setattr(_app, "_decide_off_loop", no_core)
+    third = await call(app, get)
+    assert third.kinds == [START, BODY]
+    assert third.raw() == first.raw()
+    assert bytes(third.body) == SMALL
+    head = await call(app, b"HEAD /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head.headers == first.headers
+    assert not head.body
+    # A changed file is noticed (its stat no longer matches), and asked of the core again.
+    (public / "a.txt").write_bytes(b"changed")
+    monkeypatch.undo()
+    changed = await call(app, get)
+    assert bytes(changed.body) == b"changed"
+
+
+async def test_the_memoised_header_pairs_are_not_shared_with_middlewares(public: Path) -> None:
+    """A middleware may edit the start message's header list in place (GZipMiddleware does)."""
+    app = asgi.StaticFiles(directory=public)
+    get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    for _ in range(4):
+        scope = scope_of(get)
+        server = FakeServer(scope)
+        await app(scope, server.receive, _editing(server))
+        assert b"x-edited" not in dict(server.headers)
+
+
+def _editing(server: FakeServer) -> Any:
+    async def send(message: dict[str, Any]) -> None:
+        await server.send(message)
+        if message["type"] == START:
+            message["headers"].append((b"x-edited", b"1"))
+
+    return send
+
+
+async def test_a_mount_spelled_with_escapes_is_still_the_mount(public: Path) -> None:
+    """Starlette matches a Mount on the decoded path: ``/st%61tic/a.txt`` is ``/static/a.txt``."""
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(b"GET /st%61tic/a.txt HTTP/1.1\r\n\r\n", root_path="/static")
+    server = FakeServer(scope)
+    await app(scope, server.receive, server.send)
+    assert server.status == 200
+    assert bytes(server.body) == SMALL
+
+
+async def test_a_server_that_leaves_root_path_out_of_path(public: Path) -> None:
+    """hypercorn's ``root_path`` setting is not in ``path``: the path is then below the root as it is."""
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(b"GET /a.txt HTTP/1.1\r\n\r\n", root_path="/api")
+    server = FakeServer(scope)
+    await app(scope, server.receive, server.send)
+    assert server.status == 200
+    assert bytes(server.body) == SMALL
+
+
+async def test_no_raw_path_falls_back_to_path(public: Path) -> None:
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(b"GET /space%20name.txt HTTP/1.1\r\n\r\n")
+    del scope["raw_path"]
+    server = FakeServer(scope)
+    await app(scope, server.receive, server.send)
+    assert server.status == 200
+    assert bytes(server.body) == b"spaced\n"
+
+
+# -- non-http scopes -------------------------------------------------------------------------
+
+
+async def test_lifespan_is_acknowledged_and_a_websocket_refused(public: Path) -> None:
+    app = asgi.StaticFiles(directory=public)
+    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+    assert [m["type"] for m in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    sent.clear()
+    incoming[:] = [{"type": "websocket.connect"}]
+    await app({"type": "websocket", "path": "/", "headers": []}, receive, send)
+    assert sent == [{"type": "websocket.close", "code": 1000, "reason": ""}]
+
+
+# -- descriptor lifetime ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+@pytest.mark.parametrize("request_", [GET_LARGE, RANGE_LARGE, MULTI_LARGE], ids=["full", "range", "multi"])
+async def test_a_send_that_raises_closes_the_descriptor(
+    public: Path, extensions: str, request_: bytes
+) -> None:
+    """The client is gone: send raises (ASGI 2.4 servers raise OSError); the descriptor is closed."""
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(request_, extensions)
+    handed: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if "aiosendfile.fd" in message:
+            handed.append(message["aiosendfile.fd"])
+        if "file" in message:
+            handed.append(message["file"].fileno())
+        if message["type"] != START:
+            raise OSError("client gone")
+
+    with pytest.raises(OSError, match="client gone"):
+        await app(scope, FakeServer(scope).receive, send)
+    for fd in handed:
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+async def test_cancelled_during_send_closes_the_descriptor(public: Path, extensions: str) -> None:
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(GET_LARGE, extensions)
+    in_send = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] != START:
+            in_send.set()
+            await asyncio.Event().wait()  # a server stuck on a slow client
+
+    task = asyncio.ensure_future(app(scope, FakeServer(scope).receive, send))
+    await in_send.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # (the fd guard of the conftest fails the test if the descriptor stayed open)
+
+
+async def test_cancelled_during_a_cold_decision_closes_what_comes_back(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision runs in the pool and opens the file; cancelled meanwhile, its answer is closed."""
+    import threading
+
+    from aiosendfile._static import _core
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow_answer(*args: Any) -> Any:
+        started.set()
+        release.wait(10)
+        return _core.answer(*args)
+
+    monkeypatch.setattr(_app, "answer", slow_answer)
+    app = asgi.StaticFiles(directory=public)
+    scope = scope_of(GET_LARGE)
+    task = asyncio.ensure_future(app(scope, FakeServer(scope).receive, FakeServer(scope).send))
+    while not started.is_set():
+        await asyncio.sleep(0.001)
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# -- FileResponse ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+async def test_file_response_answers_as_the_static_files(public: Path, extensions: str) -> None:
+    """FileResponse(path) answers a file's requests as StaticFiles does (same fields and body)."""
+    static = asgi.StaticFiles(directory=public)
+    for name, raw in requests("default"):
+        if not name.startswith(("get-large", "range-", "inm-", "ims-", "if-range", "ae-", "head-")):
+            continue
+        target = raw.split(b" ")[1].partition(b"?")[0]
+        path = public / unquote(target.decode())[1:]
+        ours = await call(asgi.FileResponse(path), raw, extensions)
+        theirs = await call(static, raw, extensions)
+        assert comparable(normalise(ours.raw())) == comparable(normalise(theirs.raw())), name
+
+
+async def test_file_response_starlette_arguments(public: Path) -> None:
+    ran: list[bool] = []
+
+    async def background() -> None:
+        ran.append(True)
+
+    response = asgi.FileResponse(
+        public / "a.txt",
+        status_code=203,
+        headers={"X-Extra": "1", "Vary": "Origin"},
+        media_type="text/x-mine",
+        filename="naïve.txt",
+        background=background,
+    )
+    server = await call(response, b"GET / HTTP/1.1\r\nRange: bytes=0-1\r\n\r\n")
+    fields = dict(server.headers)
+    assert server.status == 203
+    assert bytes(server.body) == SMALL
+    assert fields[b"content-type"] == b"text/x-mine"
+    assert fields[b"x-extra"] == b"1"
+    assert fields[b"content-disposition"] == b"attachment; filename*=utf-8''na%C3%AFve.txt"
+    assert [v for n, v in server.headers if n == b"vary"] == [b"Origin", b"Accept-Encoding"]
+    assert ran == [True]
+
+
+async def test_file_response_missing_file_is_an_empty_404(tmp_path: Path) -> None:
+    server = await call(asgi.FileResponse(tmp_path / "nope"), b"GET / HTTP/1.1\r\n\r\n")
+    assert (server.status, server.headers, bytes(server.body)) == (404, [(b"content-length", b"0")], b"")
+
+
+async def test_file_response_root_confines_the_file(public: Path) -> None:
+    response = asgi.FileResponse(public / "out-link.txt", root=public)
+    server = await call(response, b"GET / HTTP/1.1\r\n\r\n")
+    assert server.status == 404
+    assert not server.body
+
+
+# -- StaticFiles' Starlette arguments --------------------------------------------------------
+
+
+def test_check_dir_refuses_a_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="does not exist"):
+        asgi.StaticFiles(directory=tmp_path / "nope")
+    asgi.StaticFiles(directory=tmp_path / "nope", check_dir=False)
+
+
+async def test_html_serves_the_404_page(public: Path) -> None:
+    (public / "404.html").write_bytes(b"<h1>lost</h1>")
+    app = asgi.StaticFiles(directory=public, html=True)
+    server = await call(app, b"GET /nope.txt HTTP/1.1\r\n\r\n")
+    assert server.status == 404
+    assert bytes(server.body) == b"<h1>lost</h1>"
+    assert dict(server.headers)[b"content-type"] == b"text/html"
+    head = await call(app, b"HEAD /nope.txt HTTP/1.1\r\n\r\n")
+    assert head.status == 404
+    assert not head.body
+    plain = await call(asgi.StaticFiles(directory=public), b"GET /nope.txt HTTP/1.1\r\n\r\n")
+    assert bytes(plain.body) == b"404: Not Found"
+
+
+async def test_follow_symlink_is_starlettes_spelling(public: Path) -> None:
+    app = asgi.StaticFiles(directory=public, follow_symlink=True)
+    server = await call(app, b"GET /out-link.txt HTTP/1.1\r\n\r\n")
+    assert server.status == 200
+    assert bytes(server.body) == b"SECRET outside\n"
+
+
+# -- Starlette and FastAPI, in process through httpx ------------------------------------------
+
+
+def _starlette_app(public: Path) -> Any:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount, Route
+
+    async def report(request: Any) -> Any:
+        return asgi.FileResponse(public / "large.bin", filename="large.bin")
+
+    return Starlette(
+        routes=[
+            Route("/report", report),
+            Mount("/static", app=asgi.StaticFiles(directory=public), name="static"),
+        ]
+    )
+
+
+def _fastapi_app(public: Path) -> Any:
+    from fastapi import FastAPI
+
+    app = FastAPI()
+    app.mount("/static", asgi.StaticFiles(directory=public), name="static")
+
+    @app.get("/report")
+    async def report() -> Any:
+        return asgi.FileResponse(public / "large.bin", filename="large.bin")
+
+    return app
+
+
+@pytest.mark.parametrize("framework", ["starlette", "fastapi"])
+@pytest.mark.parametrize("extensions", sorted(EXTENSIONS))
+async def test_mounted_in_a_framework(public: Path, framework: str, extensions: str) -> None:
+    """Through Starlette's router (``Mount`` sets ``root_path``) and FastAPI's ``app.mount``."""
+    app = _starlette_app(public) if framework == "starlette" else _fastapi_app(public)
+
+    async def get(target: bytes, *fields: bytes) -> FakeServer:
+        raw = b"GET " + target + b" HTTP/1.1\r\nHost: test\r\n" + b"".join(f + b"\r\n" for f in fields)
+        return await call(app, raw + b"\r\n", extensions)
+
+    for _ in range(3):
+        r = await get(b"/static/a.txt")
+        assert (r.status, bytes(r.body)) == (200, SMALL)
+    r = await get(b"/static/large.bin", b"Range: bytes=0-0,100-199")
+    assert r.status == 206
+    assert dict(r.headers)[b"content-type"].startswith(b"multipart/byteranges; boundary=")
+    r = await get(b"/static/large.bin", b"Range: bytes=10-19")
+    assert (r.status, bytes(r.body)) == (206, large_bytes()[10:20])
+    r = await get(b"/static/sub")
+    assert (r.status, dict(r.headers)[b"location"]) == (301, b"/static/sub/")
+    r = await get(b"/static/%2e%2e/outside/secret.txt")
+    assert r.status == 404
+    r = await get(b"/report")
+    assert bytes(r.body) == large_bytes()
+    assert dict(r.headers)[b"content-disposition"] == b'attachment; filename="large.bin"'
+    assert app.url_path_for("static", path="/a.txt") == "/static/a.txt"
+
+
+def test_starlette_test_client(public: Path) -> None:
+    pytest.importorskip("httpx")  # (Starlette's TestClient needs it; not in the test extra)
+    from starlette.testclient import TestClient
+
+    with TestClient(_starlette_app(public)) as client:
+        assert client.get("/static/a.txt").content == SMALL
+        r = client.head("/static/large.bin")
+        assert r.status_code == 200
+        assert r.headers["content-length"] == str(LARGE_SIZE)
+        assert not r.content
+        etag = client.get("/static/large.bin").headers["etag"]
+        assert client.get("/static/large.bin", headers={"If-None-Match": etag}).status_code == 304
