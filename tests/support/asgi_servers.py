@@ -113,6 +113,7 @@ class AsgiServer:
     options: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     start_timeout: float = 30.0
+    wait: bool = True  # False: start and return; call wait_ready() (start several servers at once)
 
     def __post_init__(self) -> None:
         self._logdir = Path(tempfile.mkdtemp(prefix="asgi-server-"))
@@ -135,11 +136,8 @@ class AsgiServer:
                 start_new_session=True,  # a hard kill takes granian's workers too
             )
         self.pid = self.proc.pid
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
+        if self.wait:
+            self.wait_ready()
 
     # -- the command line ---------------------------------------------------------------------------
 
@@ -186,6 +184,14 @@ class AsgiServer:
         return [*argv, *self.options]
 
     # -- start ----------------------------------------------------------------------------------------
+
+    def wait_ready(self) -> None:
+        """Wait until the server accepts connections; kill it and fail if it exits or takes too long."""
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
