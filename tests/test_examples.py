@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,65 @@ def test_file_server_with_a_missing_file_says_so(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "not a file" in done.stderr
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    data = pattern(2_000_000)
+    (tmp_path / "big.bin").write_bytes(data)
+    (tmp_path / "note.txt").write_text("hello\n")
+    port = free_port()
+    example = str(EXAMPLES / "fastapi_app.py")
+    server = subprocess.Popen(
+        [sys.executable, example, str(tmp_path), "--port", str(port), "--loop", loop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert "serving" in server.stdout.readline()
+        for _ in range(100):  # the banner comes before uvicorn binds
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        status, _, body = _get(port, "/static/big.bin")
+        assert (status, body) == (200, data)
+        status, fields, body = _get(port, "/static/big.bin", {"Range": "bytes=10-19"})
+        assert (status, body, fields["content-range"]) == (206, data[10:20], "bytes 10-19/2000000")
+        status, fields, body = _get(port, "/download/note.txt")
+        assert (status, body) == (200, b"hello\n")
+        assert fields["content-disposition"] == 'attachment; filename="note.txt"'
+        assert _get(port, "/download/..%2F..%2Fetc%2Fpasswd")[0] == 404
+        assert _get(port, "/static/missing")[0] == 404
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode in (0, -signal.SIGTERM), err  # uvicorn re-raises SIGTERM once shut down
+    assert "Traceback" not in err
+    assert "Finished server process" in err
+
+
+def test_fastapi_example_with_a_missing_directory_says_so(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    done = run(str(EXAMPLES / "fastapi_app.py"), str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "not a directory" in done.stderr
