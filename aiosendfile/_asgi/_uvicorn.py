@@ -33,18 +33,23 @@ from uvicorn.protocols.http import h11_impl, httptools_impl
 from uvicorn.server import ServerState
 
 from .._errors import FileTruncatedError
-from ._carry import PATHSEND, PRIVATE, ZEROCOPYSEND, FileBody, file_body, transmit
+from ._carry import PATHSEND, ZEROCOPYSEND, FileBody, file_body, offered, transmit
 
 __all__ = ("H11Protocol", "HttpToolsProtocol")
 
 _FILE_MESSAGES = frozenset((PATHSEND, ZEROCOPYSEND))
+_OFFERED = offered()  # copied per request; the empty option dicts are shared
 
 Send = Callable[[Any], Awaitable[None]]
 Carry = Callable[[Any, Any], Awaitable[None]]
 
 
 class _Door:
-    """The app uvicorn runs: the real app, with the extensions and our ``send``."""
+    """The app uvicorn runs: the real app, with the extensions and our ``send``.
+
+    Plain functions that return the awaitable, not coroutines: no extra frame per request or per
+    message (uvicorn awaits what ``__call__`` returns, the app what ``send`` returns).
+    """
 
     __slots__ = ("app", "carry")
 
@@ -52,27 +57,24 @@ class _Door:
         self.app = app
         self.carry = carry
 
-    async def __call__(self, scope: Any, receive: Any, send: Send) -> None:
+    def __call__(self, scope: Any, receive: Any, send: Send) -> Awaitable[None]:
         cycle = getattr(send, "__self__", None)
         if cycle is None or scope["type"] != "http":  # not uvicorn's cycle.send: stay out of the way
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)  # type: ignore[no-any-return]
         extensions = scope.get("extensions")
         if extensions is None:
-            scope["extensions"] = {PATHSEND: {}, ZEROCOPYSEND: {}, PRIVATE: {}}
+            scope["extensions"] = _OFFERED.copy()
         else:
-            for name in (PATHSEND, ZEROCOPYSEND, PRIVATE):
+            for name in _OFFERED:
                 extensions.setdefault(name, {})
         carry = self.carry
 
-        async def door_send(message: Any) -> None:
-            kind = message["type"]
-            if kind in _FILE_MESSAGES:
-                await carry(cycle, message)
-            else:
-                await send(message)
+        def door_send(message: Any) -> Awaitable[None]:
+            if message["type"] in _FILE_MESSAGES:
+                return carry(cycle, message)
+            return send(message)
 
-        await self.app(scope, receive, door_send)
+        return self.app(scope, receive, door_send)  # type: ignore[no-any-return]
 
 
 async def _prelude(cycle: Any, message: Any) -> bool:
