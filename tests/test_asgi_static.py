@@ -85,12 +85,16 @@ class FakeServer:
         self.body = bytearray()
         self.kinds: list[str] = []
         self.done = False
+        self.asked = False
         self.fds: list[int] = []  # descriptors the app handed over (closed after, checked by tests)
 
     async def receive(self) -> dict[str, Any]:
-        if self.done:
-            return {"type": "http.disconnect"}
-        return {"type": "http.request", "body": b"", "more_body": False}
+        """The request (no body), then, as servers do, nothing until the client leaves."""
+        if not self.asked:
+            self.asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -614,3 +618,52 @@ def test_starlette_test_client(public: Path) -> None:
         assert not r.content
         etag = client.get("/static/large.bin").headers["etag"]
         assert client.get("/static/large.bin", headers={"If-None-Match": etag}).status_code == 304
+
+
+@pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
+async def test_a_long_body_stops_when_the_client_leaves(public: Path, spec_version: str) -> None:
+    """Before ASGI 2.4 a server's send returns quietly once the client is gone (uvicorn does):
+    a long body listens for http.disconnect and stops reading; a 2.4 server raises instead."""
+    app = asgi.StaticFiles(directory=public, chunk_size=16384)  # large.bin: 13 chunks
+    scope = scope_of(GET_LARGE)
+    scope["asgi"]["spec_version"] = spec_version
+    gone = asyncio.Event()
+    bodies = 0
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal bodies
+        if message["type"] == BODY:
+            bodies += 1
+            gone.set()
+            if spec_version == "2.4":
+                raise OSError("client gone")
+
+    if spec_version == "2.4":
+        with pytest.raises(OSError, match="client gone"):
+            await app(scope, receive, send)
+    else:
+        await app(scope, receive, send)
+    assert bodies <= 2
+
+
+def test_recent_paths_remember_for_a_while_and_within_bounds() -> None:
+    from aiosendfile._static._recent import RecentPaths
+
+    recent = RecentPaths(seconds=10, max_entries=2, max_bytes=100)
+    assert not recent.seen(b"/a", 0)
+    recent.saw(b"/a", 0)
+    assert recent.seen(b"/a", 5)  # and noted again at 5
+    assert recent.seen(b"/a", 14)
+    assert not recent.seen(b"/a", 30)  # too long ago
+    recent.saw(b"/b", 30)
+    recent.saw(b"/c", 30)
+    recent.saw(b"/d", 30)  # over max_entries: the least recent (/a) goes first, then /b
+    assert len(recent) == 2
+    assert not recent.seen(b"/b", 30)
+    assert recent.seen(b"/c", 30)
+    recent.saw(b"/" + b"x" * 99, 30)  # over max_bytes: only the newest fits
+    assert len(recent) == 1

@@ -80,6 +80,17 @@ async def _decide_off_loop(fn: Callable[..., Answer], *args: Any) -> Answer:
         raise
 
 
+def _quiet_on_disconnect(scope: Scope, receive: Receive) -> Receive | None:
+    """*receive* if the server is older than ASGI 2.4, whose ``send`` returns quietly once the
+    client is gone (a long body must then listen for ``http.disconnect``), else None."""
+    version = scope.get("asgi", {}).get("spec_version", "2.0")
+    try:
+        newer = tuple(int(part) for part in version.split(".")[:2]) >= (2, 4)
+    except ValueError:
+        newer = False
+    return None if newer else receive
+
+
 async def _not_http(scope: Scope, receive: Receive, send: Send) -> None:
     """A websocket is refused (closed before accepting: the server answers 403); lifespan is
     acknowledged, so the app runs alone under a server too."""
@@ -168,11 +179,12 @@ class StaticFiles:
                     await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
                     return
                 self._forget(raw)
-        await self._answer(scope, send, method, raw, root, headers, plain)
+        await self._answer(scope, receive, send, method, raw, root, headers, plain)
 
     async def _answer(
         self,
         scope: Scope,
+        receive: Receive,
         send: Send,
         method: str,
         raw: bytes,
@@ -222,6 +234,7 @@ class StaticFiles:
                     status=status,
                     follow_symlinks=policy.follow_symlinks,
                     chunk_size=self.chunk_size,
+                    receive=_quiet_on_disconnect(scope, receive),
                 )
             finally:
                 ans.close()
@@ -364,6 +377,7 @@ class FileResponse(_ResponseBase):
                     status=status,
                     follow_symlinks=self.policy.follow_symlinks,
                     chunk_size=self.chunk_size,
+                    receive=_quiet_on_disconnect(scope, receive),
                 )
             finally:
                 ans.close()
@@ -376,4 +390,5 @@ class FileResponse(_ResponseBase):
         if not ans.fields and ans.status != 200:  # an error found on opening: as the core says it
             return core
         names = {name for name, _ in core if name != b"vary"}
+        names.add(b"content-length")
         return [pair for pair in self.raw_headers if pair[0] not in names] + core

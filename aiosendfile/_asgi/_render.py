@@ -15,7 +15,9 @@ server lists in ``scope["extensions"]``, as (first match wins):
    Without ``/proc``, only when symlinks are followed anyway.
 3. ``http.response.zerocopysend``: the descriptor with an explicit offset and count (ranges too; a
    multipart body interleaves ``http.response.body`` part headers).
-4. ``http.response.body`` chunks, read on the loop when their pages are cached, else off it.
+4. ``http.response.body`` chunks, read on the loop when their pages are cached, else off it. A
+   server older than ASGI 2.4 says nothing when the client leaves (``send`` returns quietly): a
+   body of more than one chunk then watches ``receive`` for ``http.disconnect`` and stops reading.
 
 A descriptor stays open until ``send`` returns (the caller closes the answer after).
 """
@@ -41,6 +43,7 @@ __all__ = (
     "OURS",
     "PATHSEND",
     "ZEROCOPY",
+    "Receive",
     "Send",
     "file_mode",
     "header_pairs",
@@ -50,6 +53,7 @@ __all__ = (
 
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
 _T = TypeVar("_T")
 
 #: How a file body may leave (bits of :func:`file_mode`): plain body messages only, standard
@@ -147,9 +151,11 @@ async def send_answer(
     status: int | None = None,
     follow_symlinks: bool = False,
     chunk_size: int = DEFAULT_FALLBACK_CHUNK,
+    receive: Receive | None = None,
 ) -> None:
     """Send *answer* with *headers* (its :func:`header_pairs`, maybe with more) and status
-    *status* (default the answer's). The caller closes the answer after."""
+    *status* (default the answer's). *receive*: the server's, to hear a client leave during a
+    long body (servers before ASGI 2.4). The caller closes the answer after."""
     await send({"type": START, "status": answer.status if status is None else status, "headers": headers})
     body = answer.body
     if answer.head_only or body is None:
@@ -187,10 +193,42 @@ async def send_answer(
         await _zerocopy(send, fd, body)
         return
     if isinstance(body, FileRange):
-        await _chunks(send, fd, [(b"", body.start, body.length)], b"", chunk_size)
+        pieces, closing = [(b"", body.start, body.length)], b""
     else:
-        pieces = [(head, r.start, r.length) for head, r in body.parts]
-        await _chunks(send, fd, pieces, body.closing, chunk_size)
+        pieces, closing = [(head, r.start, r.length) for head, r in body.parts], body.closing
+    sending = _chunks(send, fd, pieces, closing, chunk_size)
+    if receive is not None and (answer.length or 0) > chunk_size:
+        await _until_disconnect(sending, receive)
+    else:
+        await sending
+
+
+async def _checkpoint() -> None:
+    """Let other tasks run (the loop's other connections, a disconnect watcher)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import anyio.lowlevel
+
+        await anyio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
+async def _until_disconnect(body: Awaitable[None], receive: Receive) -> None:
+    """Await *body*, or stop it when *receive* says the client left (anyio: asyncio or trio)."""
+    import anyio
+
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        await body
+        group.cancel_scope.cancel()
 
 
 async def _zerocopy(send: Send, fd: int, body: FileRange | Multipart) -> None:
@@ -237,3 +275,5 @@ async def _chunks(
             if done and closing:
                 data += closing
             await send({"type": BODY_TYPE, "body": data, "more_body": not done})
+            if not done:
+                await _checkpoint()  # (a send that never waits must not hold the loop for the whole file)

@@ -2,7 +2,7 @@
 
 One :class:`Engine` per server holds what its connections share: the directory policy, the memo
 of hot answers (raw target path → hot entry, file path, rendered head), the set of paths decided
-in the last :data:`RECENT_SECONDS` (decided inline; any other path is decided in the cold pool),
+in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline; any other in the cold pool),
 the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
 second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
 the access log and closes connections past their header, keep-alive or send timeout.
@@ -16,13 +16,13 @@ import socket
 import ssl as _ssl
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .._options import default_cold_executor
 from .._static._hot import HotEntry
 from .._static._policy import DirectoryPolicy
+from .._static._recent import RecentPaths
 from .._static._request import BytesHeaders
 from ._accesslog import AccessLog
 from ._date import Clock
@@ -30,14 +30,6 @@ from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, HttpProtocol
 
 __all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
 
-#: A path decided within this many seconds is decided again inline (its metadata is cached).
-RECENT_SECONDS = 10.0
-#: Paths remembered as recently decided (least recently decided forgotten first), bounded by
-#: count and by the bytes of the paths kept: at most 16 MiB of paths and about 100 bytes of
-#: bookkeeping each (~6 MiB), whatever the targets. An LRU over uniform random paths hits about
-#: RECENT_MAX / paths: it must cover a site's working set, or most requests hop to the cold pool.
-RECENT_MAX = 65536
-RECENT_MAX_BYTES = 16 * 1024 * 1024
 #: Bytes of hot bodies the memo may keep alive beyond the hot cache's own bound.
 MEMO_MAX_BYTES = 16 * 1024 * 1024
 
@@ -82,8 +74,7 @@ class Engine:
         self.wanted: dict[bytes, int] = wanted
         self.memo: dict[bytes, tuple[HotEntry, str, bytes]] = {}
         self.memo_bytes = 0
-        self.recent: OrderedDict[bytes, float] = OrderedDict()
-        self.recent_bytes = 0
+        self.recent = RecentPaths()
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
         self.now = loop.time()
@@ -113,22 +104,10 @@ class Engine:
 
     def seen(self, raw: bytes) -> bool:
         """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""
-        when = self.recent.get(raw)
-        if when is None or self.now - when > RECENT_SECONDS:
-            return False
-        self.recent[raw] = self.now
-        self.recent.move_to_end(raw)
-        return True
+        return self.recent.seen(raw, self.now)
 
     def saw(self, raw: bytes) -> None:
-        recent = self.recent
-        if raw in recent:
-            recent.move_to_end(raw)
-        else:
-            self.recent_bytes += len(raw)
-        recent[raw] = self.now
-        while len(recent) > RECENT_MAX or self.recent_bytes > RECENT_MAX_BYTES:
-            self.recent_bytes -= len(recent.popitem(last=False)[0])
+        self.recent.saw(raw, self.now)
 
     def lost(self, conn: HttpProtocol) -> None:
         self.connections.discard(conn)
