@@ -209,3 +209,46 @@ def test_zero_copy_under_our_protocol(tree: Path) -> None:
         assert _get(server, "/static/large.bin", Range="bytes=5-100004")[2] == large_bytes()[5:100005]
         after = json.loads(_get(server, "/_counters")[2])["bytes"]
         assert after - before == len(large_bytes()) + 100000
+
+
+def _raw(server: AsgiServer, data: bytes) -> bytes:
+    """*data* sent on a new connection (TLS or a Unix socket as the server listens), read to EOF."""
+    with server.socket() as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("name", "http", "loop", "transport"),
+    [
+        ("uvicorn", "httptools", "uvloop", "tls"),
+        ("uvicorn", OUR_HTTPTOOLS, "asyncio", "tls"),
+        ("uvicorn", OUR_HTTPTOOLS, "uvloop", "tls"),
+        ("uvicorn", OUR_HTTPTOOLS, "uvloop", "unix"),
+        ("hypercorn", None, "uvloop", "tls"),
+        ("granian", None, "uvloop", "tls"),
+        ("granian", None, "asyncio", "unix"),
+    ],
+    ids=lambda v: v.rpartition(":")[2] if isinstance(v, str) else str(v),
+)
+def test_golden_requests_over_tls_and_unix_sockets(
+    tree: Path, tmp_path: Path, tls_ca: Any, name: str, http: str | None, loop: str, transport: str
+) -> None:
+    """Over TLS our protocol sends with the bounded copy and granian reads the file itself; over a
+    Unix socket the zero-copy paths run as over TCP: the answers are the same."""
+    if not _available(name, http):
+        pytest.skip(f"{name} {http or ''} is not installed here")
+    kwargs: dict[str, Any] = {"server": name, "http": http, "loop": loop}
+    if transport == "tls":
+        kwargs["tls"] = asgi_servers.tls_files(tls_ca, tmp_path)
+    else:
+        kwargs["uds"] = tmp_path / "s.sock"
+    with asgi_servers.asgi_server(f"{APPS}:ours_starlette_app", tree, **kwargs) as server:
+        for case, raw in requests("default", b"/static"):
+            if case not in CASES or case in KNOWN_DIFFERENCES:
+                continue
+            got = normalise(_raw(server, raw))
+            assert comparable(got) == comparable(GOLDEN[case]), (case, got)
