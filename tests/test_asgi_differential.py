@@ -42,6 +42,8 @@ from .support.asgi_servers import (
     tls_files,
 )
 from .support.files import pattern
+from .support.native import split_responses
+from .support.static_requests import normalise as normalise_raw
 
 APPS = "tests.support.asgi_apps"
 BIG = 300_001  # file.bin: over several 64 KiB chunks, not a multiple of one
@@ -352,6 +354,42 @@ def test_keep_alive_reuse(pair: Pair) -> None:
             answer, reused = side.request("GET", FILES[i % 2], {})
             assert reused, (side.server.http, i)
             assert answer["body"] == pattern(BIG)
+
+
+PIPELINE = [
+    ("GET", "/static/" + FILE_NAME, ""),
+    ("HEAD", "/file", ""),
+    ("GET", "/static/small.txt", ""),
+    ("GET", "/file", "Range: bytes=100-199,1000-1099\r\n"),
+    ("GET", "/mw/file", ""),
+    ("GET", "/static/missing.txt", ""),
+    ("GET", "/file", ""),
+    ("GET", "/static/empty.bin", ""),
+    ("GET", "/static/" + FILE_NAME, "If-None-Match: {etag}\r\n"),
+    ("GET", "/static/style.css", "Connection: close\r\n"),
+]
+
+
+def test_pipelined(pair: Pair) -> None:
+    """Ten requests in one write on a raw connection (the last says ``Connection: close``): the
+    same answers, in order, byte for byte but Date/Server, and then the end of the connection."""
+    data = b"".join(
+        f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n{extra.format(etag=pair.etag)}\r\n".encode()
+        for method, target, extra in PIPELINE
+    )
+    methods = [method.encode() for method, _, _ in PIPELINE]
+    answers = []
+    for side in (pair.stock, pair.ours):
+        with side.server.socket(timeout=30) as sock:
+            sock.sendall(data)
+            chunks = []
+            while chunk := sock.recv(2**20):
+                chunks.append(chunk)
+        raw, rest = split_responses(b"".join(chunks), methods)
+        assert rest == b"", rest[:300]
+        answers.append([normalise_raw(r) for r in raw])
+    assert len(answers[0]) == len(PIPELINE)
+    assert answers[0] == answers[1]
 
 
 def test_gzip_passes_pathsend_through(pair: Pair) -> None:

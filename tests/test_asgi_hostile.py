@@ -242,6 +242,31 @@ def test_client_disconnects_mid_file(site: Watched, how: str, target: str) -> No
     site.check()
 
 
+def test_slow_reader_keeps_its_connection(site: Watched) -> None:
+    """A reader with a 4 KiB receive buffer takes files in 8 KiB reads (the server waits on a full
+    socket again and again), then asks for more on the same connection: every answer exact."""
+    data = pattern(BIG)
+    cases = [
+        ("/file", "", data),
+        ("/static/small.txt", "", SMALL),
+        ("/static/" + FILE_NAME, "Range: bytes=1000-2000000\r\n", data[1000:2000001]),
+        ("/static/" + FILE_NAME, "", data),
+    ]
+    with site.server.socket(timeout=60, rcvbuf=4096) as sock:
+        for target, extra, expected in cases:
+            sock.sendall(f"GET {target} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n".encode())
+            head, rest = read_head(sock)
+            n = content_length(head)
+            body = bytearray(rest)
+            while len(body) < n:
+                chunk = sock.recv(min(8192, n - len(body)))
+                assert chunk, (target, len(body), n)
+                body += chunk
+            assert len(body) == n == len(expected), (target, head)
+            assert body == expected, target
+    site.check()
+
+
 @pytest.mark.parametrize("target", ["trunc.bin"])
 def test_file_truncated_mid_file(site: Watched, tree: Path, target: str) -> None:
     """The file shrinks while it is sent: the connection is aborted, never a short complete answer;
