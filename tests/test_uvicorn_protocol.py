@@ -658,3 +658,73 @@ def raw_unix(path: str, data: bytes) -> bytes:
         while chunk := sock.recv(MIB):
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+# -- the same bytes as uvicorn's own body messages ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        request(b"/"),
+        request(b"/", b"HEAD"),
+        request(b"/", extra=b"Connection: close\r\n"),
+        b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n",
+        b"GET / HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n",
+    ],
+    ids=["get", "head", "close", "http10", "http10-keep-alive"],
+)
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "no-length"])
+async def test_same_bytes_as_uvicorns_body_messages(tmp_path: Path, req: bytes, length: bool) -> None:
+    """A pathsend under our protocol is framed exactly as uvicorn frames the same bytes sent as
+    ``http.response.body`` under its stock protocol (Date aside), for both protocols."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol as StockH11
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as StockHttpTools
+
+    data = pattern(100_000)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(start(len(data) if length else None))
+        if PATHSEND in scope.get("extensions", {}):
+            await send({"type": PATHSEND, "path": str(path)})
+        else:
+            await send({"type": "http.response.body", "body": data})
+
+    async def exchange(http: Any) -> bytes:
+        async with serve(app, http, "tcp", tmp_path) as site:
+            reader, writer = await site.open()
+            # the second and the last are answered only on a kept connection; the last closes it
+            writer.write(req + req + request(b"/", extra=b"Connection: close\r\n"))
+            raw = await read_to_eof(reader)
+            writer.close()
+        return b"\r\n".join(line for line in raw.split(b"\r\n") if not line.startswith(b"date: "))
+
+    for stock, ours in ((StockHttpTools, HttpToolsProtocol), (StockH11, H11Protocol)):
+        assert await exchange(ours) == await exchange(stock)
+
+
+async def test_websockets_are_uvicorns(proto: Any, tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope)
+        assert (await receive())["type"] == "websocket.connect"
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close"})
+
+    async with serve(app, proto, "tcp", tmp_path, ws="wsproto") as site:
+        reader, writer = await site.open()
+        writer.write(
+            request(
+                b"/ws",
+                extra=b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+            )
+        )
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101 ")
+        writer.close()
+    (scope,) = seen
+    assert scope["type"] == "websocket"
+    assert PATHSEND not in scope.get("extensions", {})
