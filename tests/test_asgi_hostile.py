@@ -34,6 +34,7 @@ import pytest
 from .support.asgi_apps import FILE_NAME
 from .support.asgi_apps import ours_available as apps_available
 from .support.asgi_servers import (
+    OUR_H11,
     OUR_HTTPTOOLS,
     PROBLEMS,
     AsgiServer,
@@ -57,16 +58,22 @@ class Setup:
     app: str
     loop: str
     tls: bool
+    http: str = OUR_HTTPTOOLS
 
     @property
     def id(self) -> str:
-        return f"{self.app}-{self.loop}-{'tls' if self.tls else 'tcp'}"
+        h11 = "-h11" if self.http == OUR_H11 else ""
+        return f"{self.app}-{self.loop}-{'tls' if self.tls else 'tcp'}{h11}"
 
 
 SETUPS = [
-    Setup(app, loop, tls)
-    for app in ("starlette_app", "ours_starlette_app")
-    for loop, tls in (("asyncio", False), ("uvloop", False), ("uvloop", True))
+    *(
+        Setup(app, loop, tls)
+        for app in ("starlette_app", "ours_starlette_app")
+        for loop, tls in (("asyncio", False), ("uvloop", False), ("uvloop", True))
+    ),
+    Setup("starlette_app", "uvloop", False, OUR_H11),
+    Setup("ours_starlette_app", "asyncio", True, OUR_H11),
 ]
 
 
@@ -96,7 +103,7 @@ def start(setup: Setup, tree: Path, tls: TlsFiles, *options: str) -> AsgiServer:
     return AsgiServer(
         f"{APPS}:{setup.app}",
         tree,
-        http=OUR_HTTPTOOLS,
+        http=setup.http,
         loop=setup.loop,
         tls=tls if setup.tls else None,
         options=["--no-access-log", *GRACE, *options],
@@ -166,9 +173,9 @@ def site(watched: Watched) -> Watched:
 # -- a raw client ---------------------------------------------------------------------------------
 
 
-def request(target: str, close: bool = False) -> bytes:
-    extra = b"Connection: close\r\n" if close else b""
-    return b"GET " + target.encode() + b" HTTP/1.1\r\nHost: localhost\r\n" + extra + b"\r\n"
+def request(target: str, close: bool = False, extra: str = "") -> bytes:
+    fields = extra + ("Connection: close\r\n" if close else "")
+    return f"GET {target} HTTP/1.1\r\nHost: localhost\r\n{fields}\r\n".encode()
 
 
 def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
@@ -224,19 +231,28 @@ def reset(sock: socket.socket) -> None:
 # -- the cases ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["/static/" + FILE_NAME, "/file"])
+MULTIPART = "Range: bytes=0-3999999,4000000-8388607\r\n"
+
+
+@pytest.mark.parametrize(
+    ("target", "extra"),
+    [("/static/" + FILE_NAME, ""), ("/file", ""), ("/static/" + FILE_NAME, MULTIPART)],
+    ids=["static", "file-response", "multipart"],
+)
 @pytest.mark.parametrize("how", ["close", "rst"])
-def test_client_disconnects_mid_file(site: Watched, how: str, target: str) -> None:
-    """Clients with a small receive buffer read a little of an 8 MiB file and go away."""
+def test_client_disconnects_mid_file(site: Watched, how: str, target: str, extra: str) -> None:
+    """Clients with a small receive buffer read a little of an 8 MiB file (or of a multipart answer
+    of all of it) and go away."""
     server = site.server
     for _ in range(3):
         sock = server.socket(timeout=30, rcvbuf=4096)
         try:
-            sock.sendall(request(target))
+            sock.sendall(request(target, extra=extra))
             head, rest = read_head(sock)
-            assert content_length(head) == BIG
+            assert content_length(head) >= BIG
             more, _ = read_until_end(sock, 100_000)
-            assert rest + more == pattern(BIG)[: len(rest) + len(more)]
+            if not extra:
+                assert rest + more == pattern(BIG)[: len(rest) + len(more)]
         finally:
             reset(sock) if how == "rst" else sock.close()
     site.check()
@@ -267,27 +283,39 @@ def test_slow_reader_keeps_its_connection(site: Watched) -> None:
     site.check()
 
 
-@pytest.mark.parametrize("target", ["trunc.bin"])
-def test_file_truncated_mid_file(site: Watched, tree: Path, target: str) -> None:
+@pytest.mark.parametrize("ranges", ["", "bytes=1000-", "bytes=0-8388607,8388608-"])
+def test_file_truncated_mid_file(site: Watched, tree: Path, ranges: str) -> None:
     """The file shrinks while it is sent: the connection is aborted, never a short complete answer;
-    a warning in the log, no traceback; the next connection is served."""
+    a warning in the log, no traceback; the next connection is served. (Ranges: for
+    ``aiosendfile.asgi``'s apps; Starlette sends its own ranges as body messages and raises its own
+    error there.)"""
+    if ranges and not site.server.app.endswith(":ours_starlette_app"):
+        pytest.skip("Starlette's FileResponse streams ranges itself: not the protocol's file path")
     size = 16 * MiB
-    path = tree / target
+    path = tree / "trunc.bin"
     data = pattern(size, seed=7)
     path.write_bytes(data)
     try:
         with site.server.socket(timeout=30, rcvbuf=16384) as sock:
-            sock.sendall(request("/static/" + target))  # keep-alive: a short body would look complete
+            extra = f"Range: {ranges}\r\n" if ranges else ""
+            sock.sendall(
+                request("/static/trunc.bin", extra=extra)
+            )  # keep-alive: a short body would look complete
             head, rest = read_head(sock)
-            assert head.startswith(b"HTTP/1.1 200 "), head
-            assert content_length(head) == size
+            assert head.startswith(b"HTTP/1.1 206 " if ranges else b"HTTP/1.1 200 "), head
+            promised = content_length(head)
             first, _ = read_until_end(sock, 256 * 1024)
             os.truncate(path, size // 2)  # beyond what the kernel can have taken yet (window, buffer)
-            body, end = read_until_end(sock, size)
+            body, end = read_until_end(sock, promised)
         got = rest + first + body
         assert end in ("eof", "reset"), end
-        assert len(got) < size
-        assert got == data[: len(got)]
+        assert len(got) < promised
+        if ranges == "bytes=1000-":
+            assert got == data[1000 : 1000 + len(got)]
+        elif not ranges:
+            assert got == data[: len(got)]
+        else:
+            assert got.count(b"Content-Range") <= 2
     finally:
         path.unlink()
     site.check()
