@@ -392,6 +392,36 @@ def test_pipelined(pair: Pair) -> None:
     assert answers[0] == answers[1]
 
 
+RAW_ONE_SHOT = [
+    b"GET /static/file.bin HTTP/1.0\r\n\r\n",
+    b"GET /file HTTP/1.0\r\nHost: localhost\r\n\r\n",
+    b"HEAD /file HTTP/1.0\r\n\r\n",
+    b"GET /static/file.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    b"GET http://localhost/static/file.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    b"GET /mw/static/file.bin HTTP/1.0\r\n\r\n",
+    b"GET /static/file.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nRange: bytes=5-9\r\n\r\n",
+    b"GET /static/file.bin HTTP/1.1\r\nConnection: close\r\n\r\n",  # no Host: uvicorn lets it by
+]
+
+
+def test_one_shot_answers_and_the_close(pair: Pair) -> None:
+    """HTTP/1.0, ``Connection: close``, an absolute-form target: the same bytes (but Date/Server),
+    then the server closes the connection, on both."""
+    differ = []
+    for data in RAW_ONE_SHOT:
+        answers = []
+        for side in (pair.stock, pair.ours):
+            with side.server.socket(timeout=30) as sock:
+                sock.sendall(data)
+                chunks = []
+                while chunk := sock.recv(2**20):
+                    chunks.append(chunk)
+            answers.append(normalise_raw(b"".join(chunks)))
+        if answers[0] != answers[1]:
+            differ.append((data, answers))
+    assert not differ, differ
+
+
 def test_gzip_passes_pathsend_through(pair: Pair) -> None:
     """Behind GZipMiddleware, stock uvicorn's answer is compressed (Starlette streams the body) and
     says ``Vary: Accept-Encoding``; ours is the file as is, without Vary (GZip passes a
