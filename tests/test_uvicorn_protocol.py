@@ -621,6 +621,10 @@ def test_uvicorn_process_with_our_protocol(tmp_path: Path, loop: str, http: str)
     uds = str(tmp_path / "s.sock")
     argv = [sys.executable, "-m", "uvicorn", "tests.test_uvicorn_protocol:static_app", "--factory"]
     argv += ["--uds", uds, "--loop", loop, "--http", f"aiosendfile.uvicorn:{http}", "--log-level", "warning"]
+    if not cli_takes_a_class():  # uvicorn < 0.36: the class goes through uvicorn.run
+        run = f"uvicorn.run(static_app, factory=True, uds={uds!r}, loop={loop!r}, http={http}, log_level=30)"
+        argv = [sys.executable, "-c", f"import uvicorn\nfrom aiosendfile.uvicorn import {http}\n"]
+        argv[-1] += f"from tests.test_uvicorn_protocol import static_app\n{run}"
     env = {**cli_env(), "AIOSENDFILE_TEST_ROOT": str(tmp_path)}
     root = Path(__file__).resolve().parent.parent
     with subprocess.Popen(argv, cwd=root, env=env, stderr=subprocess.PIPE, text=True) as server:
@@ -647,6 +651,13 @@ def test_uvicorn_process_with_our_protocol(tmp_path: Path, loop: str, http: str)
     counters = rest[len(data) :].rpartition(b"\r\n\r\n")[2].split()
     assert int(counters[1]) == len(data)  # every byte through sendfile in the server process
     assert "Traceback" not in err
+
+
+def cli_takes_a_class() -> bool:
+    """``--http module:Class`` on uvicorn's command line: uvicorn 0.36 and later (encode/uvicorn#2658)."""
+    import uvicorn
+
+    return tuple(int(part) for part in uvicorn.__version__.split(".")[:2]) >= (0, 36)
 
 
 def raw_unix(path: str, data: bytes) -> bytes:
