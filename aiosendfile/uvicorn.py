@@ -6,8 +6,8 @@ private keys :mod:`aiosendfile.asgi` sends) in ``scope["extensions"]`` and carry
 with :func:`aiosendfile.sendfile` on uvicorn's own transport; everything else is uvicorn's.
 Unchanged Starlette/FastAPI ``FileResponse`` and ``StaticFiles`` then send whole files zero-copy::
 
-    uvicorn app:app --http aiosendfile.uvicorn:HttpToolsProtocol
-    uvicorn.run(app, http=aiosendfile.uvicorn.HttpToolsProtocol)
+    uvicorn app:app --http aiosendfile.uvicorn:HttpToolsProtocol      # uvicorn >= 0.36
+    uvicorn.run(app, http=aiosendfile.uvicorn.HttpToolsProtocol)      # uvicorn >= 0.30
 """
 
 from __future__ import annotations

@@ -97,7 +97,9 @@ async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bo
     except FileTruncatedError as exc:
         transport.abort()
         cycle.disconnected = True
-        cycle.logger.warning("File body cut short, connection aborted: %s", exc)
+        scope = cycle.scope
+        method, path = scope["method"], scope["path"]
+        cycle.logger.warning("File body cut short (%s), connection aborted: %s %s", exc, method, path)
         return False
     except ConnectionError:
         transport.abort()
