@@ -534,6 +534,40 @@ async def test_starlette_file_response_and_static_files_unchanged(
     sent_zero_copy(kind, 2 * len(data))
 
 
+async def test_pathsend_through_starlettes_gzip_and_base_http_middlewares(
+    proto: Any, tmp_path: Path, data_file: tuple[Path, bytes]
+) -> None:
+    """GZipMiddleware sends pathsend on uncompressed; BaseHTTPMiddleware (FastAPI's
+    ``@app.middleware("http")``) passes it through: still zero-copy under both."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.middleware.gzip import GZipMiddleware
+    from starlette.responses import FileResponse
+    from starlette.routing import Route
+
+    path, data = data_file
+
+    async def tag(request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers["x-tag"] = "1"
+        return response
+
+    app = Starlette(
+        routes=[Route("/file", lambda request: FileResponse(path, media_type="text/plain"))],
+        middleware=[Middleware(GZipMiddleware, minimum_size=1), Middleware(BaseHTTPMiddleware, dispatch=tag)],
+    )
+    async with serve(app, proto, "tcp", tmp_path) as site:
+        reader, writer = await site.open()
+        writer.write(request(b"/file", extra=b"Accept-Encoding: gzip\r\n"))
+        reply = await read_response(reader)
+        writer.close()
+    assert reply.body == data
+    assert b"content-encoding" not in reply.headers
+    assert reply.headers[b"x-tag"] == b"1"
+    sent_zero_copy("tcp", len(data))
+
+
 async def test_proxy_headers_limit_concurrency_and_lifespan(
     proto: Any, tmp_path: Path, data_file: tuple[Path, bytes]
 ) -> None:
