@@ -505,6 +505,22 @@ async def test_file_response_starlette_arguments(public: Path) -> None:
     assert ran == [True]
 
 
+async def test_file_response_is_a_starlette_response(public: Path) -> None:
+    """FastAPI sends a returned Starlette Response as it is; its headers and cookies are the caller's."""
+    from starlette.responses import Response
+
+    response = asgi.FileResponse(public / "a.txt", headers={"Content-Length": "1"})
+    assert isinstance(response, Response)
+    response.set_cookie("seen", "1")
+    response.headers["x-later"] = "2"
+    server = await call(response, b"GET / HTTP/1.1\r\n\r\n")
+    fields = dict(server.headers)
+    assert fields[b"set-cookie"].startswith(b"seen=1;")
+    assert fields[b"x-later"] == b"2"
+    assert fields[b"content-length"] == b"440"  # the caller's is dropped
+    assert [n for n, _ in server.headers].count(b"content-length") == 1
+
+
 async def test_file_response_missing_file_is_an_empty_404(tmp_path: Path) -> None:
     server = await call(asgi.FileResponse(tmp_path / "nope"), b"GET / HTTP/1.1\r\n\r\n")
     assert (server.status, server.headers, bytes(server.body)) == (404, [(b"content-length", b"0")], b"")

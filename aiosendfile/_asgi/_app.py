@@ -376,7 +376,7 @@ class FileResponse(_ResponseBase):
                     ans,
                     send,
                     file_mode(scope),
-                    self._headers(ans),
+                    self._fields_for(ans),
                     status=status,
                     follow_symlinks=self.policy.follow_symlinks,
                     chunk_size=self.chunk_size,
@@ -387,7 +387,7 @@ class FileResponse(_ResponseBase):
         if self.background is not None:
             await self.background()
 
-    def _headers(self, ans: Answer) -> list[tuple[bytes, bytes]]:
+    def _fields_for(self, ans: Answer) -> list[tuple[bytes, bytes]]:
         """The caller's fields that the core's do not replace (``vary`` joins), then the core's."""
         core = header_pairs(ans.fields, ans.length)
         if not ans.fields and ans.status != 200:  # an error found on opening: as the core says it
