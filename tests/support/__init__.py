@@ -6,7 +6,8 @@ the loop until something holds), ``fds`` (open descriptors), ``processes`` (``py
 aiosendfile`` subprocesses and the ``serve`` server), ``raw_http`` (a raw HTTP client and a
 multipart/byteranges parser), ``native`` (the native engine in the test's loop or a process),
 ``static_cases`` (the static-file cases and tests both doors run), ``static_requests`` (the
-golden requests), ``ranges`` (a reference model of RFC 9110 Range requests) and
-``cancellations`` (transfers cancelled at random points). ``stress_clients.py`` is the client
-process of the stress tests.
+golden requests), ``ranges`` (a reference model of RFC 9110 Range requests),
+``cancellations`` (transfers cancelled at random points), ``asgi_servers`` (uvicorn, hypercorn
+and granian as subprocesses) and ``asgi_apps`` (the ASGI app factories they serve).
+``stress_clients.py`` is the client process of the stress tests.
 """
