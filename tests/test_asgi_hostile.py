@@ -338,6 +338,34 @@ def test_file_truncated_mid_file(site: Watched, tree: Path, ranges: str) -> None
     assert "WARNING" in site.logs()
 
 
+def test_file_growing_mid_file(site: Watched, tree: Path) -> None:
+    """The file grows while it is sent: exactly the promised bytes go out, and the connection
+    carries the next answer (the body's end is where Content-Length said)."""
+    size = 16 * MiB
+    path = tree / "grow.bin"
+    data = pattern(size, seed=11)
+    path.write_bytes(data)
+    try:
+        with site.server.socket(timeout=30, rcvbuf=16384) as sock:
+            sock.sendall(request("/static/grow.bin"))
+            head, rest = read_head(sock)
+            assert content_length(head) == size
+            first, _ = read_until_end(sock, 256 * 1024)
+            with open(path, "ab") as f:
+                f.write(b"X" * MiB)
+            body, end = read_until_end(sock, size - len(rest) - len(first))
+            assert end == "limit", end
+            assert rest + first + body == data
+            sock.sendall(request("/static/small.txt"))
+            head, rest = read_head(sock)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            more, _ = read_until_end(sock, len(SMALL) - len(rest))
+            assert rest + more == SMALL
+    finally:
+        path.unlink()
+    site.check()
+
+
 def test_concurrent_downloads(site: Watched, tmp_path: Path) -> None:
     """1,000 clients at once each download a 64 KiB file, byte-exact (a client process, aiohttp)."""
     digest = hashlib.sha256(pattern(65_536, seed=3)).hexdigest()
