@@ -41,6 +41,7 @@ SERVERS = [
     ("ours-h11-uvloop", "uvicorn", OUR_H11, "uvloop"),
     ("hypercorn-asyncio", "hypercorn", None, "asyncio"),
     ("hypercorn-uvloop", "hypercorn", None, "uvloop"),
+    ("hypercorn-trio", "hypercorn", None, "trio"),
     ("granian-asyncio", "granian", None, "asyncio"),
     ("granian-uvloop", "granian", None, "uvloop"),
 ]
@@ -99,8 +100,8 @@ CASES = [
 SERVER_FIELDS = {"date", "server", "connection"}
 
 
-def _available(server: str, http: str | None) -> bool:
-    if not asgi_servers.available(server):
+def _available(server: str, http: str | None, loop: str = "asyncio") -> bool:
+    if not asgi_servers.available(server) or (loop == "trio" and not asgi_servers.available("trio")):
         return False
     return http not in (OUR_HTTPTOOLS, OUR_H11) or asgi_servers.ours_available()
 
@@ -116,7 +117,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module", params=SERVERS, ids=[s[0] for s in SERVERS])
 def server(request: pytest.FixtureRequest, tree: Path) -> Iterator[AsgiServer]:
     _, name, http, loop = request.param
-    if not _available(name, http):
+    if not _available(name, http, loop):
         pytest.skip(f"{name} {http or ''} is not installed here")
     with asgi_servers.asgi_server(
         f"{APPS}:ours_starlette_app", tree, server=name, http=http, loop=loop

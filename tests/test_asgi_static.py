@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import anyio
 import pytest
 
 from aiosendfile import asgi
@@ -93,7 +94,7 @@ class FakeServer:
         if not self.asked:
             self.asked = True
             return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Event().wait()
+        await anyio.sleep_forever()  # (anyio: the trio test uses this server too)
         raise AssertionError("unreachable")
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -683,3 +684,21 @@ def test_recent_paths_remember_for_a_while_and_within_bounds() -> None:
     assert recent.seen(b"/c", 30)
     recent.saw(b"/" + b"x" * 99, 30)  # over max_bytes: only the newest fits
     assert len(recent) == 1
+
+
+def test_under_trio(public: Path) -> None:
+    """Outside asyncio (trio, as hypercorn's trio worker runs apps), thread hops and the disconnect
+    watch go through anyio: the golden table answers the same under each extension set."""
+    trio = pytest.importorskip("trio")
+
+    async def main() -> None:
+        for extensions in EXTENSIONS:
+            app = app_for(public, "default", chunk_size=65536)  # large.bin: several chunks
+            for _ in range(2):
+                for name, raw in requests("default"):
+                    if name in KNOWN_DIFFERENCES:
+                        continue
+                    got = normalise((await call(app, raw, extensions)).raw())
+                    assert comparable(got) == comparable(GOLDEN["server"]["default"][name]), name
+
+    trio.run(main)
