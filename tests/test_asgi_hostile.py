@@ -1,14 +1,18 @@
 """Hostile conditions for uvicorn with our protocol, in its own process: clients that vanish
-mid-file, a file truncated mid-file, SIGTERM/SIGINT while slow downloads are in flight, 1,000
-concurrent downloads.
+mid-file, a file truncated or growing mid-file, a slow reader that pipelines, SIGTERM/SIGINT while
+slow downloads are in flight, 1,000 concurrent downloads.
 
-Each server is ``uvicorn --http aiosendfile.uvicorn:HttpToolsProtocol`` on one loop (asyncio,
-uvloop), over TCP or TLS, serving the unchanged Starlette app (Starlette's own StaticFiles and
-FileResponse, which send ``pathsend`` for full files) or the same app with ``aiosendfile.asgi``'s
-once it exists. After every case: a new connection gets a right answer, the server's open
-descriptors (``/proc/<pid>/fd``) come back to what they were before the case, and its logs hold
-no traceback and no "Exception in ASGI application". A truncated file must never look like a
-complete answer: the client sees fewer bytes than Content-Length, then the end of the connection.
+Each server is ``uvicorn --http aiosendfile.uvicorn:HttpToolsProtocol`` (or ``H11Protocol``) on
+one loop (asyncio, uvloop), over TCP or TLS, serving the unchanged Starlette app (Starlette's own
+StaticFiles and FileResponse, which send ``pathsend`` for full files) or the same app with
+``aiosendfile.asgi``'s (ranges and multipart through our private pathsend keys too). After every
+case: a new connection gets a right answer, the server's open descriptors (``/proc/<pid>/fd``)
+come back to what they were before the case, and its logs hold no traceback and no "Exception in
+ASGI application". A truncated file must never look like a complete answer: the client sees
+fewer bytes than Content-Length, then the end of the connection.
+
+Last, in the test's own loop (deterministic where a process race is not): a file message sent
+when the transport is already closing but uvicorn has not yet heard ``connection_lost``.
 """
 
 from __future__ import annotations
