@@ -50,7 +50,7 @@ PathLike = str | os.PathLike[str]
 _WANTED = BytesHeaders.WANTED
 #: Bytes of hot bodies one app's memo may keep alive beyond the hot cache's own bound.
 MEMO_MAX_BYTES = 16 * 1024 * 1024
-#: What the raw path may keep after the path: a query (a server that leaves it in) or a fragment.
+#: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
 
 

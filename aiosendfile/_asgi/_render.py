@@ -40,8 +40,10 @@ from .._threads import in_pool
 
 __all__ = (
     "BODY",
+    "BODY_TYPE",
     "OURS",
     "PATHSEND",
+    "START",
     "ZEROCOPY",
     "Receive",
     "Send",
