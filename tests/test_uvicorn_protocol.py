@@ -609,6 +609,30 @@ async def test_proxy_headers_limit_concurrency_and_lifespan(
     assert PATHSEND in held["extensions"]
 
 
+async def test_the_uvicorn_internals_relied_on_are_there(proto: Any, tmp_path: Path) -> None:
+    from aiosendfile._asgi._uvicorn import RELIED_ON
+
+    cycles = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        cycles.append(site.protocol().cycle)
+        await send(start(0))
+        await send({"type": "http.response.body"})
+
+    async with serve(app, proto, "tcp", tmp_path) as site:
+        reader, writer = await site.open()
+        writer.write(request(b"/"))
+        await read_response(reader)
+        writer.close()
+    (cycle,) = cycles
+    flavour = "h11 cycle" if proto is H11Protocol else "httptools cycle"
+    missing = [
+        f"cycle.{name}" for name in RELIED_ON["cycle"] + RELIED_ON[flavour] if not hasattr(cycle, name)
+    ]
+    missing += [f"cycle.flow.{name}" for name in RELIED_ON["flow"] if not hasattr(cycle.flow, name)]
+    assert not missing, f"uvicorn changed: {missing} (see aiosendfile/_asgi/_uvicorn.py)"
+
+
 async def test_extensions_already_in_the_scope_are_kept() -> None:
     from aiosendfile._asgi._uvicorn import _Door
 

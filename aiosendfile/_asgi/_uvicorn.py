@@ -35,7 +35,29 @@ from uvicorn.server import ServerState
 from .._errors import FileTruncatedError
 from ._carry import PATHSEND, ZEROCOPYSEND, FileBody, file_body, offered, transmit
 
-__all__ = ("H11Protocol", "HttpToolsProtocol")
+__all__ = ("RELIED_ON", "H11Protocol", "HttpToolsProtocol")
+
+#: What this module relies on in uvicorn, beyond ``self.app`` being called as
+#: ``app(scope, receive, cycle.send)``: the response cycle's attributes (by protocol) and its
+#: ``flow``'s. ``test_uvicorn_protocol`` checks them on live objects, naming what is missing.
+RELIED_ON: dict[str, tuple[str, ...]] = {
+    "cycle": (
+        "transport",
+        "flow",
+        "scope",
+        "logger",
+        "disconnected",
+        "keep_alive",
+        "response_started",
+        "response_complete",
+        "message_event",
+        "on_response",
+        "send",
+    ),
+    "httptools cycle": ("expected_content_length", "chunked_encoding"),
+    "h11 cycle": ("conn",),
+    "flow": ("write_paused", "drain"),
+}
 
 _FILE_MESSAGES = frozenset((PATHSEND, ZEROCOPYSEND))
 _OFFERED = offered()  # copied per request; the empty option dicts are shared
