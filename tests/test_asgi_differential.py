@@ -45,6 +45,9 @@ from .support.files import pattern
 from .support.native import split_responses
 from .support.static_requests import normalise as normalise_raw
 
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
 APPS = "tests.support.asgi_apps"
 BIG = 300_001  # file.bin: over several 64 KiB chunks, not a multiple of one
 VARY = ("vary", "Accept-Encoding")

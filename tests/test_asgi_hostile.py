@@ -49,6 +49,9 @@ from .support.asgi_servers import (
 )
 from .support.files import DOWNLOAD_MIX, download_sizes, pattern, write_download_mix
 
+pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
 MiB = 2**20
 APPS = "tests.support.asgi_apps"
 BIG = 8 * MiB
