@@ -316,6 +316,59 @@ async def test_a_hot_file_is_answered_from_the_memo_without_the_core(
     assert bytes(changed.body) == b"changed"
 
 
+AE_GET = b"GET /a.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip, deflate, br\r\n\r\n"
+
+
+def _no_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_core(*args: Any) -> Any:
+        raise AssertionError("the core was asked")
+
+    for name in ("answer", "_decide_off_loop", "route", "resolve", "respond"):
+        monkeypatch.setattr(_app, name, no_core)
+
+
+async def test_accept_encoding_alone_is_answered_from_the_memo(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Browsers always send Accept-Encoding: with no sibling it admits, a hot file is still a memo
+    hit (checked by the file's stat and its directory's)."""
+    app = asgi.StaticFiles(directory=public)
+    first = await call(app, AE_GET)
+    await call(app, AE_GET)
+    with monkeypatch.context() as patched:
+        _no_core(patched)
+        again = await call(app, AE_GET)
+    assert again.raw() == first.raw()
+    assert bytes(again.body) == SMALL
+
+
+async def test_a_sibling_that_appears_after_the_memo_is_served(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new pre-compressed sibling changes its directory: the memo of "no sibling" is dropped."""
+    app = asgi.StaticFiles(directory=public)
+    for _ in range(3):
+        assert not any(n == b"content-encoding" for n, _ in (await call(app, AE_GET)).headers)
+    (public / "a.txt.br").write_bytes(b"BR of a.txt")
+    got = await call(app, AE_GET)
+    assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"br", b"BR of a.txt")
+
+
+async def test_a_dangling_sibling_symlink_keeps_the_core_asked(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sibling that is a dangling symlink can come to life without its directory changing: while
+    one exists, an Accept-Encoding request is not memoised."""
+    target = public.parent / "outside" / "a.txt.gz"
+    (public / "a.txt.gz").symlink_to(target)
+    app = asgi.StaticFiles(directory=public, follow_symlinks=True)
+    for _ in range(3):
+        assert bytes((await call(app, AE_GET)).body) == SMALL
+    target.write_bytes(b"GZ of a.txt")
+    got = await call(app, AE_GET)
+    assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"gzip", b"GZ of a.txt")
+
+
 async def test_the_memoised_header_pairs_are_not_shared_with_middlewares(public: Path) -> None:
     """A middleware may edit the start message's header list in place (GZipMiddleware does)."""
     app = asgi.StaticFiles(directory=public)

@@ -10,7 +10,10 @@ Per request, cheapest first:
 * A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a memoised hot file:
   one dict lookup by raw path, one ``os.stat`` to check the cached bytes still describe the file,
   a start message with the memoised header pairs (a copy: middlewares edit them in place) and one
-  body message.
+  body message. With ``Accept-Encoding`` alone (every browser sends it) and no sibling it admits,
+  the same by (raw path, its value), plus a ``stat`` of the file's directory: adding, removing or
+  renaming a sibling changes it (no memo while a sibling's name exists in any form, such as a
+  dangling symlink, which could come to life without its directory changing).
 * A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
   inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
 * Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
@@ -31,10 +34,10 @@ from urllib.parse import quote
 
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer
-from .._static._core import Located, answer, respond
+from .._static._core import Located, answer, resolve, respond, route
 from .._static._fs import POOL_FS, REAL_FS
 from .._static._hot import HotEntry, identity
-from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
+from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
 from .._threads import settled
@@ -46,6 +49,8 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 PathLike = str | os.PathLike[str]
+#: A memoised plain 200 (see ``StaticFiles._memo``).
+Memo = tuple[HotEntry, str, list[tuple[bytes, bytes]], str, "tuple[str, tuple[int, ...]] | None"]
 
 _WANTED = BytesHeaders.WANTED
 #: Bytes of hot bodies one app's memo may keep alive beyond the hot cache's own bound.
@@ -59,6 +64,42 @@ def _plain(headers: Iterable[tuple[bytes, bytes]]) -> bool:
     for name, _ in headers:  # noqa: SIM110 (a loop: a third of any()'s cost on the hot path)
         if name in _WANTED or name.lower() in _WANTED:
             return False
+    return True
+
+
+def _scan(headers: Iterable[tuple[bytes, bytes]]) -> bool | bytes:
+    """True if no request field the core reads is present; the ``Accept-Encoding`` value if it is
+    the only one (once); else False."""
+    found: bool | bytes = True
+    for name, value in headers:
+        if name in _WANTED or name.lower() in _WANTED:
+            if found is not True or name.lower() != b"accept-encoding":
+                return False
+            found = value
+    return found
+
+
+def _folder(path: str) -> tuple[str, tuple[int, ...]] | None:
+    """The directory of *path* and what changes when an entry is added, removed or renamed in it."""
+    folder = os.path.dirname(path)
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return folder, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _no_sibling_names(path: str) -> bool:
+    """Whether no name a pre-compressed sibling of *path* could have exists in any form (a dangling
+    symlink could come to life without its directory changing)."""
+    for _, suffix in ENCODINGS:
+        try:
+            os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        return False
     return True
 
 
@@ -150,8 +191,9 @@ class StaticFiles:
             max_ranges=max_ranges,
         )
         self._render_key = ("asgi", precompressed)  # this door's memo on a hot entry
-        #: raw path → (hot entry, file path, header pairs, root_path) of a plain 200.
-        self._memo: dict[bytes, tuple[HotEntry, str, list[tuple[bytes, bytes]], str]] = {}
+        #: raw path, or (raw path, Accept-Encoding), → (hot entry, file path, header pairs,
+        #: root_path, and for the latter the file's directory and its identity) of a plain 200.
+        self._memo: dict[Any, Memo] = {}
         self._memo_bytes = 0
         self._recent = RecentPaths()
 
@@ -168,21 +210,28 @@ class StaticFiles:
             raw = quote(scope["path"], safe=_SAFE, errors="surrogateescape").encode("ascii")
         root: str = scope.get("root_path", "")
         headers = scope["headers"]
-        plain = _plain(headers)
-        if plain and (method == "GET" or method == "HEAD"):
-            memo = self._memo.get(raw)
+        kind = _scan(headers)
+        if kind is not True and kind is not False and not self.policy.precompressed:
+            kind = True  # (Accept-Encoding changes nothing without pre-compressed siblings)
+        if kind is not False and (method == "GET" or method == "HEAD"):
+            key: Any = raw if kind is True else (raw, kind)
+            memo = self._memo.get(key)
             if memo is not None and memo[3] == root:
-                entry, path, pairs, _ = memo
+                entry, path, pairs, _, folder = memo
                 try:
                     st = os.stat(path)
                 except OSError:
                     st = None
-                if st is not None and identity(st) == entry.identity:
+                if (
+                    st is not None
+                    and identity(st) == entry.identity
+                    and (folder is None or _folder(path) == folder)  # no sibling came or went
+                ):
                     await send({"type": START, "status": 200, "headers": pairs.copy()})
                     await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
                     return
-                self._forget(raw)
-        await self._answer(scope, receive, send, method, raw, root, headers, plain)
+                self._forget(key)
+        await self._answer(scope, receive, send, method, raw, root, headers, kind)
 
     async def _answer(
         self,
@@ -193,10 +242,13 @@ class StaticFiles:
         raw: bytes,
         root: str,
         headers: Iterable[tuple[bytes, bytes]],
-        plain: bool,
+        kind: bool | bytes,
     ) -> None:
-        """Any request but a memoised hot one: through the core, inline or in the cold pool."""
+        """Any request but a memoised hot one: through the core, inline or in the cold pool.
+
+        *kind*: what :func:`_scan` found (True: a plain request; bytes: only Accept-Encoding)."""
         key = raw
+        plain = kind is True
         if b"?" in raw or b"#" in raw:  # a server that left the query (or a fragment) in raw_path
             raw = raw.partition(b"#")[0].partition(b"?")[0]
         # The mount's prefix, where the path holds it (as Starlette's get_route_path reads it).
@@ -210,21 +262,36 @@ class StaticFiles:
         )
         policy = self.policy
         recent = self._recent
-        if recent.seen(key, time.monotonic()):
-            ans = answer(req, policy, REAL_FS)
-        else:
+        folder = None
+        if not recent.seen(key, time.monotonic()):
             ans = await _decide_off_loop(answer, req, policy, POOL_FS)
             recent.saw(key, time.monotonic())
+        elif kind is True or kind is False:
+            ans = answer(req, policy, REAL_FS)
+        else:  # only Accept-Encoding: note the directory before the core looks for siblings
+            path = route(req, policy)
+            if isinstance(path, Answer):
+                ans = path
+            else:
+                folder = _folder(path)
+                found = resolve(req, path, policy, REAL_FS)
+                ans = found if isinstance(found, Answer) else respond(req, found, policy, REAL_FS)
         with ans:
             status = None
             if ans.status == 404 and self.html and ans.fields:
                 ans, status = await self._not_found_page(ans, method)
             entry = ans.entry
-            if entry is not None and plain and ans.status == 200 and ans.encoding is None and ans.path:
+            if (
+                entry is not None
+                and ans.status == 200
+                and ans.encoding is None
+                and ans.path
+                and (plain or (folder is not None and _no_sibling_names(ans.path)))
+            ):
                 pairs: Any = entry.rendered.get(self._render_key)
                 if pairs is None:
                     pairs = entry.rendered[self._render_key] = header_pairs(ans.fields, ans.length)
-                self._remember(key, entry, ans.path, pairs, root)
+                self._remember(key if plain else (key, kind), entry, ans.path, pairs, root, folder)
                 pairs = pairs.copy()
             else:
                 pairs = header_pairs(ans.fields, ans.length)
@@ -256,17 +323,23 @@ class StaticFiles:
         return found, 404
 
     def _remember(
-        self, raw: bytes, entry: HotEntry, path: str, pairs: list[tuple[bytes, bytes]], root: str
+        self,
+        key: Any,
+        entry: HotEntry,
+        path: str,
+        pairs: list[tuple[bytes, bytes]],
+        root: str,
+        folder: tuple[str, tuple[int, ...]] | None,
     ) -> None:
-        """Memoise the plain 200 of *raw* (FIFO, bounded by the bytes it keeps alive)."""
-        self._forget(raw)
-        self._memo[raw] = (entry, path, pairs, root)
+        """Memoise the plain 200 of *key* (FIFO, bounded by the bytes it keeps alive)."""
+        self._forget(key)
+        self._memo[key] = (entry, path, pairs, root, folder)
         self._memo_bytes += len(entry.body)
         while self._memo_bytes > MEMO_MAX_BYTES:
             self._forget(next(iter(self._memo)))
 
-    def _forget(self, raw: bytes) -> None:
-        old = self._memo.pop(raw, None)
+    def _forget(self, key: Any) -> None:
+        old = self._memo.pop(key, None)
         if old is not None:
             self._memo_bytes -= len(old[0].body)
 
