@@ -441,6 +441,35 @@ async def test_peer_gone_mid_file_is_silent_and_the_server_goes_on(
     assert not problems(caplog)
 
 
+@pytest.mark.parametrize("message", [PATHSEND, ZEROCOPYSEND])
+async def test_file_on_a_transport_already_closing_is_dropped_as_uvicorn_drops_writes(
+    proto: Any, tmp_path: Path, data_file: tuple[Path, bytes], caplog: pytest.LogCaptureFixture, message: str
+) -> None:
+    """The loop saw the peer reset (the transport is closing, connection_lost comes next turn):
+    uvicorn's own body write would vanish silently, so does the file (found by engineer D)."""
+    path, data = data_file
+    raised: list[BaseException] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        with open(path, "rb") as file:
+            await send(start(len(data)))
+            site.protocol().transport.abort()  # what a reset on read leaves
+            try:
+                await send({"type": message, "path": str(path), "file": file})
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+
+    async with serve(routes({"/": app}), proto, "tcp", tmp_path) as site:
+        reader, writer = await site.open()
+        writer.write(request(b"/"))
+        await read_to_eof(reader)
+        writer.close()
+        await until(lambda: not site.server.server_state.tasks)
+    assert not raised
+    assert not problems(caplog)
+
+
 async def test_file_truncated_mid_file_aborts_with_one_warning(
     proto: Any, kind: str, tmp_path: Path, tls_ca: trustme.CA, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .._api import sendfile
+from .._errors import ConnectionLostError
 
 __all__ = (
     "PATHSEND",
@@ -161,6 +162,8 @@ async def transmit(transport: Any, body: FileBody, head: bytes, tail: bytes) -> 
     last = len(ranges) - 1
     before = head
     for i, (part, offset, count) in enumerate(ranges):
+        if i and transport.is_closing():  # cannot happen without an error from the last range: guard
+            raise ConnectionLostError("the connection closed between two ranges")
         before += part
         after = body.closing + tail if i == last else b""
         if count:

@@ -114,6 +114,10 @@ async def _prelude(cycle: Any, message: Any) -> bool:
 async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bool:
     """Send the body on the cycle's transport; False (connection given up) if it failed."""
     transport = cycle.transport
+    if transport.is_closing():
+        # The loop has seen the peer go and connection_lost runs next turn: uvicorn's own writes
+        # vanish silently now, and its cycle completes. So does the file.
+        return True
     try:
         await transmit(transport, body, head, tail)
     except FileTruncatedError as exc:
