@@ -677,7 +677,7 @@ async def test_mounted_in_a_framework(public: Path, framework: str, extensions: 
 
 
 def test_starlette_test_client(public: Path) -> None:
-    pytest.importorskip("httpx")  # (Starlette's TestClient needs it; not in the test extra)
+    pytest.importorskip("httpx2")  # Starlette 1.x's TestClient (in the test extra)
     from starlette.testclient import TestClient
 
     with TestClient(_starlette_app(public)) as client:
