@@ -324,9 +324,10 @@ class AsgiServer:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            logs = self.logs()  # before kill() removes the files
             self.kill()
             what = f"{self.server} did not stop in {timeout} s"
-            raise AssertionError(f"{what}:\n{self.logs()[-5000:]}") from None
+            raise AssertionError(f"{what}:\n{logs[-5000:]}") from None
         logs = self.logs()
         self._cleanup()
         return code, logs
