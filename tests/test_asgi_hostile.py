@@ -554,3 +554,58 @@ async def test_file_after_the_transport_began_closing(tmp_path: Path, protocol: 
         logging.getLogger("uvicorn.error").removeHandler(handler)
     assert not raised, raised
     assert not errors, [r.getMessage() for r in errors]  # the cycle completed, as uvicorn's own
+
+
+# -- aiosendfile.asgi's own error when the file ends early -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec_version",
+    [
+        pytest.param(
+            "2.3",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="d16-findings #2: under ASGI < 2.4 (uvicorn, hypercorn) the disconnect watch's "
+                "anyio task group wraps the error in an ExceptionGroup (Starlette collapses it)",
+            ),
+        ),
+        "2.4",
+    ],
+)
+async def test_truncated_body_raises_file_truncated_error(tmp_path: Path, spec_version: str) -> None:
+    """``aiosendfile.asgi.StaticFiles`` sending body messages (a server with no file extension)
+    raises ``FileTruncatedError`` itself when the file ends early, whatever the server's ASGI
+    version: an exception handler for it (or for OSError) must see that class, not a group."""
+    skip_unless_there("ours_starlette_app")
+    import asyncio
+
+    from aiosendfile import FileTruncatedError
+    from aiosendfile.asgi import StaticFiles
+
+    path = tmp_path / "big.bin"
+    path.write_bytes(pattern(4 * MiB))
+    app = StaticFiles(directory=tmp_path)
+    sent = 0
+
+    async def send(message: Any) -> None:
+        nonlocal sent
+        sent += len(message.get("body", b""))
+        if sent > MiB:
+            os.truncate(path, 2 * MiB)
+
+    async def receive() -> Any:
+        await asyncio.sleep(3600)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/big.bin",
+        "raw_path": b"/big.bin",
+        "root_path": "",
+        "headers": [],
+        "query_string": b"",
+        "asgi": {"version": "3.0", "spec_version": spec_version},
+    }
+    with pytest.raises(FileTruncatedError):
+        await app(scope, receive, send)
