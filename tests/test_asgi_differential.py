@@ -1,7 +1,7 @@
 """Differential: uvicorn with our protocol answers exactly as stock uvicorn, serving the same app.
 
 Each pair is two uvicorn processes serving one unchanged app (Starlette's or FastAPI's own
-``StaticFiles``/``FileResponse``, and A's ``aiosendfile.asgi`` apps once they exist) from one
+``StaticFiles``/``FileResponse``, and the same apps with ``aiosendfile.asgi``'s) from one
 tree: stock uvicorn (``--http httptools`` or ``h11``) and ours (``--http
 aiosendfile.uvicorn:HttpToolsProtocol`` or ``H11Protocol``), on one loop, over TCP or TLS. The
 same requests go to both on one keep-alive connection per server: full GET and HEAD, single and
@@ -9,8 +9,10 @@ multiple ranges, conditionals (304, If-Match, If-Range), missing files, traversa
 under the plain mount, ``GZipMiddleware`` and ``BaseHTTPMiddleware``. Every answer must be the
 same status line, the same header fields in the same order but ``Date`` and ``Server``, and the
 same body bytes (multipart boundaries, random in Starlette, normalised); and each connection
-must be reused after the same answers. The one difference by design: Starlette's GZip leaves a
-``pathsend`` body alone, so under our protocol a full file behind it comes uncompressed.
+must be reused after the same answers. Then raw bytes: ten pipelined requests in one write, and
+one-shot requests (HTTP/1.0, ``Connection: close``, an absolute-form target) that must end the
+connection alike. The one difference by design: Starlette's GZip leaves a ``pathsend`` answer
+alone, so under our protocol a full file behind it comes uncompressed and without ``Vary``.
 
 Zero-copy is proved in the server process: ``/_counters`` reports its shim counters, which grow
 by the body's size for each full file over TCP under our protocol, and not at all over TLS (the
