@@ -559,20 +559,9 @@ async def test_file_after_the_transport_began_closing(tmp_path: Path, protocol: 
 # -- aiosendfile.asgi's own error when the file ends early -------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "spec_version",
-    [
-        pytest.param(
-            "2.3",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="d16-findings #2: under ASGI < 2.4 (uvicorn, hypercorn) the disconnect watch's "
-                "anyio task group wraps the error in an ExceptionGroup (Starlette collapses it)",
-            ),
-        ),
-        "2.4",
-    ],
-)
+# d16-findings #2 (fixed): under ASGI < 2.4 (uvicorn, hypercorn) the disconnect watch's anyio task
+# group wrapped the error in an ExceptionGroup.
+@pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
 async def test_truncated_body_raises_file_truncated_error(tmp_path: Path, spec_version: str) -> None:
     """``aiosendfile.asgi.StaticFiles`` sending body messages (a server with no file extension)
     raises ``FileTruncatedError`` itself when the file ends early, whatever the server's ASGI

@@ -221,16 +221,35 @@ async def _until_disconnect(body: Awaitable[None], receive: Receive) -> None:
     """Await *body*, or stop it when *receive* says the client left (anyio: asyncio or trio)."""
     import anyio
 
-    async with anyio.create_task_group() as group:
+    try:
+        async with anyio.create_task_group() as group:
 
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            await body
             group.cancel_scope.cancel()
+    except BaseException as exc:  # the task group wraps the body's own error: raise it as it was
+        lone = _lone(exc)
+        if lone is exc:
+            raise
+        context = lone.__context__
+        try:
+            raise lone from None
+        finally:
+            lone.__context__ = context
 
-        group.start_soon(watch)
-        await body
-        group.cancel_scope.cancel()
+
+def _lone(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) one-exception groups, else *exc* itself."""
+    while True:
+        inner = getattr(exc, "exceptions", None)  # BaseExceptionGroup (exceptiongroup's on 3.10)
+        if not isinstance(inner, tuple) or len(inner) != 1 or not isinstance(inner[0], BaseException):
+            return exc
+        exc = inner[0]
 
 
 async def _zerocopy(send: Send, fd: int, body: FileRange | Multipart) -> None:
