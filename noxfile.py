@@ -69,6 +69,8 @@ VERSION_SENSITIVE = [
     "tests/test_compat.py",
     "tests/test_tls_peer_loss.py",
     "tests/test_serve_engine.py",
+    "tests/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
+    "tests/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
 ]
 
 
