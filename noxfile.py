@@ -98,7 +98,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typing(session: nox.Session) -> None:
-    session.install("mypy", "types-tqdm", "-e", ".[all]")
+    session.install("mypy", "types-tqdm", "fastapi", "-e", ".[all]")  # fastapi: the benchmark's ASGI apps
     session.run("mypy")
 
 
