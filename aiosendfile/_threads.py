@@ -44,15 +44,23 @@ async def shielded(pending: asyncio.Future[_T], if_cancelled: Callable[[_T | Non
         raise
 
 
-async def in_pool(executor: Executor, fn: Callable[..., _T], *args: Any) -> _T:
+async def in_pool(
+    executor: Executor,
+    fn: Callable[..., _T],
+    *args: Any,
+    if_cancelled: Callable[[_T | None], object] | None = None,
+) -> _T:
     """``fn(*args)`` in *executor*. If we are cancelled meanwhile, a call no thread has picked
     up yet is dropped, and one already running is waited for before re-raising: it may be
-    using a descriptor the caller closes as soon as we return."""
+    using a descriptor the caller closes as soon as we return. Its result (None if it failed)
+    then goes to *if_cancelled* (close what it opened)."""
     job = executor.submit(fn, *args)
     pending = asyncio.wrap_future(job)
     try:
         return await asyncio.shield(pending)
     except asyncio.CancelledError:
         if not job.cancel():
-            await settled(pending)
+            late = await settled(pending)
+            if if_cancelled is not None:
+                if_cancelled(late)
         raise

@@ -40,7 +40,7 @@ from .._static._hot import HotEntry, identity
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
-from .._threads import settled
+from .._threads import in_pool
 from ._render import BODY_TYPE, START, file_mode, header_pairs, send_answer
 
 __all__ = ("FileResponse", "StaticFiles")
@@ -59,17 +59,10 @@ MEMO_MAX_BYTES = 16 * 1024 * 1024
 _SAFE = "/:@!$&'()*+,;=~"
 
 
-def _plain(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """Whether no request field the core reads is present (ASGI names are lowercase; checked anyway)."""
-    for name, _ in headers:  # noqa: SIM110 (a loop: a third of any()'s cost on the hot path)
-        if name in _WANTED or name.lower() in _WANTED:
-            return False
-    return True
-
-
 def _scan(headers: Iterable[tuple[bytes, bytes]]) -> bool | bytes:
     """True if no request field the core reads is present; the ``Accept-Encoding`` value if it is
-    the only one (once); else False."""
+    the only one (once); else False. (ASGI names are lowercase; checked anyway. A loop: a third of
+    any()'s cost on the hot path.)"""
     found: bool | bytes = True
     for name, value in headers:
         if name in _WANTED or name.lower() in _WANTED:
@@ -107,21 +100,17 @@ async def _decide_off_loop(fn: Callable[..., Answer], *args: Any) -> Answer:
     """``fn(*args)`` (a core decision) in the cold-read pool; if we are cancelled meanwhile, an
     answer that still comes back is closed (its descriptor would leak)."""
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio through anyio): its threads; the result comes back
         import anyio.to_thread  # even if cancelled (the caller closes it)
 
         return await anyio.to_thread.run_sync(fn, *args)
-    job = default_cold_executor().submit(fn, *args)
-    pending = asyncio.wrap_future(job, loop=loop)
-    try:
-        return await asyncio.shield(pending)
-    except asyncio.CancelledError:
-        if not job.cancel():
-            late = await settled(pending)
-            if late is not None:
-                late.close()
-        raise
+    return await in_pool(default_cold_executor(), fn, *args, if_cancelled=_close_late)
+
+
+def _close_late(late: Answer | None) -> None:
+    if late is not None:
+        late.close()
 
 
 def _quiet_on_disconnect(scope: Scope, receive: Receive) -> Receive | None:
@@ -432,7 +421,7 @@ class FileResponse(_ResponseBase):
         req = Request(
             scope["method"],
             b"",
-            headers=BytesHeaders(headers) if not _plain(headers) else EMPTY,
+            headers=EMPTY if _scan(headers) is True else BytesHeaders(headers),
             content_type=self.media_type,
         )
         located = Located(self.path, self.stat_result)
