@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from .._api import sendfile
 from .._errors import ConnectionLostError
+from .._state import check_int
 
 __all__ = (
     "PATHSEND",
@@ -141,11 +142,9 @@ def _is_os_file(file: Any) -> bool:
 
 
 def _int(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, not {value}")
-    return value
+    """*value*, checked by the one offset/count rule (``TypeError``/``ValueError``)."""
+    check_int(name, value)
+    return int(value)
 
 
 def _length(ranges: list[tuple[bytes, int, int]], closing: bytes) -> int:
