@@ -152,57 +152,11 @@ PAIRS: tuple[tuple[str, str, dict[str, float]], ...] = (
 )
 NOFILE = 65536  # wanted soft RLIMIT_NOFILE: 1,024 connections on each side, plus files
 
-# A static directory in a web.Application on uvloop, one process. argv: DIR HOST PORT.
-_APP_SERVER = """\
-import sys
-
-import uvloop
-from aiohttp import web
-{imports}
-directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-app = web.Application()
-{mount}
-web.run_app(
-    app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
-    loop=uvloop.new_event_loop(),
-)
-"""
-AIOHTTP_STATIC_SERVER = _APP_SERVER.format(imports="", mount='app.router.add_static("/", directory)')
-PLUGIN_APP_SERVER = _APP_SERVER.format(
-    imports="\nfrom aiosendfile.aiohttp import add_static\n", mount='add_static(app.router, "/", directory)'
-)
-
-# The ceiling for any handler inside aiohttp: the files' bytes in memory, answered with web.Response
-# (no stat, no open, no validators). What aiohttp's own machinery costs per request.
-AIOHTTP_MEMORY_SERVER = """\
-import os
-import sys
-
-import uvloop
-from aiohttp import web
-
-directory, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-bodies = {}
-for entry in os.scandir(directory):
-    if entry.is_file():
-        with open(entry.path, "rb") as f:
-            bodies[entry.name] = f.read()
-
-
-async def handle(request):
-    body = bodies.get(request.match_info["name"])
-    if body is None:
-        raise web.HTTPNotFound()
-    return web.Response(body=body, content_type="application/octet-stream")
-
-
-app = web.Application()
-app.router.add_get("/{name}", handle)
-web.run_app(
-    app, host=host, port=port, access_log=None, print=None, shutdown_timeout=1.0,
-    loop=uvloop.new_event_loop(),
-)
-"""
+# The aiohttp contenders' program: python -m AIOHTTP_APP KIND DIR HOST PORT (KIND per contender).
+AIOHTTP_APP = "benchmarks.programs.aiohttp_app"
+AIOHTTP_KINDS = {"aiohttp-static": "static", "aiosendfile-app": "plugin", "aiohttp-memory": "memory"}
+# Its source, for the JSON (read, not imported: this process needs neither aiohttp nor uvloop).
+AIOHTTP_APP_SOURCE = Path(__file__).resolve().parent.joinpath("programs", "aiohttp_app.py").read_text()
 
 # The ASGI servers' command lines (after the interpreter; APP is benchmarks.asgi_apps:NAME).
 # One process (granian: its main process and one worker), one thread serving, uvloop, no access log.
@@ -320,15 +274,10 @@ def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Serve
             processes=2 if granian else 1,
             reraises_stop_signal=not granian,
         )
-    if name == "aiosendfile-app":
-        cmd = [sys.executable, "-c", PLUGIN_APP_SERVER, ctx.root, "127.0.0.1", str(port)]
+    if name in AIOHTTP_KINDS:
+        cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
+        # The program is this repository's (and the plugin imports aiosendfile from it).
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
-    if name == "aiohttp-static":
-        cmd = [sys.executable, "-c", AIOHTTP_STATIC_SERVER, ctx.root, "127.0.0.1", str(port)]
-        return servers.start_server(name, cmd, port, log, cpus=cpus)
-    if name == "aiohttp-memory":
-        cmd = [sys.executable, "-c", AIOHTTP_MEMORY_SERVER, ctx.root, "127.0.0.1", str(port)]
-        return servers.start_server(name, cmd, port, log, cpus=cpus)
     if name == "http.server":
         cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
         # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
@@ -950,8 +899,9 @@ def main(argv: list[str] | None = None) -> int:
             "max_other_load": args.max_other_load,
             "retries": args.retries,
             "wrk_command": base.wrk_command("URL", args.duration),
-            "aiohttp_static_server": AIOHTTP_STATIC_SERVER,
-            "plugin_app_server": PLUGIN_APP_SERVER,
+            # Both run benchmarks/programs/aiohttp_app.py (KIND static, plugin): its source.
+            "aiohttp_static_server": AIOHTTP_APP_SOURCE,
+            "plugin_app_server": AIOHTTP_APP_SOURCE,
             "nginx_conf": NGINX_CONF,
             "asgi_commands": {
                 name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
