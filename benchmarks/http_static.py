@@ -36,6 +36,10 @@ interleaved: each round runs every case x contender once, the contender order ro
 round to round. Servers are pinned to CPU 0 and wrk to CPU 1 with ``taskset``. See
 ``benchmarks/README.md``.
 
+This module is the grid, the run and the JSON. The contenders and how each is started are
+``benchmarks.http_contenders`` (the aiohttp ones run ``benchmarks.programs.aiohttp_app``), the
+ratios, the issues' targets and the tables ``benchmarks.http_report``.
+
 Run from the repository root::
 
     python -m benchmarks.http_static --quick         # smoke run, under 2 minutes
@@ -48,9 +52,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -59,77 +61,51 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from benchmarks import asgi_apps
 from benchmarks.asgi_apps import ROOT_ENV
-from benchmarks.harness import MiB, TrialError, servers
+from benchmarks.harness import MiB, TrialError
 from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
-from benchmarks.harness.report import (
-    OTHER_LOAD_WARN,
-    document_head,
-    finish_samples,
-    machine_info,
-    median_or_none,
-    median_range,
-    table,
-)
-from benchmarks.harness.servers import (
-    Server,
-    can_pin,
-    ensure_caddy,
-    ensure_tools,
-    free_port,
-    raise_nofile,
-    repo_env,
-    tool_version,
-)
+from benchmarks.harness.report import document_head, finish_samples, machine_info
+from benchmarks.harness.servers import can_pin, ensure_caddy, ensure_tools, raise_nofile, tool_version
 from benchmarks.harness.wrk import paths_script
+from benchmarks.http_contenders import (
+    AIOHTTP_APP_SOURCE,
+    ALIASES,
+    ASGI_APPS_SOURCE,
+    ASGI_CONTENDERS,
+    BASE,
+    CONTENDERS,
+    DEFAULT_CONTENDERS,
+    MULTI_WORKER,
+    NGINX_CONF,
+    SINGLE_FILE_ONLY,
+    asgi_command,
+    asgi_versions,
+    is_asgi,
+    start_server,
+)
+from benchmarks.http_report import pair_ratios, ratios, report
 
-ASGI_APPS_SOURCE = Path(asgi_apps.__file__).read_text()
+# What suite.py and others take from here, the contenders' names included.
+__all__ = [
+    "CONTENDERS",
+    "DEFAULT_CONTENDERS",
+    "DEFAULT_JSON",
+    "FILES",
+    "MIXED",
+    "SETS",
+    "Case",
+    "FileSet",
+    "main",
+    "make_sets",
+    "parse_args",
+    "plan",
+]
+
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 
-SERVE = "serve"
-BASE = "nginx"  # every ratio is to nginx
-# The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
-ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
-ASGI_APPS = {
-    "starlette": "starlette_app",
-    "fastapi": "fastapi_app",
-    "asf.asgi": "aiosendfile_app",
-    "memory": "memory_app",
-}
-ASGI_CONTENDERS = (
-    "uvicorn/starlette",
-    "uvicorn+asf/starlette",
-    "uvicorn+asf/asf.asgi",
-    "granian/starlette",
-    "uvicorn/fastapi",
-    "uvicorn+asf/fastapi",
-    "uvicorn/asf.asgi",
-    "granian/asf.asgi",
-)
-# References, asked for by name: a bare ASGI app answering from memory (no framework, no file).
-ASGI_MEMORY = ("uvicorn/memory", "granian/memory")
-CONTENDERS = (
-    SERVE,
-    "nginx",
-    "caddy",
-    "http.server",
-    "aiohttp-static",
-    "aiosendfile-app",
-    "aiohttp-memory",
-    *ASGI_CONTENDERS,
-    *ASGI_MEMORY,
-)
-# aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
-DEFAULT_CONTENDERS = CONTENDERS[:6]
-ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
-MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
-# Hold the files in memory: not for the mixed (cold) set.
-SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
 MIXED = "mixed"
@@ -138,80 +114,7 @@ MIXED_SEED = 15
 # Log-normal sizes: median 16 KiB, sigma 1.3 (ln), clamped to 1 KiB - 1 MiB: mostly small
 # files with a long tail, about 37 KiB on average (about 370 MB for 10,000 files).
 MIXED_MEDIAN, MIXED_SIGMA, MIXED_LOW, MIXED_HIGH = 16 * 1024, 1.3, 1024, MiB
-# The issue's target (#15): serve >= 1.0x nginx in req/s on these cases.
-TARGETS = {"4KiB c64": 1.0, "1MiB c64": 1.0}
-# The ASGI rows' ratios (#16): (contender, base, {case: target}); every case is reported, the
-# targets are the issue's "done when".
-PAIRS: tuple[tuple[str, str, dict[str, float]], ...] = (
-    ("uvicorn+asf/starlette", "uvicorn/starlette", {"1MiB c64": 4.0}),
-    ("uvicorn+asf/asf.asgi", "granian/starlette", {"4KiB c64": 1.0, "1MiB c64": 1.0}),
-    ("uvicorn+asf/asf.asgi", "uvicorn/starlette", {"4KiB c64": 3.0}),
-    ("uvicorn+asf/fastapi", "uvicorn/fastapi", {}),
-    ("uvicorn/asf.asgi", "uvicorn/starlette", {}),
-    ("granian/asf.asgi", "granian/starlette", {}),
-)
 NOFILE = 65536  # wanted soft RLIMIT_NOFILE: 1,024 connections on each side, plus files
-
-# The aiohttp contenders' program: python -m AIOHTTP_APP KIND DIR HOST PORT (KIND per contender).
-AIOHTTP_APP = "benchmarks.programs.aiohttp_app"
-AIOHTTP_KINDS = {"aiohttp-static": "static", "aiosendfile-app": "plugin", "aiohttp-memory": "memory"}
-# Its source, for the JSON (read, not imported: this process needs neither aiohttp nor uvloop).
-AIOHTTP_APP_SOURCE = Path(__file__).resolve().parent.joinpath("programs", "aiohttp_app.py").read_text()
-
-# The ASGI servers' command lines (after the interpreter; APP is benchmarks.asgi_apps:NAME).
-# One process (granian: its main process and one worker), one thread serving, uvloop, no access log.
-_UVICORN = ["-m", "uvicorn", "APP", "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]
-ASGI_COMMANDS = {
-    "uvicorn": [*_UVICORN, "--http", "httptools"],  # what uvicorn's "auto" picks with httptools installed
-    "uvicorn+asf": [*_UVICORN, "--http", "aiosendfile.uvicorn:HttpToolsProtocol"],
-    "granian": [
-        "-m",
-        "granian",
-        "APP",
-        "--interface",
-        "asgi",
-        "--workers",
-        "1",
-        "--runtime-threads",
-        "1",
-        "--loop",
-        "uvloop",
-        "--no-ws",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ],
-}
-
-NGINX_CONF = """\
-{user}worker_processes {workers};
-daemon off;
-master_process on;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{
-    worker_connections 4096;
-}}
-http {{
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    # The default (1000 since nginx 1.19.10) would make wrk reconnect every
-    # 1000 requests; aiohttp has no such limit.
-    keepalive_requests 100000000;
-    default_type application/octet-stream;
-    client_body_temp_path {tmp}/client_body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        root {root};
-    }}
-}}
-"""
 
 
 @dataclass(frozen=True)
@@ -236,361 +139,6 @@ class FileSet:
     size: float  # body bytes per request (the mean file size for the mixed set)
     script: str | None = None
     files: list[str] | None = None  # the mixed set's files on disk (evicted before each run)
-
-
-# ---------------------------------------------------------------------------
-# Servers
-# ---------------------------------------------------------------------------
-
-
-def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Server:
-    """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``."""
-    port = free_port()
-    log = Path(ctx.tmp, f"server-{name.replace('/', '_')}.log")
-    cpus = ctx.server_cpus
-    if name == SERVE:
-        cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
-        cmd += ["--port", str(port), "--workers", str(ctx.workers)]
-        # With workers, the parent forks them: wait for the whole tree.
-        procs = 1 + ctx.workers if ctx.workers > 1 else 1
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
-    if ctx.workers != 1 and name != "nginx":
-        raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
-    if name in ASGI_CONTENDERS or name in ASGI_MEMORY:
-        server, app = name.split("/")
-        cmd = [sys.executable, *asgi_command(server, app)]
-        cmd += ["--host", "127.0.0.1", "--port", str(port)]
-        env = dict(repo_env(), **{ROOT_ENV: ctx.root})
-        # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
-        # after its graceful shutdown (its exit status is then -15).
-        granian = server == "granian"
-        return servers.start_server(
-            name,
-            cmd,
-            port,
-            log,
-            cpus=cpus,
-            env=env,
-            processes=2 if granian else 1,
-            reraises_stop_signal=not granian,
-        )
-    if name in AIOHTTP_KINDS:
-        cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
-        # The program is this repository's (and the plugin imports aiosendfile from it).
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
-    if name == "http.server":
-        cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
-        # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
-        return servers.start_server(name, cmd, port, log, cpus=cpus, stop_signal=signal.SIGINT)
-    if name == "caddy":
-        caddy = tools["caddy"]
-        assert caddy is not None
-        # file-server disables caddy's admin endpoint; stdout/stderr: its JSON log (info level).
-        cmd = [caddy, "file-server", "--root", ctx.root, "--listen", f"127.0.0.1:{port}"]
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp))
-    if name == "nginx":
-        nginx = tools["nginx"]
-        assert nginx is not None
-        ngx = Path(ctx.tmp, "nginx")
-        ngx.mkdir(exist_ok=True)
-        # As root the worker would switch to "nobody", who cannot read the 0700 temp dir.
-        user = "user root;\n" if os.geteuid() == 0 else ""
-        conf = ngx / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root))
-        cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
-        # The master accepts into its backlog before the workers exist: wait for all processes.
-        # SIGQUIT is nginx's graceful stop.
-        return servers.start_server(
-            name,
-            cmd,
-            port,
-            log,
-            cpus=cpus,
-            processes=1 + ctx.workers,
-            stop_signal=signal.SIGQUIT,
-            error_log=ngx / "error.log",
-        )
-    raise ValueError(name)
-
-
-def asgi_versions(names: list[str]) -> dict[str, str | None]:
-    """The versions of the ASGI servers, frameworks and parsers the rows ``names`` run."""
-    wanted = {"uvicorn", "starlette", "uvloop", "httptools", "anyio"}
-    for name in names:
-        server, app = name.split("/")
-        wanted.add("granian" if server == "granian" else "uvicorn")
-        if app == "fastapi":
-            wanted.add("fastapi")
-    out: dict[str, str | None] = {}
-    for dist in sorted(wanted):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def asgi_command(server: str, app: str) -> list[str]:
-    """ASGI server ``server``'s command line after the interpreter, serving ``app`` (of ASGI_APPS)."""
-    target = f"benchmarks.asgi_apps:{ASGI_APPS[app]}"
-    return [target if a == "APP" else a for a in ASGI_COMMANDS[server]]
-
-
-# ---------------------------------------------------------------------------
-# Summary and report
-# ---------------------------------------------------------------------------
-
-
-def _by_round(samples: list[Sample], name: str, label: str, key: str) -> dict[int, float]:
-    """round -> value of one (contender, case)'s kept, successful trials."""
-    return {
-        s.round: v
-        for s in samples
-        if s.ok
-        and not s.discarded
-        and s.contender == name
-        and s.case == label
-        and (v := getattr(s, key)) is not None
-    }
-
-
-def _ratio(samples: list[Sample], name: str, base: str, label: str) -> dict[str, Any]:
-    """``name`` / ``base`` in case ``label``, on req/s and server CPU per request ({} if either has no trial).
-
-    ``median`` is the ratio of the medians; ``paired`` are per-round ratios (the
-    two trials of a round ran minutes apart at most, under similar machine load).
-    """
-    entry: dict[str, Any] = {}
-    for key in ("req_per_s", "server_cpu_us_per_req"):
-        mine = _by_round(samples, name, label, key)
-        theirs = _by_round(samples, base, label, key)
-        if not mine or not theirs:
-            continue
-        paired = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys()) if theirs[r]]
-        entry[key] = {
-            "median": statistics.median(mine.values()) / statistics.median(theirs.values()),
-            "paired": paired,
-            "paired_median": median_or_none(paired),
-        }
-    return entry
-
-
-def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
-    """case -> contender -> contender / nginx, on req/s (= body MB/s for a case) and server CPU per request.
-
-    See :func:`_ratio`. ``target``/``meets_target``: the issue's goal for ``serve`` on that case.
-    """
-    out: dict[str, Any] = {}
-    if BASE not in contenders:
-        return out
-    for label in labels:
-        for name in contenders:
-            if name == BASE:
-                continue
-            entry = _ratio(samples, name, BASE, label)
-            if not entry:
-                continue
-            if name == SERVE and label in TARGETS and "req_per_s" in entry:
-                entry["target"] = TARGETS[label]
-                entry["meets_target"] = entry["req_per_s"]["median"] >= TARGETS[label]
-            out.setdefault(label, {})[name] = entry
-    return out
-
-
-def pair_ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
-    """case -> "A / B" -> the ASGI rows' ratios of :data:`PAIRS` that ran, with #16's targets where set."""
-    out: dict[str, Any] = {}
-    for label in labels:
-        for name, base, targets in PAIRS:
-            if name not in contenders or base not in contenders:
-                continue
-            entry = _ratio(samples, name, base, label)
-            if not entry:
-                continue
-            if label in targets and "req_per_s" in entry:
-                entry["target"] = targets[label]
-                entry["meets_target"] = entry["req_per_s"]["median"] >= targets[label]
-            out.setdefault(label, {})[f"{name} / {base}"] = entry
-    return out
-
-
-def _num(row: dict[str, Any], key: str, fmt: str) -> str:
-    value = row.get(key)
-    return "n/a" if value is None else f"{value:{fmt}}"
-
-
-def _nonzero(summary: dict[str, Any], key: str) -> list[str]:
-    """``"contender case: N"`` for each summary row whose count ``key`` is not 0."""
-    return [
-        f"{name} {label}: {row[key]}"
-        for label, by_name in summary.items()
-        for name, row in by_name.items()
-        if row[key]
-    ]
-
-
-RATIO_HEADER = ["ratio", "case", "req/s = MB/s", "per-round range", "CPU us/req", "target"]
-
-
-def _ratio_rows(rat: dict[str, Any], suffix: str) -> list[list[str]]:
-    """The ratio table's rows: case -> name -> entry (from :func:`ratios` or :func:`pair_ratios`)."""
-    rows = []
-    for label, by_other in rat.items():
-        for other, entry in by_other.items():
-            rps, cpu = entry.get("req_per_s"), entry.get("server_cpu_us_per_req")
-            if rps is None:
-                continue
-            paired = rps["paired"]
-            target = ""
-            if "target" in entry:
-                target = f">= {entry['target']:.1f}x: " + ("met" if entry["meets_target"] else "NOT MET")
-            rows.append(
-                [
-                    other + suffix,
-                    label,
-                    f"{rps['median']:.2f}x",
-                    f"{min(paired):.2f}-{max(paired):.2f}" if paired else "n/a",
-                    "n/a" if cpu is None else f"{cpu['median']:.2f}x",
-                    target,
-                ]
-            )
-    return rows
-
-
-def report(
-    summary: dict[str, Any],
-    rat: dict[str, Any],
-    ctx: Context,
-    rounds: int,
-    *,
-    multi_cpus: str | None = None,
-    skipped: dict[str, str] | None = None,
-    mixed: dict[str, Any] | None = None,
-    pairs: dict[str, Any] | None = None,
-) -> str:
-    rows = []
-    for label, by_name in summary.items():
-        for name, row in by_name.items():
-            tag = name + (f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else "")
-            if not row["ok"]:
-                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", ""])
-                continue
-            vs = rat.get(label, {}).get(name, {}).get("req_per_s")
-            rows.append(
-                [
-                    tag,
-                    label,
-                    median_range(row, "req_per_s", ".0f"),
-                    median_range(row, "mb_per_s", ".1f"),
-                    "1.00x" if name == BASE and label in rat else (f"{vs['median']:.2f}x" if vs else ""),
-                    _num(row, "latency_p50_ms_median", ".2f"),
-                    _num(row, "latency_p99_ms_median", ".2f")
-                    + " / "
-                    + _num(row, "latency_p99_ms_max", ".2f"),
-                    _num(row, "server_cpu_us_per_req_median", ".1f"),
-                    _num(row, "server_cpu_s_per_gb_median", ".2f"),
-                    _num(row, "server_cpus_busy_median", ".2f"),
-                    _num(row, "wrk_cpus_busy_median", ".2f"),
-                    _num(row, "other_load_cpus_median", ".2f"),
-                ]
-            )
-    pin = (
-        f"servers on CPU {ctx.server_cpus}, wrk on CPU {ctx.client_cpus}"
-        if ctx.server_cpus or ctx.client_cpus
-        else "no CPU pinning"
-    )
-    out = [
-        f"http_static: wrk -t {ctx.threads} -c N -d {ctx.duration}s, {rounds} interleaved rounds, {pin} "
-        "(medians [min-max]; MB = 10^6 bytes)",
-    ]
-    if any(" w" in label for label in summary):
-        where = f"on CPUs {multi_cpus}" if multi_cpus else "unpinned"
-        out.append(
-            f"wN cases: N server worker processes {where}; wrk "
-            + (f"on CPU {ctx.client_cpus}" if ctx.client_cpus else "unpinned")
-            + " shares a core with them there."
-        )
-    if mixed:
-        out.append(
-            f"mixed: {mixed['files']} files, {mixed['total_bytes'] / 1e6:.0f} MB, "
-            f"sizes {mixed['min']}-{mixed['max']} B "
-            f"(median {mixed['median']:.0f}, mean {mixed['mean']:.0f}), "
-            f"seed {mixed['seed']}; wrk picks them at random (Lua, seeded); page cache evicted before "
-            "every measured run (cold at its start, warming as it reads)."
-        )
-    out += [
-        "",
-        table(
-            [
-                "contender",
-                "case",
-                "req/s",
-                "MB/s (body)",
-                "x nginx",
-                "p50 ms",
-                "p99 ms med/max",
-                "CPU us/req",
-                "CPU s/GB",
-                "server CPUs",
-                "wrk CPUs",
-                "other load",
-            ],
-            rows,
-        ),
-        "",
-        "case: file set, cN = wrk connections, wN = server workers. MB/s: body bytes (req/s x file size;",
-        "mixed: x the mean file size). x nginx: req/s median / nginx's in the same case. p99: median over",
-        "rounds / worst round. CPU: the server's process tree (utime+stime from /proc/PID/stat) over the",
-        "wrk run, per request and per 10^9 body bytes. server CPUs, wrk CPUs: CPU seconds / wall seconds;",
-        "1.00 = that side's pinned core is saturated, so it is the limit.",
-        "Other load: CPUs' worth of busy time on the machine (/proc/stat) that was neither server nor wrk.",
-        "p99 and max include each run's connection ramp-up (see benchmarks/README.md, caveats).",
-    ]
-    if ratio_rows := _ratio_rows(rat, f" / {BASE}"):
-        out += [
-            "",
-            table(RATIO_HEADER, ratio_rows),
-            "",
-            "req/s = MB/s: ratio of the medians (in one case the req/s and MB/s ratios are the same).",
-            "CPU us/req: the contender's server CPU per request / nginx's (below 1: cheaper than nginx).",
-        ]
-    if pair_rows := _ratio_rows(pairs or {}, ""):
-        out += [
-            "",
-            "The ASGI rows (issue #16), A / B in the same case:",
-            table(RATIO_HEADER, pair_rows),
-            "",
-            "req/s = MB/s: A's median over B's; per-round range: A / B round by round.",
-            "CPU us/req: A's server CPU per request / B's (below 1: A is cheaper).",
-            'target: the issue\'s "done when".',
-        ]
-    if skipped:
-        out += ["", *(f"{name}: skipped: {why}" for name, why in skipped.items())]
-    errors = [
-        f"  {name} {label}: {err}"
-        for label, by_name in summary.items()
-        for name, row in by_name.items()
-        for err in row["errors"]
-    ]
-    if errors:
-        out += ["", "FAILED TRIALS:", *errors]
-    if sock_errs := _nonzero(summary, "socket_errors_total"):
-        out += ["", "wrk socket errors (connect/read/write/timeout, all rounds): " + ", ".join(sock_errs)]
-    if unclean := _nonzero(summary, "unclean_server_exits"):
-        out += ["", "servers that did not exit with status 0 on the clean stop: " + ", ".join(unclean)]
-    loads = [
-        v
-        for by_name in summary.values()
-        for row in by_name.values()
-        if (v := row.get("other_load_cpus_median")) is not None
-    ]
-    if loads and max(loads) > OTHER_LOAD_WARN:
-        out += [
-            "",
-            f"WARNING: a median of up to {max(loads):.2f} CPUs of other load on this machine during the",
-            "trials (other_load_cpus in the JSON samples): these numbers are not from a quiet machine.",
-        ]
-    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------
@@ -875,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": tool_version([nginx, "-v"]) if nginx else None,
         "caddy": tool_version([caddy, "version"]) if caddy else None,
     }
-    if asgi_rows := [c for c in args.contenders if c in ASGI_CONTENDERS or c in ASGI_MEMORY]:
+    if asgi_rows := [c for c in args.contenders if is_asgi(c)]:
         machine["tools"].update(asgi_versions(asgi_rows))
     document = {
         **document_head("http_static", started),
@@ -906,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             "asgi_commands": {
                 name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
                 for name in args.contenders
-                if name in ASGI_CONTENDERS or name in ASGI_MEMORY
+                if is_asgi(name)
             },
             "asgi_apps": ASGI_APPS_SOURCE,
             "asgi_root_env": ROOT_ENV,

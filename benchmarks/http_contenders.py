@@ -1,0 +1,255 @@
+"""``http_static``'s contenders: their names, how each is started, and what the JSON records of them.
+
+Each trial starts one contender afresh (:func:`start_server`) on a free port, serving the
+trial's directory, pinned to the trial's server CPUs: ``serve`` (``python -m aiosendfile serve``),
+nginx (a generated config, :data:`NGINX_CONF`), caddy (``file-server``), ``python -m
+http.server``, the aiohttp contenders (``python -m benchmarks.programs.aiohttp_app KIND``:
+aiohttp's static, the plugin in an application, in-memory bodies) and the ASGI rows, ``SERVER/APP``
+(:data:`ASGI_COMMANDS` loading an app of ``benchmarks.asgi_apps``, the directory in
+``AIOSENDFILE_BENCH_ROOT``). The names and their groups (defaults, the ``--workers N`` cases,
+the references that hold files in memory) are here too; the grid and the run are
+``http_static``'s, the ratios and tables ``http_report``'s.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import signal
+import sys
+from pathlib import Path
+
+from benchmarks import asgi_apps
+from benchmarks.asgi_apps import ROOT_ENV
+from benchmarks.harness import TrialError, servers
+from benchmarks.harness.http_trial import Context
+from benchmarks.harness.servers import Server, free_port, repo_env
+
+__all__ = [
+    "AIOHTTP_APP",
+    "AIOHTTP_APP_SOURCE",
+    "AIOHTTP_KINDS",
+    "ALIASES",
+    "ASGI_APPS",
+    "ASGI_APPS_SOURCE",
+    "ASGI_COMMANDS",
+    "ASGI_CONTENDERS",
+    "ASGI_MEMORY",
+    "ASGI_SERVERS",
+    "BASE",
+    "CONTENDERS",
+    "DEFAULT_CONTENDERS",
+    "MULTI_WORKER",
+    "NGINX_CONF",
+    "SERVE",
+    "SINGLE_FILE_ONLY",
+    "asgi_command",
+    "asgi_versions",
+    "is_asgi",
+    "start_server",
+]
+
+SERVE = "serve"
+BASE = "nginx"  # every ratio is to nginx
+# The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
+ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
+ASGI_APPS = {
+    "starlette": "starlette_app",
+    "fastapi": "fastapi_app",
+    "asf.asgi": "aiosendfile_app",
+    "memory": "memory_app",
+}
+ASGI_CONTENDERS = (
+    "uvicorn/starlette",
+    "uvicorn+asf/starlette",
+    "uvicorn+asf/asf.asgi",
+    "granian/starlette",
+    "uvicorn/fastapi",
+    "uvicorn+asf/fastapi",
+    "uvicorn/asf.asgi",
+    "granian/asf.asgi",
+)
+# References, asked for by name: a bare ASGI app answering from memory (no framework, no file).
+ASGI_MEMORY = ("uvicorn/memory", "granian/memory")
+CONTENDERS = (
+    SERVE,
+    "nginx",
+    "caddy",
+    "http.server",
+    "aiohttp-static",
+    "aiosendfile-app",
+    "aiohttp-memory",
+    *ASGI_CONTENDERS,
+    *ASGI_MEMORY,
+)
+# aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
+DEFAULT_CONTENDERS = CONTENDERS[:6]
+ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
+MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
+# Hold the files in memory: not for the mixed (cold) set.
+SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
+
+# The aiohttp contenders' program: python -m AIOHTTP_APP KIND DIR HOST PORT (KIND per contender).
+AIOHTTP_APP = "benchmarks.programs.aiohttp_app"
+AIOHTTP_KINDS = {"aiohttp-static": "static", "aiosendfile-app": "plugin", "aiohttp-memory": "memory"}
+# Its source, for the JSON (read, not imported: this process needs neither aiohttp nor uvloop).
+AIOHTTP_APP_SOURCE = Path(__file__).resolve().parent.joinpath("programs", "aiohttp_app.py").read_text()
+ASGI_APPS_SOURCE = Path(asgi_apps.__file__).read_text()
+
+# The ASGI servers' command lines (after the interpreter; APP is benchmarks.asgi_apps:NAME).
+# One process (granian: its main process and one worker), one thread serving, uvloop, no access log.
+_UVICORN = ["-m", "uvicorn", "APP", "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]
+ASGI_COMMANDS = {
+    "uvicorn": [*_UVICORN, "--http", "httptools"],  # what uvicorn's "auto" picks with httptools installed
+    "uvicorn+asf": [*_UVICORN, "--http", "aiosendfile.uvicorn:HttpToolsProtocol"],
+    "granian": [
+        "-m",
+        "granian",
+        "APP",
+        "--interface",
+        "asgi",
+        "--workers",
+        "1",
+        "--runtime-threads",
+        "1",
+        "--loop",
+        "uvloop",
+        "--no-ws",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ],
+}
+
+NGINX_CONF = """\
+{user}worker_processes {workers};
+daemon off;
+master_process on;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    # The default (1000 since nginx 1.19.10) would make wrk reconnect every
+    # 1000 requests; aiohttp has no such limit.
+    keepalive_requests 100000000;
+    default_type application/octet-stream;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+
+
+def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Server:
+    """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``."""
+    port = free_port()
+    log = Path(ctx.tmp, f"server-{name.replace('/', '_')}.log")
+    cpus = ctx.server_cpus
+    if name == SERVE:
+        cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--workers", str(ctx.workers)]
+        # With workers, the parent forks them: wait for the whole tree.
+        procs = 1 + ctx.workers if ctx.workers > 1 else 1
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
+    if ctx.workers != 1 and name != "nginx":
+        raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
+    if is_asgi(name):
+        server, app = name.split("/")
+        cmd = [sys.executable, *asgi_command(server, app)]
+        cmd += ["--host", "127.0.0.1", "--port", str(port)]
+        env = dict(repo_env(), **{ROOT_ENV: ctx.root})
+        # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
+        # after its graceful shutdown (its exit status is then -15).
+        granian = server == "granian"
+        return servers.start_server(
+            name,
+            cmd,
+            port,
+            log,
+            cpus=cpus,
+            env=env,
+            processes=2 if granian else 1,
+            reraises_stop_signal=not granian,
+        )
+    if name in AIOHTTP_KINDS:
+        cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
+        # The program is this repository's (and the plugin imports aiosendfile from it).
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
+    if name == "http.server":
+        cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
+        # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
+        return servers.start_server(name, cmd, port, log, cpus=cpus, stop_signal=signal.SIGINT)
+    if name == "caddy":
+        caddy = tools["caddy"]
+        assert caddy is not None
+        # file-server disables caddy's admin endpoint; stdout/stderr: its JSON log (info level).
+        cmd = [caddy, "file-server", "--root", ctx.root, "--listen", f"127.0.0.1:{port}"]
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp))
+    if name == "nginx":
+        nginx = tools["nginx"]
+        assert nginx is not None
+        ngx = Path(ctx.tmp, "nginx")
+        ngx.mkdir(exist_ok=True)
+        # As root the worker would switch to "nobody", who cannot read the 0700 temp dir.
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        conf = ngx / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root))
+        cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
+        # The master accepts into its backlog before the workers exist: wait for all processes.
+        # SIGQUIT is nginx's graceful stop.
+        return servers.start_server(
+            name,
+            cmd,
+            port,
+            log,
+            cpus=cpus,
+            processes=1 + ctx.workers,
+            stop_signal=signal.SIGQUIT,
+            error_log=ngx / "error.log",
+        )
+    raise ValueError(name)
+
+
+def is_asgi(name: str) -> bool:
+    """Whether contender ``name`` is one of the ASGI rows (``SERVER/APP``)."""
+    return name in ASGI_CONTENDERS or name in ASGI_MEMORY
+
+
+def asgi_versions(names: list[str]) -> dict[str, str | None]:
+    """The versions of the ASGI servers, frameworks and parsers the rows ``names`` run."""
+    wanted = {"uvicorn", "starlette", "uvloop", "httptools", "anyio"}
+    for name in names:
+        server, app = name.split("/")
+        wanted.add("granian" if server == "granian" else "uvicorn")
+        if app == "fastapi":
+            wanted.add("fastapi")
+    out: dict[str, str | None] = {}
+    for dist in sorted(wanted):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def asgi_command(server: str, app: str) -> list[str]:
+    """ASGI server ``server``'s command line after the interpreter, serving ``app`` (of ASGI_APPS)."""
+    target = f"benchmarks.asgi_apps:{ASGI_APPS[app]}"
+    return [target if a == "APP" else a for a in ASGI_COMMANDS[server]]
