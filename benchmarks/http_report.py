@@ -1,8 +1,8 @@
 """``http_static``'s ratios and report: contender / nginx, the ASGI rows' A / B pairs, the tables.
 
 Every ratio is of medians over rounds (req/s, which is MB/s in one case, and the server's CPU per
-request), with the per-round ratios beside it. Where an issue set a target for a ratio
-(:data:`TARGETS`, :data:`PAIRS`), the JSON entry carries ``target`` and ``meets_target`` and the
+request), with the per-round ratios beside it. Where an issue set a target for a ratio (the table
+in ``benchmarks.http_targets``), the JSON entry carries ``target`` and ``meets_target`` and the
 table says "met" or "NOT MET".
 """
 
@@ -13,22 +13,39 @@ from typing import Any
 
 from benchmarks.harness.http_trial import Context, Sample
 from benchmarks.harness.report import OTHER_LOAD_WARN, median_or_none, median_range, table
-from benchmarks.http_contenders import BASE, SERVE
+from benchmarks.http_contenders import BASE
+from benchmarks.http_targets import TARGETS, Target
 
-__all__ = ["PAIRS", "RATIO_HEADER", "TARGETS", "pair_ratios", "ratios", "report"]
+__all__ = ["PAIRS", "RATIO_HEADER", "pair_ratios", "ratios", "report", "target"]
 
-# The issue's target (#15): serve >= 1.0x nginx in req/s on these cases.
-TARGETS = {"4KiB c64": 1.0, "1MiB c64": 1.0}
-# The ASGI rows' ratios (#16): (contender, base, {case: target}); every case is reported, the
-# targets are the issue's "done when".
-PAIRS: tuple[tuple[str, str, dict[str, float]], ...] = (
-    ("uvicorn+asf/starlette", "uvicorn/starlette", {"1MiB c64": 4.0}),
-    ("uvicorn+asf/asf.asgi", "granian/starlette", {"4KiB c64": 1.0, "1MiB c64": 1.0}),
-    ("uvicorn+asf/asf.asgi", "uvicorn/starlette", {"4KiB c64": 3.0}),
-    ("uvicorn+asf/fastapi", "uvicorn/fastapi", {}),
-    ("uvicorn/asf.asgi", "uvicorn/starlette", {}),
-    ("granian/asf.asgi", "granian/starlette", {}),
+# The ASGI rows' A / B ratios (#16), reported in every case where both ran, in this order.
+PAIRS: tuple[tuple[str, str], ...] = (
+    ("uvicorn+asf/starlette", "uvicorn/starlette"),
+    ("uvicorn+asf/asf.asgi", "granian/starlette"),
+    ("uvicorn+asf/asf.asgi", "uvicorn/starlette"),
+    ("uvicorn+asf/fastapi", "uvicorn/fastapi"),
+    ("uvicorn/asf.asgi", "uvicorn/starlette"),
+    ("granian/asf.asgi", "granian/starlette"),
 )
+_TARGETS = {(t.contender, t.base, t.case): t for t in TARGETS}
+if len(_TARGETS) != len(TARGETS):
+    raise ValueError("benchmarks.http_targets: two targets for one ratio")
+if stray := [t for t in TARGETS if t.base != BASE and (t.contender, t.base) not in PAIRS]:
+    raise ValueError(f"benchmarks.http_targets: targets for ratios the report never makes: {stray}")
+
+
+def target(name: str, base: str, label: str) -> Target | None:
+    """The target for ``name`` / ``base`` in case ``label`` (of ``benchmarks.http_targets``), or None."""
+    return _TARGETS.get((name, base, label))
+
+
+def _with_target(entry: dict[str, Any], name: str, base: str, label: str) -> dict[str, Any]:
+    """``entry`` (from :func:`_ratio`) with ``target`` and ``meets_target`` if a target applies."""
+    goal = target(name, base, label)
+    if goal is not None and goal.metric in entry:
+        entry["target"] = goal.at_least
+        entry["meets_target"] = entry[goal.metric]["median"] >= goal.at_least
+    return entry
 
 
 def _by_round(samples: list[Sample], name: str, label: str, key: str) -> dict[int, float]:
@@ -68,7 +85,7 @@ def _ratio(samples: list[Sample], name: str, base: str, label: str) -> dict[str,
 def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
     """case -> contender -> contender / nginx, on req/s (= body MB/s for a case) and server CPU per request.
 
-    See :func:`_ratio`. ``target``/``meets_target``: the issue's goal for ``serve`` on that case.
+    See :func:`_ratio`. ``target``/``meets_target``: the issue's goal for that ratio, if it has one.
     """
     out: dict[str, Any] = {}
     if BASE not in contenders:
@@ -80,10 +97,7 @@ def ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> d
             entry = _ratio(samples, name, BASE, label)
             if not entry:
                 continue
-            if name == SERVE and label in TARGETS and "req_per_s" in entry:
-                entry["target"] = TARGETS[label]
-                entry["meets_target"] = entry["req_per_s"]["median"] >= TARGETS[label]
-            out.setdefault(label, {})[name] = entry
+            out.setdefault(label, {})[name] = _with_target(entry, name, BASE, label)
     return out
 
 
@@ -91,16 +105,13 @@ def pair_ratios(samples: list[Sample], contenders: list[str], labels: list[str])
     """case -> "A / B" -> the ASGI rows' ratios of :data:`PAIRS` that ran, with #16's targets where set."""
     out: dict[str, Any] = {}
     for label in labels:
-        for name, base, targets in PAIRS:
+        for name, base in PAIRS:
             if name not in contenders or base not in contenders:
                 continue
             entry = _ratio(samples, name, base, label)
             if not entry:
                 continue
-            if label in targets and "req_per_s" in entry:
-                entry["target"] = targets[label]
-                entry["meets_target"] = entry["req_per_s"]["median"] >= targets[label]
-            out.setdefault(label, {})[f"{name} / {base}"] = entry
+            out.setdefault(label, {})[f"{name} / {base}"] = _with_target(entry, name, base, label)
     return out
 
 

@@ -38,7 +38,7 @@ round to round. Servers are pinned to CPU 0 and wrk to CPU 1 with ``taskset``. S
 
 This module is the grid, the run and the JSON. The contenders and how each is started are
 ``benchmarks.http_contenders`` (the aiohttp ones run ``benchmarks.programs.aiohttp_app``), the
-ratios, the issues' targets and the tables ``benchmarks.http_report``.
+ratios and tables ``benchmarks.http_report``, the issues' targets ``benchmarks.http_targets``.
 
 Run from the repository root::
 
