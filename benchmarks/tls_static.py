@@ -47,29 +47,9 @@ CONTENDERS = (PLUGIN_TLS, "aiohttp-static-tls")
 FILE = ("1MiB", "1m.bin", MiB)
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "tls_static.json"
 
-# argv: KIND DIR HOST PORT CERT KEY
-TLS_SERVER = """\
-import ssl
-import sys
-
-import uvloop
-from aiohttp import web
-
-kind, directory, host, port, cert, key = sys.argv[1:7]
-app = web.Application()
-if kind == "plugin":
-    from aiosendfile.aiohttp import add_static
-
-    add_static(app.router, "/", directory)
-else:
-    app.add_routes([web.static("/", directory)])
-ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-ctx.load_cert_chain(cert, key)
-web.run_app(
-    app, host=host, port=int(port), ssl_context=ctx, access_log=None, print=None,
-    shutdown_timeout=1.0, loop=uvloop.new_event_loop(),
-)
-"""
+# Both servers: python -m benchmarks.programs.aiohttp_app KIND DIR HOST PORT --cert CERT --key KEY.
+TLS_APP = "benchmarks.programs.aiohttp_app"
+KINDS = {PLUGIN_TLS: "plugin", "aiohttp-static-tls": "static"}
 
 
 def make_cert(directory: str) -> tuple[str, str]:
@@ -93,8 +73,8 @@ def start_server(ctx: Context, name: str, cert: str, key: str) -> Server:
     """Start contender ``name`` over TLS on a free port, serving ``ctx.root``, and wait until it listens."""
     port = free_port()
     log = Path(ctx.tmp, f"server-{name}.log")
-    kind = "plugin" if name == PLUGIN_TLS else "aiohttp"
-    cmd = [sys.executable, "-c", TLS_SERVER, kind, ctx.root, "127.0.0.1", str(port), cert, key]
+    cmd = [sys.executable, "-m", TLS_APP, KINDS[name], ctx.root, "127.0.0.1", str(port)]
+    cmd += ["--cert", cert, "--key", key]
     return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus, env=repo_env())
 
 
