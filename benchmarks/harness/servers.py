@@ -1,6 +1,6 @@
 """External server processes for the HTTP benchmarks, and the tools they need.
 
-A trial starts a fresh server (a Python one-liner, ``python -m aiosendfile
+A trial starts a fresh server (a program of ``benchmarks/programs``, ``python -m aiosendfile
 serve``, nginx, caddy) as a child process, pinned with ``taskset`` when asked,
 waits until it accepts connections, and stops it cleanly afterwards (killing it
 if it hangs); a failed trial quotes the tail of its log. wrk, nginx and caddy
