@@ -1,4 +1,4 @@
-"""Sessions: ``nox`` runs tests (every installed Python >= 3.10), lint and typing."""
+"""Sessions: ``nox`` runs tests (every installed Python >= 3.10), lint, typing and docs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.sessions = ["tests", "lint", "typing", "docs"]
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 
@@ -107,3 +107,12 @@ def bench(session: nox.Session) -> None:
     """The benchmark suite (not a test): raw transfer, concurrency, HTTP, TLS, receive; table, JSON, plots."""
     session.install("-e", ".[bench]")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, docs/_build/html: Sphinx, warnings as errors, nothing fetched at build time."""
+    session.install("-e", ".[docs]")
+    # -E -a: a fresh environment each time, so a warning in a page that did not change still fails the build.
+    out = session.posargs or ["docs/_build/html"]
+    session.run("sphinx-build", "-W", "--keep-going", "-E", "-a", "-q", "docs", *out)
