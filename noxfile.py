@@ -1,4 +1,4 @@
-"""Sessions: ``nox`` runs tests (every installed Python >= 3.10), lint, typing and docs."""
+"""Sessions: ``nox`` runs tests (every installed Python >= 3.10), lint, typing, docs and build."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import glob
 import os
 import shutil
 import subprocess
+import tarfile
+import tempfile
+import zipfile
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typing", "docs"]
+nox.options.sessions = ["tests", "lint", "typing", "docs", "build"]
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 
@@ -116,3 +119,76 @@ def docs(session: nox.Session) -> None:
     # -E -a: a fresh environment each time, so a warning in a page that did not change still fails the build.
     out = session.posargs or ["docs/_build/html"]
     session.run("sphinx-build", "-W", "--keep-going", "-E", "-a", "-q", "docs", *out)
+
+
+# Run by `build` in the wheel's own virtualenv: each module named imports from that venv, and so does
+# every public name it lists. "--bare" first checks that no optional dependency is installed.
+_IMPORT_CHECK = """
+import importlib, importlib.util, os, sys
+names = sys.argv[1:]
+if names[0] == "--bare":
+    names = names[1:]
+    extras = [m for m in ("aiohttp", "uvloop", "httptools", "uvicorn", "starlette", "anyio", "tqdm")
+              if importlib.util.find_spec(m)]
+    assert not extras, f"not a bare install: {extras}"
+venv = os.path.realpath(sys.prefix) + os.sep
+for name in names:
+    module = importlib.import_module(name)
+    where = os.path.realpath(module.__file__)
+    assert where.startswith(venv), f"{name} was imported from {where}, not from the wheel's venv {venv}"
+    for public in getattr(module, "__all__", ()):
+        getattr(module, public)
+    print("imported", name, "from", where)
+"""
+
+
+def _check_archives(session: nox.Session, sdist: str, wheel: str) -> None:
+    """The wheel holds the whole package, py.typed and the licence, nothing else; the sdist has LICENSE."""
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+    package = {
+        path.replace(os.sep, "/")
+        for path in glob.glob("aiosendfile/**/*", recursive=True)
+        if os.path.isfile(path) and "__pycache__" not in path and not path.endswith(".pyc")
+    }
+    missing = sorted(package - in_wheel)
+    foreign = sorted(n for n in in_wheel if n.split("/")[0] != "aiosendfile" and ".dist-info/" not in n)
+    if missing or foreign or "aiosendfile/py.typed" not in in_wheel:
+        session.error(f"wheel {wheel}: missing {missing}, not the package's {foreign}")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in in_wheel):
+        session.error(f"wheel {wheel}: no LICENSE in its .dist-info/licenses")
+    with tarfile.open(sdist) as archive:
+        in_sdist = {n.split("/", 1)[-1] for n in archive.getnames()}
+    wanted = {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "aiosendfile/py.typed"}
+    absent = sorted(wanted - in_sdist)
+    if absent:
+        session.error(f"sdist {sdist}: lacks {absent}")
+    session.log(f"{wheel}: {len(package)} package files, py.typed, LICENSE; no tests/ or benchmarks/")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """sdist and wheel into dist/, twine check, then the wheel in a fresh venv outside the checkout."""
+    session.install("build", "twine")
+    for old in glob.glob("dist/aiosendfile-*"):
+        os.remove(old)
+    session.run("python", "-m", "build", "--outdir", "dist")  # the wheel is built from the sdist
+    (sdist,) = glob.glob("dist/aiosendfile-*.tar.gz")
+    (wheel,) = glob.glob("dist/aiosendfile-*.whl")
+    session.run("twine", "check", "--strict", sdist, wheel)
+    _check_archives(session, sdist, wheel)
+    wheel = os.path.abspath(wheel)
+    with tempfile.TemporaryDirectory(prefix="aiosendfile-wheel-") as tmp:
+        python = os.path.join(tmp, "venv", "bin", "python")
+        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        session.run("python", "-m", "venv", os.path.join(tmp, "venv"))
+        check = os.path.join(tmp, "check_imports.py")
+        with open(check, "w") as f:
+            f.write(_IMPORT_CHECK)
+        with session.chdir(tmp):  # not the checkout, whose aiosendfile/ must not be what gets imported
+            session.run(*pip, wheel, external=True)  # no extras: the core needs nothing else
+            session.run(python, "-I", check, "--bare", "aiosendfile", external=True)
+            session.run(python, "-I", "-m", "aiosendfile", "serve", "--help", external=True, silent=True)
+            session.run(*pip, f"{wheel}[aiohttp,asgi]", external=True)  # what the door modules import
+            modules = ["aiosendfile", "aiosendfile.aiohttp", "aiosendfile.asgi", "aiosendfile.uvicorn"]
+            session.run(python, "-I", check, *modules, external=True)
