@@ -1,7 +1,8 @@
 """The engine's API: :class:`ServeConfig`, :func:`start_server` and :func:`shutdown`.
 
 One :class:`Engine` per server holds what its connections share: the directory policy, the memo
-of hot answers (raw target path → hot entry, file path, rendered head), the set of paths decided
+of hot answers (raw target path → hot entry, file path, rendered head; a bounded
+:class:`~aiosendfile._static._memo.Memo`), the set of paths decided
 in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline; any other in the cold pool),
 the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
 second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 
 from .._options import default_cold_executor
 from .._static._hot import HotEntry
+from .._static._memo import Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import BytesHeaders
@@ -29,10 +31,6 @@ from ._date import Clock
 from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, HttpProtocol
 
 __all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
-
-#: Bytes of hot bodies the memo may keep alive beyond the hot cache's own bound.
-MEMO_MAX_BYTES = 16 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -72,8 +70,8 @@ class Engine:
             wanted[b"referer"] = REFERER
             wanted[b"user-agent"] = AGENT
         self.wanted: dict[bytes, int] = wanted
-        self.memo: dict[bytes, tuple[HotEntry, str, bytes]] = {}
-        self.memo_bytes = 0
+        #: raw target path → (hot entry, file path, head) of a plain 200; bounded with its keys.
+        self.memo: Memo[bytes, tuple[HotEntry, str, bytes]] = Memo()
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
@@ -90,17 +88,11 @@ class Engine:
     # -- what connections ask ----------------------------------------------------------------
 
     def remember(self, raw: bytes, entry: HotEntry, path: str, head: bytes) -> None:
-        """Memoise the plain 200 of *raw* (FIFO, bounded by the bytes it keeps alive)."""
-        self.forget(raw)
-        self.memo[raw] = (entry, path, head)
-        self.memo_bytes += len(entry.body)
-        while self.memo_bytes > MEMO_MAX_BYTES:
-            self.forget(next(iter(self.memo)))
+        """Memoise the plain 200 of *raw*, charged its key, path, head and the body it keeps alive."""
+        self.memo.put(raw, (entry, path, head), len(raw) + len(path) + len(head) + len(entry.body))
 
     def forget(self, raw: bytes) -> None:
-        old = self.memo.pop(raw, None)
-        if old is not None:
-            self.memo_bytes -= len(old[0].body)
+        self.memo.pop(raw)
 
     def seen(self, raw: bytes) -> bool:
         """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""
