@@ -7,7 +7,9 @@
   34463 (mod 65536) and say "Servname not supported" for -1.
 - :func:`quiet_exit_on_signals` makes Ctrl-C/SIGTERM end a command without a
   traceback until the command's own handling takes over (this module imports no
-  asyncio, so ``python -m aiosendfile`` installs it within milliseconds of starting).
+  asyncio, so ``python -m aiosendfile`` installs it within milliseconds of starting);
+  for ``serve`` also SIGHUP (a logged stop, unless it was ignored from the start, as
+  under ``nohup``) and SIGUSR1/SIGUSR2 (ignored, logged): :data:`SERVE_SIGNALS`.
 - :func:`in_words` turns an ``OSError`` into something a user acts on, instead of
   ``[Errno 104] Connection reset by peer``.
 - :func:`add_loop_option` and :func:`loop_factory` are the one ``--loop`` of ``serve``,
@@ -30,12 +32,16 @@ if TYPE_CHECKING:
     import asyncio
 
 __all__ = (
+    "NO_OP_SIGNALS",
+    "SERVE_SIGNALS",
     "STOP_SIGNALS",
     "Parser",
     "add_loop_option",
     "address",
     "destination",
     "fail",
+    "hangup_text",
+    "ignored_text",
     "in_words",
     "loop_factory",
     "port",
@@ -43,6 +49,21 @@ __all__ = (
 )
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: What ``serve`` does not stop for: nothing to reopen (its log is stderr), nothing to upgrade.
+NO_OP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+#: Every signal ``serve`` handles (SIGHUP only if it was not ignored when serve started).
+SERVE_SIGNALS = (*STOP_SIGNALS, signal.SIGHUP, *NO_OP_SIGNALS)
+
+
+def hangup_text() -> str:
+    """What ``serve`` says when SIGHUP stops it (after ``aiosendfile serve: ``)."""
+    return "SIGHUP: stopping (a hangup; serve has no configuration to reload)"
+
+
+def ignored_text(signum: int) -> str:
+    """What ``serve`` says when it ignores SIGUSR1/SIGUSR2 (after ``aiosendfile serve: ``)."""
+    why = "no log file to reopen: its log is stderr" if signum == signal.SIGUSR1 else "no binary upgrade"
+    return f"{signal.Signals(signum).name} ignored ({why})"
 
 
 class Parser(argparse.ArgumentParser):
@@ -124,11 +145,13 @@ def fail(prog: str, message: str, status: int = 1) -> int:
     return status
 
 
-def quiet_exit_on_signals(command: str) -> dict[int, Any]:
+def quiet_exit_on_signals(command: str, *, stopping: bool = False) -> dict[int, Any]:
     """SIGINT/SIGTERM before a command's own handling starts (and once it ended): no traceback.
 
     serve exits 0 ("stopped"); send and recv exit 128 + the signal's number, as their own
-    handlers do mid-transfer, saying nothing was moved yet. Returns the handlers replaced.
+    handlers do mid-transfer, saying nothing was moved yet. serve also exits 0 on SIGHUP,
+    saying so (not when *stopping* already), unless SIGHUP is ignored (as ``nohup`` leaves it:
+    then it stays so), and says it ignores SIGUSR1/SIGUSR2. Returns the handlers replaced.
     """
 
     def exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -136,12 +159,30 @@ def quiet_exit_on_signals(command: str) -> dict[int, Any]:
             with contextlib.suppress(Exception):  # a reentrant flush, a closed pipe: we are leaving anyway
                 stream.flush()
         if command in ("send", "recv"):
-            with contextlib.suppress(Exception):
-                os.write(2, f"aiosendfile {command}: interrupted before any transfer began\n".encode())
+            _say(f"aiosendfile {command}: interrupted before any transfer began")
             os._exit(128 + signum)
+        if signum == signal.SIGHUP and not stopping:
+            _say(f"aiosendfile serve: {hangup_text()}")
         os._exit(0)
 
-    return {signum: signal.signal(signum, exit_quietly) for signum in STOP_SIGNALS}
+    def say_ignored(signum: int, frame: FrameType | None) -> None:
+        _say(f"aiosendfile serve: {ignored_text(signum)}")
+
+    replaced: dict[int, Any] = {signum: signal.signal(signum, exit_quietly) for signum in STOP_SIGNALS}
+    if command == "serve":
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            replaced[signal.SIGHUP] = signal.signal(signal.SIGHUP, exit_quietly)
+        for signum in NO_OP_SIGNALS:
+            replaced[signum] = signal.signal(signum, say_ignored)
+    return replaced
+
+
+def _say(line: str) -> None:
+    # One write, in a signal handler: no stream (its lock may be held where the signal landed).
+    if sys.stderr is None:  # started with fd 2 closed: another file may have it now
+        return
+    with contextlib.suppress(Exception):
+        os.write(2, f"{line}\n".encode())
 
 
 def add_loop_option(parser: argparse.ArgumentParser) -> None:

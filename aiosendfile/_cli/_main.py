@@ -17,7 +17,9 @@ directly. A running server swaps it for the loop's graceful stop and puts it bac
 loop restores the default handlers. Workers are forked with the signals blocked,
 so one that arrives before a worker has its own handler waits for it instead of
 hitting the parent's. Only the interpreter's own start (about 10 ms) is beyond
-reach: a signal then has its default effect.
+reach: a signal then has its default effect. ``serve`` also handles SIGHUP (a
+logged stop, unless ignored from the start) and SIGUSR1/SIGUSR2 (ignored, logged)
+from that same early moment: see :mod:`._serve`.
 """
 
 from __future__ import annotations

@@ -3,27 +3,63 @@
 Parses the options, checks the directory and the TLS files, binds the address
 (errors show before anything starts), prints the banner and runs the engine in
 one process or in ``--workers N`` forked processes that share the port with
-``SO_REUSEPORT``. How stop signals are handled is in :mod:`aiosendfile._cli._main`.
+``SO_REUSEPORT``, supervised by the first (:class:`_Supervisor`: a worker that dies is
+said and restarted after a :class:`Backoff`). How stop signals are handled before the
+loop runs is in :mod:`aiosendfile._cli._main`.
+
+Signals, decided for a server whose log is stderr and whose configuration is its command
+line (nginx reloads on SIGHUP, reopens its logs on SIGUSR1, upgrades on SIGUSR2):
+
+- SIGINT, SIGTERM: a graceful stop (connections get :data:`SHUTDOWN_TIMEOUT`), exit 0, silent.
+- SIGHUP: the same stop, with one line saying so; there is nothing to reload, and a hangup
+  means whoever ran serve is gone. If SIGHUP was ignored when serve started (``nohup``),
+  it stays ignored.
+- SIGUSR1, SIGUSR2: ignored, one line each: nothing to reopen, nothing to upgrade.
+- With ``--workers``, these are the parent's: workers stop on SIGINT/SIGTERM (the parent's,
+  or a Ctrl-C to the process group) and ignore the rest, so a hangup or a stray SIGUSR1 to
+  the group is acted on, and said, once.
+
+Lines on stderr (the access log, these) go through the log's writer
+(:mod:`aiosendfile._serve._accesslog`): they never block serving nor a stop.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import ssl
 import stat
 import sys
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ._common import STOP_SIGNALS, add_loop_option, fail, in_words, loop_factory, port, quiet_exit_on_signals
+from ._common import (
+    NO_OP_SIGNALS,
+    SERVE_SIGNALS,
+    STOP_SIGNALS,
+    add_loop_option,
+    fail,
+    hangup_text,
+    ignored_text,
+    in_words,
+    loop_factory,
+    port,
+    quiet_exit_on_signals,
+)
 
-__all__ = ("add_serve_command", "serve_command")
+if TYPE_CHECKING:
+    from .._serve._accesslog import LineWriter
+
+__all__ = ("Backoff", "add_serve_command", "serve_command")
 
 SHUTDOWN_TIMEOUT = 0.5  # seconds open connections get to finish on stop
+LOG_DRAIN = 1.0  # seconds the log lines still queued at the end get to reach stderr
+STOP_WORKERS_WITHIN = 5.0  # seconds workers get to stop once told; then they are killed
 MAX_WORKERS = 1024
 PROG = "aiosendfile serve"
 
@@ -41,8 +77,17 @@ Symlinks that lead outside DIRECTORY get 404 unless --follow-symlinks.
 --tls-cert FILE (and --tls-key FILE, unless the key is in FILE) serves HTTPS
 instead.
 
-Ctrl-C or SIGTERM stops the server (exit status 0): open connections get
-half a second to finish."""
+--access-log writes a line per response to stderr (Combined Log Format).
+It never holds serving up: when stderr is not read, up to 1 MiB of lines
+waits, later ones are dropped, then a line says how many.
+
+Ctrl-C, SIGTERM or SIGHUP stops the server (exit status 0; SIGHUP says so
+on stderr, and stays ignored if it was when serve started, as under nohup):
+open connections get half a second to finish. SIGUSR1 and SIGUSR2 are
+ignored, with a line on stderr: there is no log file to reopen (the log is
+stderr) and nothing to reload. With --workers N, signals are for the first
+process; a worker that dies is restarted, with a line on stderr, 0.1 s
+later, then twice as late each time a new one dies within 30 s (up to 10 s)."""
 
 _SERVE_EPILOG = """\
 examples:
@@ -51,10 +96,10 @@ examples:
   aiosendfile serve site --host 0.0.0.0 --port 8080 --workers 4
                                              every interface, 4 processes
 
-exit status: 0 when stopped by Ctrl-C/SIGTERM; 2 for a bad argument (a port
-outside 0-65535, --workers outside 1-1024, a DIRECTORY that is missing or
+exit status: 0 when stopped by Ctrl-C/SIGTERM/SIGHUP; 2 for a bad argument (a
+port outside 0-65535, --workers outside 1-1024, a DIRECTORY that is missing or
 unreadable); 1 when the address cannot be listened on (in use, not this
-machine's, or a port below 1024 without privileges)."""
+machine's, or a port below 1024 without privileges), or a worker cannot start."""
 
 
 def _workers(text: str) -> int:
@@ -115,9 +160,13 @@ def add_serve_command(commands: Any) -> None:
         type=_workers,
         default=1,
         metavar="N",
-        help="processes sharing the port with SO_REUSEPORT (default: %(default)s)",
+        help="processes sharing the port with SO_REUSEPORT, restarted if one dies (default: %(default)s)",
     )
-    serve.add_argument("--access-log", action="store_true", help="log every request to stderr (default: off)")
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every request to stderr; never blocks serving (default: off)",
+    )
     serve.add_argument(
         "--show-index",
         action="store_true",
@@ -172,10 +221,12 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     if not multi:
         print(banner, flush=True)
-        _run_server(args, directory, sock)
+        _run_server(args, directory, sock, worker=False)
         return 0
     with sock:
-        return _run_workers(args, directory, host, port, banner)
+        status = _Supervisor(args, directory, host, port, sock).run(banner)
+    _drain_log()
+    return status
 
 
 def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
@@ -203,103 +254,344 @@ def _bind(host: str, port: int, *, reuse_port: bool, listen: bool) -> socket.soc
     return sock
 
 
-def _run_workers(args: argparse.Namespace, directory: str, host: str, port: int, banner: str) -> int:
-    import multiprocessing
-    import queue
+class Backoff:
+    """How long a worker slot waits before it starts a new worker after one died: 0.1 s, doubling
+    with each death up to 10 s, so that a worker that dies at once does not make the parent spin;
+    back to 0.1 s after a worker that had run :attr:`STABLE` seconds."""
 
-    ctx: Any = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    ready = ctx.Queue()
-    procs = [
-        ctx.Process(target=_worker, args=(args, directory, host, port, ready), daemon=True)
-        for _ in range(args.workers)
-    ]
-    stopping = False
-    start_failed = ""
+    FIRST = 0.1
+    CAP = 10.0
+    STABLE = 30.0
 
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-        for p in procs:
-            if p.pid is not None and p.exitcode is None:
-                os.kill(p.pid, signal.SIGTERM)
+    def __init__(self) -> None:
+        self.delay = self.FIRST
 
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, stop)
-    for p in procs:
-        if stopping:
-            break
-        # Forked with SIGINT/SIGTERM blocked: a stop that comes before the worker has
-        # its own handler waits for it (the child would otherwise run our `stop`).
-        # Here, a stop during the fork runs once `p.pid` is known, so it reaches p.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    def after(self, ran: float) -> float:
+        """The wait before the next start, now that a worker that ran *ran* seconds died."""
+        if ran >= self.STABLE:
+            self.delay = self.FIRST
+        delay = self.delay
+        self.delay = min(delay * 2, self.CAP)
+        return delay
+
+
+class _Slot:
+    """One of the N workers: its process (None between a death and the restart), and when."""
+
+    __slots__ = ("backoff", "error", "listening", "proc", "restart_at", "since")
+
+    def __init__(self) -> None:
+        self.proc: Any = None  # a multiprocessing Process
+        self.since = 0.0  # when it started (monotonic)
+        self.listening = False  # it said it listens
+        self.error = ""  # what it said instead (it could not listen)
+        self.restart_at: float | None = None
+        self.backoff = Backoff()
+
+
+class _Supervisor:
+    """The parent of ``--workers N``: starts the workers, prints the banner once every one listens,
+    restarts one that dies (saying so; with a :class:`Backoff`), stops them all on a stop signal.
+
+    Signals are handled by its own loop: their Python handlers only note them, and
+    ``signal.set_wakeup_fd`` wakes the wait on the workers' sentinels, so a stop is acted on at
+    once, during a backoff too. Lines go through the log's writer (they never block the parent,
+    even when the workers' access log has filled stderr). Workers are forked with the signals
+    blocked, take their own handlers (SIGINT/SIGTERM stop gracefully, SIGHUP/SIGUSR1/SIGUSR2 are
+    the parent's business: ignored), close the parent's descriptors, then unblock them.
+    """
+
+    def __init__(
+        self, args: argparse.Namespace, directory: str, host: str, port: int, holder: socket.socket
+    ) -> None:
+        import multiprocessing
+
+        self.ctx: Any = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        self.args = args
+        self.directory = directory
+        self.host = host
+        self.port = port
+        self.holder = holder  # the socket that holds the port: the parent's, not the workers'
+        self.slots = [_Slot() for _ in range(args.workers)]
+        self.signals: list[int] = []
+        self.stopping = False
+        self.kill_at = 0.0  # stopping: workers still running then are killed
+        self.started = False  # every worker listened once: the banner is out
+        self.start_failed = False
+
+    def run(self, banner: str) -> int:
+        hangup = signal.getsignal(signal.SIGHUP) != signal.SIG_IGN  # (nohup: it stays ignored)
+        handled = [signum for signum in SERVE_SIGNALS if hangup or signum != signal.SIGHUP]
+        self.ready, self.ready_w = self.ctx.Pipe(duplex=False)
+        self.wake_r, self.wake_w = os.pipe()
+        if sys.stderr is not None:
+            _stderr().linger = 0.0  # its thread ends once its lines are out: workers are forked
         try:
-            p.start()
+            os.set_blocking(self.wake_r, False)
+            os.set_blocking(self.wake_w, False)
+            wakeup = signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+            for signum in handled:
+                signal.signal(signum, self._on_signal)
+            try:
+                for slot in self.slots:
+                    self._handle_signals()
+                    if self.stopping:
+                        break
+                    if error := self._start(slot):
+                        self._failed_to_start(error)
+                        break
+                self._supervise(banner)
+            finally:
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVE_SIGNALS)
+                try:
+                    _quiet_exit(worker=False, stopping=True)
+                    signal.set_wakeup_fd(wakeup)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        finally:
+            for slot in self.slots:
+                if slot.proc is not None:  # (only after an error of ours: they are gone otherwise)
+                    slot.proc.kill()
+                    slot.proc.join()
+                    slot.proc.close()
+            self.ready.close()
+            self.ready_w.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+        return 1 if self.start_failed else 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)  # acted on by the loop below, which the wakeup fd wakes
+
+    def _supervise(self, banner: str) -> None:
+        import multiprocessing.connection
+
+        while True:
+            self._handle_signals()
+            self._read_ready()
+            self._reap()
+            live = [slot.proc for slot in self.slots if slot.proc is not None]
+            if self.stopping and not live:
+                return
+            if not (self.started or self.stopping) and all(slot.listening for slot in self.slots):
+                print(banner, flush=True)  # the banner promises a working server
+                self.started = True
+            now = time.monotonic()
+            if self.stopping:
+                deadline: float | None = self.kill_at
+                if now >= self.kill_at:
+                    for proc in live:
+                        _say(f"worker {proc.pid} did not stop within {STOP_WORKERS_WITHIN:g} s: killed")
+                        proc.kill()
+                    self.kill_at = now + 3600.0
+            else:
+                for slot in self.slots:
+                    due_now = slot.restart_at is not None and now >= slot.restart_at
+                    if due_now and (error := self._start(slot)):
+                        delay = slot.backoff.after(0.0)
+                        _say(f"cannot start a worker: {error}; trying again in {delay:g} s")
+                        slot.restart_at = now + delay
+                due = [slot.restart_at for slot in self.slots if slot.restart_at is not None]
+                deadline = min(due, default=None)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waiting = [self.wake_r, self.ready, *(slot.proc.sentinel for slot in self.slots if slot.proc)]
+            multiprocessing.connection.wait(waiting, timeout)
+            with contextlib.suppress(OSError):
+                while os.read(self.wake_r, 512):
+                    pass
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.pop(0)
+            if signum in NO_OP_SIGNALS:
+                _say(ignored_text(signum))
+                continue
+            if signum == signal.SIGHUP and not self.stopping:
+                _say(hangup_text())
+            self._stop()  # (again while stopping: each worker gets one more SIGTERM)
+
+    def _read_ready(self) -> None:
+        while self.ready.poll():
+            pid, error = self.ready.recv()
+            for slot in self.slots:
+                if slot.proc is not None and slot.proc.pid == pid:
+                    slot.listening = not error
+                    slot.error = error
+                    if error and not (self.started or self.stopping):
+                        self._failed_to_start(error)
+
+    def _reap(self) -> None:
+        for slot in self.slots:
+            proc = slot.proc
+            if proc is None or proc.exitcode is None:
+                continue
+            slot.proc = None
+            pid, code = proc.pid, proc.exitcode
+            proc.close()
+            if self.stopping:
+                continue
+            if not self.started:
+                self._failed_to_start(slot.error or "it exited")
+                continue
+            now = time.monotonic()
+            delay = slot.backoff.after(now - slot.since)
+            if slot.error:
+                why = f"could not listen: {slot.error}"
+            elif code < 0:
+                why = f"was killed by {_signal_name(-code)}"
+            else:
+                why = f"exited with status {code}"
+            _say(f"worker {pid} {why}; restarting in {delay:g} s")
+            slot.restart_at = now + delay
+
+    def _failed_to_start(self, error: str) -> None:
+        if not self.start_failed:
+            self.start_failed = True
+            fail(PROG, f"a worker failed to start: {error}")
+        self._stop()
+
+    def _stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.kill_at = time.monotonic() + STOP_WORKERS_WITHIN
+        for slot in self.slots:
+            slot.restart_at = None
+            if slot.proc is not None and slot.proc.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.proc.pid, signal.SIGTERM)
+
+    def _start(self, slot: _Slot) -> str:
+        """Start *slot*'s worker; what went wrong, in words ("" if nothing)."""
+        inherited: list[int] = []
+        if self.ctx.get_start_method() == "fork":  # what the child gets and must not keep
+            inherited = [self.wake_r, self.wake_w, self.ready.fileno(), self.holder.fileno()]
+            inherited += [other.proc.sentinel for other in self.slots if other.proc is not None]
+        proc = self.ctx.Process(
+            target=_worker,
+            args=(self.args, self.directory, self.host, self.port, self.ready_w, inherited),
+            daemon=True,
+        )
+        # Forked with the signals blocked: one that comes before the worker has its own handlers
+        # waits for them (the child would otherwise run the parent's). The parent's own, if one
+        # came meanwhile, runs once `proc` is in its slot, so a stop reaches it.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVE_SIGNALS)
+        try:
+            proc.start()
+        except OSError as exc:  # no memory, no more processes
+            return in_words(exc)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    started = [p for p in procs if p.pid is not None]
-    waiting = len(started)
-    while waiting and not stopping and not start_failed:  # the banner promises a working server
-        try:
-            error = ready.get(timeout=0.2)
-        except queue.Empty:  # (a stop during the wait ends the loop: its workers exit, not fail)
-            if not stopping and any(p.exitcode is not None for p in started):
-                start_failed = "it exited"
-            continue
-        waiting -= 1
-        start_failed = error
-    if start_failed:
-        fail(PROG, f"a worker failed to start: {start_failed}")
-        stop(signal.SIGTERM, None)
-    elif not stopping:
-        print(banner, flush=True)
-    for p in started:
-        p.join()
-    if start_failed:
-        return 1
-    failed = [p.exitcode for p in started if p.exitcode not in (0, -signal.SIGTERM, -signal.SIGINT)]
-    return 0 if stopping or not failed else 1
+        slot.proc = proc
+        slot.since = time.monotonic()
+        slot.listening = False
+        slot.error = ""
+        slot.restart_at = None
+        return ""
 
 
-def _worker(args: argparse.Namespace, directory: str, host: str, port: int, ready: Any) -> None:
-    # Started with SIGINT/SIGTERM blocked and the parent's handlers: take our own, then
-    # let any signal that came meanwhile in.
-    quiet_exit_on_signals("serve")
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _stderr() -> LineWriter:
+    """This process's writer of stderr lines (the access log's too): its lines never block."""
+    from .._serve._accesslog import line_writer
+
+    return line_writer(2, PROG)
+
+
+def _say(text: str) -> None:
+    """``aiosendfile serve: text`` on stderr, in order with the access log, never blocking."""
+    if sys.stderr is not None:  # (None: started with fd 2 closed; another file may have it now)
+        _stderr().say(text)
+
+
+def _drain_log() -> None:
+    """What is queued for stderr gets :data:`LOG_DRAIN` seconds to be written, no more."""
+    if sys.stderr is not None:
+        _stderr().drain(LOG_DRAIN)
+
+
+def _quiet_exit(*, worker: bool, stopping: bool = False) -> None:
+    """The handlers outside a running loop (see :func:`quiet_exit_on_signals`). A worker
+    ignores SIGHUP/SIGUSR1/SIGUSR2: they are for the parent, which stops or ignores them once
+    for all (a hangup of the terminal reaches every process)."""
+    quiet_exit_on_signals("serve", stopping=stopping)
+    if worker:
+        for signum in (signal.SIGHUP, *NO_OP_SIGNALS):
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _worker(
+    args: argparse.Namespace, directory: str, host: str, port: int, ready: Any, inherited: list[int]
+) -> None:
+    # Started with the signals blocked and the parent's handlers (forked: its wakeup fd and
+    # descriptors too): take our own, close the parent's, then let any signal that came in.
+    signal.set_wakeup_fd(-1)
+    _quiet_exit(worker=True)
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVE_SIGNALS)
     args.parent_pid = os.getppid()
     try:
         sock = _bind(host, port, reuse_port=True, listen=True)
     except OSError as exc:
-        ready.put(in_words(exc))
-        return
-    ready.put("")
-    _run_server(args, directory, sock)
+        error = in_words(exc)
+    else:
+        error = ""
+    with contextlib.suppress(OSError):
+        ready.send((os.getpid(), error))
+        ready.close()
+    if not error:
+        _run_server(args, directory, sock, worker=True)
 
 
-def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
+def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket, *, worker: bool) -> None:
     factory, _ = loop_factory(args.loop)
     loop = factory()
     try:
-        loop.run_until_complete(_serve(args, directory, sock))
+        loop.run_until_complete(_serve(args, directory, sock, worker=worker))
     finally:
         loop.close()
+        _drain_log()
 
 
-async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket) -> None:
+async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket, *, worker: bool) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for signum in STOP_SIGNALS:  # from here on a signal stops the server gracefully
+    # From here on a stop signal stops the server gracefully. One process alone also stops on
+    # SIGHUP (saying so; unless it was ignored from the start) and says it ignores SIGUSR1/2.
+    handled = list(STOP_SIGNALS)
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
+    if not worker:
+
+        def hang_up() -> None:
+            if not stop.is_set():
+                _say(hangup_text())
+            stop.set()
+
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            loop.add_signal_handler(signal.SIGHUP, hang_up)
+            handled.append(signal.SIGHUP)
+        for signum in NO_OP_SIGNALS:
+            loop.add_signal_handler(signum, _say, ignored_text(signum))
+            handled.append(signum)
     try:
         await _serve_until(args, directory, sock, stop)
     finally:
         # Closing the loop would put back the default handlers (SIGTERM kills, SIGINT
         # raises KeyboardInterrupt): hand the signals back to the quiet exit instead,
         # with them blocked for the swap so that none falls in between.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SERVE_SIGNALS)
         try:
-            for signum in STOP_SIGNALS:
+            for signum in handled:
                 loop.remove_signal_handler(signum)
-            quiet_exit_on_signals("serve")
+            _quiet_exit(worker=worker, stopping=True)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -316,6 +608,8 @@ async def _serve_until(
         show_dotfiles=args.show_dotfiles,
         access_log=sys.stderr if args.access_log else None,
     )
+    if args.access_log:
+        _stderr()  # made here, so that its dropped-lines note starts with PROG
     loop = asyncio.get_running_loop()
     parent = getattr(args, "parent_pid", None)
     if parent is not None:  # a worker: stop if the parent is gone (even SIGKILLed)

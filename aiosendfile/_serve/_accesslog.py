@@ -4,22 +4,51 @@
 
 ``%b`` is the body bytes sent (``-`` for none). Request line, ``Referer`` and ``User-Agent`` are
 the client's bytes with ``"``, ``\\`` and non-printable bytes escaped as ``\\xHH`` (nginx's rule),
-so a line can be neither split nor forged. Lines are batched here and reach the stream as whole
-lines, up to ``PIPE_BUF`` (4 KiB) per ``write`` (atomic on a pipe shared by the workers, and one
-syscall per batch even on a line-buffered ``sys.stderr``); the engine flushes each second and at
-shutdown. Nothing here runs when no log is configured.
+so a line can be neither split nor forged. Lines are batched here, up to ``PIPE_BUF`` (4 KiB) of
+whole lines per batch; the engine flushes each second and at shutdown. Nothing here runs when no
+log is configured.
+
+**A log never blocks serving.** A stream with a file descriptor (stderr, a file) is written by a
+:class:`LineWriter`: the loop only hands it a batch; its thread writes with ``os.write`` on the
+descriptor (not through the stream object, whose lock the loop's thread may need). It holds at
+most :data:`BUFFER_BYTES` (1 MiB) of lines waiting; when a reader stops reading (a pipe nobody
+drains fills in 64 KiB), the lines that do not fit are dropped and counted, and once there is
+room again one line says how many::
+
+    aiosendfile serve: 1234 log lines dropped (stderr was not being read)
+
+Each ``write`` is whole lines, at most ``PIPE_BUF`` bytes (a longer line alone), so workers
+sharing a pipe never tear each other's lines. At the end, :meth:`LineWriter.drain` gives what is
+queued a bounded time (the command line: 1 s, and ``atexit`` does the same for a program that
+exits normally); the thread is a daemon and never holds up the exit. A stream without a
+descriptor (``io.StringIO``) cannot block: it is written directly, as before.
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
 import contextlib
+import os
 import re
+import select
+import signal
+import threading
 from typing import TextIO
 
-__all__ = ("AccessLog",)
+__all__ = ("BUFFER_BYTES", "AccessLog", "LineWriter", "line_writer")
 
 #: A batch of lines written at once: a write to a pipe up to PIPE_BUF is never interleaved.
 _BATCH = 4096
+
+#: Bytes of lines a :class:`LineWriter` keeps waiting at most; beyond, lines are dropped and counted.
+BUFFER_BYTES = 1 << 20
+
+#: How long a :class:`LineWriter`'s thread waits for more lines before it ends, by default.
+_LINGER = 1.0
+
+#: The signals the command line handles: delivered to the loop's thread, never to a writer's.
+_HANDLED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2}
 
 _UNSAFE = re.compile(rb'[^\x20-\x7e]|["\\]')
 
@@ -32,13 +61,206 @@ def _escape(value: bytes | None) -> str:
     return value.decode("ascii")
 
 
-class AccessLog:
-    """Writes Combined Log Format lines to *stream*."""
+class LineWriter:
+    """Writes whole lines to file descriptor *fd* from its own thread; :meth:`put` never blocks.
 
-    __slots__ = ("lines", "size", "stream")
+    One per descriptor and process (:func:`line_writer`). *prefix* starts the line that says how
+    many lines were dropped (``aiosendfile serve`` on the command line).
+    """
+
+    __slots__ = (
+        "cond",
+        "dropped",
+        "fd",
+        "gave_up",
+        "gone",
+        "linger",
+        "prefix",
+        "queue",
+        "queued",
+        "thread",
+        "writing",
+    )
+
+    def __init__(self, fd: int, prefix: str = "aiosendfile") -> None:
+        self.fd = fd
+        self.prefix = prefix
+        self.cond = threading.Condition(threading.Lock())
+        self.queue: collections.deque[bytes] = collections.deque()
+        self.queued = 0  # bytes in queue (not counting the batch being written)
+        self.dropped = 0  # lines dropped since the last note
+        self.writing = False
+        self.gone = False  # the descriptor broke (EPIPE, EBADF): lines are dropped uncounted
+        self.gave_up = False  # a drain timed out: the next ones do not wait (the exit is held up once)
+        self.thread: threading.Thread | None = None
+        #: How long the thread waits for more lines before it ends (the next line starts another):
+        #: no thread is left behind by a process that writes a line now and then (one that forks).
+        self.linger = _LINGER
+
+    def say(self, text: str) -> None:
+        """Write ``prefix: text`` as one line."""
+        self.put(f"{self.prefix}: {text}\n".encode(), 1)
+
+    def put(self, data: bytes, lines: int) -> None:
+        """Queue *data*, *lines* whole lines, or drop and count them if the buffer is full."""
+        with self.cond:
+            if self.gone:
+                return
+            if self.dropped:
+                if self.queued + len(self._note()) + len(data) > BUFFER_BYTES:
+                    self.dropped += lines
+                    return
+                self._queue_note()
+            elif self.queued + len(data) > BUFFER_BYTES:
+                self.dropped += lines
+                return
+            self._queue(data)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to *timeout* seconds for every queued line to be written (the dropped-lines
+        note included); whether they were. Once a drain timed out, later ones do not wait."""
+        with self.cond:
+            if self.dropped and not self.gone:
+                self._queue_note()  # (past the bound by one line, at most once)
+            done = self.cond.wait_for(
+                lambda: self.gone or not (self.queue or self.writing), 0.0 if self.gave_up else timeout
+            )
+            self.gave_up = not done
+            return done
+
+    # -- inside, with self.cond held ------------------------------------------------------------
+
+    def _note(self) -> bytes:
+        where = "stderr" if self.fd == 2 else f"file descriptor {self.fd}"
+        return f"{self.prefix}: {self.dropped} log lines dropped ({where} was not being read)\n".encode()
+
+    def _queue_note(self) -> None:
+        note = self._note()
+        self.dropped = 0
+        self._queue(note)
+
+    def _queue(self, data: bytes) -> None:
+        self.queue.append(data)
+        self.queued += len(data)
+        if self.thread is not None:
+            self.cond.notify_all()
+            return
+        thread = threading.Thread(target=self._run, name=f"aiosendfile-log-{self.fd}", daemon=True)
+        # Started with the signals the command line handles blocked (a new thread keeps the mask):
+        # they go to the loop's thread, whose waits they must interrupt.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: the next line tries again
+            pass
+        else:
+            self.thread = thread
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _take(self) -> bytes:
+        """Queued lines for one ``write``: whole batches, together at most ``PIPE_BUF`` bytes."""
+        queue = self.queue
+        parts = [queue.popleft()]
+        size = len(parts[0])
+        while queue and size + len(queue[0]) <= _BATCH:
+            size += len(queue[0])
+            parts.append(queue.popleft())
+        self.queued -= size
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        cond = self.cond
+        while True:
+            with cond:
+                self.writing = False
+                if not self.queue and self.dropped:
+                    self._queue_note()  # room again: say what was lost
+                if not self.queue:
+                    cond.notify_all()  # drain()
+                    if not cond.wait_for(lambda: self.queue, self.linger):
+                        self.thread = None
+                        return
+                data = self._take()
+                self.writing = True
+            if not self._write(data):
+                with cond:
+                    self.gone = True
+                    self.queue.clear()
+                    self.queued = 0
+                    self.writing = False
+                    self.thread = None
+                    cond.notify_all()
+                return
+
+    def _write(self, data: bytes) -> bool:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BlockingIOError:  # someone made the shared description non-blocking
+                poller = select.poll()
+                poller.register(self.fd, select.POLLOUT)
+                poller.poll(1000)
+            except OSError:  # EPIPE (nobody will ever read), EBADF: the log is gone, serving goes on
+                return False
+        return True
+
+
+_writers: dict[int, LineWriter] = {}
+_writers_lock = threading.Lock()
+
+
+def line_writer(fd: int, prefix: str | None = None) -> LineWriter:
+    """This process's :class:`LineWriter` for *fd* (made at the first call; a thread only starts
+    with the first line). *prefix*, if given, becomes its prefix."""
+    with _writers_lock:
+        writer = _writers.get(fd)
+        if writer is None:
+            if not _writers:
+                atexit.register(_drain_all, 1.0)
+            writer = _writers[fd] = LineWriter(fd)
+        if prefix is not None:
+            writer.prefix = prefix
+        return writer
+
+
+def _drain_all(timeout: float) -> None:
+    for writer in list(_writers.values()):
+        writer.drain(timeout)
+
+
+def _forget_after_fork() -> None:
+    # A forked child has none of the parent's threads: its lines need writers of its own.
+    global _writers_lock
+    _writers.clear()
+    _writers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _writer_for(stream: TextIO) -> LineWriter | None:
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like: written directly
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        stream.flush()  # what the stream holds goes before our lines
+    return line_writer(fd)
+
+
+class AccessLog:
+    """Writes Combined Log Format lines to *stream* (see the module docstring)."""
+
+    __slots__ = ("lines", "size", "stream", "writer")
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self.writer = _writer_for(stream)  # None: a stream without a descriptor, written directly
         self.lines: list[str] = []  # not yet written: at most _BATCH characters, or one line
         self.size = 0
 
@@ -63,8 +285,12 @@ class AccessLog:
 
     def _write(self) -> None:
         text = "".join(self.lines)
+        count = len(self.lines)
         self.lines.clear()
         self.size = 0
+        if self.writer is not None:
+            self.writer.put(text.encode(), count)
+            return
         with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: serving goes on
             self.stream.write(text)
             self.stream.flush()

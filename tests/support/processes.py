@@ -1,7 +1,8 @@
 """``python -m aiosendfile`` as a subprocess: its environment, its start and end, signals, ``serve``.
 
 Every CLI test starts the command line from this checkout (``cli_env``), and makes sure the
-process is gone when the test ends (``cli_process``, ``Server.close``).
+process is gone when the test ends (``cli_process``, ``Server.close``). ``children`` and ``alive``
+look at ``serve --workers``' processes in /proc.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 BANNER = re.compile(
     r"serving (?P<dir>.+) at (?P<url>https?://\S+) \((?P<loop>\w+), (?P<workers>\d+) workers?"
@@ -38,8 +40,29 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def aiosendfile_process(*argv: str) -> subprocess.Popen[str]:
-    """``python -m aiosendfile *argv`` from this checkout, stdout/stderr piped (text), no stdin."""
+def children(pid: int) -> set[int]:
+    """The live child processes of *pid* (of any of its threads): ``serve --workers``' workers."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.update(int(child) for child in (task / "children").read_text().split())
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return {child for child in found if alive(child)}
+
+
+def alive(pid: int) -> bool:
+    """Whether *pid* exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def aiosendfile_process(*argv: str, **popen: Any) -> subprocess.Popen[str]:
+    """``python -m aiosendfile *argv`` from this checkout, stdout/stderr piped (text), no stdin;
+    *popen* goes to ``subprocess.Popen`` (``preexec_fn``, for one)."""
     return subprocess.Popen(
         [sys.executable, "-m", "aiosendfile", *argv],
         stdout=subprocess.PIPE,
@@ -47,6 +70,7 @@ def aiosendfile_process(*argv: str) -> subprocess.Popen[str]:
         stdin=subprocess.DEVNULL,
         text=True,
         env=cli_env(),
+        **popen,
     )
 
 
@@ -88,8 +112,8 @@ def signal_while_starting(argv: list[str], signum: int, delay: float) -> tuple[b
 
 
 class Server:
-    def __init__(self, *args: str) -> None:
-        self.proc = aiosendfile_process("serve", *args)
+    def __init__(self, *args: str, **popen: Any) -> None:
+        self.proc = aiosendfile_process("serve", *args, **popen)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         match = BANNER.search(line)
