@@ -8,12 +8,15 @@ to the mount's path; decoding happens once, in the core (``_static._paths``).
 Per request, cheapest first:
 
 * A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a memoised hot file:
-  one dict lookup by raw path, one ``os.stat`` to check the cached bytes still describe the file,
+  one memo lookup by raw path, one ``os.stat`` to check the cached bytes still describe the file,
   a start message with the memoised header pairs (a copy: middlewares edit them in place) and one
   body message. With ``Accept-Encoding`` alone (every browser sends it) and no sibling it admits,
   the same by (raw path, its value), plus a ``stat`` of the file's directory: adding, removing or
   renaming a sibling changes it (no memo while a sibling's name exists in any form, such as a
-  dangling symlink, which could come to life without its directory changing).
+  dangling symlink, which could come to life without its directory changing). An
+  ``Accept-Encoding`` value longer than :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key.
+  The memo is a :class:`~aiosendfile._static._memo.Memo`: bounded by entries and by the bytes each
+  entry keeps alive, its key (both parts come from the peer) included.
 * A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
   inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
 * Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
@@ -37,6 +40,7 @@ from .._static._answer import Answer
 from .._static._core import Located, answer, resolve, respond, route
 from .._static._fs import POOL_FS, REAL_FS
 from .._static._hot import HotEntry, identity
+from .._static._memo import Memo
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -50,11 +54,16 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 PathLike = str | os.PathLike[str]
 #: A memoised plain 200 (see ``StaticFiles._memo``).
-Memo = tuple[HotEntry, str, list[tuple[bytes, bytes]], str, "tuple[str, tuple[int, ...]] | None"]
+Memoised = tuple[HotEntry, str, list[tuple[bytes, bytes]], str, "tuple[str, tuple[int, ...]] | None"]
+#: A memo key: the raw path, or the raw path and the request's Accept-Encoding value.
+MemoKey = bytes | tuple[bytes, bytes]
 
 _WANTED = BytesHeaders.WANTED
-#: Bytes of hot bodies one app's memo may keep alive beyond the hot cache's own bound.
-MEMO_MAX_BYTES = 16 * 1024 * 1024
+#: The longest ``Accept-Encoding`` value that may be part of a memo key. Browsers send 20 to 60
+#: bytes (``gzip, deflate, br, zstd`` is 23), curl and HTTP libraries less; 256 leaves room for
+#: q-values and new codings. A longer value is not a browser's: its request goes through the core,
+#: answered as any, and a peer cannot make one key cost more than its raw path and 256 bytes.
+MEMO_MAX_ACCEPT_ENCODING = 256
 #: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
 
@@ -182,8 +191,8 @@ class StaticFiles:
         self._render_key = ("asgi", precompressed)  # this door's memo on a hot entry
         #: raw path, or (raw path, Accept-Encoding), → (hot entry, file path, header pairs,
         #: root_path, and for the latter the file's directory and its identity) of a plain 200.
-        self._memo: dict[Any, Memo] = {}
-        self._memo_bytes = 0
+        self._memo: Memo[MemoKey, Memoised] = Memo()
+        self._memo_get = self._memo.get  # (one attribute lookup less on the hot path)
         self._recent = RecentPaths()
 
     def __repr__(self) -> str:
@@ -200,11 +209,14 @@ class StaticFiles:
         root: str = scope.get("root_path", "")
         headers = scope["headers"]
         kind = _scan(headers)
-        if kind is not True and kind is not False and not self.policy.precompressed:
-            kind = True  # (Accept-Encoding changes nothing without pre-compressed siblings)
+        if kind is not True and kind is not False:
+            if not self.policy.precompressed:
+                kind = True  # (Accept-Encoding changes nothing without pre-compressed siblings)
+            elif len(kind) > MEMO_MAX_ACCEPT_ENCODING:
+                kind = False  # no memo key: the core reads it as any other field
         if kind is not False and (method == "GET" or method == "HEAD"):
-            key: Any = raw if kind is True else (raw, kind)
-            memo = self._memo.get(key)
+            key: MemoKey = raw if kind is True else (raw, kind)
+            memo = self._memo_get(key)
             if memo is not None and memo[3] == root:
                 entry, path, pairs, _, folder = memo
                 try:
@@ -219,7 +231,7 @@ class StaticFiles:
                     await send({"type": START, "status": 200, "headers": pairs.copy()})
                     await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
                     return
-                self._forget(key)
+                self._memo.pop(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)
 
     async def _answer(
@@ -280,7 +292,8 @@ class StaticFiles:
                 pairs: Any = entry.rendered.get(self._render_key)
                 if pairs is None:
                     pairs = entry.rendered[self._render_key] = header_pairs(ans.fields, ans.length)
-                self._remember(key if plain else (key, kind), entry, ans.path, pairs, root, folder)
+                memo_key: MemoKey = (key, kind) if isinstance(kind, bytes) else key
+                self._remember(memo_key, entry, ans.path, pairs, root, folder)
                 pairs = pairs.copy()
             else:
                 pairs = header_pairs(ans.fields, ans.length)
@@ -313,24 +326,25 @@ class StaticFiles:
 
     def _remember(
         self,
-        key: Any,
+        key: MemoKey,
         entry: HotEntry,
         path: str,
         pairs: list[tuple[bytes, bytes]],
         root: str,
         folder: tuple[str, tuple[int, ...]] | None,
     ) -> None:
-        """Memoise the plain 200 of *key* (FIFO, bounded by the bytes it keeps alive)."""
-        self._forget(key)
-        self._memo[key] = (entry, path, pairs, root, folder)
-        self._memo_bytes += len(entry.body)
-        while self._memo_bytes > MEMO_MAX_BYTES:
-            self._forget(next(iter(self._memo)))
+        """Memoise the plain 200 of *key*, charged what it keeps alive: the key, the path, the
+        header pairs, root_path, the directory's path and the body (the memo adds its overhead)."""
+        nbytes = len(entry.body) + len(path) + len(root) + _pairs_bytes(pairs)
+        nbytes += len(key) if isinstance(key, bytes) else len(key[0]) + len(key[1])
+        if folder is not None:
+            nbytes += len(folder[0])
+        self._memo.put(key, (entry, path, pairs, root, folder), nbytes)
 
-    def _forget(self, key: Any) -> None:
-        old = self._memo.pop(key, None)
-        if old is not None:
-            self._memo_bytes -= len(old[0].body)
+
+def _pairs_bytes(pairs: list[tuple[bytes, bytes]]) -> int:
+    """What header *pairs* hold: their bytes and ~100 bytes for each pair's tuple and objects."""
+    return sum(len(name) + len(value) + 100 for name, value in pairs)
 
 
 if TYPE_CHECKING:

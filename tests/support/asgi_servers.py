@@ -5,7 +5,7 @@ such as ``aiosendfile.uvicorn:HttpToolsProtocol``), hypercorn and granian.
 "module:factory" (the served directory goes in the environment, ``PUBLIC_ENV``), over TCP on a
 free port, a Unix socket or TLS (``tls_files`` writes trustme's key and chain), on either loop;
 waits until the server accepts; keeps its stdout and stderr in files (``logs()``, ``new_logs()``,
-``problems()`` for tracebacks); gives its pid (``fd_count()`` from ``/proc``); and stops it with
+``problems()`` for tracebacks); gives its pid (``fd_count()``, ``rss()`` from ``/proc``); and stops it with
 SIGTERM or SIGINT under a timeout. A server in its own process is what users run: its loop, its
 signal handling and its logs are the real ones, and the test's loop cannot hide a bug in them.
 """
@@ -310,6 +310,14 @@ class AsgiServer:
 
     def fd_count(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def rss(self) -> int:
+        """The server process's resident set size in bytes (``VmRSS`` in ``/proc/<pid>/status``)."""
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError(f"no VmRSS for {self.pid}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
