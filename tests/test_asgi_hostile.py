@@ -11,8 +11,11 @@ come back to what they were before the case, and its logs hold no traceback and 
 ASGI application". A truncated file must never look like a complete answer: the client sees
 fewer bytes than Content-Length, then the end of the connection.
 
-Last, in the test's own loop (deterministic where a process race is not): a file message sent
-when the transport is already closing but uvicorn has not yet heard ``connection_lost``.
+In the test's own loop (deterministic where a process race is not): a file message sent when the
+transport is already closing but uvicorn has not yet heard ``connection_lost``.
+
+Last, a client that pipelines and leaves without reading (#23 item 7), against stock uvicorn's two
+protocols and ours, each on both loops, serving ``aiosendfile.asgi``.
 """
 
 from __future__ import annotations
@@ -609,3 +612,48 @@ async def test_truncated_body_raises_file_truncated_error(tmp_path: Path, spec_v
     }
     with pytest.raises(FileTruncatedError):
         await app(scope, receive, send)
+
+
+# -- a pipelining client that leaves (#23 item 7) ----------------------------------------------------
+
+#: uvicorn stock (httptools, h11) and with our protocols, each on both loops, serving aiosendfile.asgi.
+LEAVERS = [
+    (http, loop) for http in ("httptools", "h11", OUR_HTTPTOOLS, OUR_H11) for loop in ("asyncio", "uvloop")
+]
+
+
+@pytest.mark.parametrize(("http", "loop"), LEAVERS, ids=[f"{h.rpartition(':')[2]}-{lp}" for h, lp in LEAVERS])
+def test_a_pipelining_client_that_leaves_is_no_error(tree: Path, http: str, loop: str) -> None:
+    """200 GETs of a hot 64 KiB file in one write from a client with a 4 KiB receive buffer that
+    reads nothing, then resets (SO_LINGER 0) or closes; five of each. The server's socket fills, the
+    request being answered waits for it to drain, and the client's going wakes it. uvicorn's
+    httptools protocol had marked only the last request it parsed as disconnected, so under uvloop
+    that request's next write raised into ``aiosendfile.asgi.StaticFiles`` ("unable to perform
+    operation on <TCPTransport closed=True ...>", logged as "Exception in ASGI application").
+    After each client: no traceback in the log, and a new connection is served. Our protocols log
+    nothing at all; stock uvicorn may log its "ASGI callable returned without completing response."
+    (the app cannot tell it the client is gone)."""
+    skip_unless_there("ours_starlette_app")
+    server = AsgiServer(f"{APPS}:ours_starlette_app", tree, http=http, loop=loop, options=["--no-access-log"])
+    try:
+        assert get(server, "/static/f64k.bin") == pattern(65_536, seed=3)
+        baseline = settled_fds(server)
+        pipelined = request("/static/f64k.bin") * 200
+        for how in ("rst", "close"):
+            for _ in range(5):
+                sock = server.socket(timeout=30, rcvbuf=4096)
+                sock.sendall(pipelined)
+                time.sleep(0.05)  # the server answers until its socket is full
+                reset(sock) if how == "rst" else sock.close()
+            deadline = time.monotonic() + 15
+            while server.fd_count() > baseline:  # every connection_lost has run
+                assert time.monotonic() < deadline, server.fds()
+                time.sleep(0.02)
+            assert get(server, "/static/small.txt") == SMALL
+            logs = server.err()
+            assert not any(p in logs for p in PROBLEMS), logs[-5000:]
+            if http in (OUR_HTTPTOOLS, OUR_H11):
+                assert "ERROR" not in logs, logs[-5000:]
+    finally:
+        code, logs = server.stop()
+    assert clean_exit(code), (code, logs[-3000:])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -464,6 +465,74 @@ async def test_a_send_that_raises_closes_the_descriptor(
 
     with pytest.raises(OSError, match="client gone"):
         await app(scope, FakeServer(scope).receive, send)
+    for fd in handed:
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
+@pytest.fixture(scope="module")
+def closed_transport_error() -> str:
+    """What uvloop says when written to on a transport it has closed (the real words: the apps
+    recognise the error by them)."""
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    ours, theirs = socket.socketpair()
+
+    async def write_after_close() -> str:
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
+        transport.close()
+        await asyncio.sleep(0.01)  # connection_lost ran: the handle is closed
+        with pytest.raises(RuntimeError) as info:
+            transport.write(b"x")
+        return str(info.value)
+
+    try:
+        return loop.run_until_complete(write_after_close())
+    finally:
+        loop.close()
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.parametrize("fails", [START, BODY], ids=["at-start", "at-body"])
+async def test_a_send_on_a_closed_transport_ends_the_answer_quietly(
+    public: Path, closed_transport_error: str, fails: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stock uvicorn's httptools protocol, when a client that pipelines goes away, lets the request
+    being answered write on the closed transport: under uvloop ``send`` raises RuntimeError (#23
+    item 7; it was logged as "Exception in ASGI application"). The apps return quietly then, from the
+    memo's fast path, the core's path and FileResponse alike, the descriptor closed; any other
+    RuntimeError from ``send`` is raised as it was."""
+    app = asgi.StaticFiles(directory=public)
+    get_small = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    handed: list[int] = []
+
+    def failing(words: str) -> Any:
+        async def send(message: dict[str, Any]) -> None:
+            if "aiosendfile.fd" in message:
+                handed.append(message["aiosendfile.fd"])
+            if message["type"] == fails or (fails == BODY and message["type"] != START):
+                raise RuntimeError(words)
+
+        return send
+
+    cases = [
+        (app, get_small),
+        (app, get_small),
+        (app, GET_LARGE),
+        (asgi.FileResponse(public / "large.bin"), GET_LARGE),
+    ]
+    for extensions in ("none", "ours"):
+        for i, (target, raw) in enumerate(cases):
+            scope = scope_of(raw, extensions)
+            if i == 1:  # answered from the memo (the first call memoised it), not by the core
+                _no_core(monkeypatch)
+            await target(scope, FakeServer(scope).receive, failing(closed_transport_error))
+            with pytest.raises(RuntimeError, match="Unexpected ASGI message"):
+                await target(scope, FakeServer(scope).receive, failing("Unexpected ASGI message"))
+            monkeypatch.undo()
+    assert handed or fails == START
     for fd in handed:
         with pytest.raises(OSError, match="Bad file descriptor"):
             os.fstat(fd)

@@ -470,6 +470,43 @@ async def test_file_on_a_transport_already_closing_is_dropped_as_uvicorn_drops_w
     assert not problems(caplog)
 
 
+async def test_the_request_running_when_a_pipelining_client_goes_is_disconnected(
+    proto: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client pipelines two requests and goes while the first is answered (#23 item 7). uvicorn's
+    httptools protocol marks only the last request it parsed (the second, queued) as disconnected:
+    the first one's next write went to the closed transport (under uvloop a RuntimeError raised into
+    the app, "Exception in ASGI application"; asyncio drops it) and its receive never said
+    ``http.disconnect``. Ours marks the running one too: its send returns quietly, its receive says
+    ``http.disconnect``, the second never runs, nothing is logged. (h11 reads one request at a time.)"""
+    raised: list[BaseException] = []
+    heard: list[Any] = []
+    ran: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(scope["path"])
+        try:
+            await send(start(10))
+            site.protocol().transport.abort()  # what the client's reset leaves
+            await until(lambda: not site.server.server_state.connections)  # connection_lost ran
+            await send({"type": "http.response.body", "body": b"01234", "more_body": True})
+            heard.append(await receive())
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+
+    async with serve(routes({"/first": app, "/second": app}), proto, "tcp", tmp_path) as site:
+        reader, writer = await site.open()
+        writer.write(request(b"/first") + request(b"/second"))
+        await read_to_eof(reader)
+        writer.close()
+        await until(lambda: not site.server.server_state.tasks)
+    assert ran == ["/first"]
+    assert not raised, raised
+    assert heard == [{"type": "http.disconnect"}]
+    assert not problems(caplog)
+
+
 async def test_file_truncated_mid_file_aborts_with_one_warning(
     proto: Any, kind: str, tmp_path: Path, tls_ca: trustme.CA, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -23,7 +23,9 @@ Per request, cheapest first:
   waits for the disk on the loop.
 
 The answer is rendered by :mod:`._render`; its descriptor, if any, is closed when ``send`` returns
-or raises, and on cancellation (a decision cancelled in the pool is closed when it comes back).
+or raises, and on cancellation (a decision cancelled in the pool is closed when it comes back). A
+``send`` that finds the connection's transport already closed ends the answer quietly (the client
+is gone; :func:`._render.transport_gone`); any other error from ``send`` is raised.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
 from .._threads import in_pool
-from ._render import BODY_TYPE, START, file_mode, header_pairs, send_answer
+from ._render import BODY_TYPE, START, file_mode, header_pairs, send_answer, transport_gone
 
 __all__ = ("FileResponse", "StaticFiles")
 
@@ -228,8 +230,12 @@ class StaticFiles:
                     and identity(st) == entry.identity
                     and (folder is None or _folder(path) == folder)  # no sibling came or went
                 ):
-                    await send({"type": START, "status": 200, "headers": pairs.copy()})
-                    await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
+                    try:
+                        await send({"type": START, "status": 200, "headers": pairs.copy()})
+                        await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
+                    except RuntimeError as exc:  # (free in 3.11+ unless raised)
+                        if not transport_gone(exc):
+                            raise
                     return
                 self._memo.pop(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)

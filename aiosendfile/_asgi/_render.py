@@ -20,6 +20,10 @@ server lists in ``scope["extensions"]``, as (first match wins):
    body of more than one chunk then watches ``receive`` for ``http.disconnect`` and stops reading.
 
 A descriptor stays open until ``send`` returns (the caller closes the answer after).
+
+A ``send`` that raises uvloop's error for a write on a closed transport (:func:`transport_gone`)
+ends the answer quietly: the client is gone, and with it the connection. Stock uvicorn raises it
+into the app for a pipelined request whose client left; any other error is raised as it is.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = (
     "header_pairs",
     "off_loop",
     "send_answer",
+    "transport_gone",
 )
 
 Message = MutableMapping[str, Any]
@@ -144,6 +149,17 @@ def _checked_path(fd: int, answer: Answer, follow_symlinks: bool) -> str | None:
     return real
 
 
+def transport_gone(exc: RuntimeError) -> bool:
+    """Whether *exc*, raised by the server's ``send``, is uvloop refusing to write on a transport
+    already closed (``unable to perform operation on <TCPTransport closed=True ...>; the handler is
+    closed``): the connection is gone, nothing more can be sent on it. Stock uvicorn's httptools
+    protocol, when a client that pipelines goes away, marks only the last request it parsed as
+    disconnected; the one running (an earlier one) then writes on the closed transport. (asyncio's
+    transports drop such writes; ``aiosendfile.uvicorn``'s protocol marks the running request too.)"""
+    text = str(exc)
+    return text.startswith("unable to perform operation on <") and text.endswith("; the handler is closed")
+
+
 async def send_answer(
     answer: Answer,
     send: Send,
@@ -157,7 +173,25 @@ async def send_answer(
 ) -> None:
     """Send *answer* with *headers* (its :func:`header_pairs`, maybe with more) and status
     *status* (default the answer's). *receive*: the server's, to hear a client leave during a
-    long body (servers before ASGI 2.4). The caller closes the answer after."""
+    long body (servers before ASGI 2.4). The caller closes the answer after. Returns quietly if
+    ``send`` finds the transport closed (:func:`transport_gone`)."""
+    try:
+        await _send_answer(answer, send, mode, headers, status, follow_symlinks, chunk_size, receive)
+    except RuntimeError as exc:
+        if not transport_gone(exc):
+            raise
+
+
+async def _send_answer(
+    answer: Answer,
+    send: Send,
+    mode: int,
+    headers: list[tuple[bytes, bytes]],
+    status: int | None,
+    follow_symlinks: bool,
+    chunk_size: int,
+    receive: Receive | None,
+) -> None:
     await send({"type": START, "status": answer.status if status is None else status, "headers": headers})
     body = answer.body
     if answer.head_only or body is None:

@@ -19,6 +19,15 @@ cycle's own rules:
 * peer gone mid-file: ``disconnected``, silently, as uvicorn; file truncated mid-file: the
   connection is aborted (never a short body on keep-alive) with one warning line.
 
+One fix to uvicorn's httptools protocol itself: when the connection is lost, uvicorn marks only the
+last request it parsed as disconnected. A client that pipelines has its earlier requests answered
+first, so the one running then is not marked: its next ``send`` (waiting for a full socket to drain,
+woken by ``connection_lost``) writes on the closed transport, and uvloop raises ``RuntimeError:
+unable to perform operation on <TCPTransport closed=True ...>`` into the app, logged as "Exception
+in ASGI application" (stock uvicorn logs it for Starlette's ``StaticFiles`` as well). Our protocol
+also marks the request running (the door notes it): its writes vanish, as for any request whose
+client is gone. uvicorn's h11 protocol reads one request at a time, so its last is the running one.
+
 ``limit_concurrency``'s 503 app, websockets and lifespan never pass through the door.
 """
 
@@ -73,11 +82,12 @@ class _Door:
     message (uvicorn awaits what ``__call__`` returns, the app what ``send`` returns).
     """
 
-    __slots__ = ("app", "carry")
+    __slots__ = ("app", "carry", "running")
 
     def __init__(self, app: Any, carry: Carry) -> None:
         self.app = app
         self.carry = carry
+        self.running: Any = None  # the cycle of the request whose app started last
 
     def __call__(self, scope: Any, receive: Any, send: Send) -> Awaitable[None]:
         cycle = getattr(send, "__self__", None)
@@ -90,6 +100,7 @@ class _Door:
             for name in _OFFERED:
                 extensions.setdefault(name, {})
         carry = self.carry
+        self.running = cycle
 
         def door_send(message: Any) -> Awaitable[None]:
             if message["type"] in _FILE_MESSAGES:
@@ -230,7 +241,15 @@ class HttpToolsProtocol(httptools_impl.HttpToolsProtocol):
         _loop: Any = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.app = _Door(self.app, _carry_httptools)
+        self.app = self._door = _Door(self.app, _carry_httptools)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """uvicorn's, and the request running is marked disconnected too (see the module docstring)."""
+        running = self._door.running
+        if running is not None and not running.response_complete:
+            running.disconnected = True
+            running.message_event.set()
+        super().connection_lost(exc)
 
 
 class H11Protocol(h11_impl.H11Protocol):
