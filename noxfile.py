@@ -82,18 +82,35 @@ VERSION_SENSITIVE = [
 ]
 
 
+# pytest-xdist: two workers per core, because most tests spend their time waiting (a server process
+# starting, a timeout running out, a socket filling): on 2 cores the whole suite took 229 s with 2
+# workers, 179 s with 3 and 167 s with 4, at the same CPU time. worksteal: a worker that runs out
+# takes queued tests from another.
+PARALLEL = ["-n", str(2 * (os.cpu_count() or 1)), "--dist", "worksteal"]
+
+
 @nox.session(python=INSTALLED)
 def tests(session: nox.Session) -> None:
     """The test suite, on stock asyncio and uvloop, over TCP, Unix and TLS (see VERSION_SENSITIVE)."""
     session.install("-e", ".[test]")
     newest = session.python == INSTALLED[-1]
-    # pytest-xdist: two workers per core, because most tests spend their time waiting (a server
-    # process starting, a timeout running out, a socket filling): on 2 cores the whole suite took
-    # 229 s with 2 workers, 179 s with 3 and 167 s with 4, at the same CPU time. worksteal: a worker
-    # that runs out takes queued tests from the other. Anything after `--` comes later on the command
-    # line, so `nox -s tests-3.13 -- -n 0 tests/test_cli.py` runs serially.
-    parallel = ["-n", str(2 * (os.cpu_count() or 1)), "--dist", "worksteal"]
-    session.run("pytest", *parallel, *(session.posargs or ([] if newest else VERSION_SENSITIVE)))
+    # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/test_cli.py` is serial.
+    session.run("pytest", *PARALLEL, *(session.posargs or ([] if newest else VERSION_SENSITIVE)))
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """Branch coverage of the whole suite, subprocesses included (not in the default run).
+
+    Under coverage a few tests that signal a CLI while it starts may time out (coverage's own start
+    widens the window before our handler, and its exit hooks write to stderr): this session reports
+    the coverage, the test sessions judge the tests.
+    """
+    session.install("-e", ".[test]", "coverage>=7.10")
+    session.run("coverage", "erase")
+    session.run("coverage", "run", "-m", "pytest", "-q", *PARALLEL, *session.posargs, success_codes=[0, 1])
+    session.run("coverage", "combine", "-q")
+    session.run("coverage", "report")
 
 
 @nox.session
