@@ -333,8 +333,23 @@ def test_raw_pipelined_requests_are_answered_in_order_byte_exact(server: NativeP
         (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400),
         (b"GET /" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
         (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"y" * 40_000 + b"\r\n\r\n", 431),
+        # RFC 9112 6.1: chunked framing on HTTP/1.0 is refused and the connection closed (nginx: 400)
+        (b"GET /small.txt HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        # a transfer coding we do not implement before chunked (nginx: 501)
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n", 501),
+        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"GET /small.txt HTTP/2.0\r\nHost: x\r\n\r\n", 505),  # an HTTP/1.x server (nginx: 505)
     ],
-    ids=["garbage", "bad-header", "long-target", "huge-header"],
+    ids=[
+        "garbage",
+        "bad-header",
+        "long-target",
+        "huge-header",
+        "http10-chunked",
+        "te-identity",
+        "te-gzip",
+        "http2",
+    ],
 )
 def test_raw_malformed_request_is_answered_then_closed(
     server: NativeProcess, bad: bytes, status: int

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import aiosendfile._static
-from aiosendfile._static import _core, _hot, _http
+from aiosendfile._static import _core, _hot, _http, _listing
 from aiosendfile._static._answer import Answer, FileRange, Multipart
 from aiosendfile._static._core import Located, answer, resolve, respond, route
 from aiosendfile._static._fs import NotRegular, OutsideRoot
@@ -35,8 +35,8 @@ LM = "Tue, 24 Nov 2026 03:21:00 GMT"
 BIG = b"".join(bytes([i % 251]) for i in range(100_000))  # above the inline limit
 
 
-def _st(mode: int, size: int, ino: int) -> os.stat_result:
-    seconds = MTIME_NS // 10**9
+def _st(mode: int, size: int, ino: int, mtime_ns: int = MTIME_NS) -> os.stat_result:
+    seconds = mtime_ns // 10**9
     return os.stat_result(
         (
             mode,
@@ -50,11 +50,11 @@ def _st(mode: int, size: int, ino: int) -> os.stat_result:
             seconds,
             seconds,
             seconds,
-            MTIME_NS / 1e9,
+            mtime_ns / 1e9,
             seconds,
-            MTIME_NS,
-            MTIME_NS,
-            MTIME_NS,
+            mtime_ns,
+            mtime_ns,
+            mtime_ns,
         )
     )
 
@@ -72,6 +72,7 @@ class FakeFS:
         self.stat_errors: dict[str, OSError] = {}
         self.open_errors: dict[str, Exception] = {}
         self.real: dict[str, str] = {}
+        self.mtimes: dict[str, int] = {}  # a path's mtime (and ctime), if not MTIME_NS
         self.cold: set[str] = set()
         self.open_fds: dict[int, str] = {}
         self.calls: list[tuple[str, str]] = []
@@ -88,7 +89,7 @@ class FakeFS:
         if path in self.stat_errors:
             raise self.stat_errors[path]
         if path in self.dirs:
-            return _st(stat.S_IFDIR | 0o755, 4096, self._ino(path))
+            return _st(stat.S_IFDIR | 0o755, 4096, self._ino(path), self.mtimes.get(path, MTIME_NS))
         if path in self.files:
             return _st(stat.S_IFREG | 0o644, len(self.files[path]), self._ino(path))
         raise FileNotFoundError(errno.ENOENT, "missing", path)
@@ -118,12 +119,13 @@ class FakeFS:
         path = self.open_fds[fd]
         return None if path in self.cold else self.files[path][:size]
 
-    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
+    def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
         path = os.path.normpath(path)
+        self.calls.append(("scan", path))
         names = {
             p[len(path) + 1 :].split("/")[0] for p in [*self.files, *self.dirs] if p.startswith(path + "/")
         }
-        return [(name, self.stat(f"{path}/{name}")) for name in sorted(names)]
+        return [(name, self.stat(f"{path}/{name}")) for name in sorted(names)], self.realpath(path)
 
     def close(self, fd: int) -> None:
         del self.open_fds[fd]
@@ -139,8 +141,10 @@ class FakeFS:
 @pytest.fixture(autouse=True)
 def _fresh_hot_files() -> Iterator[None]:
     _hot.hot_files.clear()
+    _listing.listings.clear()
     yield
     _hot.hot_files.clear()
+    _listing.listings.clear()
 
 
 POLICY = DirectoryPolicy(ROOT)
@@ -310,6 +314,52 @@ def test_resolve_listing() -> None:
     assert isinstance(root, Answer)
     assert isinstance(root.body, bytes)
     assert b'href="../"' not in root.body
+
+
+def test_a_listing_is_built_once_then_served_while_its_directory_is_unchanged() -> None:
+    """The page is kept (``_listing.listings``) and served again without a scan while the
+    directory's stat is the same and it is younger than LISTING_SECONDS; a new entry (the
+    directory's mtime moves) or age builds it again."""
+    fs = _fs()
+    policy = DirectoryPolicy(ROOT, listings=True)
+    first = _resolve(fs, req("GET", b"/sub/"), policy)
+    assert ("scan", f"{ROOT}/sub") in fs.calls
+    fs.calls.clear()
+    again = _resolve(fs, req("GET", b"/sub/"), policy)
+    assert isinstance(first, Answer)
+    assert isinstance(again, Answer)
+    assert again.body is first.body
+    assert not any(call[0] == "scan" for call in fs.calls)
+    other = _resolve(fs, req("GET", b"/sub/"), DirectoryPolicy(ROOT, listings=True, dotfiles=True))
+    assert isinstance(other, Answer)
+    assert other.body != first.body  # (another policy: another page)
+    fs.mtimes[f"{ROOT}/sub"] = MTIME_NS + 10**9  # an entry came or went
+    fs.calls.clear()
+    _resolve(fs, req("GET", b"/sub/"), policy)
+    assert ("scan", f"{ROOT}/sub") in fs.calls
+
+
+def test_listings_are_bounded_by_entries_and_bytes() -> None:
+    """Keys (the request's path) and pages both count: 1,000 directories under 4 KB spellings."""
+    cache = _listing.Listings(max_entries=16, max_bytes=64 * 1024)
+    st = _st(stat.S_IFDIR | 0o755, 4096, 7)
+    for i in range(1000):
+        key = (1, 7, b"/." * 2000 + b"/%d/" % i)
+        cache.put(key, st, b"<html>" * 100, len(key[2]))
+        assert len(cache) <= 16
+        assert cache.size <= 64 * 1024
+    assert cache.get(key, st) == b"<html>" * 100
+    cache.put((2,), st, b"x" * 64 * 1024, 1)  # larger than a quarter of the bound: never kept
+    assert cache.get((2,), st) is None
+
+
+def test_the_loops_file_system_never_lists() -> None:
+    """REAL_FS (the event loop's) refuses to scan a directory: the door asks again in its pool."""
+    from aiosendfile._static._fs import POOL_FS, REAL_FS, DecideInPool
+
+    with pytest.raises(DecideInPool):
+        REAL_FS.scan(ROOT, None)
+    assert callable(POOL_FS.scan)
 
 
 def test_resolve_a_file_is_located_with_its_stat() -> None:
@@ -751,6 +801,8 @@ def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Pa
     for byte (status code, fields in order, length, body): the native door's starting point."""
     import json
 
+    from aiosendfile._static._fs import POOL_FS
+
     from .support.static_requests import KNOWN_DIFFERENCES, POLICIES, build_tree, normalise, requests
 
     table = json.loads((Path(__file__).parent / "data" / "static_golden.json").read_text())["server"]
@@ -765,7 +817,7 @@ def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Pa
         for case, raw in requests(name):
             if case in KNOWN_DIFFERENCES:
                 continue
-            got = normalise(_rendered(answer(_request_of(raw), policy)))
+            got = normalise(_rendered(answer(_request_of(raw), policy, POOL_FS)))  # (listings too)
             expected = dict(table[name][case])
             got["status"], expected["status"] = got["status"].split()[1], expected["status"].split()[1]
             assert got == expected, (name, case)

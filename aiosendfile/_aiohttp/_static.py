@@ -4,8 +4,9 @@
 ``append_version`` work as users know them. It replaces the request handler
 only. aiohttp's handler resolves every path in the thread pool; ours asks the
 static core (``aiosendfile._static``) inline: lexical checks and one ``stat``
-(microseconds on a hot cache). The file's containment is then checked on the
-opened descriptor when ``FileResponse`` prepares.
+(microseconds on a hot cache); only a directory listing to build goes to the
+cold-read pool. The file's containment is then checked on the opened
+descriptor when ``FileResponse`` prepares.
 
 The rules are the core's (``_static._paths`` and ``_static._core``): a request
 never reaches outside ``directory`` (NUL, backslash, absolute and ``..`` → 404,
@@ -23,6 +24,7 @@ This door renders the core's answers through aiohttp: its errors are raised as
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -32,10 +34,10 @@ from aiohttp.typedefs import PathLike
 from multidict import CIMultiDict
 
 from .. import _compat
-from .._options import DEFAULT_FALLBACK_CHUNK
+from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer
 from .._static._core import Located, resolve, route
-from .._static._fs import REAL_FS
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool
 from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
 from .._static._request import Request
 from ._fileresponse import FileResponse
@@ -105,14 +107,15 @@ class StaticResource(web.StaticResource):
             await request.writer.drain()
             if expected is not None:
                 return expected
-        return self._answer(request, match_info["filename"])
+        return await self._answer(request, match_info["filename"])
 
     async def _routed(self, request: web.Request) -> web.StreamResponse:
         """The handler of the resource's GET/HEAD routes in an ``Application``."""
-        return self._answer(request, request.match_info["filename"])
+        return await self._answer(request, request.match_info["filename"])
 
-    def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
-        """The response for *filename*: decided inline (no await: stat and lookups only)."""
+    async def _answer(self, request: web.BaseRequest, filename: str) -> web.StreamResponse:
+        """The response for *filename*: decided inline (stat and lookups only), but a listing to
+        build, which is decided in the cold-read pool."""
         url = request.rel_url
         req = Request(
             request.method,
@@ -126,7 +129,11 @@ class StaticResource(web.StaticResource):
         path = route(req, policy)
         if isinstance(path, Answer):
             raise _http_error(path)
-        found = resolve(req, path, policy, REAL_FS)
+        try:
+            found = resolve(req, path, policy, REAL_FS)
+        except DecideInPool:  # (a listing holds no descriptor: nothing to close if we are cancelled)
+            loop = asyncio.get_running_loop()
+            found = await loop.run_in_executor(default_cold_executor(), resolve, req, path, policy, POOL_FS)
         if isinstance(found, Located):
             return self._file_response(found.path, found.st, found.siblings)
         entry = found.entry

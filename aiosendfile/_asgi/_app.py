@@ -40,9 +40,9 @@ from urllib.parse import quote
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer
 from .._static._core import Located, answer, resolve, respond, route
-from .._static._fs import POOL_FS, REAL_FS
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool
 from .._static._hot import HotEntry, identity
-from .._static._memo import Memo
+from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -273,16 +273,21 @@ class StaticFiles:
         if not recent.seen(key, time.monotonic()):
             ans = await _decide_off_loop(answer, req, policy, POOL_FS)
             recent.saw(key, time.monotonic())
-        elif kind is True or kind is False:
-            ans = answer(req, policy, REAL_FS)
-        else:  # only Accept-Encoding: note the directory before the core looks for siblings
-            path = route(req, policy)
-            if isinstance(path, Answer):
-                ans = path
-            else:
-                folder = _folder(path)
-                found = resolve(req, path, policy, REAL_FS)
-                ans = found if isinstance(found, Answer) else respond(req, found, policy, REAL_FS)
+        else:
+            try:
+                if kind is True or kind is False:
+                    ans = answer(req, policy, REAL_FS)
+                else:  # only Accept-Encoding: note the directory before the core looks for siblings
+                    path = route(req, policy)
+                    if isinstance(path, Answer):
+                        ans = path
+                    else:
+                        folder = _folder(path)
+                        found = resolve(req, path, policy, REAL_FS)
+                        ans = found if isinstance(found, Answer) else respond(req, found, policy, REAL_FS)
+            except DecideInPool:  # a directory listing to build: in the pool, never on the loop
+                folder = None
+                ans = await _decide_off_loop(answer, req, policy, POOL_FS)
         with ans:
             status = None
             if ans.status == 404 and self.html and ans.fields:
@@ -341,6 +346,9 @@ class StaticFiles:
     ) -> None:
         """Memoise the plain 200 of *key*, charged what it keeps alive: the key, the path, the
         header pairs, root_path, the directory's path and the body (the memo adds its overhead)."""
+        raw = key if isinstance(key, bytes) else key[0]
+        if len(raw) > MEMO_MAX_KEY:  # (a spelling near the 8 KiB limit of one file among thousands)
+            return
         nbytes = len(entry.body) + len(path) + len(root) + _pairs_bytes(pairs)
         nbytes += len(key) if isinstance(key, bytes) else len(key[0]) + len(key[1])
         if folder is not None:

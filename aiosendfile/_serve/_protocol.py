@@ -39,7 +39,7 @@ from .._api import sendfile
 from .._errors import SendfileError
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer
-from .._static._fs import POOL_FS
+from .._static._fs import POOL_FS, DecideInPool
 from .._static._hot import identity
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._date import CLOSE, KEEP10, KEEP11
@@ -48,13 +48,23 @@ from ._render import error_response, head_of
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
 
-__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "HttpProtocol")
+__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "HttpProtocol")
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-HOST, CORE, EXPECT, REFERER, AGENT = 0, 1, 2, 3, 4
+HOST, CORE, EXPECT, REFERER, AGENT, TE = 0, 1, 2, 3, 4, 5
 
 #: Parsed requests waiting behind a response in flight before reading pauses.
 MAX_PENDING = 16
+#: Answers gathered in ``out`` are written once they reach this many bytes (else at the end of the
+#: read that brought their requests): what a connection holds beyond the transport's buffer.
+FLUSH_AT = 64 * 1024
+#: Requests answered in one turn of the loop (one callback); the rest wait for the next turn, so a
+#: client that pipelines thousands of requests delays the others by one turn's work at most.
+TURN_BUDGET = 32
+#: What the parser is fed at a time: between two slices parsing stops once MAX_PENDING requests
+#: wait (the rest of the read is kept, reading paused), so a read of 256 KiB of tiny pipelined
+#: requests is not parsed all at once.
+PARSE_SLICE = 8 * 1024
 
 #: What one read may bring beyond the head limits before an unfinished head counts as too large.
 _READ_ALLOWANCE = 256 * 1024
@@ -83,6 +93,9 @@ class HttpProtocol(asyncio.Protocol):
 
     __slots__ = (
         "agent",
+        "backlog",
+        "backlog_at",
+        "budget",
         "busy",
         "dead",
         "engine",
@@ -91,18 +104,24 @@ class HttpProtocol(asyncio.Protocol):
         "head_size",
         "hosts",
         "in_head",
+        "in_request",
         "max_head",
         "max_url",
         "out",
+        "out_left",
+        "out_since",
+        "out_size",
         "parser",
         "partial",
         "peer",
         "pending",
         "read_paused",
         "referer",
+        "scheduled",
         "sending",
         "since",
         "task",
+        "te",
         "transport",
         "url",
         "wanted",
@@ -123,15 +142,24 @@ class HttpProtocol(asyncio.Protocol):
         self.agent: bytes | None = None
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
+        self.te: bytes | None = None  # Transfer-Encoding, its fields joined
         self.partial = 0
         self.in_head = False
+        self.in_request = False  # from a request's first byte to its body's last
         # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
         self.since = engine.now - engine.config.keepalive_timeout + engine.config.header_timeout
         self.busy = False  # a cold decision or a file body is in flight
         self.sending = False  # a file body is in flight: since = its last progress
         self.dead = False  # no more requests will be read: close once everything is answered
         self.pending: deque[Item] = deque()
+        self.backlog = b""  # a read not parsed yet past backlog_at (while MAX_PENDING requests wait)
+        self.backlog_at = 0
+        self.budget = TURN_BUDGET  # requests this turn may still answer
+        self.scheduled = False  # a next turn is scheduled (call_soon)
         self.out: list[bytes] = []
+        self.out_size = 0  # bytes in out
+        self.out_left = 0  # the transport's write buffer at the last tick, and since when
+        self.out_since = 0.0
         self.task: asyncio.Task[None] | None = None
         self.read_paused = False
         self.write_paused = False
@@ -152,48 +180,70 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.close()
         self.transport = None
         self.pending.clear()
+        self.backlog = b""
         self.out.clear()
+        self.out_size = 0
         if self.task is not None:
             self.task.cancel()
         self.engine.lost(self)
 
     def pause_writing(self) -> None:
+        # The client reads slower than we answer: no more answers until it catches up (requests
+        # parsed meanwhile wait in pending, and past MAX_PENDING reading pauses too).
         self.write_paused = True
         self._update_reading()
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self._update_reading()
+        self.since = self.engine.now  # progress
+        self.budget = TURN_BUDGET
+        self._resume()
 
     def data_received(self, data: bytes) -> None:
         if self.dead:
             return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            stop = exc.__context__
-            if not isinstance(stop, _Stop):
-                raise
-            self._fail(stop.status)
-        except httptools.HttpParserUpgrade:
-            self.dead = True  # the upgrade request was answered; what follows is not HTTP
-        except httptools.HttpParserError:
-            self._fail(400)
-        if self.in_head:
-            # A field httptools is still collecting reaches on_header only when complete: bound
-            # what it may buffer meanwhile (to the limits plus the read that began the request).
-            self.partial += len(data)
-            if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
-                self._fail(431)
-        if self.out:
-            self._flush()
-        if self.dead and not self.busy and not self.pending and self.transport is not None:
-            self.transport.close()
+        if self.backlog_at < len(self.backlog):  # (reading was paused; a transport may still deliver)
+            self.backlog = self.backlog[self.backlog_at :] + data
+        else:
+            self.backlog = data
+        self.backlog_at = 0
+        self.budget = TURN_BUDGET
+        self._resume()
+
+    def _parse(self) -> None:
+        """Feed the parser the backlog, a slice at a time, until it is done or MAX_PENDING requests
+        wait (the rest stays in the backlog, with reading paused)."""
+        data, at, size = self.backlog, self.backlog_at, len(self.backlog)
+        parser, pending = self.parser, self.pending
+        while at < size and not self.dead and len(pending) < MAX_PENDING:
+            end = min(at + PARSE_SLICE, size)
+            try:
+                parser.feed_data(data if at == 0 and end == size else memoryview(data)[at:end])
+            except httptools.HttpParserCallbackError as exc:
+                stop = exc.__context__
+                if not isinstance(stop, _Stop):
+                    raise
+                self._fail(stop.status)
+            except httptools.HttpParserUpgrade:
+                self.dead = True  # the upgrade request was answered; what follows is not HTTP
+            except httptools.HttpParserError:
+                self._fail(400)
+            if self.in_head:
+                # A field httptools is still collecting reaches on_header only when complete: bound
+                # what it may buffer meanwhile (to the limits plus the read that began the request).
+                self.partial += end - at
+                if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
+                    self._fail(431)
+            at = end
+        if at >= size or self.dead:
+            self.backlog, self.backlog_at = b"", 0
+        else:
+            self.backlog_at = at
 
     # -- parser callbacks -------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.in_head = True
+        self.in_head = self.in_request = True
         self.since = self.engine.now
         self.head_size = self.partial = 0
 
@@ -214,6 +264,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         if kind == HOST:
             self.hosts += 1
+        elif kind == TE:
+            self.te = value if self.te is None else self.te + b"," + value
         elif kind == CORE:
             if self.fields is None:
                 self.fields = [(name, value)]
@@ -229,13 +281,23 @@ class HttpProtocol(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self.in_head = False
         hosts, self.hosts = self.hosts, 0
-        if hosts != 1 and (hosts or self.parser.get_http_version() == "1.1"):
+        te, self.te = self.te, None
+        version = self.parser.get_http_version()
+        if version[:2] != "1.":
+            raise _Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)
+        if hosts != 1 and (hosts or version == "1.1"):
             raise _Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
+        if te is not None:
+            if version == "1.0":
+                raise _Stop(400)  # RFC 9112 6.1: chunked framing in HTTP/1.0 is not to be trusted
+            if te.strip().lower() != b"chunked":
+                raise _Stop(501)  # "identity, chunked", "gzip, chunked": codings we do not have (nginx)
         if self.expect is not None:
             expect, self.expect = self.expect, None
             self._expect(expect)
 
     def on_message_complete(self) -> None:
+        self.in_request = False
         if self.dead:  # an answer already said this connection closes: the rest is not read
             return
         parser = self.parser
@@ -251,11 +313,12 @@ class HttpProtocol(asyncio.Protocol):
             log = (parser.get_http_version(), self.referer, self.agent)
             self.referer = self.agent = None
         method = parser.get_method()
-        if self.busy or self.pending:
+        if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append((method, url, mode, fields, log))
             if len(self.pending) >= MAX_PENDING:
                 self._update_reading()
             return
+        self.budget -= 1
         self._respond(method, url, mode, fields, log)
 
     # -- answering --------------------------------------------------------------------------
@@ -282,10 +345,10 @@ class HttpProtocol(asyncio.Protocol):
                 if st is not None and identity(st) == entry.identity:
                     if method == _GET:
                         body = entry.body
-                        self.out.append(head + engine.clock.tails[mode] + body)
+                        self._put(head + engine.clock.tails[mode] + body)
                     else:
                         body = b""
-                        self.out.append(head + engine.clock.tails[mode])
+                        self._put(head + engine.clock.tails[mode])
                     if log is not None:
                         self._log(method, url, log, 200, len(body))
                     return
@@ -321,11 +384,14 @@ class HttpProtocol(asyncio.Protocol):
         if engine.seen(raw):
             try:
                 ans = answer(request, engine.policy)
+            except DecideInPool:  # a directory listing to build: in the pool, as a first sight
+                pass
             except Exception as exc:
                 self._crashed(exc, method, url, log)
                 return
-            self._render(ans, raw, method, url, mode, fields is None, log)
-            return
+            else:
+                self._render(ans, raw, method, url, mode, fields is None, log)
+                return
         self.busy = True
         self._update_reading()
         # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
@@ -353,6 +419,7 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
         self.busy = False
+        self.budget = TURN_BUDGET
         exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
         if exc is not None:
             if not isinstance(exc, Exception):
@@ -393,11 +460,11 @@ class HttpProtocol(asyncio.Protocol):
         body = ans.body
         if ans.head_only or body is None:
             ans.close()
-            self.out.append(head)
+            self._put(head)
             sent = 0
         elif isinstance(body, bytes):
             ans.close()
-            self.out.append(head + body)
+            self._put(head + body)
             sent = len(body)
         elif isinstance(body, Multipart) and isinstance(body.source, bytes):
             ans.close()
@@ -406,7 +473,7 @@ class HttpProtocol(asyncio.Protocol):
             for part_head, r in body.parts:
                 chunks += (part_head, source[r.start : r.stop])
             chunks.append(body.closing)
-            self.out.append(b"".join(chunks))
+            self._put(b"".join(chunks))
             sent = sum(r.length for _, r in body.parts)
         else:
             if self.out:
@@ -477,17 +544,25 @@ class HttpProtocol(asyncio.Protocol):
         self.task = None
         self.busy = False
         self.since = self.engine.now
+        self.budget = TURN_BUDGET
         self._resume()
 
     def _resume(self) -> None:
-        """After a response in flight: answer what waited, then read again (or close)."""
+        """Answer what waits and parse what was read, within this turn's budget, while nothing is
+        in flight and the client keeps up; then write, and read again, go on next turn, or close."""
         pending = self.pending
-        while pending and not self.busy and self.transport is not None:
-            method, url, mode, fields, log = pending.popleft()
-            if method is None:
-                self.out.append(url)
+        while self.transport is not None and not self.busy and not self.write_paused and self.budget > 0:
+            if pending:
+                self.budget -= 1
+                method, url, mode, fields, log = pending.popleft()
+                if method is None:
+                    self._put(url)
+                else:
+                    self._respond(method, url, mode, fields, log)
+            elif self.backlog and not self.dead:
+                self._parse()  # (answers within the budget as it parses; the rest waits in pending)
             else:
-                self._respond(method, url, mode, fields, log)
+                break
         transport = self.transport
         if transport is None:
             return
@@ -495,10 +570,24 @@ class HttpProtocol(asyncio.Protocol):
             self._flush()
         if self.busy:
             return
-        if self.dead:
+        if pending or (self.backlog and not self.dead):
+            if not self.write_paused:  # the budget ran out: the rest next turn
+                self._next_turn()
+        elif self.dead:
             transport.close()
             return
         self._update_reading()
+
+    def _next_turn(self) -> None:
+        """Go on with what waits in the next turn of the loop (other connections' callbacks first)."""
+        if not self.scheduled:
+            self.scheduled = True
+            self.engine.loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        self.scheduled = False
+        self.budget = TURN_BUDGET
+        self._resume()
 
     def _start(self, coro: Any) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -530,10 +619,10 @@ class HttpProtocol(asyncio.Protocol):
 
     def _emit(self, data: bytes, *, closing: bool) -> None:
         """Bytes answered in order: now if nothing is in flight, else after what waits."""
-        if self.busy or self.pending:
+        if self.busy or self.pending or self.write_paused:
             self.pending.append((None, data, CLOSE if closing else KEEP11, None, None))
         else:
-            self.out.append(data)
+            self._put(data)
 
     def _fail(self, status: int | None) -> None:
         """Stop reading; answer *status* after what is in hand, then close."""
@@ -549,7 +638,7 @@ class HttpProtocol(asyncio.Protocol):
     def _error(self, status: int, method: bytes, url: bytes, log: LogFields | None) -> None:
         """An error answer for a parsed request; the connection closes after it."""
         self.dead = True
-        self.out.append(error_response(status, self.engine.clock, body=method != _HEAD))
+        self._put(error_response(status, self.engine.clock, body=method != _HEAD))
         if log is not None:
             self._log(method, url, log, status, 0)
 
@@ -567,7 +656,13 @@ class HttpProtocol(asyncio.Protocol):
         self.since = self.engine.now
 
     def expire(self, now: float, config: ServeConfig) -> None:
-        """Close the connection if it has waited too long (called by the engine's timer)."""
+        """Close the connection if it has waited too long (called by the engine's timer).
+
+        A client that stops reading is cut after ``send_timeout`` without progress (nginx's
+        ``send_timeout``), whether a file body is in flight or answers wait in the transport's
+        buffer (then progress is the buffer shrinking), also once the connection is closing: a
+        closed connection's ``close()`` waits for its buffer, which such a client never empties.
+        """
         transport = self.transport
         if transport is None:
             return
@@ -575,12 +670,21 @@ class HttpProtocol(asyncio.Protocol):
             if now - self.since > config.send_timeout:  # the client stopped reading (nginx's send_timeout)
                 transport.abort()
             return
-        if self.busy or self.pending:
+        left = transport.get_write_buffer_size()
+        if left:
+            if left != self.out_left:
+                self.out_left, self.out_since = left, now
+            elif now - self.out_since > config.send_timeout:
+                transport.abort()
+                return
+        else:
+            self.out_left = 0
+        if self.busy or self.pending or transport.is_closing():
             return
-        if self.in_head:
+        if self.in_request:  # a head or a body not all there yet (slowloris)
             if now - self.since > config.header_timeout:
                 self.dead = True
-                self.out.append(error_response(408, self.engine.clock))
+                self._put(error_response(408, self.engine.clock))
                 self._flush()
                 transport.close()
         elif now - self.since > config.keepalive_timeout:
@@ -599,16 +703,31 @@ class HttpProtocol(asyncio.Protocol):
 
     # -- plumbing -------------------------------------------------------------------------------
 
+    def _put(self, data: bytes) -> None:
+        """Queue *data* for the transport, writing what is queued once it reaches FLUSH_AT bytes."""
+        self.out.append(data)
+        self.out_size += len(data)
+        if self.out_size >= FLUSH_AT:
+            self._flush()
+
     def _flush(self) -> None:
         out = self.out
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
+        self.out_size = 0
+        self.transport.write(data)  # (may call pause_writing)
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        paused = self.busy or self.dead or self.write_paused or len(self.pending) >= MAX_PENDING
+        paused = (
+            self.busy
+            or self.dead
+            or self.write_paused
+            or len(self.pending) >= MAX_PENDING
+            or self.backlog_at < len(self.backlog)
+        )
         if paused != self.read_paused:
             self.read_paused = paused
             if paused:

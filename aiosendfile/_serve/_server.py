@@ -22,15 +22,16 @@ from typing import Any, TextIO
 
 from .._options import default_cold_executor
 from .._static._hot import HotEntry
-from .._static._memo import Memo
+from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import BytesHeaders
 from ._accesslog import AccessLog
 from ._date import Clock
-from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, HttpProtocol
+from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, TE, HttpProtocol
 
 __all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -66,6 +67,7 @@ class Engine:
         wanted = dict.fromkeys(BytesHeaders.WANTED, CORE)
         wanted[b"expect"] = EXPECT
         wanted[b"host"] = HOST
+        wanted[b"transfer-encoding"] = TE
         if self.log is not None:
             wanted[b"referer"] = REFERER
             wanted[b"user-agent"] = AGENT
@@ -89,6 +91,8 @@ class Engine:
 
     def remember(self, raw: bytes, entry: HotEntry, path: str, head: bytes) -> None:
         """Memoise the plain 200 of *raw*, charged its key, path, head and the body it keeps alive."""
+        if len(raw) > MEMO_MAX_KEY:
+            return
         self.memo.put(raw, (entry, path, head), len(raw) + len(path) + len(head) + len(entry.body))
 
     def forget(self, raw: bytes) -> None:

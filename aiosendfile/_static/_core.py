@@ -26,7 +26,7 @@ import uuid
 from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
-from . import _hot, _http
+from . import _hot, _http, _listing
 from ._answer import Answer, FileRange, Multipart, error
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
 from ._hot import HotEntry
@@ -84,9 +84,14 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         return error(404, req.method)
     if stat.S_ISDIR(st.st_mode):
         root = policy.root
-        if root is not None and not policy.follow_symlinks and not inside(fs.realpath(path), root):
-            return error(404, req.method)
-        return _directory(req, path, policy, fs)
+        if root is not None and not policy.follow_symlinks:
+            try:
+                real = fs.realpath(path)
+            except OSError:  # (a link swapped under realpath's feet: ENOENT, EINVAL)
+                return error(404, req.method)
+            if not inside(real, root):
+                return error(404, req.method)
+        return _directory(req, path, st, policy, fs)
     if not policy.hot_cache or st.st_size > policy.inline_limit:
         return Located(path, st)
     # A plain GET/HEAD of a hot small file is answered from the cache.
@@ -107,7 +112,9 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
     return Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
 
 
-def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer | Located:
+def _directory(
+    req: Request, path: str, st: os.stat_result, policy: DirectoryPolicy, fs: FileSystem
+) -> Answer | Located:
     raw = req.raw_path
     if not (raw.endswith(b"/") or raw[-3:].lower() == b"%2f"):
         location = (
@@ -119,14 +126,19 @@ def _directory(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem)
         if fs.is_file(index):
             return Located(index)
     if policy.listings:
-        try:
-            entries = fs.scan(path, None if policy.follow_symlinks else policy.root)
-            at_root = fs.realpath(path) == policy.root
-        except PermissionError:
-            return error(403, req.method)
-        except OSError:  # removed meanwhile
-            return error(404, req.method)
-        page = listing_html(unquote_to_bytes(raw), at_root, entries, policy.dotfiles)
+        root = None if policy.follow_symlinks else policy.root
+        shown = unquote_to_bytes(raw)
+        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles)
+        page = _listing.listings.get(key, st)
+        if page is None:
+            try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
+                entries, real = fs.scan(path, root)
+            except PermissionError:
+                return error(403, req.method)
+            except (OSError, OutsideRoot):  # removed meanwhile; swapped for a symlink out
+                return error(404, req.method)
+            page = listing_html(shown, real == policy.root, entries, policy.dotfiles)
+            _listing.listings.put(key, st, page, len(shown) + len(path))
         fields = [("Content-Type", "text/html; charset=utf-8")]
         return Answer(200, fields, len(page), head_only=req.method == "HEAD", body=page, path=path)
     return error(403, req.method)

@@ -10,6 +10,13 @@ escape, and refuses anything but a regular file. A file found inside is remember
 identity (root, path, device, inode, ctime: a rename or a link count change moves the ctime), as
 the hot cache trusts its entries, so the next open of the same file by the same path skips the
 ``readlink`` (3 µs, the open's largest cost).
+
+``scan`` lists a directory the same way: it opens the directory, checks the *opened descriptor*
+against the root and lists by that descriptor, so a symlink swapped in after the core's
+containment check lists nothing outside. It lists only what a request could fetch (a readable
+regular file, a directory that can be listed and entered). A listing can be ten thousand ``stat``
+calls: the loop's file system (``REAL_FS``) refuses with :class:`DecideInPool`, and the door
+takes the decision again in its pool, with ``POOL_FS``.
 """
 
 from __future__ import annotations
@@ -21,11 +28,22 @@ from typing import Protocol
 from .. import _platform
 from ._paths import inside
 
-__all__ = ("POOL_FS", "REAL_FS", "FileSystem", "KnownInside", "NotRegular", "OutsideRoot", "PoolFS", "RealFS")
+__all__ = (
+    "POOL_FS",
+    "REAL_FS",
+    "DecideInPool",
+    "FileSystem",
+    "KnownInside",
+    "NotRegular",
+    "OutsideRoot",
+    "PoolFS",
+    "RealFS",
+)
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 #: For a sibling with no root to contain it: a symlink is refused (ELOOP), as aiohttp's class does.
 _O_NOFOLLOW_FLAGS = _O_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
 
 
 class OutsideRoot(Exception):
@@ -34,6 +52,11 @@ class OutsideRoot(Exception):
 
 class NotRegular(Exception):
     """The opened file is a directory, FIFO, device or socket."""
+
+
+class DecideInPool(Exception):
+    """This file system does not do that on the event loop (a directory listing): the door decides
+    the request again in its pool, with :data:`POOL_FS`."""
 
 
 class FileSystem(Protocol):
@@ -54,9 +77,11 @@ class FileSystem(Protocol):
         """The first *size* bytes if all are in the page cache, else None (never waits for the disk)."""
         ...
 
-    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
-        """A directory's entries (name, stat following symlinks) a request could fetch: no broken
-        symlink, and with *root* given no symlink out of it. Raises OSError if unreadable."""
+    def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
+        """A directory's entries (name, stat following symlinks) a request could fetch (readable
+        regular files and directories; no broken symlink; with *root* given, no symlink out of it),
+        and the directory's real path. Lists the directory it opened: raises OutsideRoot if that
+        one lies outside *root*, OSError if it cannot be read, DecideInPool where that is not done."""
         ...
 
     def close(self, fd: int) -> None: ...
@@ -128,22 +153,8 @@ class RealFS:
         read = _platform.pread_cached(fd, size, 0)
         return None if read is None else bytes(read)
 
-    def scan(self, path: str, root: str | None) -> list[tuple[str, os.stat_result]]:
-        found: list[tuple[str, os.stat_result]] = []
-        with os.scandir(path) as entries:
-            for entry in entries:
-                try:
-                    st = entry.stat()  # follows symlinks, as the request for it would
-                    if (
-                        root is not None
-                        and entry.is_symlink()
-                        and not inside(os.path.realpath(entry.path), root)
-                    ):
-                        continue  # out of the root: refused when fetched; its size and date are not ours
-                except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
-                    continue
-                found.append((entry.name, st))
-        return found
+    def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
+        raise DecideInPool(path)  # (thousands of stat calls: never on the loop)
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -156,19 +167,72 @@ def _is_file(path: str) -> bool:
         return False
 
 
+def _scan(path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
+    fd = os.open(path, _O_DIRECTORY_FLAGS)
+    try:
+        real = _real_path_of(fd, path)
+        if root is not None and not inside(real, root):
+            raise OutsideRoot(path)  # swapped for a symlink out since the core's check
+        found: list[tuple[str, os.stat_result]] = []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                name = entry.name
+                try:
+                    st = entry.stat()  # follows symlinks, as the request for it would
+                    if (
+                        root is not None
+                        and entry.is_symlink()
+                        and not inside(os.path.realpath(os.path.join(real, name)), root)
+                    ):
+                        continue  # out of the root: refused when fetched; its size and date are not ours
+                    if stat.S_ISREG(st.st_mode):
+                        wanted = os.R_OK
+                    elif stat.S_ISDIR(st.st_mode):
+                        wanted = os.R_OK | os.X_OK
+                    else:
+                        continue  # a FIFO, socket or device: answered 403
+                    if not _may(name, wanted, fd, real):
+                        continue  # we may not read it: answered 403
+                except OSError:  # a broken symlink, or gone meanwhile: nothing to fetch
+                    continue
+                found.append((name, st))
+        return found, real
+    finally:
+        os.close(fd)
+
+
+_ACCESS_BY_FD = os.access in os.supports_dir_fd
+_EFFECTIVE = os.access in os.supports_effective_ids
+
+
+def _may(name: str, mode: int, dir_fd: int, directory: str) -> bool:
+    """Whether this process (its effective ids, as an open would be judged) may *mode* the entry
+    *name* of the directory open as *dir_fd* (at *directory*, where access() takes no dir_fd)."""
+    if _ACCESS_BY_FD:
+        return os.access(name, mode, dir_fd=dir_fd, effective_ids=_EFFECTIVE)
+    return os.access(os.path.join(directory, name), mode, effective_ids=_EFFECTIVE)
+
+
+def _real_path_of(fd: int, path: str) -> str:
+    """Where the descriptor *fd* (opened as *path*) really is: its ``/proc`` link, else realpath."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)  # no /proc (macOS/BSD): the path, checked once more
+
+
 def _opened_inside(fd: int, path: str, root: str) -> bool:
     """Whether the file actually opened lies inside *root* (checked on the open fd: no race)."""
-    try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        real = os.path.realpath(path)  # no /proc (macOS/BSD): check the path instead
-    return inside(real, root)
+    return inside(_real_path_of(fd, path), root)
 
 
 class PoolFS(RealFS):
     """The file system for a decision taken in a pool thread, where waiting for the disk is the
     point: ``read_cached`` reads a small body whether or not its pages are cached, so a first sight
-    comes back whole in one hop (not a second hop to read its body off the loop)."""
+    comes back whole in one hop (not a second hop to read its body off the loop); ``scan`` lists."""
+
+    def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
+        return _scan(path, root)
 
     def read_cached(self, fd: int, size: int) -> bytes | None:
         read = super().read_cached(fd, size)

@@ -1,4 +1,10 @@
-"""A directory listing page, nginx-autoindex style (pure: the entries come from the file system port).
+"""A directory listing page, nginx-autoindex style, and the cache of the pages built recently.
+
+The page is pure (the entries come from the file system port). Building one can take ten
+thousand ``stat`` calls, so the core keeps the pages it built in :data:`listings` for
+``LISTING_SECONDS``, checked against the directory's own ``stat`` (an entry added, removed or
+renamed changes its mtime), bounded by entries and bytes (page and key); a door builds a page in
+its pool, never on the loop (``_fs.DecideInPool``).
 
 A parent link except at the root; directories first and with a trailing ``/``, then files, each
 sorted by name (bytes), with a size (``-`` for directories, ``ls -h`` style otherwise) and a UTC
@@ -12,10 +18,27 @@ from __future__ import annotations
 import html
 import os
 import stat
+import threading
 import time
+from collections import OrderedDict
+from typing import Any
 from urllib.parse import quote
 
-__all__ = ("listing_html",)
+__all__ = (
+    "LISTINGS_MAX_BYTES",
+    "LISTINGS_MAX_ENTRIES",
+    "LISTING_SECONDS",
+    "Listings",
+    "listing_html",
+    "listings",
+)
+
+#: A page built this recently is served again while its directory's stat is unchanged (a file in
+#: it that changes size or date shows within this delay; a name added or removed at once).
+LISTING_SECONDS = 1.0
+#: Pages kept at most, and their bytes (pages and keys) at most.
+LISTINGS_MAX_ENTRIES = 64
+LISTINGS_MAX_BYTES = 16 * 1024 * 1024
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -77,3 +100,66 @@ def _human_size(size: int) -> str:
         if value < 1023.95 or unit == "E":
             return f"{value:.1f}{unit}" if value < 9.95 else f"{value:.0f}{unit}"
     raise AssertionError("unreachable")
+
+
+class Listings:
+    """Listing pages built recently: key → (the directory's stat identity, when, page); bounded by
+    entries and by bytes (page and key), least recently built out first. Pool threads put, the loop
+    gets: a lock."""
+
+    def __init__(
+        self,
+        seconds: float = LISTING_SECONDS,
+        max_entries: int = LISTINGS_MAX_ENTRIES,
+        max_bytes: int = LISTINGS_MAX_BYTES,
+    ) -> None:
+        self.seconds, self.max_entries, self.max_bytes = seconds, max_entries, max_bytes
+        self._pages: OrderedDict[Any, tuple[tuple[int, ...], float, bytes, int]] = OrderedDict()
+        self.size = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def identity(st: os.stat_result) -> tuple[int, ...]:
+        """What changes when the directory's entries do (or the directory is replaced)."""
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+    def get(self, key: Any, st: os.stat_result) -> bytes | None:
+        """The page built for *key* less than ``seconds`` ago for the directory *st* describes."""
+        with self._lock:
+            held = self._pages.get(key)
+            if held is None:
+                return None
+            ident, when, page, _ = held
+            if ident == self.identity(st) and time.monotonic() - when < self.seconds:
+                return page
+            self._drop(key)
+            return None
+
+    def put(self, key: Any, st: os.stat_result, page: bytes, key_bytes: int) -> None:
+        """Keep *page* for *key* (charged its length and *key_bytes*), built from the directory *st*."""
+        cost = len(page) + key_bytes + 256
+        if cost > self.max_bytes // 4:
+            return
+        with self._lock:
+            self._drop(key)
+            self._pages[key] = (self.identity(st), time.monotonic(), page, cost)
+            self.size += cost
+            while len(self._pages) > self.max_entries or self.size > self.max_bytes:
+                self.size -= self._pages.popitem(last=False)[1][3]
+
+    def _drop(self, key: Any) -> None:
+        held = self._pages.pop(key, None)
+        if held is not None:
+            self.size -= held[3]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pages.clear()
+            self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+
+#: The process's listing pages (one per process, as the hot file cache).
+listings = Listings()

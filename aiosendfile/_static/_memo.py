@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
-__all__ = ("ENTRY_OVERHEAD", "MEMO_MAX_BYTES", "MEMO_MAX_ENTRIES", "Memo")
+__all__ = ("ENTRY_OVERHEAD", "MEMO_MAX_BYTES", "MEMO_MAX_ENTRIES", "MEMO_MAX_KEY", "Memo")
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -23,6 +23,10 @@ V = TypeVar("V")
 MEMO_MAX_ENTRIES = 4096
 #: Bytes one door's memo may charge at most: keys, heads, paths and the bodies it keeps alive.
 MEMO_MAX_BYTES = 16 * 1024 * 1024
+#: A request target longer than this is not memoised (its answer is decided each time): real
+#: paths are far shorter, and ten thousand spellings of one file, each near the 8 KiB limit of a
+#: request target, would otherwise each take a slot.
+MEMO_MAX_KEY = 1024
 #: What an entry costs beyond the bytes it is charged: the dict slot, the tuple, the bytes objects'
 #: headers (measured: about 350 bytes for a native entry; rounded up).
 ENTRY_OVERHEAD = 512

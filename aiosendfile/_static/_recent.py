@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ("RECENT_MAX", "RECENT_MAX_BYTES", "RECENT_SECONDS", "RecentPaths")
+__all__ = ("RECENT_MAX", "RECENT_MAX_BYTES", "RECENT_MAX_PATH", "RECENT_SECONDS", "RecentPaths")
 
 #: A path decided within this many seconds is decided again inline.
 RECENT_SECONDS = 10.0
-#: At most this many paths, and this many bytes of paths (~16 MiB + ~100 bytes of bookkeeping each).
+#: At most this many paths, and this many bytes of paths (~8 MiB + ~100 bytes of bookkeeping each).
 RECENT_MAX = 65536
-RECENT_MAX_BYTES = 16 * 1024 * 1024
+RECENT_MAX_BYTES = 8 * 1024 * 1024
+#: A longer path is not noted (always decided in the pool): real paths are far shorter, and a
+#: client spelling one file ten thousand ways near the 8 KiB request-target limit would otherwise
+#: push every real path out.
+RECENT_MAX_PATH = 1024
 
 
 class RecentPaths:
@@ -48,7 +52,9 @@ class RecentPaths:
         return True
 
     def saw(self, path: bytes, now: float) -> None:
-        """Note that *path* was decided at *now*."""
+        """Note that *path* was decided at *now* (unless it is longer than RECENT_MAX_PATH)."""
+        if len(path) > RECENT_MAX_PATH:
+            return
         when = self._when
         if path in when:
             when.move_to_end(path)

@@ -331,6 +331,8 @@ async def _serve(args: argparse.Namespace) -> None:
         config["header_timeout"] = args.header_timeout
     if args.keepalive_timeout is not None:
         config["keepalive_timeout"] = args.keepalive_timeout
+    if args.send_timeout is not None:
+        config["send_timeout"] = args.send_timeout
     if args.show_index:
         config["show_index"] = True
     cfg = mod.ServeConfig(args.directory, **config)
@@ -357,6 +359,7 @@ def main() -> None:
     parser.add_argument("--nofile", type=int, default=0, help="raise RLIMIT_NOFILE's soft limit to this")
     parser.add_argument("--header-timeout", type=float)
     parser.add_argument("--keepalive-timeout", type=float)
+    parser.add_argument("--send-timeout", type=float)
     parser.add_argument("--show-index", action="store_true")
     args = parser.parse_args()
     args.nofile_now = raise_nofile(args.nofile) if args.nofile else None
