@@ -355,7 +355,7 @@ async def test_siblings_are_looked_up_once_per_request(
 
 
 def test_hot_files_are_bounded() -> None:
-    from aiosendfile._static._hot import HotFiles
+    from aiosendfile._static._hot import ENTRY_OVERHEAD, HotFiles
 
     def st(size: int, ino: int) -> Any:
         return os.stat_result((0o100644, ino, 1, 1, 0, 0, size, 0, 0, 0))
@@ -374,7 +374,7 @@ def test_hot_files_are_bounded() -> None:
     assert cache.get("/big", None, st(101, 4)) is None
     cache.put("/short", None, st(10, 5), b"x" * 9)  # bytes that do not match the stat: never kept
     assert cache.get("/short", None, st(9, 5)) is None
-    assert cache._bytes == sum(len(entry.body) for entry in cache._entries.values())
+    assert cache._bytes == sum(len(e.body) + len(e.path) + ENTRY_OVERHEAD for e in cache._entries.values())
 
 
 # -- StaticResource.handle: the same answers without an Application (what `serve` runs) ----

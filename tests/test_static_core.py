@@ -683,7 +683,7 @@ def test_bytes_headers_keep_only_what_the_core_reads() -> None:
 
 
 def test_hot_files_is_safe_across_threads() -> None:
-    cache = _hot.HotFiles(max_entries=8, max_bytes=16 * 64)
+    cache = _hot.HotFiles(max_entries=8, max_bytes=16 * 1024)
     sts = [_st(stat.S_IFREG, 10, ino) for ino in range(32)]
     errors: list[BaseException] = []
 
@@ -703,7 +703,8 @@ def test_hot_files_is_safe_across_threads() -> None:
         t.join()
     assert errors == []
     assert len(cache._entries) <= 8
-    assert cache._bytes == sum(len(e.body) for e in cache._entries.values())
+    held = cache._entries.values()
+    assert cache._bytes == sum(len(e.body) + len(e.path) + _hot.ENTRY_OVERHEAD for e in held)
 
 
 # -- structure --------------------------------------------------------------------------------

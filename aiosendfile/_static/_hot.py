@@ -14,9 +14,12 @@ from collections import OrderedDict
 
 __all__ = ("HOT_FILES_MAX_BYTES", "HOT_FILES_MAX_ENTRIES", "HotEntry", "HotFiles", "hot_files", "identity")
 
-#: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only).
+#: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only), and the
+#: bytes they are charged: body, path (a key: one file may be reached by several spellings of its
+#: path, ``a/./b``), and ENTRY_OVERHEAD for the objects around them.
 HOT_FILES_MAX_ENTRIES = 1024
 HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
+ENTRY_OVERHEAD = 512
 
 
 def identity(st: os.stat_result) -> tuple[int, ...]:
@@ -45,9 +48,9 @@ class HotFiles:
     An entry is used only while a ``stat`` of its path still shows the same file (any write or
     ``chmod`` changes ctime; a replacement by rename or a symlink swapped in is another inode).
     Containment was checked on the descriptor the bytes were read from, and it holds for that
-    inode, under the same root (the key is ``(path, root)``). Bounded by entries and bytes, least
-    recently used out first (nginx's ``open_file_cache`` caches descriptors; this caches the small
-    bodies too).
+    inode, under the same root (the key is ``(path, root)``). Bounded by entries and bytes (bodies,
+    paths and an overhead each), least recently used out first (nginx's ``open_file_cache`` caches
+    descriptors; this caches the small bodies too).
     """
 
     def __init__(
@@ -86,21 +89,25 @@ class HotFiles:
         with self._lock:
             self._drop((path, root))
             self._entries[(path, root)] = entry
-            self._bytes += len(body)
+            self._bytes += _cost(entry)
             while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
                 _, old = self._entries.popitem(last=False)
-                self._bytes -= len(old.body)
+                self._bytes -= _cost(old)
         return entry
 
     def _drop(self, key: tuple[str, str | None]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._bytes -= len(entry.body)
+            self._bytes -= _cost(entry)
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+
+def _cost(entry: HotEntry) -> int:
+    return len(entry.body) + len(entry.path) + ENTRY_OVERHEAD
 
 
 #: The process's cache of hot small files (one per process: workers do not share memory).
