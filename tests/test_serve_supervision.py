@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -117,14 +118,33 @@ def _until(predicate: Callable[[], object], timeout: float, what: str) -> None:
 
 
 def _stopped(server: Server, signum: int = signal.SIGTERM, within: float = 5.0) -> tuple[int, str]:
-    """Send *signum*, wait for the exit (without reading stderr): (status, stderr)."""
+    """Send *signum*, wait for the exit (without reading stderr): (status, stderr, with what
+    :func:`_wait_for_lines` read before)."""
     server.proc.send_signal(signum)
     try:
         code = server.proc.wait(timeout=within)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{signal.Signals(signum).name} not acted on within {within} s")
     assert server.proc.stderr is not None
-    return code, server.proc.stderr.read()
+    return code, getattr(server, "err_read", "") + server.proc.stderr.read()
+
+
+def _wait_for_lines(server: Server, count: int, timeout: float = 10.0) -> None:
+    """Read stderr (the raw pipe, before anything reads it as text) until it holds *count* lines."""
+    assert server.proc.stderr is not None
+    fd = server.proc.stderr.fileno()
+    seen = getattr(server, "err_read", "")
+    deadline = time.monotonic() + timeout
+    while seen.count("\n") < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{count} lines on stderr: not within {timeout} s: {seen!r}")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            seen += chunk.decode()
+    server.err_read = seen  # type: ignore[attr-defined]
 
 
 def _requests_answered_at_once(server: Server, start: int, count: int) -> None:
@@ -325,9 +345,9 @@ def test_sigusr1_and_sigusr2_are_ignored_with_a_line(
 ) -> None:
     server = server_factory(str(served), "--port", "0", "--loop", loop, "--workers", workers)
     pids = children(server.proc.pid)
-    for signum in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1):
+    for i, signum in enumerate((signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1)):
         server.proc.send_signal(signum)
-        time.sleep(0.1)
+        _wait_for_lines(server, i + 1)  # (two of one signal pending at once would be one)
     assert server.proc.poll() is None
     assert children(server.proc.pid) == pids  # no worker stopped either
     with Client(server) as client:
