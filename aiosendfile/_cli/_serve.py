@@ -551,11 +551,17 @@ def _worker(
 
 
 def _run_server(args: argparse.Namespace, directory: str, sock: socket.socket, *, worker: bool) -> None:
+    # SIGUSR1/SIGUSR2 wait (blocked) until the loop's own handlers take them: uvloop listens to
+    # signals from the moment it runs, so one that the early handler said it ignored would also
+    # reach the loop's handler once installed, and be said twice. (A worker ignores them.)
     factory, _ = loop_factory(args.loop)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, NO_OP_SIGNALS) if not worker else None
     loop = factory()
     try:
         loop.run_until_complete(_serve(args, directory, sock, worker=worker))
     finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         loop.close()
         _drain_log()
 
@@ -581,6 +587,7 @@ async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket, 
         for signum in NO_OP_SIGNALS:
             loop.add_signal_handler(signum, _say, ignored_text(signum))
             handled.append(signum)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, NO_OP_SIGNALS)  # (blocked by _run_server)
     try:
         await _serve_until(args, directory, sock, stop)
     finally:
