@@ -124,6 +124,7 @@ class HttpProtocol(asyncio.Protocol):
         "te",
         "transport",
         "url",
+        "version",
         "wanted",
         "write_paused",
     )
@@ -143,6 +144,7 @@ class HttpProtocol(asyncio.Protocol):
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
         self.te: bytes | None = None  # Transfer-Encoding, its fields joined
+        self.version = "1.1"  # the HTTP version of the request being read ("1.0", "1.1")
         self.partial = 0
         self.in_head = False
         self.in_request = False  # from a request's first byte to its body's last
@@ -202,43 +204,62 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.dead:
             return
-        if self.backlog_at < len(self.backlog):  # (reading was paused; a transport may still deliver)
-            self.backlog = self.backlog[self.backlog_at :] + data
-        else:
-            self.backlog = data
-        self.backlog_at = 0
         self.budget = TURN_BUDGET
-        self._resume()
+        if self.backlog or len(data) > PARSE_SLICE or self.pending or self.busy or self.write_paused:
+            if self.backlog_at < len(self.backlog):  # (reading was paused; a transport may still deliver)
+                self.backlog = self.backlog[self.backlog_at :] + data
+            else:
+                self.backlog = data
+            self.backlog_at = 0
+            self._resume()
+            return
+        # The common case, a read of one request or a few while nothing waits: parsed at once
+        # (a slice's worth: at most a few hundred requests), answered within the turn's budget.
+        self._feed(data)
+        if self.out:
+            self._flush()
+        if self.pending or self.backlog:
+            if not self.busy and not self.write_paused:
+                self._next_turn()  # (the budget ran out)
+        elif self.dead and not self.busy and self.transport is not None:
+            self.transport.close()
 
     def _parse(self) -> None:
         """Feed the parser the backlog, a slice at a time, until it is done or MAX_PENDING requests
         wait (the rest stays in the backlog, with reading paused)."""
         data, at, size = self.backlog, self.backlog_at, len(self.backlog)
-        parser, pending = self.parser, self.pending
+        if at == 0 and size <= PARSE_SLICE:
+            self.backlog = b""
+            self._feed(data)
+            return
+        pending = self.pending
         while at < size and not self.dead and len(pending) < MAX_PENDING:
             end = min(at + PARSE_SLICE, size)
-            try:
-                parser.feed_data(data if at == 0 and end == size else memoryview(data)[at:end])
-            except httptools.HttpParserCallbackError as exc:
-                stop = exc.__context__
-                if not isinstance(stop, _Stop):
-                    raise
-                self._fail(stop.status)
-            except httptools.HttpParserUpgrade:
-                self.dead = True  # the upgrade request was answered; what follows is not HTTP
-            except httptools.HttpParserError:
-                self._fail(400)
-            if self.in_head:
-                # A field httptools is still collecting reaches on_header only when complete: bound
-                # what it may buffer meanwhile (to the limits plus the read that began the request).
-                self.partial += end - at
-                if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
-                    self._fail(431)
+            self._feed(memoryview(data)[at:end])
             at = end
         if at >= size or self.dead:
             self.backlog, self.backlog_at = b"", 0
         else:
             self.backlog_at = at
+
+    def _feed(self, data: bytes | memoryview) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            stop = exc.__context__
+            if not isinstance(stop, _Stop):
+                raise
+            self._fail(stop.status)
+        except httptools.HttpParserUpgrade:
+            self.dead = True  # the upgrade request was answered; what follows is not HTTP
+        except httptools.HttpParserError:
+            self._fail(400)
+        if self.in_head:
+            # A field httptools is still collecting reaches on_header only when complete: bound
+            # what it may buffer meanwhile (to the limits plus the read that began the request).
+            self.partial += len(data)
+            if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
+                self._fail(431)
 
     # -- parser callbacks -------------------------------------------------------------------
 
@@ -282,8 +303,8 @@ class HttpProtocol(asyncio.Protocol):
         self.in_head = False
         hosts, self.hosts = self.hosts, 0
         te, self.te = self.te, None
-        version = self.parser.get_http_version()
-        if version[:2] != "1.":
+        version = self.version = self.parser.get_http_version()
+        if version != "1.1" and version != "1.0" and version[:2] != "1.":
             raise _Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)
         if hosts != 1 and (hosts or version == "1.1"):
             raise _Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
@@ -304,13 +325,13 @@ class HttpProtocol(asyncio.Protocol):
         url, self.url = self.url, b""
         fields, self.fields = self.fields, None
         if parser.should_keep_alive():
-            mode = KEEP11 if parser.get_http_version() == "1.1" else KEEP10
+            mode = KEEP11 if self.version == "1.1" else KEEP10
         else:
             mode = CLOSE
             self.dead = True  # nothing after this request is read
         log = None
         if self.engine.log is not None:
-            log = (parser.get_http_version(), self.referer, self.agent)
+            log = (self.version, self.referer, self.agent)
             self.referer = self.agent = None
         method = parser.get_method()
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
@@ -345,10 +366,14 @@ class HttpProtocol(asyncio.Protocol):
                 if st is not None and identity(st) == entry.identity:
                     if method == _GET:
                         body = entry.body
-                        self._put(head + engine.clock.tails[mode] + body)
+                        data = head + engine.clock.tails[mode] + body
                     else:
                         body = b""
-                        self._put(head + engine.clock.tails[mode])
+                        data = head + engine.clock.tails[mode]
+                    self.out.append(data)  # (_put, inline: the hot path)
+                    self.out_size += len(data)
+                    if self.out_size >= FLUSH_AT:
+                        self._flush()
                     if log is not None:
                         self._log(method, url, log, 200, len(body))
                     return
