@@ -24,7 +24,7 @@ import pytest
 import trustme
 
 from .support.files import pattern
-from .support.processes import BANNER, Server, cli_process, signal_while_starting
+from .support.processes import BANNER, Server, alive, cli_process, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -224,19 +224,9 @@ def test_workers_exit_when_the_parent_is_killed(served: Path, server_factory: ty
     server.proc.kill()
     server.proc.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(
-        Path(f"/proc/{pid}").exists() and _alive(pid) for pid in children
-    ):
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
         time.sleep(0.1)
-    assert not any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in children)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    assert not any(alive(pid) for pid in children)
 
 
 @pytest.mark.parametrize(
