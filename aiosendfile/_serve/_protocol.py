@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import io
 import os
@@ -38,11 +39,13 @@ import httptools
 from .._api import sendfile
 from .._errors import SendfileError
 from .._static._answer import Answer, FileRange, Multipart
-from .._static._core import answer
+from .._static._core import answer, route
 from .._static._fs import POOL_FS, DecideInPool
 from .._static._hot import identity
+from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._date import CLOSE, KEEP10, KEEP11
+from ._outlet import Outlet, Transfer
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:
@@ -70,6 +73,8 @@ PARSE_SLICE = 8 * 1024
 _READ_ALLOWANCE = 256 * 1024
 
 _GET, _HEAD = b"GET", b"HEAD"
+#: How a memoised file is opened again: never blocking on a FIFO swapped in (its fstat differs).
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 _GET_HEAD = (_GET, _HEAD)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -78,6 +83,16 @@ LogFields = tuple[str, bytes | None, bytes | None]
 #: A queued request: (method, target, tail mode, the core's header pairs or None, log fields or
 #: None). A method of None queues prebuilt bytes (the target slot): a 100 Continue or an error.
 Item = tuple[bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, LogFields | None]
+
+
+def _look(request: Request, policy: DirectoryPolicy) -> None:
+    """(In a pool thread.) Look up the file *request* names, so that deciding it on the loop
+    next waits for no disk: its ``stat`` brings the directory entries and inode into the kernel's
+    caches. Whatever it finds (or fails to find) is decided again on the loop."""
+    path = route(request, policy)
+    if isinstance(path, str):
+        with contextlib.suppress(OSError, ValueError):
+            os.stat(path)
 
 
 class _Stop(Exception):
@@ -111,6 +126,8 @@ class HttpProtocol(asyncio.Protocol):
         "out_left",
         "out_since",
         "out_size",
+        "outlet",
+        "owned",
         "parser",
         "partial",
         "peer",
@@ -120,6 +137,7 @@ class HttpProtocol(asyncio.Protocol):
         "scheduled",
         "sending",
         "since",
+        "starting",
         "task",
         "te",
         "transport",
@@ -163,6 +181,9 @@ class HttpProtocol(asyncio.Protocol):
         self.out_left = 0  # the transport's write buffer at the last tick, and since when
         self.out_since = 0.0
         self.task: asyncio.Task[None] | None = None
+        self.outlet: Outlet | bool | None = None  # made at the first file body; False: none here
+        self.owned: Transfer | None = None  # a file body in flight on the outlet
+        self.starting = False  # in _own's first try: a body that ends there goes on in the caller
         self.read_paused = False
         self.write_paused = False
         self.peer = "-"
@@ -187,6 +208,11 @@ class HttpProtocol(asyncio.Protocol):
         self.out_size = 0
         if self.task is not None:
             self.task.cancel()
+        if self.owned is not None:
+            self.owned.stop()  # (closes the body's file once no pool thread sends from it)
+            self.owned = None
+        if isinstance(self.outlet, Outlet):
+            self.outlet.close()
         self.engine.lost(self)
 
     def pause_writing(self) -> None:
@@ -356,29 +382,54 @@ class HttpProtocol(asyncio.Protocol):
         if fields is None and method in _GET_HEAD:
             q = url.find(b"?")
             key = url if q < 0 else url[:q]
-            memo = engine.memo.get(key)
-            if memo is not None:
-                entry, path, head = memo
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    st = None
-                if st is not None and identity(st) == entry.identity:
-                    if method == _GET:
-                        body = entry.body
-                        data = head + engine.clock.tails[mode] + body
-                    else:
-                        body = b""
-                        data = head + engine.clock.tails[mode]
-                    self.out.append(data)  # (_put, inline: the hot path)
-                    self.out_size += len(data)
-                    if self.out_size >= FLUSH_AT:
-                        self._flush()
-                    if log is not None:
-                        self._log(method, url, log, 200, len(body))
-                    return
+            known = engine.memo.get(key)
+            if known is not None:
+                ident, path, head, body = known
+                if body is None and method == _GET:
+                    if self._send_known(ident, path, head + engine.clock.tails[mode], url, log):
+                        return
+                else:
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        st = None
+                    if st is not None and identity(st) == ident:
+                        if method == _GET:
+                            assert body is not None
+                            data = head + engine.clock.tails[mode] + body
+                        else:
+                            data = head + engine.clock.tails[mode]
+                        self.out.append(data)  # (_put, inline: the hot path)
+                        self.out_size += len(data)
+                        if self.out_size >= FLUSH_AT:
+                            self._flush()
+                        if log is not None:
+                            self._log(method, url, log, 200, len(body) if method == _GET and body else 0)
+                        return
                 engine.forget(key)
         self._decide(method, url, mode, fields, log)
+
+    def _send_known(
+        self, ident: tuple[int, ...], path: str, head: bytes, url: bytes, log: LogFields | None
+    ) -> bool:
+        """GET of a memoised file sent from the file (too big to keep): open it again, check by
+        ``fstat`` it is the file the memo describes, and send it. False: it is not (the caller
+        forgets the memo and decides the request again)."""
+        try:
+            fd = os.open(path, _O_FLAGS)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            st = None
+        if st is None or identity(st) != ident:
+            os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: another answer
+            return False
+        size = st.st_size
+        ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=path, fd=fd, close=os.close)
+        self._send_body(ans, ans.body, head, _GET, url, log)  # type: ignore[arg-type]
+        return True
 
     def _decide(
         self,
@@ -417,24 +468,51 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self._render(ans, raw, method, url, mode, fields is None, log)
                 return
+        self._to_pool(request, raw, method, url, mode, fields is None, log, first=True)
+
+    def _to_pool(
+        self,
+        request: Request,
+        raw: bytes,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        plain: bool,
+        log: LogFields | None,
+        *,
+        first: bool,
+    ) -> None:
+        """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
+        (``_look``: a ``stat``, which brings its metadata into the kernel's caches; the GIL is
+        free meanwhile) and the loop then decides inline, so no decision's Python runs in a
+        thread, contending for the GIL with the loop. Otherwise (a listing to build) the thread
+        decides with ``POOL_FS``."""
         self.busy = True
         self._update_reading()
+        engine = self.engine
         # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
-        job = engine.executor.submit(answer, request, engine.policy, POOL_FS)  # (reads small bodies too)
-        args = (raw, method, url, mode, fields is None, log)
+        job: concurrent.futures.Future[Answer | None]
+        if first:
+            job = engine.executor.submit(_look, request, engine.policy)
+        else:
+            job = engine.executor.submit(answer, request, engine.policy, POOL_FS)
+        args = (request, raw, method, url, mode, plain, log)
         job.add_done_callback(functools.partial(self._cold_arrived, args))
 
-    def _cold_arrived(self, args: tuple[Any, ...], job: concurrent.futures.Future[Answer]) -> None:
+    def _cold_arrived(self, args: tuple[Any, ...], job: concurrent.futures.Future[Answer | None]) -> None:
         """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
         try:
             self.engine.loop.call_soon_threadsafe(self._cold_done, job, *args)
         except RuntimeError:  # the loop is closed: nobody will send the answer
             if not job.cancelled() and job.exception() is None:
-                job.result().close()
+                ans = job.result()
+                if ans is not None:
+                    ans.close()
 
     def _cold_done(
         self,
-        job: concurrent.futures.Future[Answer],
+        job: concurrent.futures.Future[Answer | None],
+        request: Request,
         raw: bytes,
         method: bytes,
         url: bytes,
@@ -455,6 +533,18 @@ class HttpProtocol(asyncio.Protocol):
         ans = job.result()
         engine = self.engine
         engine.saw(raw)
+        if ans is None:  # looked up: decide now, inline
+            if self.transport is None:
+                return
+            try:
+                ans = answer(request, engine.policy)
+            except DecideInPool:  # a directory listing to build: in the pool after all
+                self._to_pool(request, raw, method, url, mode, plain, log, first=False)
+                return
+            except Exception as error:
+                self._crashed(error, method, url, log)
+                self._resume()
+                return
         if self.transport is None:
             ans.close()
             return
@@ -474,15 +564,20 @@ class HttpProtocol(asyncio.Protocol):
         """Write *ans* (or start sending it); it is closed once sent."""
         engine = self.engine
         entry = ans.entry
-        if entry is not None and plain and ans.status == 200 and ans.encoding is None and ans.path:
-            head = entry.rendered.get(engine.render_key)
-            if not isinstance(head, bytes):
-                head = entry.rendered[engine.render_key] = head_of(ans)
-            engine.remember(raw, entry, ans.path, head)
+        body = ans.body
+        if plain and ans.status == 200 and ans.encoding is None and ans.path:
+            if entry is not None:
+                head = entry.rendered.get(engine.render_key)
+                if not isinstance(head, bytes):
+                    head = entry.rendered[engine.render_key] = head_of(ans)
+                engine.remember(raw, (entry.identity, ans.path, head, entry.body))
+            else:
+                head = head_of(ans)
+                if isinstance(body, FileRange) and body.start == 0 and body.length == ans.length:
+                    engine.remember(raw, (identity(os.fstat(body.fd)), ans.path, head, None))
         else:
             head = head_of(ans)
         head += engine.clock.tails[mode]
-        body = ans.body
         if ans.head_only or body is None:
             ans.close()
             self._put(head)
@@ -501,15 +596,92 @@ class HttpProtocol(asyncio.Protocol):
             self._put(b"".join(chunks))
             sent = sum(r.length for _, r in body.parts)
         else:
-            if self.out:
-                self._flush()
-            self.busy = True
-            self._update_reading()
-            task = self._start(self._send(ans, head, method, url, ans.status, log))
-            task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
+            self._send_body(ans, body, head, method, url, log)
             return
         if log is not None:
             self._log(method, url, log, ans.status, sent)
+
+    def _send_body(
+        self,
+        ans: Answer,
+        body: FileRange | Multipart,
+        head: bytes,
+        method: bytes,
+        url: bytes,
+        log: LogFields | None,
+    ) -> None:
+        """Send a file body after *head*: on the connection's outlet where it can, else through the
+        public ``sendfile`` in a task. *ans* is closed once it is sent (or the connection is gone)."""
+        if self.out:
+            self._flush()
+        self.busy = True
+        if isinstance(body, FileRange) and self._own(ans, body, head, method, url, log):
+            return
+        self._update_reading()
+        task = self._start(self._send(ans, head, method, url, ans.status, log))
+        task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
+
+    def _own(
+        self, ans: Answer, body: FileRange, head: bytes, method: bytes, url: bytes, log: LogFields | None
+    ) -> bool:
+        """Send *body* after *head* on the connection's outlet (see ``_outlet``); False where the
+        public path must do it (TLS, an unknown transport, answers still in the transport's buffer).
+        The answer is closed once the body is sent, or the connection is gone."""
+        outlet = self.outlet
+        if outlet is None:
+            outlet = self.outlet = Outlet.of(self.transport, self.engine.loop) or False
+        if outlet is False or self.transport.get_write_buffer_size():
+            return False
+        assert isinstance(outlet, Outlet)
+        self.sending = True
+        self.since = self.engine.now
+        status = ans.status
+
+        def done(sent: int, exc: Exception | None) -> None:
+            self._owned_done(sent, exc, method, url, status, log)
+
+        transfer = self.owned = Transfer(
+            outlet, head, body.fd, body.start, body.length, done, self._progressed, ans.close
+        )
+        self.starting = True
+        try:
+            transfer.run()
+        finally:
+            self.starting = False
+        if self.owned is transfer:  # still going: from the loop (the socket was full, a chunk went)
+            self._update_reading()
+        return True
+
+    def _owned_done(
+        self,
+        sent: int,
+        exc: Exception | None,
+        method: bytes,
+        url: bytes,
+        status: int,
+        log: LogFields | None,
+    ) -> None:
+        """A file body on the outlet ended: whole (exc None), or the connection is aborted."""
+        self.owned = None
+        self.sending = False
+        if log is not None:
+            self._log(method, url, log, status, sent)
+        transport = self.transport
+        if exc is not None:
+            self.dead = True
+            if transport is not None:
+                transport.abort()
+            if not isinstance(exc, (OSError, EOFError)):  # the peer went away, the file shrank: no bug
+                self._report(exc, "sending a file body failed")
+            return
+        self.busy = False
+        self.since = self.engine.now
+        if not self.starting:  # (else the caller's loop goes on with what waits)
+            self.budget = TURN_BUDGET
+            self._resume()
+
+    def _progressed(self) -> None:
+        self.since = self.engine.now
 
     async def _send(
         self,

@@ -1,8 +1,9 @@
 """The engine's API: :class:`ServeConfig`, :func:`start_server` and :func:`shutdown`.
 
 One :class:`Engine` per server holds what its connections share: the directory policy, the memo
-of hot answers (raw target path → hot entry, file path, rendered head; a bounded
-:class:`~aiosendfile._static._memo.Memo`), the set of paths decided
+of plain answers (raw target path → :data:`Known`: the file's identity and path, the rendered
+head, and a small hot file's bytes; a bounded :class:`~aiosendfile._static._memo.Memo`), the set
+of paths decided
 in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline; any other in the cold pool),
 the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
 second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .._options import default_cold_executor
-from .._static._hot import HotEntry
 from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
@@ -30,7 +30,12 @@ from ._accesslog import AccessLog
 from ._date import Clock
 from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, TE, HttpProtocol
 
-__all__ = ("Engine", "ServeConfig", "shutdown", "start_server")
+__all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
+
+#: A memoised plain 200: (the file's identity, its path, the rendered head without its per-second
+#: tail, the body when the file is small and hot, else None: sent from the file, opened again and
+#: checked against the identity by ``fstat``).
+Known = tuple[tuple[int, ...], str, bytes, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -72,8 +77,8 @@ class Engine:
             wanted[b"referer"] = REFERER
             wanted[b"user-agent"] = AGENT
         self.wanted: dict[bytes, int] = wanted
-        #: raw target path → (hot entry, file path, head) of a plain 200; bounded with its keys.
-        self.memo: Memo[bytes, tuple[HotEntry, str, bytes]] = Memo()
+        #: raw target path → the plain 200 of a file of any size; bounded with its keys.
+        self.memo: Memo[bytes, Known] = Memo()
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
@@ -89,11 +94,12 @@ class Engine:
 
     # -- what connections ask ----------------------------------------------------------------
 
-    def remember(self, raw: bytes, entry: HotEntry, path: str, head: bytes) -> None:
+    def remember(self, raw: bytes, known: Known) -> None:
         """Memoise the plain 200 of *raw*, charged its key, path, head and the body it keeps alive."""
         if len(raw) > MEMO_MAX_KEY:
             return
-        self.memo.put(raw, (entry, path, head), len(raw) + len(path) + len(head) + len(entry.body))
+        _, path, head, body = known
+        self.memo.put(raw, known, len(raw) + len(path) + len(head) + (len(body) if body is not None else 0))
 
     def forget(self, raw: bytes) -> None:
         self.memo.pop(raw)

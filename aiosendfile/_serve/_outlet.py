@@ -1,0 +1,255 @@
+"""The engine's own send path for file bodies: a connection owner's ``sendfile``, below ``_api``.
+
+The public :func:`aiosendfile.sendfile` is built for callers who do not own their transport: it
+checks its arguments, ``fstat``s the file, resolves the target, leases the transport (swapping
+its protocol, polling a ``dup()`` of its fd) and reports progress through a callback, on every
+call. The engine owns its connections, so none of that is needed per response:
+
+* **Resolved once per connection.** :class:`Outlet` is made at a connection's first file body:
+  the transport is checked once (``_target.resolve_target``: a plain TCP or Unix transport of a
+  known class; TLS and unknown transports keep the public path), and one ``dup()`` of its socket
+  is made and kept until ``connection_lost``. Every send and every wait for writability goes to
+  that duplicate: it is ours, so a closed transport can never have its fd number reused under a
+  send, and the loop lets us poll it (both loops refuse ``add_writer`` on a transport's own fd).
+* **Order.** A body starts only when the transport's buffer is empty (everything answered before
+  it has reached the socket) and nothing else writes until it ends (the protocol is ``busy``), so
+  the head and the file follow what went before and precede what comes after.
+* **A straight line when the socket takes it.** The head goes with ``send(MSG_MORE)`` (it shares
+  the file's first packet), then ``sendfile`` from the saved offset; a response the socket takes
+  whole costs those two calls and no event-loop machinery. A short send waits for the duplicate
+  to be writable (``add_writer``); a full chunk (``MAX_CHUNK``) gives way to the other
+  connections (``call_soon``) before the next.
+* **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer._is_cold``:
+  ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read); a chunk that would wait for the disk is sent
+  from the cold-read pool, whose thread hands the result back with one ``call_soon_threadsafe``.
+  The duplicate stays open until that thread is done with it, whatever happens to the connection.
+* **Whole or aborted.** A file that ends early (``sendfile`` returns 0) or a send that fails
+  ends the transfer with an error: the protocol aborts the connection, so a short body is never
+  passed off as complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from .. import _platform
+from .._options import Options
+from .._platform import sendfile_once
+from .._target import resolve_target
+from .._writer import _is_cold
+
+__all__ = ("MAX_CHUNK", "Outlet", "Transfer")
+
+#: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
+#: (nginx's ``sendfile_max_chunk`` default).
+MAX_CHUNK = 2 * 1024 * 1024
+
+_PROBE = Options()  # the page-cache probe's settings: on, the default cold pool
+_MSG_MORE = getattr(socket, "MSG_MORE", 0) if _platform.HAS_MSG_MORE else 0
+_TCP = (socket.AF_INET, socket.AF_INET6)
+
+#: Called once when a transfer ends: (file bytes sent, None when whole, else why it stopped).
+Done = Callable[[int, "Exception | None"], None]
+
+
+class Outlet:
+    """One connection's own way to its socket: a duplicate of the transport's fd (see above)."""
+
+    __slots__ = ("closed", "fd", "flags", "in_pool", "loop", "sock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, flags: int) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.flags = flags  # MSG_MORE for a TCP head, else 0
+        self.in_pool = False  # a pool thread is sending on fd: close only once it is done
+        self.closed = False
+
+    @classmethod
+    def of(cls, transport: Any, loop: asyncio.AbstractEventLoop) -> Outlet | None:
+        """The transport's outlet, or None where the engine must use the public path (TLS, an
+        unknown transport class, no ``sendfile`` on this platform)."""
+        try:
+            target = resolve_target(transport)
+        except (TypeError, RuntimeError):
+            return None
+        if not target.zero_copy or target.sock_fd < 0:
+            return None
+        family = transport.get_extra_info("socket").family
+        if not (_platform.HAS_MSG_MORE or family not in _TCP):
+            return None  # BSD/macOS: TCP_NOPUSH around head and file is the public path's job
+        fd = os.dup(target.sock_fd)
+        try:
+            # Family, type and protocol given: CPython asks the kernel nothing. The fd is
+            # non-blocking already (the transport's); a send that cannot go raises BlockingIOError.
+            sock = socket.socket(family, socket.SOCK_STREAM, 0, fileno=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if sock.gettimeout() is not None:  # socket.setdefaulttimeout() was called: clear it
+            sock.setblocking(False)
+        return cls(loop, sock, _MSG_MORE if family in _TCP else 0)
+
+    def close(self) -> None:
+        """Close the duplicate (now, or when the pool thread sending on it is done)."""
+        self.closed = True
+        if not self.in_pool:
+            self.sock.close()
+
+
+class Transfer:
+    """One file body (after its head) on an :class:`Outlet`; ``done`` is called once at the end.
+
+    ``release`` is called exactly once, when the transfer no longer uses *file_fd* (the caller
+    closes it then): before ``done``, or after :meth:`stop` (the connection lost first; ``done``
+    is not called then) once a pool thread still sending from it is finished.
+    """
+
+    __slots__ = (
+        "done",
+        "end",
+        "file_fd",
+        "head",
+        "on_progress",
+        "outlet",
+        "position",
+        "release",
+        "sent",
+        "stopped",
+        "watching",
+    )
+
+    def __init__(
+        self,
+        outlet: Outlet,
+        head: bytes,
+        file_fd: int,
+        start: int,
+        length: int,
+        done: Done,
+        on_progress: Callable[[], None],
+        release: Callable[[], None],
+    ) -> None:
+        self.outlet = outlet
+        self.head = memoryview(head) if head else None
+        self.file_fd = file_fd
+        self.position = start
+        self.end = start + length
+        self.sent = 0
+        self.done = done
+        self.on_progress = on_progress
+        self.release: Callable[[], None] | None = release
+        self.stopped = False
+        self.watching = False  # the duplicate is registered with the loop (add_writer)
+
+    def stop(self) -> None:
+        """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
+        self.stopped = True
+        self._unwatch()
+        if not self.outlet.in_pool:
+            self._release()
+
+    def _release(self) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+
+    def run(self) -> None:
+        """Send what the socket takes now; go on from the loop when it is full or a chunk went."""
+        if self.stopped:
+            return
+        outlet = self.outlet
+        try:
+            head = self.head
+            if head is not None:
+                n = outlet.sock.send(head, outlet.flags)
+                if n < len(head):
+                    self.head = head[n:]
+                    self._wait()
+                    return
+                self.head = None
+            size = min(self.end - self.position, MAX_CHUNK)
+            if _is_cold(self.file_fd, self.position, size, _PROBE):
+                self._to_pool(size)
+                return
+            n = sendfile_once(outlet.fd, self.file_fd, self.position, size)
+        except BlockingIOError:
+            self._wait()
+            return
+        except Exception as exc:
+            self._end(exc)
+            return
+        self._advance(n, size)
+
+    def _advance(self, n: int, size: int) -> None:
+        if n == 0:
+            self._end(EOFError(f"the file ended {self.end - self.position} bytes early"))
+            return
+        self.position += n
+        self.sent += n
+        self.on_progress()
+        if self.position >= self.end:
+            self._end(None)
+        elif n < size:
+            self._wait()  # the socket is full
+        else:
+            self._unwatch()
+            self.outlet.loop.call_soon(self.run)  # a whole chunk: let the other connections in
+
+    def _wait(self) -> None:
+        """Go on when the socket is writable (a registration kept across successive waits)."""
+        if not self.watching:
+            self.watching = True
+            self.outlet.loop.add_writer(self.outlet.fd, self.run)
+
+    def _unwatch(self) -> None:
+        if self.watching:
+            self.watching = False
+            self.outlet.loop.remove_writer(self.outlet.fd)
+
+    def _to_pool(self, size: int) -> None:
+        self._unwatch()
+        outlet = self.outlet
+        outlet.in_pool = True
+        _platform.counters.cold += 1
+        job = _PROBE.cold_executor.submit(sendfile_once, outlet.fd, self.file_fd, self.position, size)
+        job.add_done_callback(lambda job: self._pool_arrived(job, size))
+
+    def _pool_arrived(self, job: concurrent.futures.Future[int], size: int) -> None:
+        """(In the pool thread.) One hop back to the loop; if the loop is gone, release the fd."""
+        try:
+            self.outlet.loop.call_soon_threadsafe(self._pool_done, job, size)
+        except RuntimeError:  # the loop is closed
+            self.outlet.in_pool = False
+            if self.outlet.closed:
+                self.outlet.sock.close()
+            self._release()
+
+    def _pool_done(self, job: concurrent.futures.Future[int], size: int) -> None:
+        outlet = self.outlet
+        outlet.in_pool = False
+        if outlet.closed:
+            outlet.sock.close()  # the connection went meanwhile
+        if self.stopped:
+            self._release()
+            return
+        exc = RuntimeError("the cold pool cancelled a send") if job.cancelled() else job.exception()
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
+        if isinstance(exc, BlockingIOError):
+            self._wait()
+        elif exc is not None:
+            self._end(exc)
+        else:
+            self._advance(job.result(), size)
+
+    def _end(self, exc: Exception | None) -> None:
+        self.stopped = True
+        self._unwatch()
+        self._release()
+        self.done(self.sent, exc)
