@@ -495,6 +495,38 @@ async def test_a_client_vanishing_mid_file_leaves_nothing_behind(site: Site) -> 
     assert split_answers(raw, ["GET"])[0].status == 200
 
 
+async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_nothing(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every chunk probed cold: the outlet sends each from the cold pool. Pipelined answers around
+    a big file are byte-exact; a client gone while a pool thread sends leaves no fd behind (the fd
+    guard) and nothing reported (the loop guard)."""
+    from aiosendfile import _platform
+    from aiosendfile._serve import _outlet
+
+    monkeypatch.setattr(_outlet, "_is_cold", lambda *args: True)
+    small, big = (site.root / "small.txt").read_bytes(), (site.root / "big.bin").read_bytes()
+    before = _platform.counters.cold
+    raw = await site.exchange(
+        get("/small.txt") + get("/big.bin") + get("/small.txt", "Connection: close\r\n")
+    )
+    answers = split_answers(raw, ["GET"] * 3)
+    assert [a.body for a in answers] == [small, big, small]
+    assert _platform.counters.cold > before
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(get("/big.bin"))
+        await reader.readexactly(10000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # RST mid-body
+    raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].status == 200
+
+
 async def test_shutdown_closes_idle_connections_and_finishes_answers_in_flight(tmp_path: Path) -> None:
     mod = engine()
     async with serving(tmp_path) as site:
