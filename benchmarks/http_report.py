@@ -8,6 +8,7 @@ table says "met" or "NOT MET".
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
@@ -168,6 +169,7 @@ def report(
     skipped: dict[str, str] | None = None,
     mixed: dict[str, Any] | None = None,
     pairs: dict[str, Any] | None = None,
+    cpu_model: str | None = None,
 ) -> str:
     rows = []
     for label, by_name in summary.items():
@@ -203,6 +205,7 @@ def report(
     out = [
         f"http_static: wrk -t {ctx.threads} -c N -d {ctx.duration}s, {rounds} interleaved rounds, {pin} "
         "(medians [min-max]; MB = 10^6 bytes)",
+        f"CPU: {cpu_model or 'unknown'} ({os.cpu_count()} CPUs): ratios vary with the CPU model.",
     ]
     if any(" w" in label for label in summary):
         where = f"on CPUs {multi_cpus}" if multi_cpus else "unpinned"

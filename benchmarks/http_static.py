@@ -415,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         skipped=skipped,
         mixed=mixed_info,
         pairs=pairs,
+        cpu_model=machine.get("cpu_model"),
     )
     text += f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
 
