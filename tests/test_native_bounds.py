@@ -15,6 +15,7 @@ a client in the test's process cannot hide a blocked loop. Each case on both loo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -236,8 +237,8 @@ def test_many_spellings_of_one_path_keep_memory_flat(tmp_path: Path, loop: str) 
 
 
 def test_the_memo_is_bounded_by_entries_and_bytes_keys_included() -> None:
-    """The engine's memo charges an entry its key, path, head and body: 10,000 long keys for one
-    small file never take it past its bounds."""
+    """A memo charges an entry its key, path, head and body: 10,000 long keys for one small file
+    never take it past its bounds."""
     from aiosendfile._static._hot import HotEntry
     from aiosendfile._static._memo import ENTRY_OVERHEAD, Memo
 
@@ -252,6 +253,25 @@ def test_the_memo_is_bounded_by_entries_and_bytes_keys_included() -> None:
     assert len(set(keys)) == len(keys)
     assert all(k in memo for k in keys)
     assert memo.put(b"/huge", (entry, "", b""), 4 * MiB) is False  # one entry never takes it all
+
+
+async def test_the_engines_memo_stays_bounded_under_100000_distinct_paths(tmp_path: Path) -> None:
+    """The engine's memo (answers of every size, no bodies) under 100,000 distinct paths of up to
+    1 KiB: at most MEMO_ENTRIES entries and its bytes, whatever the paths."""
+    from aiosendfile._serve._server import MEMO_ENTRIES, Engine, ServeConfig
+    from aiosendfile._static._memo import MEMO_MAX_BYTES
+
+    engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
+    try:
+        head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
+        for i in range(100_000):
+            raw = b"/" + str(i).encode() * (1 + i % 100)
+            engine.remember(raw[:1024], ((1, i, 3, 4, 5), "/srv/" + str(i), head, i % 2 == 0))
+            assert len(engine.memo) <= MEMO_ENTRIES
+            assert engine.memo.size <= MEMO_MAX_BYTES
+        assert len(engine.memo) > MEMO_ENTRIES // 2  # (it does hold a working set)
+    finally:
+        engine.stop()
 
 
 # -- 3. a big listing --------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """One HTTP/1.1 connection: httptools parses, the static core decides, answers go to the transport.
 
-The hot path (a plain ``GET``/``HEAD`` of a hot small file: no ``Range``, ``If-*``,
-``Accept-Encoding`` or ``Expect``) makes no request or answer object: the raw target path (query
-cut) finds a memo ``(HotEntry, path, head)``, one ``os.stat`` checks the entry still describes the
-file, and the prebuilt head, the second's tail and the cached body are appended to ``out``.
-Everything a ``data_received`` produced leaves in one ``transport.write`` (pipelined requests
-share it). Any other request becomes a core ``Request`` for ``answer()``: inline when its path
-was seen in the last seconds, else in one hop to the cold pool (a first sight never stalls the
-loop on the disk's metadata).
+The hot path (a plain ``GET``/``HEAD``: no ``Range``, ``If-*``, ``Accept-Encoding`` or
+``Expect``) of a file answered recently makes no request or answer object: the raw target path
+(query cut) finds a memo ``(identity, path, head, small)``. A small file's bytes come from the
+hot-file cache, one ``os.stat`` checks the path still names that file, and the prebuilt head, the
+second's tail and the bytes are appended to ``out``. Any other file is opened again, checked by
+``fstat``, and sent from the file on the connection's outlet (``_outlet``). Everything a
+``data_received`` produced leaves in one ``transport.write`` (pipelined requests share it). Any
+other request becomes a core ``Request`` for ``answer()``: inline when its path was seen in the
+last seconds, else after one hop to the cold pool, which looks the path up (a first sight never
+stalls the loop on the disk's metadata).
 
 Ordering: at most one response is in flight at a time (``busy``): a cold decision or a file body
-(``aiosendfile.sendfile`` with the head as its ``headers=``). Meanwhile reading is paused and the
+(on the outlet; over TLS, or behind answers still in the transport's buffer, through
+``aiosendfile.sendfile`` with the head as its ``headers=``). Meanwhile reading is paused and the
 requests already parsed wait in ``pending``; they are answered in order when it ends. A body
 that cannot be sent whole aborts the connection: a short body is never passed off as complete.
 
@@ -36,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from .. import _platform
 from .._api import sendfile
 from .._errors import SendfileError
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
 from .._static._fs import POOL_FS, DecideInPool
-from .._static._hot import identity
+from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._date import CLOSE, KEEP10, KEEP11
@@ -384,37 +388,40 @@ class HttpProtocol(asyncio.Protocol):
             key = url if q < 0 else url[:q]
             known = engine.memo.get(key)
             if known is not None:
-                ident, path, head, body = known
-                if body is None and method == _GET:
-                    if self._send_known(ident, path, head + engine.clock.tails[mode], url, log):
+                ident, path, head, small = known
+                head += engine.clock.tails[mode]
+                body = None
+                if method == _GET:
+                    body = hot_files.body(path, engine.cache_root, ident) if small else None
+                    if body is None:  # sent from the file (or read into the hot-file cache again)
+                        if self._send_known(ident, path, head, url, log, small):
+                            return
+                        engine.forget(key)
+                        self._decide(method, url, mode, fields, log)
                         return
-                else:
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        st = None
-                    if st is not None and identity(st) == ident:
-                        if method == _GET:
-                            assert body is not None
-                            data = head + engine.clock.tails[mode] + body
-                        else:
-                            data = head + engine.clock.tails[mode]
-                        self.out.append(data)  # (_put, inline: the hot path)
-                        self.out_size += len(data)
-                        if self.out_size >= FLUSH_AT:
-                            self._flush()
-                        if log is not None:
-                            self._log(method, url, log, 200, len(body) if method == _GET and body else 0)
-                        return
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+                if st is not None and identity(st) == ident:
+                    data = head + body if body is not None else head
+                    self.out.append(data)  # (_put, inline: the hot path)
+                    self.out_size += len(data)
+                    if self.out_size >= FLUSH_AT:
+                        self._flush()
+                    if log is not None:
+                        self._log(method, url, log, 200, len(body) if body is not None else 0)
+                    return
                 engine.forget(key)
         self._decide(method, url, mode, fields, log)
 
     def _send_known(
-        self, ident: tuple[int, ...], path: str, head: bytes, url: bytes, log: LogFields | None
+        self, ident: tuple[int, ...], path: str, head: bytes, url: bytes, log: LogFields | None, small: bool
     ) -> bool:
-        """GET of a memoised file sent from the file (too big to keep): open it again, check by
-        ``fstat`` it is the file the memo describes, and send it. False: it is not (the caller
-        forgets the memo and decides the request again)."""
+        """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
+        it is the file the memo describes, and send it; a *small* one whose pages are cached is
+        read into the hot-file cache and written with its head. False: it is not that file (the
+        caller forgets the memo and decides the request again)."""
         try:
             fd = os.open(path, _O_FLAGS)
         except OSError:
@@ -427,6 +434,19 @@ class HttpProtocol(asyncio.Protocol):
             os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: another answer
             return False
         size = st.st_size
+        if small:
+            try:
+                read = _platform.pread_cached(fd, size, 0)
+            except OSError:
+                read = None
+            if read is not None and len(read) == size:
+                os.close(fd)
+                body = bytes(read)
+                hot_files.put(path, self.engine.cache_root, st, body)
+                self._put(head + body)
+                if log is not None:
+                    self._log(_GET, url, log, 200, size)
+                return True
         ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=path, fd=fd, close=os.close)
         self._send_body(ans, ans.body, head, _GET, url, log)  # type: ignore[arg-type]
         return True
@@ -570,11 +590,12 @@ class HttpProtocol(asyncio.Protocol):
                 head = entry.rendered.get(engine.render_key)
                 if not isinstance(head, bytes):
                     head = entry.rendered[engine.render_key] = head_of(ans)
-                engine.remember(raw, (entry.identity, ans.path, head, entry.body))
+                engine.remember(raw, (entry.identity, ans.path, head, True))
             else:
                 head = head_of(ans)
                 if isinstance(body, FileRange) and body.start == 0 and body.length == ans.length:
-                    engine.remember(raw, (identity(os.fstat(body.fd)), ans.path, head, None))
+                    small = ans.length <= engine.policy.inline_limit and engine.policy.hot_cache
+                    engine.remember(raw, (identity(os.fstat(body.fd)), ans.path, head, small))
         else:
             head = head_of(ans)
         head += engine.clock.tails[mode]

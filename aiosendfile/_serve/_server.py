@@ -33,9 +33,13 @@ from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, TE, HttpProtocol
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
 
 #: A memoised plain 200: (the file's identity, its path, the rendered head without its per-second
-#: tail, the body when the file is small and hot, else None: sent from the file, opened again and
-#: checked against the identity by ``fstat``).
-Known = tuple[tuple[int, ...], str, bytes, bytes | None]
+#: tail, whether the file is small enough to be answered from the hot-file cache). The memo holds
+#: no body: a small file's bytes are the hot-file cache's (``_static._hot``, bounded on its own),
+#: any other file is opened again, checked against the identity by ``fstat``, and sent from it.
+Known = tuple[tuple[int, ...], str, bytes, bool]
+#: Entries in the engine's memo (each charged its key, path, head and ``ENTRY_OVERHEAD``: about
+#: 900 bytes, so the memo's 16 MiB hold them all): a site's working set of files, not a few hot ones.
+MEMO_ENTRIES = 16384
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Engine:
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,
         )
+        self.cache_root = self.policy.cache_root  # (read on the hot path)
         self.render_key = ("native", self.policy.precompressed)  # what the plain 200 head depends on
         self.clock = Clock()
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
@@ -78,7 +83,7 @@ class Engine:
             wanted[b"user-agent"] = AGENT
         self.wanted: dict[bytes, int] = wanted
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
-        self.memo: Memo[bytes, Known] = Memo()
+        self.memo: Memo[bytes, Known] = Memo(max_entries=MEMO_ENTRIES)
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
@@ -95,11 +100,11 @@ class Engine:
     # -- what connections ask ----------------------------------------------------------------
 
     def remember(self, raw: bytes, known: Known) -> None:
-        """Memoise the plain 200 of *raw*, charged its key, path, head and the body it keeps alive."""
+        """Memoise the plain 200 of *raw*, charged its key, path and head."""
         if len(raw) > MEMO_MAX_KEY:
             return
-        _, path, head, body = known
-        self.memo.put(raw, known, len(raw) + len(path) + len(head) + (len(body) if body is not None else 0))
+        _, path, head, _ = known
+        self.memo.put(raw, known, len(raw) + len(path) + len(head))
 
     def forget(self, raw: bytes) -> None:
         self.memo.pop(raw)

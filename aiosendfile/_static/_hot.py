@@ -81,6 +81,22 @@ class HotFiles:
             self._entries.move_to_end(key)
             return entry
 
+    def body(self, path: str, root: str | None, ident: tuple[int, ...]) -> bytes | None:
+        """The cached bytes of *path* (checked under *root*) if its entry has the identity *ident*
+        (the caller checks that the path still names that file, with a ``stat``).
+
+        For the event loop's hot path: no lock. Each ``OrderedDict`` operation is atomic under the
+        GIL, and a :meth:`put` in a pool thread between the two only makes the reorder miss."""
+        key = (path, root)
+        entry = self._entries.get(key)
+        if entry is None or entry.identity != ident:
+            return None
+        try:  # noqa: SIM105 (contextlib.suppress costs more than the lookup, on every hot request)
+            self._entries.move_to_end(key)
+        except KeyError:  # dropped by a put meanwhile: the bytes are still this identity's
+            pass
+        return entry.body
+
     def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> HotEntry | None:
         """Keep *body* as *path*'s bytes while *st* holds; the new entry, or None if not kept."""
         if len(body) != st.st_size or len(body) > self.max_bytes // 16:
