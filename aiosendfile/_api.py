@@ -17,20 +17,26 @@ the return value count file bytes only, never ``headers``/``trailers``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import io
+import os
 import socket
+import stat
+import weakref
 from concurrent.futures import Executor
 from typing import IO, Any
 
+from . import _compat
 from ._errors import SendfileNotAvailableError, map_exceptions
 from ._fallback import copy_to_socket, copy_to_transport
 from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options, ProgressCallback
-from ._platform import NotSupportedBySendfile
+from ._platform import NotSupportedBySendfile, sendfile_once
 from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
 from ._target import FileInfo, Target, resolve_file, resolve_socket, resolve_target
-from ._writer import Start, send_at_once, send_zero_copy
+from ._writer import Start, _is_cold, send_at_once, send_zero_copy
 
 __all__ = ("sendfile", "sock_sendfile")
 
@@ -71,10 +77,86 @@ async def sendfile(
     call runs (asyncio transports raise ``RuntimeError``; uvloop's cannot be
     checked).
     """
+    if not headers and not trailers and on_progress is None and executor is None:
+        straight = _straight(target, file, offset, count, probe, max_chunk)
+        if straight is not None:
+            first, left = straight
+            if not left:
+                return first
+            # The socket took part of it: the general path sends the rest, from where it stopped.
+            try:
+                options = Options(max_chunk, probe)
+                return first + await _run(
+                    resolve_target(target), resolve_file(file), offset + first, left, fallback, options
+                )
+            except BaseException as exc:
+                exc.sent = first + getattr(exc, "sent", 0)  # type: ignore[attr-defined]
+                raise
     check_offset_count(offset, count)
     options = Options(max_chunk, probe, executor, on_progress, headers, trailers)
     info = resolve_file(file)
-    return await _run(resolve_target(target), info, offset, count, fallback, options)
+    resolved = resolve_target(target)
+    if resolved.zero_copy and resolved.transport is not None:
+        _remember_plain(resolved)
+    return await _run(resolved, info, offset, count, fallback, options)
+
+
+#: Transports found plain (a known class, no TLS, a socket: zero-copy can work) by a first call's
+#: ``resolve_target``, with their socket's fd: later calls on them take the straight line.
+_plain_transports: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedRandom)
+_PROBE = Options()
+
+
+def _remember_plain(target: Target) -> None:
+    with contextlib.suppress(TypeError):  # no weak reference to it: the general path each time
+        _plain_transports[target.transport] = target.sock_fd
+
+
+def _straight(
+    target: Any, file: Any, offset: int, count: int | None, probe: bool, max_chunk: int
+) -> tuple[int, int] | None:
+    """The common case as a straight line: a transport already found plain, nothing in its buffer,
+    no transfer holding it, a regular file whose range is in the page cache and fits one chunk.
+    Sends with one ``sendfile`` on the transport's own fd (nothing else runs meanwhile) and
+    returns (bytes sent, bytes left). None: nothing was sent, and the general path does it all
+    (it checks everything again, and raises what it finds wrong).
+    """
+    transport = target.transport if type(target) is asyncio.StreamWriter else target
+    try:
+        out_fd = _plain_transports.get(transport)
+    except TypeError:  # unhashable: not a transport we know
+        return None
+    if out_fd is None or transport.is_closing() or transport.get_write_buffer_size():
+        return None
+    protocol = transport.get_protocol()
+    if isinstance(protocol, (TransportLease, *_compat.tls_protocol_types())):
+        return None  # another transfer holds it; or TLS now runs over it (start_tls)
+    kind = type(file)
+    if kind not in _FILE_TYPES or (kind is not io.FileIO and type(file.raw) is not io.FileIO):
+        return None
+    if file.closed or not file.readable() or type(offset) is not int:
+        return None
+    if count is not None and (type(count) is not int or count < 0):
+        return None
+    fd = file.fileno()
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    available = st.st_size - offset
+    total = available if count is None else count
+    if total <= 0 or total > available or total > max_chunk or offset < 0:
+        return None
+    if probe and _is_cold(fd, offset, total, _PROBE, st.st_dev):
+        return None
+    try:
+        sent = sendfile_once(out_fd, fd, offset, total)
+    except OSError:  # full (EAGAIN), refused, the peer gone: the general path waits or says so
+        return None
+    if sent == 0:
+        return None  # shrank since the fstat: the general path finds it and raises
+    file.seek(offset + sent)
+    return sent, total - sent
 
 
 async def sock_sendfile(
