@@ -25,7 +25,6 @@ import os
 import resource
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from typing import Any
