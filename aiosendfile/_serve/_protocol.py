@@ -636,6 +636,11 @@ class HttpProtocol(asyncio.Protocol):
         if self.out:
             self._flush()
         self.busy = True
+        if self.transport.is_closing():  # the peer is gone (its reset seen; connection_lost not run yet)
+            ans.close()
+            self.dead = True
+            self.transport.abort()
+            return
         if isinstance(body, FileRange) and self._own(ans, body, head, method, url, log):
             return
         self._update_reading()
@@ -650,7 +655,10 @@ class HttpProtocol(asyncio.Protocol):
         The answer is closed once the body is sent, or the connection is gone."""
         outlet = self.outlet
         if outlet is None:
-            outlet = self.outlet = Outlet.of(self.transport, self.engine.loop) or False
+            try:
+                outlet = self.outlet = Outlet.of(self.transport, self.engine.loop) or False
+            except OSError:  # no descriptor for the duplicate (EMFILE): the public path, this time
+                return False
         if outlet is False or self.transport.get_write_buffer_size():
             return False
         assert isinstance(outlet, Outlet)
@@ -752,8 +760,10 @@ class HttpProtocol(asyncio.Protocol):
             raise
         except Exception as exc:  # a bug: abort (never a short body), and report it
             self.task = None
+            closing = transport.is_closing()
             transport.abort()
-            self._report(exc, "sending a file body failed")
+            if not (closing and isinstance(exc, RuntimeError)):  # (else: the peer went meanwhile)
+                self._report(exc, "sending a file body failed")
             return
         finally:
             self.sending = False
