@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import io
 import os
 import socket
 import stat
@@ -35,7 +34,7 @@ from ._lease import TransportLease
 from ._options import Options, ProgressCallback
 from ._platform import NotSupportedBySendfile, sendfile_once
 from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
-from ._target import FileInfo, Target, resolve_file, resolve_socket, resolve_target
+from ._target import FileInfo, Target, _is_os_file, resolve_file, resolve_socket, resolve_target
 from ._writer import Start, _is_cold, send_at_once, send_zero_copy
 
 __all__ = ("sendfile", "sock_sendfile")
@@ -104,7 +103,6 @@ async def sendfile(
 #: Transports found plain (a known class, no TLS, a socket: zero-copy can work) by a first call's
 #: ``resolve_target``, with their socket's fd: later calls on them take the straight line.
 _plain_transports: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedRandom)
 _PROBE = Options()
 
 
@@ -132,10 +130,7 @@ def _straight(
     protocol = transport.get_protocol()
     if isinstance(protocol, (TransportLease, *_compat.tls_protocol_types())):
         return None  # another transfer holds it; or TLS now runs over it (start_tls)
-    kind = type(file)
-    if kind not in _FILE_TYPES or (kind is not io.FileIO and type(file.raw) is not io.FileIO):
-        return None
-    if file.closed or not file.readable() or type(offset) is not int:
+    if not _is_os_file(file) or file.closed or not file.readable() or type(offset) is not int:
         return None
     if count is not None and (type(count) is not int or count < 0):
         return None

@@ -479,18 +479,23 @@ async def test_access_log_lines_are_combined_log_format(tmp_path: Path) -> None:
 # -- a client that vanishes, shutdown ---------------------------------------------------------------
 
 
+async def _reset_mid_body(site: Site, requests: bytes) -> None:
+    """A client with a 4 KiB window sends *requests*, reads 10,000 bytes, and resets (RST)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(requests)
+    await reader.readexactly(10000)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()  # RST mid-body
+
+
 async def test_a_client_vanishing_mid_file_leaves_nothing_behind(site: Site) -> None:
     """The fd and loop guards of the conftest check that nothing leaked or was reported."""
     for _ in range(3):
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
-        reader, writer = await asyncio.open_connection(sock=sock)
-        writer.write(get("/big.bin") + get("/big.bin"))
-        await reader.readexactly(10000)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()  # RST mid-body
+        await _reset_mid_body(site, get("/big.bin") + get("/big.bin"))
     raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
     assert split_answers(raw, ["GET"])[0].status == 200
 
@@ -514,15 +519,7 @@ async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_not
     assert [a.body for a in answers] == [small, big, small]
     assert _platform.counters.cold > before
     for _ in range(3):
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, (site.host, site.port))
-        reader, writer = await asyncio.open_connection(sock=sock)
-        writer.write(get("/big.bin"))
-        await reader.readexactly(10000)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()  # RST mid-body
+        await _reset_mid_body(site, get("/big.bin"))
     raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
     assert split_answers(raw, ["GET"])[0].status == 200
 

@@ -81,7 +81,7 @@ class Outlet:
         if not target.zero_copy or target.sock_fd < 0:
             return None
         family = transport.get_extra_info("socket").family
-        if not (_platform.HAS_MSG_MORE or family not in _TCP):
+        if family in _TCP and not _platform.HAS_MSG_MORE:
             return None  # BSD/macOS: TCP_NOPUSH around head and file is the public path's job
         fd = os.dup(target.sock_fd)
         try:

@@ -670,7 +670,7 @@ class HttpProtocol(asyncio.Protocol):
             self._owned_done(sent, exc, method, url, status, log)
 
         transfer = self.owned = Transfer(
-            outlet, head, body.fd, body.start, body.length, done, self._progressed, ans.close
+            outlet, head, body.fd, body.start, body.length, done, self._progress, ans.close
         )
         self.starting = True
         try:
@@ -708,9 +708,6 @@ class HttpProtocol(asyncio.Protocol):
         if not self.starting:  # (else the caller's loop goes on with what waits)
             self.budget = TURN_BUDGET
             self._resume()
-
-    def _progressed(self) -> None:
-        self.since = self.engine.now
 
     async def _send(
         self,
@@ -880,7 +877,8 @@ class HttpProtocol(asyncio.Protocol):
             {"message": message, "exception": exc, "protocol": self, "transport": self.transport}
         )
 
-    def _progress(self, sent: int, total: int | None) -> None:
+    def _progress(self, sent: int = 0, total: int | None = None) -> None:
+        """A file body made progress (the public ``sendfile``'s ``on_progress``, or the outlet's)."""
         self.since = self.engine.now
 
     def expire(self, now: float, config: ServeConfig) -> None:
