@@ -45,11 +45,13 @@ __all__ = (
     "borrow_socket",
     "counters",
     "make_pipe",
+    "lookup_cached",
     "page_cached",
     "range_cached",
     "range_cached_available",
     "pread_cached",
     "push",
+    "read_ahead",
     "send_once",
     "set_cork",
     "splice_once",
@@ -269,6 +271,77 @@ def range_cached(fd: int, offset: int, size: int) -> bool | None:
         return None
     first, last = offset // _PAGE, (offset + size - 1) // _PAGE
     return pages >= last - first + 1
+
+
+# openat2(2) with RESOLVE_CACHED (Linux >= 5.12): a path lookup that fails with EAGAIN instead of
+# reading a directory or an inode from the disk. The same number on every architecture.
+_OPENAT2_NR = 437
+_RESOLVE_CACHED = 0x20
+_AT_FDCWD = -100
+
+
+class _CachedLookup:
+    """A ctypes binding of ``openat2(O_PATH, RESOLVE_CACHED)``, built at import; ``call`` is None
+    where it is missing (not Linux, an old kernel, a seccomp filter)."""
+
+    def __init__(self) -> None:
+        self.call: Callable[[str], bool | None] | None = None
+        if PLATFORM != "linux" or not hasattr(os, "O_PATH"):
+            return
+        try:
+            import ctypes
+        except ImportError:  # pragma: no cover - CPython without ctypes
+            return
+
+        class How(ctypes.Structure):
+            _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+        try:
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+        except (OSError, AttributeError):
+            return
+        syscall.restype = ctypes.c_long
+        how = How(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_CACHED)
+        how_ref, how_size = ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))
+        nr, cwd = ctypes.c_long(_OPENAT2_NR), ctypes.c_int(_AT_FDCWD)
+        fsencode, close, get_errno = os.fsencode, os.close, ctypes.get_errno
+
+        def call(path: str) -> bool | None:
+            """False: the lookup would read the disk. True: it ends without (found or not)."""
+            name = fsencode(path)
+            if b"\0" in name:
+                return True  # no such path: nothing to wait for
+            fd = syscall(nr, cwd, name, how_ref, how_size)
+            if fd >= 0:
+                close(fd)
+                return True
+            err = get_errno()
+            if err == errno.EAGAIN:
+                return False
+            if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
+                self.call = None  # no openat2, a filter, or no RESOLVE_CACHED (Linux < 5.12)
+                return None
+            return True  # ENOENT, ENOTDIR, EACCES, ELOOP...: answered from the caches
+
+        self.call = call
+
+
+_cached_lookup = _CachedLookup()
+
+
+def lookup_cached(path: str) -> bool | None:
+    """Whether looking *path* up (``stat``, ``open``) would wait for no disk: its directories and
+    inode are in the kernel's caches (``openat2`` with ``RESOLVE_CACHED``). None where the kernel
+    cannot tell."""
+    call = _cached_lookup.call
+    return None if call is None else call(path)
+
+
+def read_ahead(fd: int, offset: int, size: int) -> None:
+    """Ask the kernel to start reading [offset, offset+size) into the page cache (no wait for it)."""
+    if hasattr(os, "posix_fadvise"):
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, offset, size, os.POSIX_FADV_WILLNEED)
 
 
 CORK_OPTION: int | None = getattr(socket, "TCP_CORK", None) or getattr(socket, "TCP_NOPUSH", None)

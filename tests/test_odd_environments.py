@@ -118,3 +118,43 @@ async def test_headers_with_zero_copy_count_only_file_bytes(
     conn.writer.close()
     assert await reader == b"h" * 10 + pattern(3 * 2**20)[5:105]
     assert _platform.counters.bytes == (100 if zero_copy_expected(kind) else 0)
+
+
+@pytest.mark.skipif(_platform.lookup_cached("/") is None, reason="no openat2(RESOLVE_CACHED) here")
+def test_cached_lookup_says_when_a_path_would_need_the_disk(tmp_path: Path) -> None:
+    """``lookup_cached``: False for a name never looked up (no dentry yet, positive or negative: the
+    file system would have to be asked), True once a lookup has cached the answer, found or not."""
+    missing, present = tmp_path / "never-looked-up", tmp_path / "present"
+    assert _platform.lookup_cached(str(missing)) is False
+    with pytest.raises(FileNotFoundError):
+        os.stat(missing)
+    assert _platform.lookup_cached(str(missing)) is True  # a negative dentry now
+    present.write_bytes(b"x")
+    assert _platform.lookup_cached(str(present)) is True
+    assert _platform.lookup_cached(str(present) + "\0tail") is True  # no such path, nothing to wait for
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(100):
+        _platform.lookup_cached(str(present))
+    assert len(os.listdir("/proc/self/fd")) == fds  # the O_PATH descriptor is closed each time
+
+
+def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without openat2 or RESOLVE_CACHED (ENOSYS, EINVAL) or a seccomp filter (EPERM):
+    None from then on, so callers keep their conservative path."""
+    probe = _platform._CachedLookup()
+    if probe.call is None:
+        pytest.skip("no openat2 binding here")
+    import ctypes
+
+    class Refusing:
+        restype = None
+
+        def __call__(self, *args: Any) -> int:
+            ctypes.set_errno(errno.ENOSYS)
+            return -1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: type("L", (), {"syscall": Refusing()})())
+    refused = _platform._CachedLookup()
+    assert refused.call is not None
+    assert refused.call("/") is None
+    assert refused.call is None

@@ -695,7 +695,15 @@ async def test_a_changed_big_file_is_never_sent_from_the_memo(site: Site, change
         outside.unlink()
 
 
-async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(site: Site) -> None:
+@pytest.mark.parametrize("cached", [False, True], ids=["lookup-needs-disk", "lookup-cached"])
+async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(
+    site: Site, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """At first sight a path whose lookup would read the disk is looked up in the cold pool, once;
+    one the kernel's caches hold (``lookup_cached``) is decided inline at once, with no hop."""
+    from aiosendfile import _platform
+
+    monkeypatch.setattr(_platform, "lookup_cached", lambda path: cached)
     engine_ = engine()._engines[site.server]
     pool = engine_.executor
     submitted: list[object] = []
@@ -713,7 +721,47 @@ async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(sit
             await read_answer(reader)
     finally:
         await _close(writer)
-    assert submitted == [b"/big.bin", b"/missing", b"/small.txt"]
+    assert submitted == ([] if cached else [b"/big.bin", b"/missing", b"/small.txt"])
+
+
+async def test_a_small_file_is_memoised_at_its_first_answer(site: Site) -> None:
+    """A small file read into the hot-file cache by its first request is memoised by that request
+    (before: only by the next, which found it in the hot cache; a working set larger than the hot
+    cache was then never memoised and every request paid the whole decision)."""
+    memo = engine()._engines[site.server].memo
+    raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].body == (site.root / "small.txt").read_bytes()
+    assert b"/small.txt" in memo
+
+
+async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the hot-file cache full, a memoised small file dropped from it is sent from its file
+    (open, fstat, sendfile), byte-exact, and read back in only one time in ``READMIT_EVERY``."""
+    from aiosendfile._static import _hot
+
+    names = [f"s{i}.txt" for i in range(6)]
+    for i, name in enumerate(names):
+        (site.root / name).write_bytes(pattern(1000 + i, seed=i))
+    hot = _hot.HotFiles(max_entries=2)
+    monkeypatch.setattr(_hot, "hot_files", hot)
+    from aiosendfile._serve import _protocol
+
+    monkeypatch.setattr(_protocol, "hot_files", hot)
+    puts = []
+    real_put = hot.put
+    monkeypatch.setattr(hot, "put", lambda path, *a: puts.append(path) or real_put(path, *a))
+    reader, writer = await site.open()
+    try:
+        for _ in range(3):
+            for name in names:
+                writer.write(get("/" + name))
+                assert (await read_answer(reader)).body == (site.root / name).read_bytes()
+    finally:
+        await _close(writer)
+    assert len(hot._entries) == 2
+    assert len(puts) <= len(names) + 1  # the first answers, then at most one read back in 12
 
 
 async def test_a_file_truncated_while_sent_aborts_the_connection(

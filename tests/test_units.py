@@ -186,3 +186,28 @@ def test_import_loads_the_core_but_the_command_line_defers_it() -> None:
     )
     cli = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert cli.stdout.split() == ["False"], cli.stderr
+
+
+def test_hot_cache_admits_read_backs_while_it_has_room_then_one_in_n(tmp_path: Path) -> None:
+    """A full hot-file cache takes back one dropped file in ``READMIT_EVERY``: a working set larger
+    than the cache is sent from its files instead of copied in and evicted on every request; the
+    bounds hold whatever is admitted."""
+    from aiosendfile._static._hot import READMIT_EVERY, HotFiles
+
+    hot = HotFiles(max_entries=4, max_bytes=1 << 20)
+    files = []
+    for i in range(6):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes([i]) * 100)
+        files.append(p)
+    for p in files[:4]:
+        assert hot.admits(100)
+        assert hot.put(str(p), None, p.stat(), p.read_bytes()) is not None
+    answers = [hot.admits(100) for _ in range(3 * READMIT_EVERY)]
+    assert answers.count(True) == 3
+    assert answers[READMIT_EVERY - 1]
+    assert not any(answers[: READMIT_EVERY - 1])
+    for p in files[4:]:
+        hot.put(str(p), None, p.stat(), p.read_bytes())
+    assert len(hot._entries) == 4
+    assert hot._bytes <= hot.max_bytes

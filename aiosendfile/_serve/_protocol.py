@@ -89,6 +89,13 @@ LogFields = tuple[str, bytes | None, bytes | None]
 Item = tuple[bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, LogFields | None]
 
 
+def _looked_up(request: Request, policy: DirectoryPolicy) -> bool:
+    """Whether the file *request* names can be looked up without the disk (its directories and
+    inode are in the kernel's caches): then it is decided inline, with no hop to the pool."""
+    path = route(request, policy)
+    return not isinstance(path, str) or _platform.lookup_cached(path) is True
+
+
 def _look(request: Request, policy: DirectoryPolicy) -> None:
     """(In a pool thread.) Look up the file *request* names, so that deciding it on the loop
     next waits for no disk: its ``stat`` brings the directory entries and inode into the kernel's
@@ -420,8 +427,9 @@ class HttpProtocol(asyncio.Protocol):
     ) -> bool:
         """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
         it is the file the memo describes, and send it; a *small* one whose pages are cached is
-        read into the hot-file cache and written with its head. False: it is not that file (the
-        caller forgets the memo and decides the request again)."""
+        read back into the hot-file cache and written with its head, if the cache admits it (a
+        working set larger than the cache is sent from its files, not copied in and evicted).
+        False: it is not that file (the caller forgets the memo and decides the request again)."""
         try:
             fd = os.open(path, _O_FLAGS)
         except OSError:
@@ -434,7 +442,7 @@ class HttpProtocol(asyncio.Protocol):
             os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: another answer
             return False
         size = st.st_size
-        if small:
+        if small and hot_files.admits(size):
             try:
                 read = _platform.pread_cached(fd, size, 0)
             except OSError:
@@ -477,7 +485,7 @@ class HttpProtocol(asyncio.Protocol):
                 raw, query = b"/", b""
         request = Request(method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY)
         engine = self.engine
-        if engine.seen(raw):
+        if engine.seen(raw) or _looked_up(request, engine.policy):
             try:
                 ans = answer(request, engine.policy)
             except DecideInPool:  # a directory listing to build: in the pool, as a first sight

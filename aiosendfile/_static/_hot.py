@@ -20,6 +20,10 @@ __all__ = ("HOT_FILES_MAX_BYTES", "HOT_FILES_MAX_ENTRIES", "HotEntry", "HotFiles
 HOT_FILES_MAX_ENTRIES = 1024
 HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
 ENTRY_OVERHEAD = 512
+#: Once the cache is full, one file in this many that a door would read back in is admitted: a
+#: working set larger than the cache is then sent from its files (as nginx does) instead of
+#: copied in and evicted again each time, and a file that stays hot still gets back in.
+READMIT_EVERY = 32
 
 
 def identity(st: os.stat_result) -> tuple[int, ...]:
@@ -60,8 +64,21 @@ class HotFiles:
         self._entries: OrderedDict[tuple[str, str | None], HotEntry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._refused = 0  # read-backs declined since the last one admitted
 
     identity = staticmethod(identity)
+
+    def admits(self, size: int) -> bool:
+        """Whether a door should read a *size*-byte file whose entry was dropped back into the cache:
+        yes while there is room, then one time in :data:`READMIT_EVERY` (no lock: a lost count
+        only shifts which read-back is admitted)."""
+        if len(self._entries) < self.max_entries and self._bytes + size + ENTRY_OVERHEAD <= self.max_bytes:
+            return True
+        self._refused += 1
+        if self._refused < READMIT_EVERY:
+            return False
+        self._refused = 0
+        return True
 
     def get(self, path: str, root: str | None, st: os.stat_result) -> bytes | None:
         """The cached bytes of *path* (checked under *root*) if *st* still shows the same file."""
