@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import os
 import re
@@ -833,3 +834,122 @@ def test_access_log_writes_whole_lines_in_batches_up_to_pipe_buf() -> None:
     assert [line.split('"')[1] for line in lines] == [f"GET /{i} HTTP/1.1" for i in range(200)]
     log.flush()
     assert len(stream.writes) == written + 1  # nothing left: no empty write
+
+
+# -- accepting and cold pages on the engine's own paths ----------------------------------------------
+
+
+async def test_a_burst_of_connections_is_accepted_in_a_few_turns(site: Site) -> None:
+    """300 connections already queued in the kernel are all accepted within a few turns of the
+    loop (uvloop's ``create_server`` took one per turn: under load, 3-20 a second)."""
+    engine_ = engine()._engines[site.server]
+    # The kernel completes the handshakes and queues the connections; the loop has not run yet.
+    clients = [socket.create_connection((site.host, site.port)) for _ in range(300)]
+    try:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(engine_.connections) == 300
+    finally:
+        for c in clients:
+            c.close()
+
+
+async def test_accepting_pauses_when_out_of_descriptors_and_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EMFILE from accept: the listener stops reading the listening socket for a while (the queue
+    keeps the connection), says so once, then accepts it."""
+    from aiosendfile._serve import _listener
+
+    monkeypatch.setattr(_listener, "ACCEPT_RETRY_DELAY", 0.05)
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    class Scarce(socket.socket):
+        def accept(self) -> tuple[socket.socket, Any]:
+            if failures:
+                raise failures.pop()
+            return super().accept()
+
+    loop = asyncio.get_running_loop()
+    made = loop.create_future()
+
+    class P(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            made.set_result(transport)
+
+    sock = Scarce(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    with reported() as errors:
+        listener = _listener.Listener(loop, sock, P, None)
+        client = socket.create_connection(sock.getsockname())
+        try:
+            transport = await asyncio.wait_for(made, 5)
+            transport.close()
+        finally:
+            client.close()
+            listener.close()
+            await listener.wait_closed()
+    assert [e["exception"].errno for e in errors] == [errno.EMFILE]
+
+
+@pytest.mark.parametrize("cold", ["once", "always"])
+async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
+    site: Site, monkeypatch: pytest.MonkeyPatch, cold: str
+) -> None:
+    """A cold chunk up to READ_AHEAD_MAX is read ahead by the kernel and probed again from a timer
+    (no pool thread) ; one still cold after COLD_WAITS goes to the pool. Byte-exact either way."""
+    from aiosendfile import _platform
+    from aiosendfile._serve import _outlet
+
+    body = pattern(100_000, seed=5)
+    (site.root / "medium.bin").write_bytes(body)
+    probes: list[int] = []
+
+    def is_cold(*args: Any) -> bool:
+        probes.append(1)
+        return cold == "always" or len(probes) == 1
+
+    hints: list[tuple[int, int]] = []
+    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
+    before = _platform.counters.cold
+    raw = await site.exchange(get("/medium.bin", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].body == body
+    assert hints == [(0, len(body))]
+    if cold == "once":
+        assert len(probes) == 2
+        assert _platform.counters.cold == before
+    else:
+        assert len(probes) == 1 + _outlet.COLD_WAITS
+        assert _platform.counters.cold == before + 1
+
+
+async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reset while a cold chunk waits on its timer: the timer is cancelled and the file closed
+    (the fd guard), nothing reported (the loop guard)."""
+    from aiosendfile._serve import _outlet
+
+    (site.root / "medium.bin").write_bytes(pattern(100_000, seed=6))
+    waiting = asyncio.get_running_loop().create_future()
+    real = _outlet.Transfer._wait_for_pages
+
+    def wait_for_pages(self: Any, size: int) -> None:
+        real(self, size)
+        if not waiting.done():
+            waiting.set_result(None)
+
+    monkeypatch.setattr(_outlet, "_is_cold", lambda *args: True)
+    monkeypatch.setattr(_outlet.Transfer, "_wait_for_pages", wait_for_pages)
+    sock = socket.create_connection((site.host, site.port))
+    try:
+        sock.sendall(get("/medium.bin"))
+        await asyncio.wait_for(waiting, 5)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        sock.close()  # RST while the chunk waits
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if not engine()._engines[site.server].connections:
+            break
+    assert not engine()._engines[site.server].connections

@@ -20,9 +20,13 @@ call. The engine owns its connections, so none of that is needed per response:
   to be writable (``add_writer``); a full chunk (``MAX_CHUNK``) gives way to the other
   connections (``call_soon``) before the next.
 * **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer._is_cold``:
-  ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read); a chunk that would wait for the disk is sent
-  from the cold-read pool, whose thread hands the result back with one ``call_soon_threadsafe``.
-  The duplicate stays open until that thread is done with it, whatever happens to the connection.
+  ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read). A cold chunk of up to ``READ_AHEAD_MAX`` bytes
+  is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts, nothing waits for it) and
+  probed again from a timer, 1 ms later, then twice as long each time, ``COLD_WAITS`` times: no
+  thread, so no hand-off of the GIL per cold file (h2o tries ``RWF_NOWAIT`` first for the same
+  reason). A larger chunk, or one still cold after the waits (a busy disk), is sent from the
+  cold-read pool, whose thread hands the result back with one ``call_soon_threadsafe``. The
+  duplicate stays open until that thread is done with it, whatever happens to the connection.
 * **Whole or aborted.** A file that ends early (``sendfile`` returns 0) or a send that fails
   ends the transfer with an error: the protocol aborts the connection, so a short body is never
   passed off as complete.
@@ -43,11 +47,19 @@ from .._platform import sendfile_once
 from .._target import resolve_target
 from .._writer import _is_cold
 
-__all__ = ("MAX_CHUNK", "Outlet", "Transfer")
+__all__ = ("COLD_WAITS", "MAX_CHUNK", "READ_AHEAD_MAX", "Outlet", "Transfer")
 
 #: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
 #: (nginx's ``sendfile_max_chunk`` default).
 MAX_CHUNK = 2 * 1024 * 1024
+
+#: A cold chunk up to this size is read ahead by the kernel and waited for on a timer, not sent
+#: from a pool thread (the 2 MiB chunk of a large file goes to the pool: its read is long).
+READ_AHEAD_MAX = 256 * 1024
+#: Timer waits for a cold chunk's pages before it goes to the pool (1 ms, then 2 ms; under load
+#: each also lasts at least a turn of the loop).
+COLD_WAITS = 2
+FIRST_WAIT = 0.001
 
 _PROBE = Options()  # the page-cache probe's settings: on, the default cold pool
 _MSG_MORE = getattr(socket, "MSG_MORE", 0) if _platform.HAS_MSG_MORE else 0
@@ -121,6 +133,8 @@ class Transfer:
         "release",
         "sent",
         "stopped",
+        "timer",
+        "waits",
         "watching",
     )
 
@@ -146,11 +160,16 @@ class Transfer:
         self.release: Callable[[], None] | None = release
         self.stopped = False
         self.watching = False  # the duplicate is registered with the loop (add_writer)
+        self.waits = 0  # timer waits so far for this chunk's pages
+        self.timer: asyncio.TimerHandle | None = None
 
     def stop(self) -> None:
         """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
         self.stopped = True
         self._unwatch()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if not self.outlet.in_pool:
             self._release()
 
@@ -175,7 +194,10 @@ class Transfer:
                 self.head = None
             size = min(self.end - self.position, MAX_CHUNK)
             if _is_cold(self.file_fd, self.position, size, _PROBE):
-                self._to_pool(size)
+                if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
+                    self._wait_for_pages(size)
+                else:
+                    self._to_pool(size)
                 return
             n = sendfile_once(outlet.fd, self.file_fd, self.position, size)
         except BlockingIOError:
@@ -186,7 +208,21 @@ class Transfer:
             return
         self._advance(n, size)
 
+    def _wait_for_pages(self, size: int) -> None:
+        """Have the kernel read the chunk in, and probe it again from a timer (see the module)."""
+        self._unwatch()
+        if self.waits == 0:
+            _platform.read_ahead(self.file_fd, self.position, size)
+        delay = FIRST_WAIT * (1 << self.waits)
+        self.waits += 1
+        self.timer = self.outlet.loop.call_later(delay, self._waited)
+
+    def _waited(self) -> None:
+        self.timer = None
+        self.run()
+
     def _advance(self, n: int, size: int) -> None:
+        self.waits = 0
         if n == 0:
             self._end(EOFError(f"the file ended {self.end - self.position} bytes early"))
             return

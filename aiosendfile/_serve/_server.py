@@ -13,9 +13,11 @@ the access log and closes connections past their header, keep-alive or send time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import ssl as _ssl
+import stat
 import time
 import weakref
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from .._static._recent import RecentPaths
 from .._static._request import BytesHeaders
 from ._accesslog import AccessLog
 from ._date import Clock
+from ._listener import Listener
 from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, TE, HttpProtocol
 
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
@@ -40,6 +43,8 @@ Known = tuple[tuple[int, ...], str, bytes, bool]
 #: Entries in the engine's memo (each charged its key, path, head and ``ENTRY_OVERHEAD``: about
 #: 900 bytes, so the memo's 16 MiB hold them all): a site's working set of files, not a few hot ones.
 MEMO_ENTRIES = 16384
+#: The listen queue (the kernel caps it at ``net.core.somaxconn``).
+BACKLOG = 4096
 
 
 @dataclass(frozen=True)
@@ -156,23 +161,46 @@ async def start_server(
     port: int | None = None,
     path: str | None = None,
     ssl: _ssl.SSLContext | None = None,
-) -> asyncio.base_events.Server:
+) -> Listener:
     """Serve *config* on the running loop: on *sock* (bound; listening or not), a Unix socket
     *path*, or *host*/*port*. Stop it with :func:`shutdown`."""
     loop = asyncio.get_running_loop()
     engine = Engine(config, loop)
     try:
-        if path is not None:
-            server = await loop.create_unix_server(engine.protocol, path, ssl=ssl, backlog=4096)
-        elif sock is not None:
-            server = await loop.create_server(engine.protocol, sock=sock, ssl=ssl, backlog=4096)
+        if sock is None:
+            sock = _listening(host, port, path)
         else:
-            server = await loop.create_server(engine.protocol, host, port or 0, ssl=ssl, backlog=4096)
+            sock.listen(BACKLOG)
+        server = Listener(loop, sock, engine.protocol, ssl)
     except BaseException:
         engine.stop()
         raise
     _engines[server] = engine
     return server
+
+
+def _listening(host: str | None, port: int | None, path: str | None) -> socket.socket:
+    """A listening socket on the Unix *path* (a stale socket file there replaced, as asyncio's
+    ``create_unix_server`` does) or on *host*/*port*."""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address: Any = path
+    else:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 async def shutdown(server: Any, timeout: float = 10.0) -> None:

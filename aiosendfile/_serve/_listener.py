@@ -1,0 +1,129 @@
+"""The engine's own accept loop: many connections per wakeup, bounded, on both loops.
+
+uvloop's ``create_server`` accepts one connection per wakeup of the listening socket (libuv >=
+1.45 leaves the rest to level-triggered polling: libuv PR #3696). While the loop is saturated a
+turn lasts 50-300 ms, so a burst of new connections is accepted at 3-20 a second: measured with
+``wrk -c1024`` on the mixed cold set, up to 200 connections waited in the listen queue for
+seconds, and wrk counted their first requests as timeouts (stock asyncio, which accepts up to the
+backlog per wakeup, had none). :class:`Listener` accepts up to ``ACCEPT_BATCH`` connections per
+wakeup instead (bounded work per turn, as nginx's ``multi_accept``), and hands each to the loop
+with the public ``connect_accepted_socket``.
+
+It is what :func:`~._server.start_server` returns: ``close()`` stops accepting (connections in
+their TLS handshake are cancelled), ``wait_closed()`` waits for that, ``sockets`` is the listening
+socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl as _ssl
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "Listener")
+
+#: Connections accepted per wakeup of the listening socket, at most (each costs tens of µs).
+ACCEPT_BATCH = 256
+#: Out of descriptors or memory: accepting pauses this long (asyncio's own figure), then resumes.
+ACCEPT_RETRY_DELAY = 1.0
+_SHORTAGE = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+_TCP = (socket.AF_INET, socket.AF_INET6)
+
+
+class Listener:
+    """Accepts connections on a listening socket for *factory*'s protocols (see the module)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        factory: Callable[[], asyncio.Protocol],
+        ssl: _ssl.SSLContext | None,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._factory = factory
+        self._ssl = ssl
+        self._tcp = sock.family in _TCP
+        self._handshakes: set[asyncio.Task[Any]] = set()
+        self._retry: asyncio.TimerHandle | None = None
+        self._closed = False
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), self._accept)
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return () if self._closed else (self._sock,)
+
+    def is_serving(self) -> bool:
+        return not self._closed
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def _accept(self) -> None:
+        sock = self._sock
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # reset while in the queue
+                continue
+            except OSError as exc:
+                if exc.errno not in _SHORTAGE:
+                    raise
+                # Out of descriptors: stop reading the listening socket a while (the queue keeps
+                # the connections), as asyncio does, instead of spinning on it.
+                self._loop.remove_reader(sock.fileno())
+                self._retry = self._loop.call_later(ACCEPT_RETRY_DELAY, self._resume)
+                self._loop.call_exception_handler(
+                    {"message": "serve: out of descriptors accepting connections; retrying", "exception": exc}
+                )
+                return
+            self._attach(conn)
+
+    def _attach(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        if self._tcp:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (as create_server does)
+        task = self._loop.create_task(self._connect(conn))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        # The transport owns *conn* from here on: on a failure it closes it itself.
+        try:
+            await self._loop.connect_accepted_socket(self._factory, conn, ssl=self._ssl)
+        except (OSError, asyncio.TimeoutError):
+            pass  # a failed or timed-out TLS handshake, a reset: the peer's problem, not ours
+        except Exception as exc:
+            self._loop.call_exception_handler(
+                {"message": "serve: a connection could not be set up", "exception": exc}
+            )
+
+    def _resume(self) -> None:
+        self._retry = None
+        if not self._closed:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        """Stop accepting; cancel the connections still in their TLS handshake."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        else:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        for task in self._handshakes:
+            task.cancel()
+
+    async def wait_closed(self) -> None:
+        if self._handshakes:
+            await asyncio.wait(list(self._handshakes))
