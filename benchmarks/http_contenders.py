@@ -8,7 +8,9 @@ aiohttp's static, the plugin in an application, in-memory bodies) and the ASGI r
 (:data:`ASGI_COMMANDS` loading an app of ``benchmarks.asgi_apps``, the directory in
 ``AIOSENDFILE_BENCH_ROOT``). The names and their groups (defaults, the ``--workers N`` cases,
 the references that hold files in memory) are here too; the grid and the run are
-``http_static``'s, the ratios and tables ``http_report``'s.
+``http_static``'s, the ratios and tables ``http_report``'s. Over HTTPS (the ``*-tls`` sets) only
+:data:`TLS_CONTENDERS` run: ``serve --tls-cert CERT --tls-key KEY`` and nginx with ``listen ... ssl``
+(:data:`NGINX_TLS`), both with the same certificate and key.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ __all__ = [
     "DEFAULT_CONTENDERS",
     "MULTI_WORKER",
     "NGINX_CONF",
+    "NGINX_TLS",
     "SERVE",
     "SINGLE_FILE_ONLY",
+    "TLS_CONTENDERS",
     "asgi_command",
     "asgi_versions",
     "is_asgi",
@@ -88,6 +92,8 @@ ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue
 MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
 # Hold the files in memory: not for the mixed (cold) set.
 SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
+# The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key.
+TLS_CONTENDERS = (SERVE, "nginx")
 
 # The aiohttp contenders' program: python -m AIOHTTP_APP KIND DIR HOST PORT (KIND per contender).
 AIOHTTP_APP = "benchmarks.programs.aiohttp_app"
@@ -145,11 +151,19 @@ http {{
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
     server {{
-        listen 127.0.0.1:{port};
-        root {root};
+        listen 127.0.0.1:{port}{ssl};
+        root {root};{tls}
     }}
 }}
 """
+# The HTTPS cases: NGINX_CONF with ssl=" ssl" and tls=NGINX_TLS. TLS 1.3 allowed as serve's (Python's
+# defaults) does: this nginx's default is TLS 1.2 at most, so both negotiate TLS 1.3 with
+# TLS_AES_256_GCM_SHA384; nginx's default ciphers otherwise. No kTLS, so nginx does not use sendfile
+# over TLS either.
+NGINX_TLS = """
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};"""
 
 
 # ---------------------------------------------------------------------------
@@ -157,14 +171,23 @@ http {{
 # ---------------------------------------------------------------------------
 
 
-def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Server:
-    """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``."""
+def start_server(
+    ctx: Context, tools: dict[str, str | None], name: str, *, tls: tuple[str, str] | None = None
+) -> Server:
+    """Start contender ``name`` (``ctx.workers`` workers) on a free port, serving ``ctx.root``.
+
+    ``tls``: (certificate file, key file): serve HTTPS with them (:data:`TLS_CONTENDERS` only).
+    """
     port = free_port()
     log = Path(ctx.tmp, f"server-{name.replace('/', '_')}.log")
     cpus = ctx.server_cpus
+    if tls is not None and name not in TLS_CONTENDERS:
+        raise TrialError(f"{name} has no HTTPS mode here")
     if name == SERVE:
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--workers", str(ctx.workers)]
+        if tls is not None:
+            cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         # With workers, the parent forks them: wait for the whole tree.
         procs = 1 + ctx.workers if ctx.workers > 1 else 1
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
@@ -210,7 +233,12 @@ def start_server(ctx: Context, tools: dict[str, str | None], name: str) -> Serve
         # As root the worker would switch to "nobody", who cannot read the 0700 temp dir.
         user = "user root;\n" if os.geteuid() == 0 else ""
         conf = ngx / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root))
+        ssl, tls_conf = (" ssl", NGINX_TLS.format(cert=tls[0], key=tls[1])) if tls is not None else ("", "")
+        conf.write_text(
+            NGINX_CONF.format(
+                user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root, ssl=ssl, tls=tls_conf
+            )
+        )
         cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
         # The master accepts into its backlog before the workers exist: wait for all processes.
         # SIGQUIT is nginx's graceful stop.

@@ -3,7 +3,9 @@
 Every ratio is of medians over rounds (req/s, which is MB/s in one case, and the server's CPU per
 request), with the per-round ratios beside it. Where an issue set a target for a ratio (the table
 in ``benchmarks.http_targets``), the JSON entry carries ``target`` and ``meets_target`` and the
-table says "met" or "NOT MET".
+table says "met" or "NOT MET". The hot-file probe's cases (the ``probe`` set) get a table of their
+own: the probe's p50, p99 and max beside wrk's figures of the same trials, and each contender's probe
+p99 over nginx's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from benchmarks.harness.report import OTHER_LOAD_WARN, median_or_none, median_ra
 from benchmarks.http_contenders import BASE
 from benchmarks.http_targets import TARGETS, Target
 
-__all__ = ["PAIRS", "RATIO_HEADER", "pair_ratios", "ratios", "report", "target"]
+__all__ = ["PAIRS", "RATIO_HEADER", "pair_ratios", "probe_ratios", "ratios", "report", "target"]
 
 # The ASGI rows' A / B ratios (#16), reported in every case where both ran, in this order.
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -116,6 +118,62 @@ def pair_ratios(samples: list[Sample], contenders: list[str], labels: list[str])
     return out
 
 
+def probe_ratios(samples: list[Sample], contenders: list[str], labels: list[str]) -> dict[str, Any]:
+    """case -> contender -> the probe's p99 / nginx's probe p99 (median of each over rounds, and per round).
+
+    Only the cases that ran the hot-file probe; above 1: the other client waited longer than with nginx.
+    """
+    out: dict[str, Any] = {}
+    if BASE not in contenders:
+        return out
+    for label in labels:
+        theirs = _by_round(samples, BASE, label, "probe_p99_ms")
+        if not theirs:
+            continue
+        for name in contenders:
+            mine = _by_round(samples, name, label, "probe_p99_ms")
+            if name == BASE or not mine:
+                continue
+            paired = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys()) if theirs[r]]
+            out.setdefault(label, {})[name] = {
+                "probe_p99_ms": {
+                    "median": statistics.median(mine.values()) / statistics.median(theirs.values()),
+                    "paired": paired,
+                    "paired_median": median_or_none(paired),
+                }
+            }
+    return out
+
+
+def _probe_rows(summary: dict[str, Any], probe_rat: dict[str, Any]) -> list[list[str]]:
+    """The probe table's rows: every contender of every case that ran the probe."""
+    rows = []
+    for label, by_name in summary.items():
+        for name, row in by_name.items():
+            if "probe_p99_ms_median" not in row:
+                continue
+            vs = probe_rat.get(label, {}).get(name, {}).get("probe_p99_ms")
+            paired = vs["paired"] if vs else []
+            rows.append(
+                [
+                    name,
+                    label,
+                    median_range(row, "probe_p50_ms", ".2f"),
+                    median_range(row, "probe_p99_ms", ".2f"),
+                    _num(row, "probe_max_ms_median", ".1f") + " / " + _num(row, "probe_max_ms_max", ".1f"),
+                    "1.00x"
+                    if name == BASE and label in probe_rat
+                    else (f"{vs['median']:.2f}x [{min(paired):.2f}-{max(paired):.2f}]" if paired else ""),
+                    _num(row, "probe_requests_median", ".0f"),
+                    f"{row['probe_errors_total']}/{row['probe_reconnects_total']}/{row['probe_late_ticks_total']}",
+                    median_range(row, "req_per_s", ".0f"),
+                    _num(row, "latency_p99_ms_median", ".2f"),
+                    str(row["socket_errors_total"]),
+                ]
+            )
+    return rows
+
+
 def _num(row: dict[str, Any], key: str, fmt: str) -> str:
     value = row.get(key)
     return "n/a" if value is None else f"{value:{fmt}}"
@@ -170,13 +228,16 @@ def report(
     mixed: dict[str, Any] | None = None,
     pairs: dict[str, Any] | None = None,
     cpu_model: str | None = None,
+    probe: dict[str, Any] | None = None,
+    probe_rat: dict[str, Any] | None = None,
+    tls: dict[str, Any] | None = None,
 ) -> str:
     rows = []
     for label, by_name in summary.items():
         for name, row in by_name.items():
             tag = name + (f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else "")
             if not row["ok"]:
-                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", ""])
+                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", "", ""])
                 continue
             vs = rat.get(label, {}).get(name, {}).get("req_per_s")
             rows.append(
@@ -190,6 +251,7 @@ def report(
                     _num(row, "latency_p99_ms_median", ".2f")
                     + " / "
                     + _num(row, "latency_p99_ms_max", ".2f"),
+                    str(row["socket_errors_total"]),
                     _num(row, "server_cpu_us_per_req_median", ".1f"),
                     _num(row, "server_cpu_s_per_gb_median", ".2f"),
                     _num(row, "server_cpus_busy_median", ".2f"),
@@ -222,6 +284,17 @@ def report(
             f"seed {mixed['seed']}; wrk picks them at random (Lua, seeded); page cache evicted before "
             "every measured run (cold at its start, warming as it reads)."
         )
+    if probe:
+        out.append(
+            f"probe: wrk loads the mixed set (as above) while one more client, its own process on CPU "
+            f"{probe['cpus'] or '(unpinned)'}, GETs {probe['path']} ({probe['bytes']} B, in the page cache) "
+            f"every {probe['interval_ms']:.0f} ms over one keep-alive HTTP/1.1 connection."
+        )
+    if tls:
+        out.append(
+            "*-tls: the file over HTTPS, " + " and ".join(tls["contenders"]) + " with the same "
+            f"{tls['certificate']} certificate; no kTLS (both encrypt in user space)."
+        )
     out += [
         "",
         table(
@@ -233,6 +306,7 @@ def report(
                 "x nginx",
                 "p50 ms",
                 "p99 ms med/max",
+                "sock errs",
                 "CPU us/req",
                 "CPU s/GB",
                 "server CPUs",
@@ -244,7 +318,8 @@ def report(
         "",
         "case: file set, cN = wrk connections, wN = server workers. MB/s: body bytes (req/s x file size;",
         "mixed: x the mean file size). x nginx: req/s median / nginx's in the same case. p99: median over",
-        "rounds / worst round. CPU: the server's process tree (utime+stime from /proc/PID/stat) over the",
+        "rounds / worst round. sock errs: wrk's socket errors, all rounds (connect/read/write/timeout:",
+        "listed below when any). CPU: the server's process tree (utime+stime from /proc/PID/stat) over the",
         "wrk run, per request and per 10^9 body bytes. server CPUs, wrk CPUs: CPU seconds / wall seconds;",
         "1.00 = that side's pinned core is saturated, so it is the limit.",
         "Other load: CPUs' worth of busy time on the machine (/proc/stat) that was neither server nor wrk.",
@@ -258,6 +333,41 @@ def report(
             "req/s = MB/s: ratio of the medians (in one case the req/s and MB/s ratios are the same).",
             "CPU us/req: the contender's server CPU per request / nginx's (below 1: cheaper than nginx).",
         ]
+    if probe_rows := _probe_rows(summary, probe_rat or {}):
+        out += [
+            "",
+            "The hot-file probe (issue #24: another client's latency while wrk loads the server):",
+            table(
+                [
+                    "contender",
+                    "case",
+                    "probe p50 ms",
+                    "probe p99 ms",
+                    "probe max ms med/max",
+                    "p99 x nginx [rounds]",
+                    "GETs",
+                    "err/reconn/late",
+                    "wrk req/s",
+                    "wrk p99 ms",
+                    "wrk sock errs",
+                ],
+                probe_rows,
+            ),
+            "",
+            "probe: one GET per 10 ms tick, timed from its first byte sent to its last body byte; only the",
+            "GETs that started inside wrk's run; medians [min-max] over rounds (max: median / worst round).",
+            "p99 x nginx: the probe's p99 median over nginx's in the same case [per-round ratios].",
+            "GETs: per trial (median). err/reconn/late, all rounds: failed GETs, GETs that had to connect",
+            "first (the server closed the connection), ticks skipped while a GET was still running.",
+            "wrk req/s, p99, sock errs: the same trials' wrk figures.",
+        ]
+        for label, by_name in (probe_rat or {}).items():
+            if (vs := by_name.get("serve", {}).get("probe_p99_ms")) is not None:
+                per_round = ", ".join(f"{v:.2f}" for v in vs["paired"])
+                out.append(
+                    f"{label}: serve probe p99 / nginx probe p99 = {vs['median']:.2f} "
+                    f"(per round: {per_round})"
+                )
     if pair_rows := _ratio_rows(pairs or {}, ""):
         out += [
             "",

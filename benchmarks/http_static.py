@@ -25,9 +25,20 @@ Contenders, each serving the same temporary directory:
 The grid: sets ``4KiB`` and ``1MiB`` (one file each, in the page cache) and ``mixed``
 (10,000 files of log-normal sizes from 1 KiB to 1 MiB, fixed seed, requested in a seeded
 random order by a wrk Lua script, page cache evicted before every measured run), each at
-every ``--connections`` (wrk ``-t1 -cN``). Then the ``--workers 2`` cases: ``serve
---workers 2`` against nginx with ``worker_processes 2`` on every set at the first
-connection count, the servers on both CPUs (wrk shares one of them).
+every ``--connections`` (wrk ``-t1 -cN``). Two more sets, with one worker at the first
+connection count only:
+
+* ``probe`` (issue #24, "another client's latency under load"): wrk loads the mixed set,
+  cold, as above, while a separate client process (``benchmarks.programs.hot_probe``, stdlib
+  only, pinned to wrk's CPU) GETs a hot 1 KiB file every 10 ms over one keep-alive HTTP/1.1
+  connection and times each request; the report gives its p50, p99 and max beside the wrk
+  figures of the same trial, and each contender's probe p99 over nginx's.
+* ``4KiB-tls`` and ``1MiB-tls`` (issue #24): the single files over HTTPS, ``serve --tls-cert
+  --tls-key`` against nginx ``listen ... ssl`` with the same self-signed certificate and key
+  (``tls_static.make_cert``); only those two contenders.
+
+Then the ``--workers 2`` cases: ``serve --workers 2`` against nginx with ``worker_processes 2``
+on the plain sets at the first connection count, the servers on both CPUs (wrk shares one of them).
 
 Every trial (``benchmarks.harness.http_trial``, which ``tls_static`` runs over HTTPS)
 starts a fresh server, checks one plain GET for status 200 and a byte-exact body, warms up
@@ -47,12 +58,15 @@ Run from the repository root::
     python -m benchmarks.http_static --rounds 3 --duration 5 --json /tmp/out.json
     python -m benchmarks.http_static --sets 4KiB,1MiB --connections 64 --workers 1
     python -m benchmarks.http_static --asgi          # the ASGI rows and nginx: 4KiB, 1MiB at 64 connections
+    python -m benchmarks.http_static --sets probe --contenders serve,nginx --workers 1
+    python -m benchmarks.http_static --sets 4KiB-tls,1MiB-tls --workers 1
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -67,6 +81,7 @@ from benchmarks.harness import MiB, TrialError
 from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
+from benchmarks.harness.probe import PROBE_PROGRAM, ProbeSpec
 from benchmarks.harness.report import document_head, finish_samples, machine_info
 from benchmarks.harness.servers import can_pin, ensure_caddy, ensure_tools, raise_nofile, tool_version
 from benchmarks.harness.wrk import paths_script
@@ -80,13 +95,16 @@ from benchmarks.http_contenders import (
     DEFAULT_CONTENDERS,
     MULTI_WORKER,
     NGINX_CONF,
+    NGINX_TLS,
     SINGLE_FILE_ONLY,
+    TLS_CONTENDERS,
     asgi_command,
     asgi_versions,
     is_asgi,
     start_server,
 )
-from benchmarks.http_report import pair_ratios, ratios, report
+from benchmarks.http_report import pair_ratios, probe_ratios, ratios, report
+from benchmarks.tls_static import make_cert
 
 # What suite.py and others take from here, the contenders' names included.
 __all__ = [
@@ -95,7 +113,9 @@ __all__ = [
     "DEFAULT_JSON",
     "FILES",
     "MIXED",
+    "PROBE",
     "SETS",
+    "TLS_SETS",
     "Case",
     "FileSet",
     "main",
@@ -109,7 +129,14 @@ DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "http_static.json"
 # label, file name in the served directory, size in bytes
 FILES = (("4KiB", "4k.bin", 4 * 1024), ("1MiB", "1m.bin", MiB))
 MIXED = "mixed"
-SETS = (*(f[0] for f in FILES), MIXED)
+# The mixed set, cold, with the hot-file probe beside wrk (one worker, first --connections).
+PROBE = "probe"
+# The single files over HTTPS, serve and nginx only (one worker, first --connections): label -> file label.
+TLS_SETS = {f"{f[0]}-tls": f[0] for f in FILES}
+SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS)
+ONE_CASE_SETS = (PROBE, *TLS_SETS)  # run with one worker at the first connection count only
+HOT_NAME, HOT_SIZE = "hot.bin", 1024  # the probe's file, kept in the page cache
+PROBE_INTERVAL_MS = 10.0
 MIXED_SEED = 15
 # Log-normal sizes: median 16 KiB, sigma 1.3 (ln), clamped to 1 KiB - 1 MiB: mostly small
 # files with a long tail, about 37 KiB on average (about 370 MB for 10,000 files).
@@ -139,6 +166,8 @@ class FileSet:
     size: float  # body bytes per request (the mean file size for the mixed set)
     script: str | None = None
     files: list[str] | None = None  # the mixed set's files on disk (evicted before each run)
+    scheme: str = "http"  # "https": the *-tls sets
+    probe: ProbeSpec | None = None  # the probe set: the hot-file probe beside wrk
 
 
 # ---------------------------------------------------------------------------
@@ -163,8 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run under 2 minutes: 2 s trials, 1 round, 64 connections, sets 4KiB and mixed "
-        "(1,000 files), unless given",
+        help="a smoke run under 2 minutes: 2 s trials, 1 round, 64 connections, sets 4KiB, mixed "
+        "(1,000 files), probe and 4KiB-tls, unless given",
     )
     p.add_argument("--duration", type=int, default=None, help="seconds per wrk trial (default 10; 2 --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
@@ -198,7 +227,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="sets",
         default=None,
         help=f"comma-separated subset of {','.join(SETS)} "
-        "(default: all; 4KiB,mixed --quick; 4KiB,1MiB --asgi)",
+        f"(default: all; 4KiB,{MIXED},{PROBE},4KiB-tls --quick; 4KiB,1MiB --asgi). {PROBE}: the mixed set "
+        "with the hot-file probe beside wrk; *-tls: the file over HTTPS (serve and nginx); these two "
+        "run with one worker at the first --connections",
     )
     p.add_argument(
         "--mixed-files", type=int, default=None, help="files in the mixed set (default 10000; 1000 --quick)"
@@ -233,7 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mixed_files = args.mixed_files if args.mixed_files is not None else (1000 if q else 10_000)
     named = ",".join(ALIASES.get(c.strip(), c.strip()) for c in args.contenders.split(","))
     args.contenders = list(dict.fromkeys(comma_list(p, named, CONTENDERS)))
-    default_sets = "4KiB,1MiB" if asgi else f"4KiB,{MIXED}" if q else ",".join(SETS)
+    default_sets = "4KiB,1MiB" if asgi else f"4KiB,{MIXED},{PROBE},4KiB-tls" if q else ",".join(SETS)
     args.sets = comma_list(p, args.sets or default_sets, SETS, "sets")
     if args.duration < 1 or args.rounds < 1 or args.threads < 1 or min(args.connections) < args.threads:
         p.error("--duration, --rounds and --threads must be >= 1, and --connections >= --threads")
@@ -256,8 +287,13 @@ def plan(args: argparse.Namespace) -> list[tuple[Case, list[str]]]:
         conns = args.connections if workers == 1 else args.connections[:1]
         names = args.contenders if workers == 1 else [c for c in args.contenders if c in MULTI_WORKER]
         for label in args.sets:
-            for n in conns:
-                mine = [c for c in names if not (label == MIXED and c in SINGLE_FILE_ONLY)]
+            if label in ONE_CASE_SETS and workers != 1:
+                continue
+            for n in conns[:1] if label in ONE_CASE_SETS else conns:
+                if label in TLS_SETS:
+                    mine = [c for c in names if c in TLS_CONTENDERS]
+                else:
+                    mine = [c for c in names if not (label in (MIXED, PROBE) and c in SINGLE_FILE_ONLY)]
                 if mine:
                     out.append((Case(label, n, workers), mine))
     return out
@@ -266,16 +302,22 @@ def plan(args: argparse.Namespace) -> list[tuple[Case, list[str]]]:
 def make_sets(
     root: Path, tmp: str, labels: list[str], mixed_files: int
 ) -> tuple[dict[str, FileSet], dict[str, bytes]]:
-    """Write the files of every set in ``labels`` under ``root``; the sets and the bodies a trial checks."""
+    """Write the files of every set in ``labels`` under ``root``; the sets and the bodies a trial checks.
+
+    The sets that reuse another's files (``probe``: the mixed set's; ``4KiB-tls``: ``4KiB``'s) bring
+    that set along in the result.
+    """
     sets: dict[str, FileSet] = {}
     bodies: dict[str, bytes] = {}
     for label, name, size in FILES:
-        if label in labels:
+        tls = f"{label}-tls"
+        if label in labels or tls in labels:
             bodies[name] = os.urandom(size)
             (root / name).write_bytes(bodies[name])
             warm(str(root / name))
             sets[label] = FileSet(label, name, size)
-    if MIXED in labels:
+            sets[tls] = FileSet(tls, name, size, scheme="https")
+    if MIXED in labels or PROBE in labels:
         sizes = mixed_sizes(
             mixed_files, MIXED_SEED, median=MIXED_MEDIAN, sigma=MIXED_SIGMA, low=MIXED_LOW, high=MIXED_HIGH
         )
@@ -285,6 +327,12 @@ def make_sets(
         script = paths_script(str(Path(tmp, "mixed.lua")), paths, MIXED_SEED)
         files = [str(root / p.lstrip("/")) for p in paths]
         sets[MIXED] = FileSet(MIXED, check, statistics.fmean(sizes), script, files)
+    if PROBE in labels:
+        bodies[HOT_NAME] = os.urandom(HOT_SIZE)
+        (root / HOT_NAME).write_bytes(bodies[HOT_NAME])
+        warm(str(root / HOT_NAME))
+        spec = ProbeSpec(HOT_NAME, HOT_SIZE, PROBE_INTERVAL_MS)
+        sets[PROBE] = replace(sets[MIXED], label=PROBE, probe=spec)
     return sets, bodies
 
 
@@ -317,12 +365,18 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     machine = machine_info()  # before the trials: the git HEAD and sources they ran
     cases = plan(args)
+    if not cases:
+        raise SystemExit(
+            f"http_static: no case to run ({', '.join(ONE_CASE_SETS)} run with --workers 1 only; "
+            f"*-tls with {' or '.join(TLS_CONTENDERS)} only)"
+        )
     samples: list[Sample] = []
     t_setup = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aiosendfile-http-", dir=args.dir) as tmp:
         root = Path(tmp, "www")
         root.mkdir()
         sets, bodies = make_sets(root, tmp, args.sets, args.mixed_files)
+        tls = make_cert(tmp) if any(label in TLS_SETS for label in args.sets) else None
         mixed_info = None
         if MIXED in sets:
             files = sets[MIXED].files or []
@@ -369,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                     script=fs.script,
                     server_cpus=args.server_cpus if case.workers == 1 else args.multi_server_cpus,
                 )
-                start = partial(start_server, ctx, tools)
+                start = partial(start_server, ctx, tools, tls=tls if fs.scheme == "https" else None)
                 before = partial(_evict, fs.files) if fs.files else None
                 for contender in rotated(names, rnd):
                     for attempt in range(args.retries + 1):
@@ -381,8 +435,10 @@ def main(argv: list[str] | None = None) -> int:
                             fs.path,
                             round(fs.size),
                             rnd,
+                            fs.scheme,
                             case=case.label,
                             before_run=before,
+                            probe=fs.probe,
                         )
                         samples.append(s)
                         noisy = (
@@ -406,6 +462,28 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(samples, args.contenders, labels, key="case")
     rat = ratios(samples, args.contenders, labels)
     pairs = pair_ratios(samples, args.contenders, labels)
+    probe_rat = probe_ratios(samples, args.contenders, labels)
+    probe_info = (
+        {
+            "path": "/" + HOT_NAME,
+            "bytes": HOT_SIZE,
+            "interval_ms": PROBE_INTERVAL_MS,
+            "cpus": args.client_cpus,
+            "program": PROBE_PROGRAM,
+            "load": f"wrk on the {MIXED} set ({args.mixed_files} files), evicted before each measured run",
+        }
+        if PROBE in args.sets
+        else None
+    )
+    tls_info = (
+        {
+            "contenders": list(TLS_CONTENDERS),
+            "certificate": "self-signed (tls_static.make_cert)",
+            "python_openssl": ssl.OPENSSL_VERSION,
+        }
+        if any(label in TLS_SETS for label in args.sets)
+        else None
+    )
     text = report(
         summary,
         rat,
@@ -416,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         mixed=mixed_info,
         pairs=pairs,
         cpu_model=machine.get("cpu_model"),
+        probe=probe_info,
+        probe_rat=probe_rat,
+        tls=tls_info,
     )
     text += f"\n\n({len(samples)} trials in {elapsed:.0f} s)"
 
@@ -452,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
             "aiohttp_static_server": AIOHTTP_APP_SOURCE,
             "plugin_app_server": AIOHTTP_APP_SOURCE,
             "nginx_conf": NGINX_CONF,
+            "nginx_tls": NGINX_TLS,
+            "probe": probe_info,
+            "tls": tls_info,
             "asgi_commands": {
                 name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
                 for name in args.contenders
@@ -468,11 +552,14 @@ def main(argv: list[str] | None = None) -> int:
             "latency_*_ms": "wrk latency distribution, milliseconds",
             "server_cpu_*": "server process tree utime+stime (/proc/PID/stat) over the wrk run",
             "other_load_cpus": "whole-machine busy CPU (/proc/stat) not from the server or wrk, / wall time",
+            "probe_*_ms": "the hot-file probe's requests that started in wrk's window: first byte sent "
+            "to last body byte, milliseconds",
         },
         "machine": machine,
         "summary": summary,
         "ratios": rat,
         "pair_ratios": pairs,
+        "probe_ratios": probe_rat,
     }
     return finish_samples(text, document, Sample, samples, args.json, log)
 

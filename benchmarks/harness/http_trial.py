@@ -8,7 +8,10 @@ machine's, check the GET again and stop the server. Each benchmark says how to
 start its contenders and writes its own report from :func:`summarize`.
 ``Context.script`` makes wrk pick the paths (a Lua script), and ``before_run``
 prepares the measured run after the warm-up (the mixed set evicts its files
-there, so every trial starts from a cold page cache).
+there, so every trial starts from a cold page cache). With a ``probe``
+(``benchmarks.harness.probe``), another client GETs a hot file every 10 ms
+during the measured run, in its own process on the client CPUs, and the
+sample gets that client's latencies (``probe_*``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from benchmarks.harness import GB, MB, TrialError
 from benchmarks.harness.measure import host_cpu, other_load, tree_cpu
+from benchmarks.harness.probe import Probe, ProbeSpec, probe_stats
 from benchmarks.harness.report import median_min_max
 from benchmarks.harness.servers import Server, log_tail, stop_server
 from benchmarks.harness.wrk import parse_wrk, run_wrk, wrk_command
@@ -138,6 +142,16 @@ class Sample:
     server_exit: int | None = None  # exit status after the clean stop (None: had to be killed)
     cache_resident_pages: int | None = None  # before_run's eviction: pages still cached (-1: unknown)
     cache_pages: int | None = None  # ... out of the set's pages
+    # The hot-file probe (a trial with a ProbeSpec): its requests that started in wrk's window.
+    probe_requests: int | None = None
+    probe_p50_ms: float | None = None
+    probe_p99_ms: float | None = None
+    probe_max_ms: float | None = None
+    probe_errors: int | None = None  # failed requests (each followed by a new connection)
+    probe_reconnects: int | None = None  # requests that had to connect first (server closed, or an error)
+    probe_late_ticks: int | None = None  # 10 ms ticks skipped because a request was still running
+    probe_cpu_s: float | None = None  # the probe process's CPU (not counted as other load)
+    probe_first_errors: list[str] | None = None
     wrk_output: str | None = None
 
 
@@ -153,11 +167,13 @@ def run_trial(
     *,
     case: str | None = None,
     before_run: Callable[[Sample], None] | None = None,
+    probe: ProbeSpec | None = None,
 ) -> Sample:
     """One trial of ``contender`` (started by ``start(contender)``) serving file ``name`` over ``scheme``.
 
     ``size``: the body bytes per request (the mean size when a script picks among files).
     ``before_run(sample)`` runs after the warm-up, right before the measured run; it may raise TrialError.
+    ``probe``: run the hot-file probe (plain HTTP) beside the measured wrk run, on ``ctx.client_cpus``.
     """
     sample = Sample(
         contender=contender,
@@ -169,14 +185,19 @@ def run_trial(
         workers=ctx.workers,
     )
     server: Server | None = None
+    running: Probe | None = None
     try:
         server = start(contender)
         sample.server_pids = server.pids
         url = f"{scheme}://127.0.0.1:{server.port}/{name}"
         verify(url, ctx.bodies[name])
+        if probe is not None:
+            verify(f"{scheme}://127.0.0.1:{server.port}/{probe.path}", ctx.bodies[probe.path])
         run_wrk(ctx.wrk_command(url, WARMUP_S), WARMUP_S)
         if before_run is not None:
             before_run(sample)
+        if probe is not None:
+            running = Probe(probe, server.port, ctx.client_cpus)
         u0, h0 = tree_cpu(server.pids), host_cpu()
         c0, s0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
@@ -185,6 +206,12 @@ def run_trial(
         c1, s1 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
         u1, h1 = tree_cpu(server.pids), host_cpu()
         sample.wrk_output = text
+        if running is not None:
+            result, running = running.finish(), None
+            for key, value in probe_stats(result, t0, t1).items():
+                setattr(sample, key, value)
+            if not sample.probe_requests:
+                raise TrialError(f"the hot-file probe completed no request: {result['first_errors']}")
         if server.proc.poll() is not None:
             raise TrialError(f"{contender} died during the wrk run (status {server.proc.returncode})")
         verify(url, ctx.bodies[name])
@@ -193,6 +220,8 @@ def run_trial(
         sample.error = str(exc) + (log_tail(server) if server else "")
         return sample
     finally:
+        if running is not None:
+            running.kill()
         if server is not None:
             sample.server_exit = stop_server(server)
 
@@ -220,7 +249,7 @@ def run_trial(
     sample.wrk_cpus_busy = wrk_cpu / sample.wall_s
     if not math.isnan(h0[0]):
         sample.host_busy_s, sample.host_steal_s = h1[0] - h0[0], h1[1] - h0[1]
-        sample.other_cpu_s = sample.host_busy_s - cpu - wrk_cpu - self_cpu
+        sample.other_cpu_s = sample.host_busy_s - cpu - wrk_cpu - self_cpu - (sample.probe_cpu_s or 0.0)
         sample.other_load_cpus = other_load(sample.other_cpu_s, sample.wall_s)
     sample.ok = True
     return sample
@@ -239,6 +268,21 @@ def progress_line(s: Sample) -> str:
         msg += f"  other load {s.other_load_cpus:.2f}"
     if s.cache_pages:
         msg += f"  evicted ({s.cache_resident_pages} of {s.cache_pages} pages left)"
+    if s.probe_requests:
+        msg += (
+            f"  probe p50 {s.probe_p50_ms:.2f} p99 {s.probe_p99_ms:.2f} max {s.probe_max_ms:.2f} ms"
+            f" ({s.probe_requests} GETs"
+            + "".join(
+                f", {n} {what}"
+                for n, what in (
+                    (s.probe_errors, "errors"),
+                    (s.probe_reconnects, "reconnects"),
+                    (s.probe_late_ticks, "late ticks"),
+                )
+                if n
+            )
+            + ")"
+        )
     if s.socket_errors and any(s.socket_errors.values()):
         msg += f"  socket errors {s.socket_errors}"
     if s.server_exit not in (0, None):
@@ -274,6 +318,9 @@ def summarize(
                 "discarded": sum(s.discarded for s in every),
                 "errors": [s.error for s in mine if not s.ok],
                 "socket_errors_total": sum(sum((s.socket_errors or {}).values()) for s in ok),
+                "probe_errors_total": sum(s.probe_errors or 0 for s in ok),
+                "probe_reconnects_total": sum(s.probe_reconnects or 0 for s in ok),
+                "probe_late_ticks_total": sum(s.probe_late_ticks or 0 for s in ok),
                 "unclean_server_exits": sum(s.server_exit != 0 for s in mine),
             }
             for figure in (
@@ -287,6 +334,10 @@ def summarize(
                 "server_cpus_busy",
                 "wrk_cpus_busy",
                 "other_load_cpus",
+                "probe_p50_ms",
+                "probe_p99_ms",
+                "probe_max_ms",
+                "probe_requests",
             ):
                 vals = _values(ok, figure)
                 if vals:
