@@ -55,6 +55,7 @@ from benchmarks.harness.senders import (
     Sender,
     send_aiosendfile,
 )
+from benchmarks.harness.servers import cpu_list, pin_threads, pinned
 
 BASELINE = "aiosendfile-uvloop"  # summarize's ratio_vs_<BASELINE>
 READ_BUFFER = MiB
@@ -176,14 +177,19 @@ def _server_process(conn: Connection, contender: str, path: str, opts: Options) 
     """Child-process entry point: serve one connection, send back the measurements."""
 
     def serve() -> dict[str, Any]:
+        if opts.server_cpus:
+            pin_threads(opts.server_cpus)
         if opts.netns:
             from benchmarks.harness.netns import setns
 
             setns(f"/run/netns/{opts.netns}")
         try:
             if contender in THREADS:
-                return _serve_thread(conn, path, opts, copy=contender == THREAD_COPY)
-            return _serve_loop(conn, contender, path, opts)
+                result = _serve_thread(conn, path, opts, copy=contender == THREAD_COPY)
+            else:
+                result = _serve_loop(conn, contender, path, opts)
+            result["cpus"] = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            return result
         finally:
             if opts.unix_path:
                 with contextlib.suppress(OSError):
@@ -218,6 +224,7 @@ def _read_all(
 ) -> dict[str, Any]:
     """Send the "go" byte, then recv_into until EOF; time the first and the size-th byte."""
     view = memoryview(bytearray(READ_BUFFER))
+    cpus = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     with _connect(host, port, timeout, unix_path) as sock:
         recv_into = sock.recv_into
         clock = time.perf_counter
@@ -259,7 +266,14 @@ def _read_all(
         "host_user_s": s1[0] - s0[0],
         "host_sys_s": s1[1] - s0[1],
         "host_softirq_s": s1[2] - s0[2],
+        "cpus": cpus,
     }
+
+
+def _read_pinned(port: int, opts: Options, window: PerfWindow | None) -> dict[str, Any]:
+    """``_read_all`` with this thread on ``opts.client_cpus`` (if given) for the read only."""
+    with pinned(opts.client_cpus):
+        return _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path)
 
 
 @dataclass
@@ -317,6 +331,10 @@ class Sample:
     network: str = "loopback"  # "loopback", "veth" or "unix"
     copy_chunk: int | None = None  # the read size of the copy rows
     server_pid: int | None = None
+    # The CPUs each side could run on during the trial (``taskset -c`` lists; --server-cpus and
+    # --client-cpus, or every CPU unpinned), as the server process and the reader's thread saw them.
+    server_cpus: str | None = None
+    reader_cpus: str | None = None
     perf_output: str | None = None  # --perf: this trial's perf output file
 
 
@@ -384,7 +402,7 @@ def _run_trial(
                 parent,
                 proc,
                 opts.timeout,
-                lambda: _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path),
+                lambda: _read_pinned(port, opts, window),
             )
         except TrialError as exc:
             sample.error = str(exc)
@@ -424,6 +442,7 @@ def _run_trial(
     sample.zero_copy_waits = srv.get("zero_copy_waits")
     sample.zero_copy_cold = srv.get("zero_copy_cold")
     sample.loop = srv.get("loop")
+    sample.server_cpus, sample.reader_cpus = srv.get("cpus"), rd.get("cpus")
     if "loop_busy" in srv:
         busy, idle = srv["loop_busy"], srv["loop_idle"]
         sample.loop_ticks = busy["ticks"]
@@ -570,6 +589,8 @@ def summarize(
                 "other_load_cpus_median": median_or_none(other_loads(ok)),
                 "other_load_cpus_max": max(other_loads(ok), default=None),
                 "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
+                "server_cpus": sorted({s.server_cpus for s in ok if s.server_cpus is not None}),
+                "reader_cpus": sorted({s.reader_cpus for s in ok if s.reader_cpus is not None}),
             }
             for counter in ("calls", "eagain", "waits", "cold"):  # aiosendfile._platform.counters
                 if got := _values(ok, "zero_copy_" + counter):
