@@ -21,6 +21,7 @@ Run from the repository root::
     python -m benchmarks.raw_transfer --size 512 --rounds 7 --json /tmp/out.json
     python -m benchmarks.raw_transfer --network both --copy-chunk 65536,262144   # as root
     python -m benchmarks.raw_transfer --no-pin  # let the scheduler place server and reader
+    python -m benchmarks.raw_transfer --congestion cubic  # the server socket's TCP congestion control
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def placement(opts: Options) -> str:
 def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over: str | None = None) -> str:
     """The tables; *over* names the network(s) in the title (default: ``network(opts)``)."""
     main_rows, detail_rows = [], []
+    algorithms = sorted({a for row in summary.values() for a in row.get("congestion", [])})
     for name, row in summary.items():
         if not row["ok"]:
             main_rows.append(
@@ -137,7 +139,8 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
     out = [
         f"raw_transfer: {opts.size // MiB} MiB over {over or network(opts)}, {rounds} interleaved rounds "
         f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
-        f"CPU: {cpu_model() or 'unknown'} ({os.cpu_count()} CPUs); {placement(opts)}",
+        f"CPU: {cpu_model() or 'unknown'} ({os.cpu_count()} CPUs); {placement(opts)}"
+        + (f"; TCP congestion control {'/'.join(algorithms)}" if algorithms else ""),
         "",
         table(
             [
@@ -222,6 +225,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--no-pin", action="store_true", help="no pinning: let the scheduler place the server and the reader"
     )
+    p.add_argument(
+        "--congestion",
+        default=None,
+        metavar="NAME",
+        help="TCP congestion control of the server's socket, e.g. cubic (default: the machine's, "
+        "net.ipv4.tcp_congestion_control; with bbr and no fq qdisc TCP paces itself, loopback included)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="per-trial timeout, seconds")
     p.add_argument(
         "--veth-mtu",
@@ -291,6 +301,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 p.error(f"{flag}: not a CPU list (e.g. 0, 0,2 or 0-3): {cpus!r}")
             if not wanted <= allowed:
                 p.error(f"{flag} {cpus}: this process may only use CPUs {sorted(allowed)}")
+    if args.congestion is not None:
+        with contextlib.suppress(OSError):
+            known = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+            if args.congestion not in known:
+                p.error(
+                    f"--congestion: {args.congestion!r} is not one of {', '.join(known)} (modprobe tcp_NAME?)"
+                )
     if args.network == "both":
         args.network = "loopback,veth"
     if args.network != "auto":
@@ -406,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.timeout,
         server_cpus=args.server_cpus,
         client_cpus=args.client_cpus,
+        congestion=args.congestion,
     )
     ctx = multiprocessing.get_context("spawn")
     log = sys.stderr
@@ -455,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             "labels": labels,
             "server_cpus": args.server_cpus,  # None: unpinned (--no-pin)
             "client_cpus": args.client_cpus,
+            "congestion": args.congestion,  # None: each socket's default (samples[].congestion says which)
             "max_chunk": base.max_chunk,
             "copy_chunk": base.copy_chunk,
             "copy_chunks": args.copy_chunks,

@@ -141,7 +141,13 @@ def machine_info() -> dict[str, Any]:
     import aiosendfile
 
     sysctls = {}
-    for name in ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem", "net/core/wmem_max", "net/core/rmem_max"):
+    for name in (
+        "net/ipv4/tcp_wmem",
+        "net/ipv4/tcp_rmem",
+        "net/core/wmem_max",
+        "net/core/rmem_max",
+        "net/ipv4/tcp_congestion_control",
+    ):
         with contextlib.suppress(OSError):
             sysctls[name.replace("/", ".")] = Path("/proc/sys", name).read_text().split()
     git = None

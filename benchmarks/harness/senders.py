@@ -43,6 +43,8 @@ class Options:
     # there (None: wherever the scheduler puts them)
     server_cpus: str | None = None
     client_cpus: str | None = None
+    # TCP congestion control of the server's socket, set before the "go" (None: the machine's default)
+    congestion: str | None = None
 
 
 Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]

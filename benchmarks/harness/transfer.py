@@ -66,6 +66,16 @@ READ_BUFFER = MiB
 # ---------------------------------------------------------------------------
 
 
+def _congestion(sock: Any, opts: Options) -> str | None:
+    """Give the server's TCP socket ``opts.congestion`` (if any); return the algorithm it now uses."""
+    if sock is None or opts.unix_path or not hasattr(socket, "TCP_CONGESTION"):
+        return None
+    if opts.congestion:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, opts.congestion.encode())
+    name: bytes = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    return name.rstrip(b"\0").decode()
+
+
 async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Options) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     ticker = LoopTicker()
@@ -73,6 +83,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            congestion = _congestion(writer.get_extra_info("socket"), opts)
             await reader.readexactly(1)  # the reader's "go"
             counters = zero_copy_counters()
             if counters is not None:
@@ -83,6 +94,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
             writer.close()
             await writer.wait_closed()  # everything is in the kernel; the socket is closed
             result = measured(start, usage(), sent)
+            result["congestion"] = congestion
             if counters is not None:
                 result["zero_copy_calls"], result["zero_copy_bytes"] = counters.calls, counters.bytes
                 result["zero_copy_eagain"], result["zero_copy_waits"] = counters.eagain, counters.waits
@@ -138,6 +150,7 @@ def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False
         listener.settimeout(opts.timeout)
         sock, _ = listener.accept()
         sock.settimeout(None)  # blocking
+        congestion = _congestion(sock, opts)
         sent = 0
         errors: list[BaseException] = []
 
@@ -170,7 +183,7 @@ def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False
         end = usage()  # after close, as for the loop contenders
         if errors:
             raise errors[0]
-        return measured(start, end, sent)
+        return {**measured(start, end, sent), "congestion": congestion}
 
 
 def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
@@ -335,6 +348,7 @@ class Sample:
     # --client-cpus, or every CPU unpinned), as the server process and the reader's thread saw them.
     server_cpus: str | None = None
     reader_cpus: str | None = None
+    congestion: str | None = None  # the server socket's TCP congestion control (None: a Unix socket)
     perf_output: str | None = None  # --perf: this trial's perf output file
 
 
@@ -443,6 +457,7 @@ def _run_trial(
     sample.zero_copy_cold = srv.get("zero_copy_cold")
     sample.loop = srv.get("loop")
     sample.server_cpus, sample.reader_cpus = srv.get("cpus"), rd.get("cpus")
+    sample.congestion = srv.get("congestion")
     if "loop_busy" in srv:
         busy, idle = srv["loop_busy"], srv["loop_idle"]
         sample.loop_ticks = busy["ticks"]
@@ -591,6 +606,7 @@ def summarize(
                 "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
                 "server_cpus": sorted({s.server_cpus for s in ok if s.server_cpus is not None}),
                 "reader_cpus": sorted({s.reader_cpus for s in ok if s.reader_cpus is not None}),
+                "congestion": sorted({s.congestion for s in ok if s.congestion is not None}),
             }
             for counter in ("calls", "eagain", "waits", "cold"):  # aiosendfile._platform.counters
                 if got := _values(ok, "zero_copy_" + counter):
