@@ -8,7 +8,9 @@ all alike. The network is loopback TCP, or (``--network veth``, root only) TCP
 across a veth pair between two network namespaces made for the run and removed
 after it (``benchmarks/harness/netns.py``), or (``--network unix``) a Unix stream
 socket; ``--network loopback,veth,unix`` (``both`` = ``loopback,veth``)
-interleaves every contender over each. The trial itself is the harness's
+interleaves every contender over each. The server process runs on CPU 0 and the
+reader on CPU 1 (``--server-cpus``, ``--client-cpus``; ``--no-pin`` lets the
+scheduler place both). The trial itself is the harness's
 (``benchmarks/harness/transfer.py``); this module is its contenders, networks,
 report and command line. See ``benchmarks/README.md`` for what each number means.
 
@@ -18,6 +20,8 @@ Run from the repository root::
     python -m benchmarks.raw_transfer --quick   # 256 MiB, 3 rounds
     python -m benchmarks.raw_transfer --size 512 --rounds 7 --json /tmp/out.json
     python -m benchmarks.raw_transfer --network both --copy-chunk 65536,262144   # as root
+    python -m benchmarks.raw_transfer --no-pin  # let the scheduler place server and reader
+    python -m benchmarks.raw_transfer --congestion cubic  # the server socket's TCP congestion control
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from benchmarks.harness.cli import comma_list
 from benchmarks.harness.files import make_file, warm
 from benchmarks.harness.measure import IDLE_S, TICK_S, PerfSpec
 from benchmarks.harness.report import (
+    cpu_model,
     document_head,
     finish_samples,
     machine_info,
@@ -48,6 +53,7 @@ from benchmarks.harness.report import (
     table,
 )
 from benchmarks.harness.senders import COPY_ROWS, SENDERS, THREADS, Options, unavailable
+from benchmarks.harness.servers import cpu_set
 from benchmarks.harness.transfer import (
     BASELINE,
     READ_BUFFER,
@@ -82,13 +88,25 @@ def network(opts: Options) -> str:
     return f"veth ({opts.host}, server netns {opts.netns}) TCP" if opts.netns else "loopback TCP"
 
 
+def placement(opts: Options) -> str:
+    """Where the server and the reader ran, for the report's title."""
+
+    def on(cpus: str | None) -> str:
+        return f"CPU{'s' if len(cpu_set(cpus)) > 1 else ''} {cpus}" if cpus else "unpinned"
+
+    if not (opts.server_cpus or opts.client_cpus):
+        return "server and reader unpinned"
+    return f"server on {on(opts.server_cpus)}, reader on {on(opts.client_cpus)}"
+
+
 def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over: str | None = None) -> str:
     """The tables; *over* names the network(s) in the title (default: ``network(opts)``)."""
     main_rows, detail_rows = [], []
+    algorithms = sorted({a for row in summary.values() for a in row.get("congestion", [])})
     for name, row in summary.items():
         if not row["ok"]:
             main_rows.append(
-                [name, f"ERROR ({len(row['errors'])}/{row['runs']} runs failed)", "", "", "", ""]
+                [name, f"ERROR ({len(row['errors'])}/{row['runs']} runs failed)", "", "", "", "", ""]
             )
             continue
         ratio = row.get("ratio_vs_" + BASELINE)
@@ -99,6 +117,7 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
                 f"{row['mb_per_s_median']:.0f} [{row['mb_per_s_min']:.0f}-{row['mb_per_s_max']:.0f}]",
                 f"{row['cpu_user_s_per_gb_median']:.3f}+{row['cpu_sys_s_per_gb_median']:.3f}"
                 f" = {row['cpu_total_s_per_gb_median']:.3f}",
+                "n/a" if (h := row.get("host_cpu_s_per_gb_median")) is None else f"{h:.3f}",
                 ms(row["loop_delay_worst_ms"]),
                 ms(row["loop_delay_p99_ms_median"]),
                 "n/a" if ratio is None else f"{ratio:.2f}x",
@@ -112,7 +131,6 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
                 f"{row['ttfb_ms_median']:.2f}",
                 f"{row['cpu_process_time_s_per_gb_median']:.3f}",
                 f"{row['reader_cpu_s_per_gb_median']:.3f}",
-                "n/a" if (h := row.get("host_cpu_s_per_gb_median")) is None else f"{h:.3f}",
                 ms(row["idle_delay_p99_ms_median"]),
                 ms(row["other_load_cpus_median"]),
                 "n/a" if not zc else ("all" if zc == [opts.size] else "MISMATCH " + ",".join(map(str, zc))),
@@ -121,12 +139,15 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
     out = [
         f"raw_transfer: {opts.size // MiB} MiB over {over or network(opts)}, {rounds} interleaved rounds "
         f"(medians [min-max]; MB = 10^6 bytes, GB = 10^9 bytes)",
+        f"CPU: {cpu_model() or 'unknown'} ({os.cpu_count()} CPUs); {placement(opts)}"
+        + (f"; TCP congestion control {'/'.join(algorithms)}" if algorithms else ""),
         "",
         table(
             [
                 "contender",
                 "MB/s median [min-max]",
-                "CPU s/GB user+sys",
+                "server CPU s/GB user+sys",
+                "machine CPU s/GB",
                 "loop delay worst ms",
                 "p99 ms",
                 f"vs {BASELINE}",
@@ -134,9 +155,11 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
             main_rows,
         ),
         "",
-        "MB/s: reader side, 'go' byte sent -> last byte received. CPU: server process (all threads),",
-        "RUSAGE_SELF from 'go' seen to send + drain + close done. Loop delay: 1 ms sleep ticker on the",
-        "server loop during the transfer; worst over all rounds, p99 = median of per-round p99s.",
+        "MB/s: reader side, 'go' byte sent -> last byte received. Server CPU: the server process (all",
+        "threads), RUSAGE_SELF from 'go' seen to send + drain + close done. Machine CPU: every CPU's busy",
+        "time (/proc/stat: server, reader, softirq, anyone else) over the reader's window. Loop delay:",
+        "1 ms sleep ticker on the server loop during the transfer; worst over all rounds, p99 = median",
+        "of per-round p99s.",
     ]
     if detail_rows:
         out += [
@@ -148,7 +171,6 @@ def report(summary: dict[str, dict[str, Any]], opts: Options, rounds: int, over:
                     "ttfb ms",
                     "CPU s/GB process_time",
                     "reader CPU s/GB",
-                    "machine CPU s/GB",
                     "idle-loop p99 ms",
                     "other load CPUs",
                     "zero-copy bytes",
@@ -195,6 +217,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "made for the run and removed after it (root only); unix: a Unix stream socket; a comma-separated "
         "list (both = loopback,veth) runs every contender over each, interleaved in the same rounds; "
         "auto: veth when it can be made, else loopback",
+    )
+    p.add_argument(
+        "--server-cpus", default="0", help="taskset -c CPU list for the server process (default 0)"
+    )
+    p.add_argument("--client-cpus", default="1", help="taskset -c CPU list for the reader (default 1)")
+    p.add_argument(
+        "--no-pin", action="store_true", help="no pinning: let the scheduler place the server and the reader"
+    )
+    p.add_argument(
+        "--congestion",
+        default=None,
+        metavar="NAME",
+        help="TCP congestion control of the server's socket, e.g. cubic (default: the machine's, "
+        "net.ipv4.tcp_congestion_control; with bbr and no fq qdisc TCP paces itself, loopback included)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="per-trial timeout, seconds")
     p.add_argument(
@@ -251,6 +287,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if not perf_args or perf_args[0] not in ("stat", "record"):
             p.error("--perf: ARGS must start with `stat` or `record`")
         args.perf_spec = PerfSpec(perf_args, args.perf_dir, args.perf_scope)
+    if args.no_pin:
+        args.server_cpus = args.client_cpus = None
+    elif not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        print("raw_transfer: fewer than 2 CPUs to pin to: running unpinned", file=sys.stderr)
+        args.server_cpus = args.client_cpus = None
+    else:
+        allowed = os.sched_getaffinity(0)
+        for flag, cpus in (("--server-cpus", args.server_cpus), ("--client-cpus", args.client_cpus)):
+            try:
+                wanted = cpu_set(cpus)
+            except ValueError:
+                p.error(f"{flag}: not a CPU list (e.g. 0, 0,2 or 0-3): {cpus!r}")
+            if not wanted <= allowed:
+                p.error(f"{flag} {cpus}: this process may only use CPUs {sorted(allowed)}")
+    if args.congestion is not None:
+        with contextlib.suppress(OSError):
+            known = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+            if args.congestion not in known:
+                p.error(
+                    f"--congestion: {args.congestion!r} is not one of {', '.join(known)} (modprobe tcp_NAME?)"
+                )
     if args.network == "both":
         args.network = "loopback,veth"
     if args.network != "auto":
@@ -364,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         max_chunk=args.max_chunk,
         copy_chunk=args.copy_chunks[0],
         timeout=args.timeout,
+        server_cpus=args.server_cpus,
+        client_cpus=args.client_cpus,
+        congestion=args.congestion,
     )
     ctx = multiprocessing.get_context("spawn")
     log = sys.stderr
@@ -411,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             "contenders": args.contenders,
             "skipped": args.skipped,  # contender -> why it could not run here
             "labels": labels,
+            "server_cpus": args.server_cpus,  # None: unpinned (--no-pin)
+            "client_cpus": args.client_cpus,
+            "congestion": args.congestion,  # None: each socket's default (samples[].congestion says which)
             "max_chunk": base.max_chunk,
             "copy_chunk": base.copy_chunk,
             "copy_chunks": args.copy_chunks,

@@ -127,18 +127,27 @@ def version(dist: str) -> str | None:
         return None
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), or None."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
 def machine_info() -> dict[str, Any]:
     """The CPU, kernel, Python, library versions, TCP buffer sysctls, git state and aiosendfile's sources."""
     import aiosendfile
 
-    cpu_model = None
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
     sysctls = {}
-    for name in ("net/ipv4/tcp_wmem", "net/ipv4/tcp_rmem", "net/core/wmem_max", "net/core/rmem_max"):
+    for name in (
+        "net/ipv4/tcp_wmem",
+        "net/ipv4/tcp_rmem",
+        "net/core/wmem_max",
+        "net/core/rmem_max",
+        "net/ipv4/tcp_congestion_control",
+    ):
         with contextlib.suppress(OSError):
             sysctls[name.replace("/", ".")] = Path("/proc/sys", name).read_text().split()
     git = None
@@ -159,7 +168,7 @@ def machine_info() -> dict[str, Any]:
         digest.update(src.name.encode() + b"\0" + src.read_bytes())
     return {
         "uname": platform.uname()._asdict(),
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_model(),
         "nproc": os.cpu_count(),
         "nproc_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "python": sys.version,

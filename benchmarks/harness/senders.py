@@ -39,6 +39,12 @@ class Options:
     netns: str | None = None  # the server process enters this network namespace first (veth mode)
     unix_path: str | None = None  # a Unix stream socket instead of TCP (unix mode)
     client_netns: str | None = None  # the reader (this process's trial thread) enters this one (veth mode)
+    # ``taskset -c`` lists: the server process (all its threads) and the reader's trial thread run
+    # there (None: wherever the scheduler puts them)
+    server_cpus: str | None = None
+    client_cpus: str | None = None
+    # TCP congestion control of the server's socket, set before the "go" (None: the machine's default)
+    congestion: str | None = None
 
 
 Sender = Callable[[asyncio.StreamWriter, IO[bytes], Options], Awaitable[int]]

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,12 +33,16 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "Server",
     "can_pin",
+    "cpu_list",
+    "cpu_set",
     "ensure_caddy",
     "ensure_tools",
     "find_nginx",
     "free_port",
     "log_tail",
     "pin_prefix",
+    "pin_threads",
+    "pinned",
     "raise_nofile",
     "repo_env",
     "start_server",
@@ -149,6 +154,59 @@ def pin_prefix(cpus: str | None) -> list[str]:
 def can_pin() -> bool:
     """Whether servers and wrk can be pinned apart: ``taskset`` is there and this process may use 2+ CPUs."""
     return shutil.which("taskset") is not None and len(os.sched_getaffinity(0)) >= 2
+
+
+def cpu_set(cpus: str) -> set[int]:
+    """The CPUs of a ``taskset -c`` list such as ``0``, ``0,2`` or ``0-3,6``; ValueError if malformed."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if first < 0 or last < first:
+            raise ValueError(f"not a CPU list: {cpus!r}")
+        out.update(range(first, last + 1))
+    return out
+
+
+def pin_threads(cpus: str) -> None:
+    """``taskset -c CPUS -p`` for this process from inside it: every thread it has now, and so the
+    threads they start (for a ``multiprocessing`` child, which no ``pin_prefix`` can reach)."""
+    wanted = cpu_set(cpus)
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(tid, wanted)
+
+
+@contextlib.contextmanager
+def pinned(cpus: str | None) -> Iterator[None]:
+    """Run the block with this thread on *cpus* (a ``taskset -c`` list), then put its affinity back.
+
+    Nothing happens without *cpus*.
+    """
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpu_set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def cpu_list(cpus: set[int]) -> str:
+    """``cpu_set``'s inverse, runs folded: {0, 1, 2, 5} -> ``0-2,5``."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def free_port() -> int:

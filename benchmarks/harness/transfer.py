@@ -55,6 +55,7 @@ from benchmarks.harness.senders import (
     Sender,
     send_aiosendfile,
 )
+from benchmarks.harness.servers import cpu_list, pin_threads, pinned
 
 BASELINE = "aiosendfile-uvloop"  # summarize's ratio_vs_<BASELINE>
 READ_BUFFER = MiB
@@ -65,6 +66,16 @@ READ_BUFFER = MiB
 # ---------------------------------------------------------------------------
 
 
+def _congestion(sock: Any, opts: Options) -> str | None:
+    """Give the server's TCP socket ``opts.congestion`` (if any); return the algorithm it now uses."""
+    if sock is None or opts.unix_path or not hasattr(socket, "TCP_CONGESTION"):
+        return None
+    if opts.congestion:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, opts.congestion.encode())
+    name: bytes = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+    return name.rstrip(b"\0").decode()
+
+
 async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Options) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     ticker = LoopTicker()
@@ -72,6 +83,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            congestion = _congestion(writer.get_extra_info("socket"), opts)
             await reader.readexactly(1)  # the reader's "go"
             counters = zero_copy_counters()
             if counters is not None:
@@ -82,6 +94,7 @@ async def _serve_async(conn: Connection, send: Sender, f: IO[bytes], opts: Optio
             writer.close()
             await writer.wait_closed()  # everything is in the kernel; the socket is closed
             result = measured(start, usage(), sent)
+            result["congestion"] = congestion
             if counters is not None:
                 result["zero_copy_calls"], result["zero_copy_bytes"] = counters.calls, counters.bytes
                 result["zero_copy_eagain"], result["zero_copy_waits"] = counters.eagain, counters.waits
@@ -137,6 +150,7 @@ def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False
         listener.settimeout(opts.timeout)
         sock, _ = listener.accept()
         sock.settimeout(None)  # blocking
+        congestion = _congestion(sock, opts)
         sent = 0
         errors: list[BaseException] = []
 
@@ -169,21 +183,26 @@ def _serve_thread(conn: Connection, path: str, opts: Options, copy: bool = False
         end = usage()  # after close, as for the loop contenders
         if errors:
             raise errors[0]
-        return measured(start, end, sent)
+        return {**measured(start, end, sent), "congestion": congestion}
 
 
 def _server_process(conn: Connection, contender: str, path: str, opts: Options) -> None:
     """Child-process entry point: serve one connection, send back the measurements."""
 
     def serve() -> dict[str, Any]:
+        if opts.server_cpus:
+            pin_threads(opts.server_cpus)
         if opts.netns:
             from benchmarks.harness.netns import setns
 
             setns(f"/run/netns/{opts.netns}")
         try:
             if contender in THREADS:
-                return _serve_thread(conn, path, opts, copy=contender == THREAD_COPY)
-            return _serve_loop(conn, contender, path, opts)
+                result = _serve_thread(conn, path, opts, copy=contender == THREAD_COPY)
+            else:
+                result = _serve_loop(conn, contender, path, opts)
+            result["cpus"] = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            return result
         finally:
             if opts.unix_path:
                 with contextlib.suppress(OSError):
@@ -218,6 +237,7 @@ def _read_all(
 ) -> dict[str, Any]:
     """Send the "go" byte, then recv_into until EOF; time the first and the size-th byte."""
     view = memoryview(bytearray(READ_BUFFER))
+    cpus = cpu_list(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     with _connect(host, port, timeout, unix_path) as sock:
         recv_into = sock.recv_into
         clock = time.perf_counter
@@ -259,7 +279,14 @@ def _read_all(
         "host_user_s": s1[0] - s0[0],
         "host_sys_s": s1[1] - s0[1],
         "host_softirq_s": s1[2] - s0[2],
+        "cpus": cpus,
     }
+
+
+def _read_pinned(port: int, opts: Options, window: PerfWindow | None) -> dict[str, Any]:
+    """``_read_all`` with this thread on ``opts.client_cpus`` (if given) for the read only."""
+    with pinned(opts.client_cpus):
+        return _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path)
 
 
 @dataclass
@@ -317,6 +344,11 @@ class Sample:
     network: str = "loopback"  # "loopback", "veth" or "unix"
     copy_chunk: int | None = None  # the read size of the copy rows
     server_pid: int | None = None
+    # The CPUs each side could run on during the trial (``taskset -c`` lists; --server-cpus and
+    # --client-cpus, or every CPU unpinned), as the server process and the reader's thread saw them.
+    server_cpus: str | None = None
+    reader_cpus: str | None = None
+    congestion: str | None = None  # the server socket's TCP congestion control (None: a Unix socket)
     perf_output: str | None = None  # --perf: this trial's perf output file
 
 
@@ -384,7 +416,7 @@ def _run_trial(
                 parent,
                 proc,
                 opts.timeout,
-                lambda: _read_all(port, opts.size, opts.timeout, opts.host, window, opts.unix_path),
+                lambda: _read_pinned(port, opts, window),
             )
         except TrialError as exc:
             sample.error = str(exc)
@@ -424,6 +456,8 @@ def _run_trial(
     sample.zero_copy_waits = srv.get("zero_copy_waits")
     sample.zero_copy_cold = srv.get("zero_copy_cold")
     sample.loop = srv.get("loop")
+    sample.server_cpus, sample.reader_cpus = srv.get("cpus"), rd.get("cpus")
+    sample.congestion = srv.get("congestion")
     if "loop_busy" in srv:
         busy, idle = srv["loop_busy"], srv["loop_idle"]
         sample.loop_ticks = busy["ticks"]
@@ -570,6 +604,9 @@ def summarize(
                 "other_load_cpus_median": median_or_none(other_loads(ok)),
                 "other_load_cpus_max": max(other_loads(ok), default=None),
                 "zero_copy_bytes": sorted({s.zero_copy_bytes for s in ok if s.zero_copy_bytes is not None}),
+                "server_cpus": sorted({s.server_cpus for s in ok if s.server_cpus is not None}),
+                "reader_cpus": sorted({s.reader_cpus for s in ok if s.reader_cpus is not None}),
+                "congestion": sorted({s.congestion for s in ok if s.congestion is not None}),
             }
             for counter in ("calls", "eagain", "waits", "cold"):  # aiosendfile._platform.counters
                 if got := _values(ok, "zero_copy_" + counter):
