@@ -295,6 +295,7 @@ class StaticFiles:
             entry = ans.entry
             if (
                 entry is not None
+                and status is None  # (not the 404 page: its 200 is not the answer for this path)
                 and ans.status == 200
                 and ans.encoding is None
                 and ans.path
