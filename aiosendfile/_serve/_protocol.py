@@ -55,10 +55,24 @@ from ._render import error_response, head_of
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
 
-__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "HttpProtocol")
+__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "HttpProtocol", "header_kinds")
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
 HOST, CORE, EXPECT, REFERER, AGENT, TE = 0, 1, 2, 3, 4, 5
+
+
+def header_kinds(logging: bool) -> dict[bytes, int]:
+    """The request headers a connection keeps (lowercase name → what for): the core's, ``Expect``,
+    ``Host``, ``Transfer-Encoding``, and with an access log ``Referer`` and ``User-Agent``."""
+    kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
+    kinds[b"expect"] = EXPECT
+    kinds[b"host"] = HOST
+    kinds[b"transfer-encoding"] = TE
+    if logging:
+        kinds[b"referer"] = REFERER
+        kinds[b"user-agent"] = AGENT
+    return kinds
+
 
 #: Parsed requests waiting behind a response in flight before reading pauses.
 MAX_PENDING = 16

@@ -2,10 +2,11 @@
 
 One :class:`Engine` per server holds what its connections share: the directory policy, the memo
 of plain answers (raw target path → :data:`Known`: the file's identity and path, the rendered
-head, and a small hot file's bytes; a bounded :class:`~aiosendfile._static._memo.Memo`), the set
-of paths decided
-in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline; any other in the cold pool),
-the clock of per-second tails, the access log and a timer. The timer ticks at each wall-clock
+head, whether the file is small; a bounded :class:`~aiosendfile._static._memo.Memo`), the set of
+paths decided in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline, as is a path
+whose lookup the kernel's caches hold; any other is looked up in the cold pool first), the clock
+of per-second tails, the access log and a timer. Connections come from its own accept loop
+(``_listener``). The timer ticks at each wall-clock
 second (more often when a timeout is shorter than 4 s): it re-renders the ``Date`` tails, flushes
 the access log and closes connections past their header, keep-alive or send timeout.
 """
@@ -27,11 +28,10 @@ from .._options import default_cold_executor
 from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
-from .._static._request import BytesHeaders
 from ._accesslog import AccessLog
 from ._date import Clock
 from ._listener import Listener
-from ._protocol import AGENT, CORE, EXPECT, HOST, REFERER, TE, HttpProtocol
+from ._protocol import HttpProtocol, header_kinds
 
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
 
@@ -79,14 +79,7 @@ class Engine:
         self.render_key = ("native", self.policy.precompressed)  # what the plain 200 head depends on
         self.clock = Clock()
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
-        wanted = dict.fromkeys(BytesHeaders.WANTED, CORE)
-        wanted[b"expect"] = EXPECT
-        wanted[b"host"] = HOST
-        wanted[b"transfer-encoding"] = TE
-        if self.log is not None:
-            wanted[b"referer"] = REFERER
-            wanted[b"user-agent"] = AGENT
-        self.wanted: dict[bytes, int] = wanted
+        self.wanted = header_kinds(self.log is not None)
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.memo: Memo[bytes, Known] = Memo(max_entries=MEMO_ENTRIES)
         self.recent = RecentPaths()
