@@ -953,3 +953,30 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
         if not engine()._engines[site.server].connections:
             break
     assert not engine()._engines[site.server].connections
+
+
+async def test_a_slow_reader_costs_one_probe_per_chunk(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page-cache probe runs once per 2 MiB chunk: the rest of a chunk the socket took only
+    part of is sent without probing again (a client with a small window made one probe per wakeup)."""
+    from aiosendfile._serve import _outlet
+
+    probes: list[int] = []
+
+    def is_cold(fd: int, position: int, size: int, *args: Any) -> bool:
+        probes.append(position)
+        return False
+
+    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (site.host, site.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        writer.write(get("/big.bin"))
+        a = await read_answer(reader)
+    finally:
+        await _close(writer)
+    assert a.body == (site.root / "big.bin").read_bytes()
+    assert probes == [0, _outlet.MAX_CHUNK]

@@ -20,7 +20,8 @@ call. The engine owns its connections, so none of that is needed per response:
   to be writable (``add_writer``); a full chunk (``MAX_CHUNK``) gives way to the other
   connections (``call_soon``) before the next.
 * **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer._is_cold``:
-  ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read). A cold chunk of up to ``READ_AHEAD_MAX`` bytes
+  ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read), once: the rest of a chunk the socket took only
+  part of is sent when the socket has room, without probing it again. A cold chunk of up to ``READ_AHEAD_MAX`` bytes
   is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts, nothing waits for it) and
   probed again from a timer, 1 ms later, then twice as long each time, ``COLD_WAITS`` times: no
   thread, so no hand-off of the GIL per cold file (h2o tries ``RWF_NOWAIT`` first for the same
@@ -135,6 +136,7 @@ class Transfer:
         "stopped",
         "timer",
         "waits",
+        "warm_to",
         "watching",
     )
 
@@ -161,6 +163,7 @@ class Transfer:
         self.stopped = False
         self.watching = False  # the duplicate is registered with the loop (add_writer)
         self.waits = 0  # timer waits so far for this chunk's pages
+        self.warm_to = 0  # the end of the chunk last probed warm (sent without a probe up to it)
         self.timer: asyncio.TimerHandle | None = None
 
     def stop(self) -> None:
@@ -192,13 +195,17 @@ class Transfer:
                     self._wait()
                     return
                 self.head = None
-            size = min(self.end - self.position, MAX_CHUNK)
-            if _is_cold(self.file_fd, self.position, size, _PROBE):
-                if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
-                    self._wait_for_pages(size)
-                else:
-                    self._to_pool(size)
-                return
+            if self.position < self.warm_to:  # the rest of a chunk the socket took only part of
+                size = self.warm_to - self.position  # (probed a moment ago: not probed again)
+            else:
+                size = min(self.end - self.position, MAX_CHUNK)
+                if _is_cold(self.file_fd, self.position, size, _PROBE):
+                    if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
+                        self._wait_for_pages(size)
+                    else:
+                        self._to_pool(size)
+                    return
+                self.warm_to = self.position + size
             n = sendfile_once(outlet.fd, self.file_fd, self.position, size)
         except BlockingIOError:
             self._wait()
