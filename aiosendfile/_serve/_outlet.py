@@ -25,9 +25,10 @@ call. The engine owns its connections, so none of that is needed per response:
   ``READ_AHEAD_MAX`` bytes is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts,
   nothing waits for it) and probed again from a timer, 1 ms later, then twice as long each time,
   ``COLD_WAITS`` times: no thread, so no hand-off of the GIL per cold file (h2o tries
-  ``RWF_NOWAIT`` first for the same reason). A larger chunk, or one still cold after the waits (a busy disk), is sent from the
-  cold-read pool, whose thread hands the result back with one ``call_soon_threadsafe``. The
-  duplicate stays open until that thread is done with it, whatever happens to the connection.
+  ``RWF_NOWAIT`` first for the same reason). A larger chunk, or one still cold after the waits
+  (a busy disk), is sent from the cold-read pool, whose thread hands the result back with one
+  ``call_soon_threadsafe``. The duplicate stays open until that thread is done with it, whatever
+  happens to the connection.
 * **Whole or aborted.** A file that ends early (``sendfile`` returns 0) or a send that fails
   ends the transfer with an error: the protocol aborts the connection, so a short body is never
   passed off as complete.
