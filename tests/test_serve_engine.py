@@ -18,6 +18,7 @@ import re
 import socket
 import ssl
 import struct
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -980,3 +981,53 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(site: Site, monkeypatch: 
         await _close(writer)
     assert a.body == (site.root / "big.bin").read_bytes()
     assert probes == [0, _outlet.MAX_CHUNK]
+
+
+async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold chunk's disk read blocks a pool thread, never the loop: while one client's big file
+    waits for the "disk" (a pool send held on an event), another client's small requests are all
+    answered; then the big file arrives whole."""
+    import threading
+
+    from aiosendfile._serve import _outlet
+
+    disk, in_pool = threading.Event(), threading.Event()
+    real_send = _outlet.sendfile_once
+    big = site.root / "big.bin"
+
+    def held_in_the_pool(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            in_pool.set()
+            disk.wait(20)  # the slow disk
+        return real_send(out_fd, in_fd, offset, count)
+
+    def cold_if_big(fd: int, *args: Any) -> bool:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(big)
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("needs /proc/self/fd to tell the files apart")
+    monkeypatch.setattr(_outlet, "sendfile_once", held_in_the_pool)
+    monkeypatch.setattr(_outlet, "_is_cold", cold_if_big)
+    cold_r, cold_w = await site.open()
+    hot_r, hot_w = await site.open()
+    try:
+        cold_w.write(get("/big.bin"))
+        for _ in range(2000):  # until a pool thread is in the "disk" read
+            if in_pool.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert in_pool.is_set()
+        small = (site.root / "small.txt").read_bytes()
+        for _ in range(20):
+            hot_w.write(get("/small.txt"))
+            assert (await read_answer(hot_r)).body == small
+        assert not disk.is_set()  # all answered while the big file waited for the disk
+        disk.set()
+        a = await read_answer(cold_r)
+        assert (a.status, a.body) == (200, big.read_bytes())
+    finally:
+        disk.set()
+        await _close(cold_w)
+        await _close(hot_w)
