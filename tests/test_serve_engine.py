@@ -1031,3 +1031,66 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
         disk.set()
         await _close(cold_w)
         await _close(hot_w)
+
+
+# -- the straight line for memoised files ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cut", ["whole", "part of the file", "part of the head", "nothing of the file"])
+async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
+    """A memoised file of one chunk, with the socket taking it whole, is sent with no transfer
+    object; when the socket takes only part of the head or the file (or nothing of the file), a
+    transfer goes on from exactly there. Byte-exact, the file closed (the fd guard), and the
+    access log counts every byte of the body."""
+    from aiosendfile._serve import _outlet
+
+    log = io.StringIO()
+    async with serving(tmp_path, access_log=log) as site:
+        body = pattern(300_000, seed=8)
+        (site.root / "mid.bin").write_bytes(body)
+        transfers: list[int] = []
+        real_transfer = _outlet.Transfer
+
+        def counting(*args: Any) -> Any:
+            transfers.append(1)
+            return real_transfer(*args)
+
+        reader, writer = await site.open()
+        try:
+            for _ in range(2):  # decided, then memoised (the connection's outlet made)
+                writer.write(get("/mid.bin"))
+                assert (await read_answer(reader)).body == body
+            from aiosendfile._serve import _protocol
+
+            monkeypatch.setattr(_protocol, "Transfer", counting)
+            outlet = next(iter(engine()._engines[site.server].connections)).outlet
+            real_sock, real_send = outlet.sock, _outlet.sendfile_once
+            calls: list[int] = []
+
+            class HalfHead:  # the socket takes half the head, once
+                def send(self, data: Any, flags: int = 0) -> int:
+                    outlet.sock = real_sock
+                    return real_sock.send(bytes(data[: len(data) // 2]), flags)
+
+            def partly(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+                calls.append(offset)
+                if len(calls) == 1 and cut == "part of the file":
+                    return real_send(out_fd, in_fd, offset, 1000)
+                if len(calls) == 1 and cut == "nothing of the file":
+                    raise BlockingIOError
+                return real_send(out_fd, in_fd, offset, count)
+
+            monkeypatch.setattr(_outlet, "sendfile_once", partly)
+            if cut == "part of the head":
+                outlet.sock = HalfHead()
+            writer.write(get("/mid.bin"))
+            a = await read_answer(reader)
+            assert a.body == body
+        finally:
+            await _close(writer)
+    assert len(transfers) == (0 if cut == "whole" else 1)
+    if cut == "part of the file":
+        assert calls[:2] == [0, 1000]
+    assert log.getvalue().splitlines()[-1].endswith(f'200 {len(body)} "-" "-"')

@@ -151,20 +151,22 @@ class Transfer:
         done: Done,
         on_progress: Callable[[], None],
         release: Callable[[], None],
+        sent: int = 0,
+        warm_to: int = 0,
     ) -> None:
         self.outlet = outlet
         self.head = memoryview(head) if head else None
         self.file_fd = file_fd
         self.position = start
         self.end = start + length
-        self.sent = 0
+        self.sent = sent  # file bytes already sent by the caller (the rest starts at *start*)
         self.done = done
         self.on_progress = on_progress
         self.release: Callable[[], None] | None = release
         self.stopped = False
         self.watching = False  # the duplicate is registered with the loop (add_writer)
         self.waits = 0  # timer waits so far for this chunk's pages
-        self.warm_to = 0  # the end of the chunk last probed warm (sent without a probe up to it)
+        self.warm_to = warm_to  # the end of the chunk last probed warm (sent without a probe up to it)
         self.timer: asyncio.TimerHandle | None = None
 
     def stop(self) -> None:

@@ -48,8 +48,9 @@ from .._static._fs import POOL_FS, DecideInPool
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
+from . import _outlet
 from ._date import CLOSE, KEEP10, KEEP11
-from ._outlet import Outlet, Transfer
+from ._outlet import MAX_CHUNK, Outlet, Transfer
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:
@@ -469,8 +470,44 @@ class HttpProtocol(asyncio.Protocol):
                 if log is not None:
                     self._log(_GET, url, log, 200, size)
                 return True
+        outlet = self.outlet
+        if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
+            return self._send_straight(outlet, fd, size, head, url, log)
         ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=path, fd=fd, close=os.close)
         self._send_body(ans, ans.body, head, _GET, url, log)  # type: ignore[arg-type]
+        return True
+
+    def _send_straight(
+        self, outlet: Outlet, fd: int, size: int, head: bytes, url: bytes, log: LogFields | None
+    ) -> bool:
+        """A memoised file of one chunk, on a connection whose outlet exists and whose transport
+        holds nothing: the head and the file sent here, if its pages are cached and the socket
+        takes them, with no transfer object (the common case, as the public call's straight line).
+        Whatever is left (a full socket, cold pages, an error) goes on as a transfer from where
+        this stopped; so does the error of a send, met again there."""
+        transport = self.transport
+        position = 0
+        rest = head
+        probed = False
+        if not transport.get_write_buffer_size() and not transport.is_closing():
+            try:
+                if not _outlet._is_cold(fd, 0, size, _outlet._PROBE):
+                    probed = True
+                    n = outlet.sock.send(head, outlet.flags)
+                    rest = head[n:]
+                    if not rest:
+                        position = _outlet.sendfile_once(outlet.fd, fd, 0, size)
+            except OSError:  # (BlockingIOError: the socket is full) the transfer goes on from here
+                pass
+            if position == size:
+                os.close(fd)
+                self.since = self.engine.now
+                if log is not None:
+                    self._log(_GET, url, log, 200, size)
+                return True
+        body = FileRange(fd, position, size - position)
+        ans = Answer(200, [], size, body=body, fd=fd, close=os.close)
+        self._send_body(ans, body, rest, _GET, url, log, position, size if probed else 0)
         return True
 
     def _decide(
@@ -652,6 +689,8 @@ class HttpProtocol(asyncio.Protocol):
         method: bytes,
         url: bytes,
         log: LogFields | None,
+        sent: int = 0,
+        warm_to: int = 0,
     ) -> None:
         """Send a file body after *head*: on the connection's outlet where it can, else through the
         public ``sendfile`` in a task. *ans* is closed once it is sent (or the connection is gone)."""
@@ -663,14 +702,22 @@ class HttpProtocol(asyncio.Protocol):
             self.dead = True
             self.transport.abort()
             return
-        if isinstance(body, FileRange) and self._own(ans, body, head, method, url, log):
+        if isinstance(body, FileRange) and self._own(ans, body, head, method, url, log, sent, warm_to):
             return
         self._update_reading()
-        task = self._start(self._send(ans, head, method, url, ans.status, log))
+        task = self._start(self._send(ans, head, method, url, ans.status, log, sent))
         task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
 
     def _own(
-        self, ans: Answer, body: FileRange, head: bytes, method: bytes, url: bytes, log: LogFields | None
+        self,
+        ans: Answer,
+        body: FileRange,
+        head: bytes,
+        method: bytes,
+        url: bytes,
+        log: LogFields | None,
+        sent: int = 0,
+        warm_to: int = 0,
     ) -> bool:
         """Send *body* after *head* on the connection's outlet (see ``_outlet``); False where the
         public path must do it (TLS, an unknown transport, answers still in the transport's buffer).
@@ -692,7 +739,7 @@ class HttpProtocol(asyncio.Protocol):
             self._owned_done(sent, exc, method, url, status, log)
 
         transfer = self.owned = Transfer(
-            outlet, head, body.fd, body.start, body.length, done, self._progress, ans.close
+            outlet, head, body.fd, body.start, body.length, done, self._progress, ans.close, sent, warm_to
         )
         self.starting = True
         try:
@@ -739,11 +786,12 @@ class HttpProtocol(asyncio.Protocol):
         url: bytes,
         status: int,
         log: LogFields | None,
+        sent: int = 0,
     ) -> None:
-        """Send a file body after its head; abort the connection if it cannot be sent whole."""
+        """Send a file body after its head; abort the connection if it cannot be sent whole.
+        *sent*: file bytes already sent before *ans*'s range (for the access log)."""
         transport = self.transport
         body = ans.body
-        sent = 0
         self.sending = True
         self.since = self.engine.now
         try:
