@@ -45,9 +45,9 @@ from typing import Any
 
 from .. import _platform
 from .._options import Options
-from .._platform import sendfile_once
+from .._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
 from .._target import resolve_target
-from .._writer import _is_cold
+from .._writer import _is_cold as _is_cold  # (re-exported, as above)
 
 __all__ = ("COLD_WAITS", "MAX_CHUNK", "READ_AHEAD_MAX", "Outlet", "Transfer")
 
