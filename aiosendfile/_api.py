@@ -31,7 +31,7 @@ from ._errors import SendfileNotAvailableError, map_exceptions
 from ._fallback import copy_to_socket, copy_to_transport
 from ._job import SendJob
 from ._lease import TransportLease
-from ._options import Options, ProgressCallback
+from ._options import DEFAULT_OPTIONS, Options, ProgressCallback
 from ._platform import NotSupportedBySendfile, sendfile_once
 from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
 from ._target import FileInfo, Target, _is_os_file, resolve_file, resolve_socket, resolve_target
@@ -103,7 +103,6 @@ async def sendfile(
 #: Transports found plain (a known class, no TLS, a socket: zero-copy can work) by a first call's
 #: ``resolve_target``, with their socket's fd: later calls on them take the straight line.
 _plain_transports: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_PROBE = Options()
 
 
 def _remember_plain(target: Target) -> None:
@@ -142,7 +141,7 @@ def _straight(
     total = available if count is None else count
     if total <= 0 or total > available or total > max_chunk or offset < 0:
         return None
-    if probe and _is_cold(fd, offset, total, _PROBE, st.st_dev):
+    if probe and _is_cold(fd, offset, total, DEFAULT_OPTIONS, st.st_dev):
         return None
     try:
         sent = sendfile_once(out_fd, fd, offset, total)

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 from ._state import DEFAULT_MAX_CHUNK
 
-__all__ = ("COLD_POOL_THREADS", "DEFAULT_FALLBACK_CHUNK", "Options", "default_cold_executor")
+__all__ = (
+    "COLD_POOL_THREADS",
+    "DEFAULT_FALLBACK_CHUNK",
+    "DEFAULT_OPTIONS",
+    "Options",
+    "default_cold_executor",
+)
 
 COLD_POOL_THREADS = 4
 #: Bytes per userspace read/write (aiohttp uses 256 KiB too).
@@ -63,6 +69,10 @@ class Options:
     def cold_executor(self) -> Executor:
         return self.executor or default_cold_executor()
 
+
+#: The defaults: the page-cache probe on, the process's cold-read pool. What the straight lines
+#: (``_api._straight``, the engine's outlet) probe with, where no call gave options.
+DEFAULT_OPTIONS = Options()
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()

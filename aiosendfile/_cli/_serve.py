@@ -38,6 +38,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from .._serve._listener import listening_socket
 from ._common import (
     NO_OP_SIGNALS,
     SERVE_SIGNALS,
@@ -209,7 +210,7 @@ def serve_command(args: argparse.Namespace) -> int:
     # port 0 this picks the port every worker then shares. With workers, this socket
     # only holds the port: it never listens, so the kernel gives it no connections.
     try:
-        sock = _bind(args.host, args.port, reuse_port=multi, listen=not multi)
+        sock = listening_socket(args.host, args.port, reuse_port=multi, listen=not multi)
     except OSError as exc:
         return fail(PROG, f"cannot listen on {args.host}:{args.port}: {in_words(exc)}")
     host, port = sock.getsockname()[:2]
@@ -234,24 +235,6 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(args.tls_cert, args.tls_key)
     return context
-
-
-def _bind(host: str, port: int, *, reuse_port: bool, listen: bool) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        if listen:
-            sock.listen(1024)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class Backoff:
@@ -538,7 +521,7 @@ def _worker(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVE_SIGNALS)
     args.parent_pid = os.getppid()
     try:
-        sock = _bind(host, port, reuse_port=True, listen=True)
+        sock = listening_socket(host, port, reuse_port=True)
     except OSError as exc:
         error = in_words(exc)
     else:

@@ -9,21 +9,28 @@ backlog per wakeup, had none). :class:`Listener` accepts up to ``ACCEPT_BATCH`` 
 wakeup instead (bounded work per turn, as nginx's ``multi_accept``), and hands each to the loop
 with the public ``connect_accepted_socket``.
 
-It is what :func:`~._server.start_server` returns: ``close()`` stops accepting (connections in
-their TLS handshake are cancelled), ``wait_closed()`` waits for that, ``sockets`` is the listening
-socket.
+:func:`listening_socket` makes the socket, for the engine and for the command line (which binds
+before its workers start). :class:`Listener` is what :func:`~._server.start_server` returns:
+``close()`` stops accepting (connections in their TLS handshake are cancelled), ``wait_closed()``
+waits for that, ``sockets`` is the listening socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import os
 import socket
 import ssl as _ssl
+import stat
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "Listener")
+__all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
+
+#: The listen queue (the kernel caps it at ``net.core.somaxconn``).
+BACKLOG = 4096
 
 #: Connections accepted per wakeup of the listening socket, at most (each costs tens of µs).
 ACCEPT_BATCH = 256
@@ -31,6 +38,42 @@ ACCEPT_BATCH = 256
 ACCEPT_RETRY_DELAY = 1.0
 _SHORTAGE = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 _TCP = (socket.AF_INET, socket.AF_INET6)
+
+
+def listening_socket(
+    host: str | None,
+    port: int | None,
+    *,
+    path: str | None = None,
+    reuse_port: bool = False,
+    listen: bool = True,
+) -> socket.socket:
+    """A socket bound to the Unix *path* (a stale socket file there replaced, as asyncio's
+    ``create_unix_server`` does) or to *host*/*port* (``SO_REUSEADDR``; ``SO_REUSEPORT`` with
+    *reuse_port*), listening with :data:`BACKLOG` unless *listen* is False."""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address: Any = path
+    else:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    try:
+        if path is None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        if listen:
+            sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class Listener:
@@ -57,12 +100,6 @@ class Listener:
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
         return () if self._closed else (self._sock,)
-
-    def is_serving(self) -> bool:
-        return not self._closed
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
 
     def _accept(self) -> None:
         sock = self._sock

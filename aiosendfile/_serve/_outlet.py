@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _platform
-from .._options import Options
+from .._options import DEFAULT_OPTIONS
 from .._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
 from .._target import resolve_target
 from .._writer import _is_cold as _is_cold  # (re-exported, as above)
@@ -63,7 +63,6 @@ READ_AHEAD_MAX = 256 * 1024
 COLD_WAITS = 2
 FIRST_WAIT = 0.001
 
-_PROBE = Options()  # the page-cache probe's settings: on, the default cold pool
 _MSG_MORE = getattr(socket, "MSG_MORE", 0) if _platform.HAS_MSG_MORE else 0
 _TCP = (socket.AF_INET, socket.AF_INET6)
 
@@ -202,7 +201,7 @@ class Transfer:
                 size = self.warm_to - self.position  # (probed a moment ago: not probed again)
             else:
                 size = min(self.end - self.position, MAX_CHUNK)
-                if _is_cold(self.file_fd, self.position, size, _PROBE):
+                if _is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS):
                     if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
                         self._wait_for_pages(size)
                     else:
@@ -263,7 +262,9 @@ class Transfer:
         outlet = self.outlet
         outlet.in_pool = True
         _platform.counters.cold += 1
-        job = _PROBE.cold_executor.submit(sendfile_once, outlet.fd, self.file_fd, self.position, size)
+        job = DEFAULT_OPTIONS.cold_executor.submit(
+            sendfile_once, outlet.fd, self.file_fd, self.position, size
+        )
         job.add_done_callback(lambda job: self._pool_arrived(job, size))
 
     def _pool_arrived(self, job: concurrent.futures.Future[int], size: int) -> None:

@@ -42,6 +42,7 @@ import httptools
 from .. import _platform
 from .._api import sendfile
 from .._errors import SendfileError
+from .._options import DEFAULT_OPTIONS
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
 from .._static._fs import POOL_FS, DecideInPool
@@ -491,7 +492,7 @@ class HttpProtocol(asyncio.Protocol):
         probed = False
         if not transport.get_write_buffer_size() and not transport.is_closing():
             try:
-                if not _outlet._is_cold(fd, 0, size, _outlet._PROBE):
+                if not _outlet._is_cold(fd, 0, size, DEFAULT_OPTIONS):
                     probed = True
                     n = outlet.sock.send(head, outlet.flags)
                     rest = head[n:]

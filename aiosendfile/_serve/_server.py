@@ -14,11 +14,9 @@ the access log and closes connections past their header, keep-alive or send time
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import ssl as _ssl
-import stat
 import time
 import weakref
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._date import Clock
-from ._listener import Listener
+from ._listener import BACKLOG, Listener, listening_socket
 from ._protocol import HttpProtocol, header_kinds
 
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
@@ -43,8 +41,6 @@ Known = tuple[tuple[int, ...], str, bytes, bool]
 #: Entries in the engine's memo (each charged its key, path, head and ``ENTRY_OVERHEAD``: about
 #: 900 bytes, so the memo's 16 MiB hold them all): a site's working set of files, not a few hot ones.
 MEMO_ENTRIES = 16384
-#: The listen queue (the kernel caps it at ``net.core.somaxconn``).
-BACKLOG = 4096
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ async def start_server(
     engine = Engine(config, loop)
     try:
         if sock is None:
-            sock = _listening(host, port, path)
+            sock = listening_socket(host, port, path=path)
         else:
             sock.listen(BACKLOG)
         server = Listener(loop, sock, engine.protocol, ssl)
@@ -170,30 +166,6 @@ async def start_server(
         raise
     _engines[server] = engine
     return server
-
-
-def _listening(host: str | None, port: int | None, path: str | None) -> socket.socket:
-    """A listening socket on the Unix *path* (a stale socket file there replaced, as asyncio's
-    ``create_unix_server`` does) or on *host*/*port*."""
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address: Any = path
-    else:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-        sock.listen(BACKLOG)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 async def shutdown(server: Any, timeout: float = 10.0) -> None:
