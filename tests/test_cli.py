@@ -177,6 +177,40 @@ def test_serve_needs_no_web_framework(served: Path) -> None:
         proc.communicate()
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_keeps_the_collector_off_what_it_started_with(served: Path, loop: str) -> None:
+    """Once serving, what starting built is frozen (``gc.freeze``): a full collection of it held
+    the loop 4-9 ms (``benchmarks.mixed_stall``)."""
+    code = (
+        "import atexit, gc, sys; "
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr)); "
+        "from aiosendfile._cli._main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", str(served), "--port", "0", "--loop", loop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        match = BANNER.search(proc.stdout.readline())
+        assert match, proc.stderr.read() if proc.stderr else ""
+        with urllib.request.urlopen(match["url"] + "hello.txt", timeout=10) as resp:
+            assert resp.read() == b"hello"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    frozen = [int(line.split()[1]) for line in err.splitlines() if line.startswith("frozen ")]
+    assert frozen, err
+    assert frozen[0] > 5000, err
+
+
 def test_serve_errors(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     missing = subprocess.run(
