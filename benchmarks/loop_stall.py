@@ -14,6 +14,7 @@ Run from the repository root::
     python -m benchmarks.loop_stall --quick     # 128 MiB, 1 round: a smoke run, < 1 min
     python -m benchmarks.loop_stall             # 512 MiB, 3 rounds
     python -m benchmarks.loop_stall --size 1024 --rounds 5 --json /tmp/out.json
+    python -m benchmarks.loop_stall --mixed     # serve on the cold mixed set (benchmarks.mixed_stall)
 """
 
 from __future__ import annotations
@@ -290,6 +291,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=None, help="file size in MiB (default 512; 128 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
     p.add_argument("--quick", action="store_true", help="128 MiB, 1 round: a smoke run")
+    p.add_argument(
+        "--mixed", action="store_true", help="serve on the cold mixed set instead (benchmarks.mixed_stall)"
+    )
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
     p.add_argument("--dir", default=None, help="where to create the file (default: system temp; not tmpfs)")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {', '.join(ROWS)}")
@@ -326,6 +330,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if "--mixed" in words:  # serve on the cold mixed set: its own benchmark, its own options
+        from benchmarks import mixed_stall
+
+        words.remove("--mixed")
+        return mixed_stall.main(words)
     args = parse_args(argv)
     from aiosendfile._state import DEFAULT_MAX_CHUNK
 

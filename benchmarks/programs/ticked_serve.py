@@ -1,0 +1,95 @@
+"""``python -m aiosendfile serve`` with a 1 ms ticker on its event loop (the mixed-set stall benchmark).
+
+``python -m benchmarks.programs.ticked_serve OUT.json [--no-probe] -- SERVE-ARGS...``
+
+Runs the serve command exactly as the CLI does (one process: no ``--workers``), after two changes
+made from outside: every engine the process starts gets a ticker on its loop (a callback every
+1 ms that records how late it ran), and every cyclic garbage collection is timed. ``--no-probe``
+turns the page-cache probe off (``sendfile`` then waits for the disk on the loop, as stock
+``loop.sendfile`` and nginx do): the benchmark's proof that it sees a stall when there is one.
+
+On a clean stop (SIGTERM, SIGINT) it writes OUT.json: ``ticks`` (``[when, lateness]`` for every
+tick, in ``perf_counter`` seconds: on Linux that clock is ``CLOCK_MONOTONIC``, the same in every
+process, so the caller keeps the ticks inside its own window) and ``gc`` (``[when, generation,
+seconds]`` for every cyclic collection).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import sys
+import time
+from typing import Any
+
+TICK_S = 0.001
+
+ticks: list[tuple[float, float]] = []
+collections: list[tuple[float, int, float]] = []
+
+
+def _install_ticker() -> None:
+    from aiosendfile._serve import _server
+
+    made = _server.Engine.__init__
+
+    def init(self: Any, config: Any, loop: Any) -> None:
+        made(self, config, loop)
+        clock = time.perf_counter
+        due = [clock() + TICK_S]
+
+        def tick() -> None:
+            now = clock()
+            ticks.append((now, max(0.0, now - due[0])))
+            due[0] = now + TICK_S
+            loop.call_later(TICK_S, tick)
+
+        loop.call_later(TICK_S, tick)
+
+    _server.Engine.__init__ = init  # type: ignore[method-assign]
+
+
+def _time_collections() -> None:
+    started = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            now = time.perf_counter()
+            collections.append((now, info["generation"], now - started[0]))
+
+    gc.callbacks.append(callback)
+
+
+def _no_probe() -> None:
+    from aiosendfile import _options
+    from aiosendfile._serve import _outlet, _protocol
+
+    options = dataclasses.replace(_options.DEFAULT_OPTIONS, probe=False)
+    # (Each module imported the name: it is replaced where it is read.)
+    _outlet.__dict__["DEFAULT_OPTIONS"] = _protocol.__dict__["DEFAULT_OPTIONS"] = options
+
+
+def main(argv: list[str]) -> int:
+    out, rest = argv[0], argv[1:]
+    if rest[:1] == ["--no-probe"]:
+        rest = rest[1:]
+        _no_probe()
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    _install_ticker()
+    _time_collections()
+    from aiosendfile._cli._main import main as serve
+
+    try:
+        status = serve(["serve", *rest])
+    finally:
+        with open(out, "w") as f:
+            json.dump({"ticks": ticks, "gc": collections}, f)
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
