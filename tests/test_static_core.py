@@ -896,3 +896,32 @@ def test_a_file_found_inside_by_the_pool_is_not_checked_again_on_the_loop(
         fd, _st = fs.open_regular(str(root / "a.txt"), str(root), False)
         os.close(fd)
     assert len(links) == 1
+
+
+def test_a_policy_reads_the_type_tables_when_made_not_at_the_first_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mimetypes`` reads ``/etc/mime.types`` at its first guess (2.5 ms with the loop held): a door
+    pays it when its policy is made, so the first answer of a served directory does not."""
+    import mimetypes
+
+    from aiosendfile._static import _mime
+
+    (tmp_path / "a.css").write_text("a {}")
+    monkeypatch.setattr(mimetypes, "inited", False)
+    _mime.content_type_for.cache_clear()
+    reads: list[str] = []
+    real_init = mimetypes.init
+
+    def init(files: Any = None) -> None:
+        reads.append("init")
+        real_init(files)
+
+    monkeypatch.setattr(mimetypes, "init", init)
+    policy = DirectoryPolicy(str(tmp_path))
+    made = len(reads)
+    ans = answer(Request("GET", b"/a.css", b"", BytesHeaders([])), policy)
+    ans.close()
+    assert made == 1
+    assert len(reads) == 1  # none at the answer
+    assert ("content-type", "text/css") in [(k.lower(), v.split(";")[0]) for k, v in ans.fields]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import mimetypes
 
-__all__ = ("content_type_for",)
+__all__ = ("content_type_for", "read_type_tables")
 
 # What a compressed file is when served as itself (``x.tar.gz`` is gzip data, not a tar).
 _COMPRESSED_TYPES = {
@@ -24,3 +24,14 @@ def content_type_for(name: str) -> str:
     if encoding is not None:
         return _COMPRESSED_TYPES.get(encoding, "application/octet-stream")
     return guessed or "application/octet-stream"
+
+
+def read_type_tables() -> None:
+    """Read the system's type tables (``/etc/mime.types``) now, not at the first answer.
+
+    ``mimetypes`` reads them lazily, at the first ``guess_type``: 2.5 ms of CPU (7 ms measured
+    under load) with the event loop held, in the middle of serving. Every policy calls this
+    when it is made, so a door pays it while starting.
+    """
+    if not mimetypes.inited:
+        mimetypes.init()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._mime import read_type_tables
+
 __all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy")
 
 #: Bodies up to this size are answered from memory (the hot cache) and leave with the headers.
@@ -38,3 +40,4 @@ class DirectoryPolicy:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_root", None if self.follow_symlinks else self.root)
+        read_type_tables()  # (a door is made at its start: the first answer does not read them)
