@@ -1,7 +1,10 @@
 """One HTTP/1.1 connection: httptools parses, the static core decides, answers go to the transport.
 
+Each parsed request is an :class:`Exchange` (method, target, keep-alive mode, the core's header
+pairs, the access log's fields; once decided its raw path, core ``Request`` and status), which
+every step from the parser to the access log takes, and which waits in ``pending`` when it must.
 The hot path (a plain ``GET``/``HEAD``: no ``Range``, ``If-*``, ``Accept-Encoding`` or
-``Expect``) of a file answered recently makes no request or answer object: the raw target path
+``Expect``) of a file answered recently makes no core request or answer object: the raw target path
 (query cut) finds a memo ``(identity, path, head, small)``. A small file's bytes come from the
 hot-file cache, one ``os.stat`` checks the path still names that file, and the prebuilt head, the
 second's tail and the bytes are appended to ``out``. Any other file is opened again, checked by
@@ -100,9 +103,42 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 #: What the access log needs besides method and target: (HTTP version, Referer, User-Agent).
 LogFields = tuple[str, bytes | None, bytes | None]
-#: A queued request: (method, target, tail mode, the core's header pairs or None, log fields or
-#: None). A method of None queues prebuilt bytes (the target slot): a 100 Continue or an error.
-Item = tuple[bytes | None, bytes, int, list[tuple[bytes, bytes]] | None, LogFields | None]
+
+
+class Exchange:
+    """One request on its way to its answer (uvicorn's ``RequestResponseCycle`` shape).
+
+    Made when the parser completes a request; what every step after it reads instead of the
+    five to seven values it would pass on: the request's method, target, how its head ends
+    (``mode``: the keep-alive tail), the core's header pairs (None: a plain request, the memo's
+    case), the access log's fields, and, once decided, the raw path, the core's ``Request``
+    and the answer's status.
+    """
+
+    __slots__ = ("fields", "log", "method", "mode", "raw", "request", "status", "url")
+
+    raw: bytes
+    request: Request
+
+    def __init__(
+        self,
+        method: bytes,
+        url: bytes,
+        mode: int,
+        fields: list[tuple[bytes, bytes]] | None,
+        log: LogFields | None,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.mode = mode
+        self.fields = fields
+        self.log = log
+        self.status = 200  # the answer's (set when one is rendered; a memoised answer is a 200)
+        # Set by _decide, before anything reads them: raw (the target's path, raw) and request.
+
+
+#: What waits in ``pending``: a request, or prebuilt bytes (a 100 Continue, an error) to write.
+Item = Exchange | bytes
 
 
 def _looked_up(request: Request, policy: DirectoryPolicy) -> bool:
@@ -386,41 +422,36 @@ class HttpProtocol(asyncio.Protocol):
         if self.engine.log is not None:
             log = (self.version, self.referer, self.agent)
             self.referer = self.agent = None
-        method = parser.get_method()
+        x = Exchange(parser.get_method(), url, mode, fields, log)
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
-            self.pending.append((method, url, mode, fields, log))
+            self.pending.append(x)
             if len(self.pending) >= MAX_PENDING:
                 self._update_reading()
             return
         self.budget -= 1
-        self._respond(method, url, mode, fields, log)
+        self._respond(x)
 
     # -- answering --------------------------------------------------------------------------
 
-    def _respond(
-        self,
-        method: bytes,
-        url: bytes,
-        mode: int,
-        fields: list[tuple[bytes, bytes]] | None,
-        log: LogFields | None,
-    ) -> None:
+    def _respond(self, x: Exchange) -> None:
         engine = self.engine
-        if fields is None and method in _GET_HEAD:
+        method = x.method
+        if x.fields is None and method in _GET_HEAD:
+            url = x.url
             q = url.find(b"?")
             key = url if q < 0 else url[:q]
             known = engine.memo.get(key)
             if known is not None:
                 ident, path, head, small = known
-                head += engine.clock.tails[mode]
+                head += engine.clock.tails[x.mode]
                 body = None
                 if method == _GET:
                     body = hot_files.body(path, engine.cache_root, ident) if small else None
                     if body is None:  # sent from the file (or read into the hot-file cache again)
-                        if self._send_known(ident, path, head, url, log, small):
+                        if self._send_known(x, ident, path, head, small):
                             return
                         engine.forget(key)
-                        self._decide(method, url, mode, fields, log)
+                        self._decide(x)
                         return
                 try:
                     st = os.stat(path)
@@ -432,15 +463,13 @@ class HttpProtocol(asyncio.Protocol):
                     self.out_size += len(data)
                     if self.out_size >= FLUSH_AT:
                         self._flush()
-                    if log is not None:
-                        self._log(method, url, log, 200, len(body) if body is not None else 0)
+                    if x.log is not None:
+                        self._log(x, len(body) if body is not None else 0)
                     return
                 engine.forget(key)
-        self._decide(method, url, mode, fields, log)
+        self._decide(x)
 
-    def _send_known(
-        self, ident: tuple[int, ...], path: str, head: bytes, url: bytes, log: LogFields | None, small: bool
-    ) -> bool:
+    def _send_known(self, x: Exchange, ident: tuple[int, ...], path: str, head: bytes, small: bool) -> bool:
         """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
         it is the file the memo describes, and send it; a *small* one whose pages are cached is
         read back into the hot-file cache and written with its head, if the cache admits it (a
@@ -468,19 +497,17 @@ class HttpProtocol(asyncio.Protocol):
                 body = bytes(read)
                 hot_files.put(path, self.engine.cache_root, st, body)
                 self._put(head + body)
-                if log is not None:
-                    self._log(_GET, url, log, 200, size)
+                if x.log is not None:
+                    self._log(x, size)
                 return True
         outlet = self.outlet
         if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
-            return self._send_straight(outlet, fd, size, head, url, log)
+            return self._send_straight(x, outlet, fd, size, head)
         ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=path, fd=fd, close=os.close)
-        self._send_body(ans, ans.body, head, _GET, url, log)  # type: ignore[arg-type]
+        self._send_body(x, ans, ans.body, head)  # type: ignore[arg-type]
         return True
 
-    def _send_straight(
-        self, outlet: Outlet, fd: int, size: int, head: bytes, url: bytes, log: LogFields | None
-    ) -> bool:
+    def _send_straight(self, x: Exchange, outlet: Outlet, fd: int, size: int, head: bytes) -> bool:
         """A memoised file of one chunk, on a connection whose outlet exists and whose transport
         holds nothing: the head and the file sent here, if its pages are cached and the socket
         takes them, with no transfer object (the common case, as the public call's straight line).
@@ -503,23 +530,17 @@ class HttpProtocol(asyncio.Protocol):
             if position == size:
                 os.close(fd)
                 self.since = self.engine.now
-                if log is not None:
-                    self._log(_GET, url, log, 200, size)
+                if x.log is not None:
+                    self._log(x, size)
                 return True
         body = FileRange(fd, position, size - position)
         ans = Answer(200, [], size, body=body, fd=fd, close=os.close)
-        self._send_body(ans, body, rest, _GET, url, log, position, size if probed else 0)
+        self._send_body(x, ans, body, rest, position, size if probed else 0)
         return True
 
-    def _decide(
-        self,
-        method: bytes,
-        url: bytes,
-        mode: int,
-        fields: list[tuple[bytes, bytes]] | None,
-        log: LogFields | None,
-    ) -> None:
+    def _decide(self, x: Exchange) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
+        method, url = x.method, x.url
         if url[:1] == b"/":
             # A fragment (clients should not send one) is not part of the path or the query.
             raw, _, query = (url.partition(b"#")[0] if b"#" in url else url).partition(b"?")
@@ -531,11 +552,15 @@ class HttpProtocol(asyncio.Protocol):
             if parsed is not None and parsed.schema:
                 raw, query = parsed.path or b"/", parsed.query or b""
             elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
-                self._error(400, method, url, log)
+                self._error(x, 400)
                 return
             else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
                 raw, query = b"/", b""
-        request = Request(method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY)
+        fields = x.fields
+        request = x.request = Request(
+            method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY
+        )
+        x.raw = raw
         engine = self.engine
         if engine.seen(raw) or _looked_up(request, engine.policy):
             try:
@@ -543,25 +568,14 @@ class HttpProtocol(asyncio.Protocol):
             except DecideInPool:  # a directory listing to build: in the pool, as a first sight
                 pass
             except Exception as exc:
-                self._crashed(exc, method, url, log)
+                self._crashed(x, exc)
                 return
             else:
-                self._render(ans, raw, method, url, mode, fields is None, log)
+                self._render(x, ans)
                 return
-        self._to_pool(request, raw, method, url, mode, fields is None, log, first=True)
+        self._to_pool(x, request, first=True)
 
-    def _to_pool(
-        self,
-        request: Request,
-        raw: bytes,
-        method: bytes,
-        url: bytes,
-        mode: int,
-        plain: bool,
-        log: LogFields | None,
-        *,
-        first: bool,
-    ) -> None:
+    def _to_pool(self, x: Exchange, request: Request, *, first: bool) -> None:
         """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
         (``_look``: a ``stat``, which brings its metadata into the kernel's caches; the GIL is
         free meanwhile) and the loop then decides inline, so no decision's Python runs in a
@@ -576,30 +590,19 @@ class HttpProtocol(asyncio.Protocol):
             job = engine.executor.submit(_look, request, engine.policy)
         else:
             job = engine.executor.submit(answer, request, engine.policy, POOL_FS)
-        args = (request, raw, method, url, mode, plain, log)
-        job.add_done_callback(functools.partial(self._cold_arrived, args))
+        job.add_done_callback(functools.partial(self._cold_arrived, x))
 
-    def _cold_arrived(self, args: tuple[Any, ...], job: concurrent.futures.Future[Answer | None]) -> None:
+    def _cold_arrived(self, x: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
         """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
         try:
-            self.engine.loop.call_soon_threadsafe(self._cold_done, job, *args)
+            self.engine.loop.call_soon_threadsafe(self._cold_done, x, job)
         except RuntimeError:  # the loop is closed: nobody will send the answer
             if not job.cancelled() and job.exception() is None:
                 ans = job.result()
                 if ans is not None:
                     ans.close()
 
-    def _cold_done(
-        self,
-        job: concurrent.futures.Future[Answer | None],
-        request: Request,
-        raw: bytes,
-        method: bytes,
-        url: bytes,
-        mode: int,
-        plain: bool,
-        log: LogFields | None,
-    ) -> None:
+    def _cold_done(self, x: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
         """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
         self.busy = False
         self.budget = TURN_BUDGET
@@ -607,45 +610,39 @@ class HttpProtocol(asyncio.Protocol):
         if exc is not None:
             if not isinstance(exc, Exception):
                 raise exc
-            self._crashed(exc, method, url, log)
+            self._crashed(x, exc)
             self._resume()
             return
         ans = job.result()
         engine = self.engine
-        engine.saw(raw)
+        engine.saw(x.raw)
         if ans is None:  # looked up: decide now, inline
             if self.transport is None:
                 return
+            request = x.request
             try:
                 ans = answer(request, engine.policy)
             except DecideInPool:  # a directory listing to build: in the pool after all
-                self._to_pool(request, raw, method, url, mode, plain, log, first=False)
+                self._to_pool(x, request, first=False)
                 return
             except Exception as error:
-                self._crashed(error, method, url, log)
+                self._crashed(x, error)
                 self._resume()
                 return
         if self.transport is None:
             ans.close()
             return
-        self._render(ans, raw, method, url, mode, plain, log)
+        self._render(x, ans)
         self._resume()
 
-    def _render(
-        self,
-        ans: Answer,
-        raw: bytes,
-        method: bytes,
-        url: bytes,
-        mode: int,
-        plain: bool,
-        log: LogFields | None,
-    ) -> None:
+    def _render(self, x: Exchange, ans: Answer) -> None:
         """Write *ans* (or start sending it); it is closed once sent."""
         engine = self.engine
         entry = ans.entry
         body = ans.body
-        if plain and ans.status == 200 and ans.encoding is None and ans.path:
+        raw = x.raw
+        x.status = ans.status
+        if x.fields is None and ans.status == 200 and ans.encoding is None and ans.path:
             if entry is not None:
                 head = entry.rendered.get(engine.render_key)
                 if not isinstance(head, bytes):
@@ -658,7 +655,7 @@ class HttpProtocol(asyncio.Protocol):
                     engine.remember(raw, (identity(os.fstat(body.fd)), ans.path, head, small))
         else:
             head = head_of(ans)
-        head += engine.clock.tails[mode]
+        head += engine.clock.tails[x.mode]
         if ans.head_only or body is None:
             ans.close()
             self._put(head)
@@ -677,19 +674,17 @@ class HttpProtocol(asyncio.Protocol):
             self._put(b"".join(chunks))
             sent = sum(r.length for _, r in body.parts)
         else:
-            self._send_body(ans, body, head, method, url, log)
+            self._send_body(x, ans, body, head)
             return
-        if log is not None:
-            self._log(method, url, log, ans.status, sent)
+        if x.log is not None:
+            self._log(x, sent)
 
     def _send_body(
         self,
+        x: Exchange,
         ans: Answer,
         body: FileRange | Multipart,
         head: bytes,
-        method: bytes,
-        url: bytes,
-        log: LogFields | None,
         sent: int = 0,
         warm_to: int = 0,
     ) -> None:
@@ -703,22 +698,14 @@ class HttpProtocol(asyncio.Protocol):
             self.dead = True
             self.transport.abort()
             return
-        if isinstance(body, FileRange) and self._own(ans, body, head, method, url, log, sent, warm_to):
+        if isinstance(body, FileRange) and self._own(x, ans, body, head, sent, warm_to):
             return
         self._update_reading()
-        task = self._start(self._send(ans, head, method, url, ans.status, log, sent))
+        task = self._start(self._send(x, ans, head, sent))
         task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
 
     def _own(
-        self,
-        ans: Answer,
-        body: FileRange,
-        head: bytes,
-        method: bytes,
-        url: bytes,
-        log: LogFields | None,
-        sent: int = 0,
-        warm_to: int = 0,
+        self, x: Exchange, ans: Answer, body: FileRange, head: bytes, sent: int = 0, warm_to: int = 0
     ) -> bool:
         """Send *body* after *head* on the connection's outlet (see ``_outlet``); False where the
         public path must do it (TLS, an unknown transport, answers still in the transport's buffer).
@@ -734,10 +721,9 @@ class HttpProtocol(asyncio.Protocol):
         assert isinstance(outlet, Outlet)
         self.sending = True
         self.since = self.engine.now
-        status = ans.status
 
         def done(sent: int, exc: Exception | None) -> None:
-            self._owned_done(sent, exc, method, url, status, log)
+            self._owned_done(x, sent, exc)
 
         transfer = self.owned = Transfer(
             outlet, head, body.fd, body.start, body.length, done, self._progress, ans.close, sent, warm_to
@@ -751,20 +737,12 @@ class HttpProtocol(asyncio.Protocol):
             self._update_reading()
         return True
 
-    def _owned_done(
-        self,
-        sent: int,
-        exc: Exception | None,
-        method: bytes,
-        url: bytes,
-        status: int,
-        log: LogFields | None,
-    ) -> None:
+    def _owned_done(self, x: Exchange, sent: int, exc: Exception | None) -> None:
         """A file body on the outlet ended: whole (exc None), or the connection is aborted."""
         self.owned = None
         self.sending = False
-        if log is not None:
-            self._log(method, url, log, status, sent)
+        if x.log is not None:
+            self._log(x, sent)
         transport = self.transport
         if exc is not None:
             self.dead = True
@@ -779,16 +757,7 @@ class HttpProtocol(asyncio.Protocol):
             self.budget = TURN_BUDGET
             self._resume()
 
-    async def _send(
-        self,
-        ans: Answer,
-        head: bytes,
-        method: bytes,
-        url: bytes,
-        status: int,
-        log: LogFields | None,
-        sent: int = 0,
-    ) -> None:
+    async def _send(self, x: Exchange, ans: Answer, head: bytes, sent: int = 0) -> None:
         """Send a file body after its head; abort the connection if it cannot be sent whole.
         *sent*: file bytes already sent before *ans*'s range (for the access log)."""
         transport = self.transport
@@ -835,8 +804,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         finally:
             self.sending = False
-            if log is not None:
-                self._log(method, url, log, status, sent)
+            if x.log is not None:
+                self._log(x, sent)
         self.task = None
         self.busy = False
         self.since = self.engine.now
@@ -850,11 +819,11 @@ class HttpProtocol(asyncio.Protocol):
         while self.transport is not None and not self.busy and not self.write_paused and self.budget > 0:
             if pending:
                 self.budget -= 1
-                method, url, mode, fields, log = pending.popleft()
-                if method is None:
-                    self._put(url)
+                item = pending.popleft()
+                if type(item) is bytes:
+                    self._put(item)
                 else:
-                    self._respond(method, url, mode, fields, log)
+                    self._respond(item)  # type: ignore[arg-type]
             elif self.backlog and not self.dead:
                 self._parse()  # (answers within the budget as it parses; the rest waits in pending)
             else:
@@ -903,20 +872,20 @@ class HttpProtocol(asyncio.Protocol):
             self._emit(_CONTINUE, closing=False)
             return
         # The final answer (405) now, without 100 (Continue): the body is not read, so close after.
-        mode = CLOSE
         log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
         self.dead = True
+        x = Exchange(method, self.url, CLOSE, None, log)
         if self.busy or self.pending:
-            self.pending.append((method, self.url, mode, None, log))
+            self.pending.append(x)
         else:
-            self._respond(method, self.url, mode, None, log)
+            self._respond(x)
         self.url = b""
         raise _Stop(None)
 
     def _emit(self, data: bytes, *, closing: bool) -> None:
         """Bytes answered in order: now if nothing is in flight, else after what waits."""
         if self.busy or self.pending or self.write_paused:
-            self.pending.append((None, data, CLOSE if closing else KEEP11, None, None))
+            self.pending.append(data)
         else:
             self._put(data)
 
@@ -929,18 +898,18 @@ class HttpProtocol(asyncio.Protocol):
         if status is not None:
             self._emit(error_response(status, self.engine.clock), closing=True)
             if self.engine.log is not None:
-                self._log(b"", b"", ("", None, None), status, 0)
+                self._log(_UNPARSED, 0, status)
 
-    def _error(self, status: int, method: bytes, url: bytes, log: LogFields | None) -> None:
+    def _error(self, x: Exchange, status: int) -> None:
         """An error answer for a parsed request; the connection closes after it."""
         self.dead = True
-        self._put(error_response(status, self.engine.clock, body=method != _HEAD))
-        if log is not None:
-            self._log(method, url, log, status, 0)
+        self._put(error_response(status, self.engine.clock, body=x.method != _HEAD))
+        if x.log is not None:
+            self._log(x, 0, status)
 
-    def _crashed(self, exc: Exception, method: bytes, url: bytes, log: LogFields | None) -> None:
+    def _crashed(self, x: Exchange, exc: Exception) -> None:
         """The core raised: answer 500, close, and report it to the loop like any callback error."""
-        self._error(500, method, url, log)
+        self._error(x, 500)
         self._report(exc, "the static core failed")
 
     def _report(self, exc: Exception, message: str) -> None:
@@ -1032,9 +1001,18 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 transport.resume_reading()
 
-    def _log(self, method: bytes, url: bytes, log: LogFields, status: int, sent: int) -> None:
+    def _log(self, x: Exchange, sent: int, status: int | None = None) -> None:
+        """The access log's line for *x*: its status (*status*, else the answer's) and *sent* bytes."""
         access = self.engine.log
         assert access is not None
-        version, referer, agent = log
-        request = method + b" " + url + b" HTTP/" + version.encode("ascii") if method else b""
+        assert x.log is not None
+        version, referer, agent = x.log
+        method = x.method
+        request = method + b" " + x.url + b" HTTP/" + version.encode("ascii") if method else b""
+        if status is None:
+            status = x.status
         access.line(self.peer, self.engine.clock.log_stamp, request, status, sent, referer, agent)
+
+
+#: What the access log says of a request the parser refused (no method, no target).
+_UNPARSED = Exchange(b"", b"", CLOSE, None, ("", None, None))
