@@ -23,9 +23,6 @@ Defaults:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -34,7 +31,6 @@ from dataclasses import dataclass
 from ._state import DEFAULT_MAX_CHUNK
 
 __all__ = (
-    "COLD_POOL_NICENESS",
     "COLD_POOL_THREADS",
     "DEFAULT_FALLBACK_CHUNK",
     "DEFAULT_OPTIONS",
@@ -43,9 +39,6 @@ __all__ = (
 )
 
 COLD_POOL_THREADS = 4
-#: How far below the process the cold pool's threads run (Linux: ``nice``, per thread). They wait
-#: for the disk, not for a CPU; where they share one with the event loop, the loop goes first.
-COLD_POOL_NICENESS = 10
 #: Bytes per userspace read/write (aiohttp uses 256 KiB too).
 DEFAULT_FALLBACK_CHUNK = 256 * 1024
 
@@ -90,20 +83,5 @@ def default_cold_executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(
-                COLD_POOL_THREADS, thread_name_prefix="aiosendfile-cold", initializer=_below_the_loop
-            )
+            _pool = ThreadPoolExecutor(COLD_POOL_THREADS, thread_name_prefix="aiosendfile-cold")
         return _pool
-
-
-def _below_the_loop() -> None:
-    """(In each cold-pool thread, as it starts.) Lower this thread's priority by
-    :data:`COLD_POOL_NICENESS`, so that on a CPU it shares with the event loop's thread, the loop
-    runs first: measured on one pinned CPU, the loop thread waited up to 3 ms on the run queue
-    behind the pool's threads (a cold ``sendfile`` copying, a lookup). Linux only: elsewhere
-    ``setpriority`` takes a process, not a thread, and would slow the whole process."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):  # (a sandbox that refuses it: as before)
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + COLD_POOL_NICENESS)

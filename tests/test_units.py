@@ -211,22 +211,3 @@ def test_hot_cache_admits_read_backs_while_it_has_room_then_one_in_n(tmp_path: P
         hot.put(str(p), None, p.stat(), p.read_bytes())
     assert len(hot._entries) == 4
     assert hot._bytes <= hot.max_bytes
-
-
-@pytest.mark.skipif(
-    not hasattr(os, "setpriority") or os.uname().sysname != "Linux", reason="Linux per-thread nice"
-)
-def test_the_cold_pool_runs_below_the_loop() -> None:
-    """The cold pool's threads run niced (``COLD_POOL_NICENESS`` below the process): on a CPU they
-    share with the loop's thread, the loop goes first. The calling thread is left as it was."""
-    import threading
-
-    from aiosendfile._options import COLD_POOL_NICENESS, default_cold_executor
-
-    def nice() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    here = nice()
-    there = default_cold_executor().submit(nice).result()
-    assert there == min(here + COLD_POOL_NICENESS, 19)
-    assert nice() == here
