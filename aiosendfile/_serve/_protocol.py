@@ -133,7 +133,7 @@ class Exchange:
         self.mode = mode
         self.fields = fields
         self.log = log
-        self.status = 200  # the answer's (set when one is rendered; a memoised answer is a 200)
+        self.status = 200  # the answer's (set when one is rendered or refused; a memoised one is a 200)
         # Set by _decide, before anything reads them: raw (the target's path, raw) and request.
 
 
@@ -573,9 +573,9 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self._render(x, ans)
                 return
-        self._to_pool(x, request, first=True)
+        self._to_pool(x, first=True)
 
-    def _to_pool(self, x: Exchange, request: Request, *, first: bool) -> None:
+    def _to_pool(self, x: Exchange, *, first: bool) -> None:
         """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
         (``_look``: a ``stat``, which brings its metadata into the kernel's caches; the GIL is
         free meanwhile) and the loop then decides inline, so no decision's Python runs in a
@@ -586,6 +586,7 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
         job: concurrent.futures.Future[Answer | None]
+        request = x.request
         if first:
             job = engine.executor.submit(_look, request, engine.policy)
         else:
@@ -623,7 +624,7 @@ class HttpProtocol(asyncio.Protocol):
             try:
                 ans = answer(request, engine.policy)
             except DecideInPool:  # a directory listing to build: in the pool after all
-                self._to_pool(x, request, first=False)
+                self._to_pool(x, first=False)
                 return
             except Exception as error:
                 self._crashed(x, error)
@@ -869,7 +870,7 @@ class HttpProtocol(asyncio.Protocol):
             raise _Stop(417)
         method = parser.get_method()
         if method in _GET_HEAD:
-            self._emit(_CONTINUE, closing=False)
+            self._emit(_CONTINUE)
             return
         # The final answer (405) now, without 100 (Continue): the body is not read, so close after.
         log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
@@ -882,7 +883,7 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         raise _Stop(None)
 
-    def _emit(self, data: bytes, *, closing: bool) -> None:
+    def _emit(self, data: bytes) -> None:
         """Bytes answered in order: now if nothing is in flight, else after what waits."""
         if self.busy or self.pending or self.write_paused:
             self.pending.append(data)
@@ -896,16 +897,19 @@ class HttpProtocol(asyncio.Protocol):
         self.dead = True
         self._update_reading()
         if status is not None:
-            self._emit(error_response(status, self.engine.clock), closing=True)
-            if self.engine.log is not None:
-                self._log(_UNPARSED, 0, status)
+            self._emit(error_response(status, self.engine.clock))
+            if self.engine.log is not None:  # (a request the parser refused: no method, no target)
+                unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None))
+                unparsed.status = status
+                self._log(unparsed, 0)
 
     def _error(self, x: Exchange, status: int) -> None:
         """An error answer for a parsed request; the connection closes after it."""
         self.dead = True
+        x.status = status
         self._put(error_response(status, self.engine.clock, body=x.method != _HEAD))
         if x.log is not None:
-            self._log(x, 0, status)
+            self._log(x, 0)
 
     def _crashed(self, x: Exchange, exc: Exception) -> None:
         """The core raised: answer 500, close, and report it to the loop like any callback error."""
@@ -1001,18 +1005,12 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 transport.resume_reading()
 
-    def _log(self, x: Exchange, sent: int, status: int | None = None) -> None:
-        """The access log's line for *x*: its status (*status*, else the answer's) and *sent* bytes."""
+    def _log(self, x: Exchange, sent: int) -> None:
+        """The access log's line for *x*: its answer's status and the *sent* body bytes."""
         access = self.engine.log
         assert access is not None
         assert x.log is not None
         version, referer, agent = x.log
         method = x.method
         request = method + b" " + x.url + b" HTTP/" + version.encode("ascii") if method else b""
-        if status is None:
-            status = x.status
-        access.line(self.peer, self.engine.clock.log_stamp, request, status, sent, referer, agent)
-
-
-#: What the access log says of a request the parser refused (no method, no target).
-_UNPARSED = Exchange(b"", b"", CLOSE, None, ("", None, None))
+        access.line(self.peer, self.engine.clock.log_stamp, request, x.status, sent, referer, agent)
