@@ -149,46 +149,13 @@ def test_serve_refuses_unusable_tls_files(served: Path, args: list[str], message
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_serve_needs_no_web_framework(served: Path) -> None:
-    """The serve extra is uvloop + httptools: serve runs, and answers, with aiohttp unimportable."""
-    code = (
-        "import sys; sys.modules['aiohttp'] = None; from aiosendfile._cli._main import main; "
-        "sys.exit(main(sys.argv[1:]))"
-    )
+def _serve_with(prelude: str, served: Path, *args: str) -> str:
+    """Run serve in a ``python -c`` whose *prelude* runs first, GET hello.txt, stop it with SIGINT
+    (exit status 0); its stderr."""
+    code = f"{prelude}; from aiosendfile._cli._main import main; sys.exit(main(sys.argv[1:]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", str(served), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        match = BANNER.search(proc.stdout.readline())
-        assert match, proc.stderr.read() if proc.stderr else ""
-        with urllib.request.urlopen(match["url"] + "hello.txt", timeout=10) as resp:
-            assert resp.read() == b"hello"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
-
-
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_serve_keeps_the_collector_off_what_it_started_with(served: Path, loop: str) -> None:
-    """Once serving, what starting built is frozen (``gc.freeze``): a full collection of it held
-    the loop 4-9 ms (``benchmarks.mixed_stall``)."""
-    code = (
-        "import atexit, gc, sys; "
-        "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr)); "
-        "from aiosendfile._cli._main import main; sys.exit(main(sys.argv[1:]))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", str(served), "--port", "0", "--loop", loop],
+        [sys.executable, "-c", code, "serve", str(served), "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -206,6 +173,25 @@ def test_serve_keeps_the_collector_off_what_it_started_with(served: Path, loop: 
         if proc.poll() is None:
             proc.kill()
         _, err = proc.communicate()
+    return err
+
+
+def test_serve_needs_no_web_framework(served: Path) -> None:
+    """The serve extra is uvloop + httptools: serve runs, and answers, with aiohttp unimportable."""
+    _serve_with("import sys; sys.modules['aiohttp'] = None", served)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_serve_keeps_the_collector_off_what_it_started_with(served: Path, loop: str) -> None:
+    """Once serving, what starting built is frozen (``gc.freeze``): a full collection of it held
+    the loop 4-9 ms (``benchmarks.mixed_stall``)."""
+    err = _serve_with(
+        "import atexit, gc, sys; "
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))",
+        served,
+        "--loop",
+        loop,
+    )
     frozen = [int(line.split()[1]) for line in err.splitlines() if line.startswith("frozen ")]
     assert frozen, err
     assert frozen[0] > 5000, err
