@@ -299,6 +299,17 @@ def plan(args: argparse.Namespace) -> list[tuple[Case, list[str]]]:
     return out
 
 
+def write_mixed_set(root: Path, tmp: str, count: int) -> tuple[list[int], list[str], str, list[str]]:
+    """The mixed set of *count* files written under *root*: their sizes, URL paths, the wrk script
+    that picks them at random (in *tmp*) and their paths on disk (``mixed_stall`` uses it too)."""
+    sizes = mixed_sizes(
+        count, MIXED_SEED, median=MIXED_MEDIAN, sigma=MIXED_SIGMA, low=MIXED_LOW, high=MIXED_HIGH
+    )
+    paths = make_mixed_set(str(root), sizes, MIXED_SEED)
+    script = paths_script(str(Path(tmp, "mixed.lua")), paths, MIXED_SEED)
+    return sizes, paths, script, [str(root / p.lstrip("/")) for p in paths]
+
+
 def make_sets(
     root: Path, tmp: str, labels: list[str], mixed_files: int
 ) -> tuple[dict[str, FileSet], dict[str, bytes]]:
@@ -318,14 +329,9 @@ def make_sets(
             sets[label] = FileSet(label, name, size)
             sets[tls] = FileSet(tls, name, size, scheme="https")
     if MIXED in labels or PROBE in labels:
-        sizes = mixed_sizes(
-            mixed_files, MIXED_SEED, median=MIXED_MEDIAN, sigma=MIXED_SIGMA, low=MIXED_LOW, high=MIXED_HIGH
-        )
-        paths = make_mixed_set(str(root), sizes, MIXED_SEED)
+        sizes, paths, script, files = write_mixed_set(root, tmp, mixed_files)
         check = paths[0].lstrip("/")
         bodies[check] = (root / check).read_bytes()
-        script = paths_script(str(Path(tmp, "mixed.lua")), paths, MIXED_SEED)
-        files = [str(root / p.lstrip("/")) for p in paths]
         sets[MIXED] = FileSet(MIXED, check, statistics.fmean(sizes), script, files)
     if PROBE in labels:
         bodies[HOT_NAME] = os.urandom(HOT_SIZE)

@@ -44,7 +44,7 @@ from typing import Any
 
 from benchmarks.harness import TrialError
 from benchmarks.harness.cli import comma_list
-from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, storage_info
+from benchmarks.harness.files import evict_files, storage_info
 from benchmarks.harness.measure import percentile
 from benchmarks.harness.report import document_head, finish_samples, machine_info, table
 from benchmarks.harness.servers import (
@@ -56,8 +56,8 @@ from benchmarks.harness.servers import (
     start_server,
     stop_server,
 )
-from benchmarks.harness.wrk import parse_wrk, paths_script, run_wrk, wrk_command
-from benchmarks.http_static import MIXED_HIGH, MIXED_LOW, MIXED_MEDIAN, MIXED_SEED, MIXED_SIGMA
+from benchmarks.harness.wrk import parse_wrk, run_wrk, wrk_command
+from benchmarks.http_static import write_mixed_set
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "mixed_stall.json"
 PROGRAM = "benchmarks.programs.ticked_serve"
@@ -240,13 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmpdir)
         root = tmp / "root"
         root.mkdir()
-        sizes = mixed_sizes(
-            args.files, MIXED_SEED, median=MIXED_MEDIAN, sigma=MIXED_SIGMA, low=MIXED_LOW, high=MIXED_HIGH
-        )
-        paths = make_mixed_set(str(root), sizes, MIXED_SEED)
+        _, _, script, files = write_mixed_set(root, str(tmp), args.files)
         (root / "warmup.bin").write_bytes(os.urandom(4096))
-        script = paths_script(str(tmp / "mixed.lua"), paths, MIXED_SEED)
-        files = [str(root / p.lstrip("/")) for p in paths]
         storage = storage_info(str(root))
         for rnd in range(args.rounds):
             for loop in args.loops:
