@@ -8,14 +8,15 @@ made from outside: every engine the process starts gets a ticker on its loop (a 
 turns the page-cache probe off (``sendfile`` then waits for the disk on the loop, as stock
 ``loop.sendfile`` and nginx do): the benchmark's proof that it sees a stall when there is one.
 
-On a clean stop (SIGTERM, SIGINT) it writes OUT.json: ``ticks`` (``[when, lateness]`` for every
-tick, in ``perf_counter`` seconds: on Linux that clock is ``CLOCK_MONOTONIC``, the same in every
-process, so the caller keeps the ticks inside its own window) and ``gc`` (``[when, generation,
-seconds]`` for every cyclic collection).
+On a clean stop (SIGTERM, SIGINT) it writes OUT.json: ``ticks`` (``[sleep start, wake-up]`` of
+every 1 ms tick, as ``loop_stall`` records them, in ``perf_counter`` seconds: on Linux that clock
+is ``CLOCK_MONOTONIC``, the same in every process, so the caller keeps the ticks inside its
+window) and ``gc`` (``[when, generation, seconds]`` for every cyclic collection).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import json
@@ -23,31 +24,31 @@ import sys
 import time
 from typing import Any
 
-TICK_S = 0.001
-
 ticks: list[tuple[float, float]] = []
 collections: list[tuple[float, int, float]] = []
 
 
 def _install_ticker() -> None:
+    """Every engine gets ``loop_stall``'s ticker (``benchmarks.harness.measure.ticker``) as a task
+    on its loop, cancelled when the engine stops."""
     from aiosendfile._serve import _server
+    from benchmarks.harness.measure import ticker
 
-    made = _server.Engine.__init__
+    made, stopped = _server.Engine.__init__, _server.Engine.stop
+    tasks: dict[int, asyncio.Task[None]] = {}
 
     def init(self: Any, config: Any, loop: Any) -> None:
         made(self, config, loop)
-        clock = time.perf_counter
-        due = [clock() + TICK_S]
+        tasks[id(self)] = loop.create_task(ticker(ticks))
 
-        def tick() -> None:
-            now = clock()
-            ticks.append((now, max(0.0, now - due[0])))
-            due[0] = now + TICK_S
-            loop.call_later(TICK_S, tick)
-
-        loop.call_later(TICK_S, tick)
+    def stop(self: Any) -> None:
+        task = tasks.pop(id(self), None)
+        if task is not None:
+            task.cancel()
+        stopped(self)
 
     _server.Engine.__init__ = init  # type: ignore[method-assign]
+    _server.Engine.stop = stop  # type: ignore[method-assign]
 
 
 def _time_collections() -> None:
