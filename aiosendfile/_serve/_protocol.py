@@ -60,7 +60,7 @@ from ._render import error_response, head_of
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
 
-__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "HttpProtocol", "header_kinds")
+__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "Head", "HttpProtocol", "header_kinds")
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
 HOST, CORE, EXPECT, REFERER, AGENT, TE = 0, 1, 2, 3, 4, 5
@@ -137,6 +137,9 @@ class Exchange:
         # Set by _decide, before anything reads them: raw (the target's path, raw) and request.
 
 
+#: A plain keep-alive request as its head parses (``Engine.heads``): method, target, mode, log fields.
+Head = tuple[bytes, bytes, int, "LogFields | None"]
+
 #: What waits in ``pending``: a request, or prebuilt bytes (a 100 Continue, an error) to write.
 Item = Exchange | bytes
 
@@ -175,6 +178,7 @@ class HttpProtocol(asyncio.Protocol):
         "backlog_at",
         "budget",
         "busy",
+        "completed",
         "dead",
         "engine",
         "expect",
@@ -191,10 +195,12 @@ class HttpProtocol(asyncio.Protocol):
         "out_size",
         "outlet",
         "owned",
+        "parsed",
         "parser",
         "partial",
         "peer",
         "pending",
+        "plain",
         "read_paused",
         "referer",
         "scheduled",
@@ -229,6 +235,9 @@ class HttpProtocol(asyncio.Protocol):
         self.partial = 0
         self.in_head = False
         self.in_request = False  # from a request's first byte to its body's last
+        self.plain = True  # the request being read has no Expect and no Transfer-Encoding
+        self.completed = 0  # requests the parser completed in the read being fed
+        self.parsed: Head | None = None  # the last completed request, if the heads memo may hold it
         # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
         self.since = engine.now - engine.config.keepalive_timeout + engine.config.header_timeout
         self.busy = False  # a cold decision or a file body is in flight
@@ -304,7 +313,21 @@ class HttpProtocol(asyncio.Protocol):
             return
         # The common case, a read of one request or a few while nothing waits: parsed at once
         # (a slice's worth: at most a few hundred requests), answered within the turn's budget.
-        self._feed(data)
+        # A read that is exactly a request head parsed before is not parsed again (``heads``).
+        if self.in_request:
+            self._feed(data)
+        else:
+            engine = self.engine
+            head = engine.heads.get(data)
+            if head is not None:
+                self.since = engine.now
+                self.budget -= 1
+                self._respond(Exchange(head[0], head[1], head[2], None, head[3]))
+            else:
+                self.completed = 0
+                self._feed(data)
+                if self.completed == 1 and self.parsed is not None and not self.in_request and not self.dead:
+                    engine.learn(data, self.parsed)
         if self.out:
             self._flush()
         if self.pending or self.backlog:
@@ -353,7 +376,7 @@ class HttpProtocol(asyncio.Protocol):
     # -- parser callbacks -------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.in_head = self.in_request = True
+        self.in_head = self.in_request = self.plain = True
         self.since = self.engine.now
         self.head_size = self.partial = 0
 
@@ -398,11 +421,13 @@ class HttpProtocol(asyncio.Protocol):
         if hosts != 1 and (hosts or version == "1.1"):
             raise _Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
         if te is not None:
+            self.plain = False
             if version == "1.0":
                 raise _Stop(400)  # RFC 9112 6.1: chunked framing in HTTP/1.0 is not to be trusted
             if te.strip().lower() != b"chunked":
                 raise _Stop(501)  # "identity, chunked", "gzip, chunked": codings we do not have (nginx)
         if self.expect is not None:
+            self.plain = False
             expect, self.expect = self.expect, None
             self._expect(expect)
 
@@ -422,7 +447,11 @@ class HttpProtocol(asyncio.Protocol):
         if self.engine.log is not None:
             log = (self.version, self.referer, self.agent)
             self.referer = self.agent = None
-        x = Exchange(parser.get_method(), url, mode, fields, log)
+        method = parser.get_method()
+        x = Exchange(method, url, mode, fields, log)
+        self.completed += 1
+        plain = fields is None and mode != CLOSE and self.plain and method in _GET_HEAD
+        self.parsed = (method, url, mode, log) if plain else None
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append(x)
             if len(self.pending) >= MAX_PENDING:

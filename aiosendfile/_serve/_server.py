@@ -29,7 +29,7 @@ from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
-from ._protocol import HttpProtocol, header_kinds
+from ._protocol import Head, HttpProtocol, header_kinds
 
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
 
@@ -41,6 +41,13 @@ Known = tuple[tuple[int, ...], str, bytes, bool]
 #: Entries in the engine's memo (each charged its key, path, head and ``ENTRY_OVERHEAD``: about
 #: 900 bytes, so the memo's 16 MiB hold them all): a site's working set of files, not a few hot ones.
 MEMO_ENTRIES = 16384
+#: The heads memo (``Engine.heads``): a client asking again for what it asked before (a browser's
+#: keep-alive requests, a health check, a load test) sends the same bytes, and their parse is
+#: skipped. A head longer than ``HEADS_MAX_KEY`` is parsed each time; ``HEADS_ENTRIES`` heads of
+#: ``HEADS_MAX_BYTES`` (keys and ``ENTRY_OVERHEAD`` each) at most, the least recently used going first.
+HEADS_ENTRIES = 16384
+HEADS_MAX_BYTES = 8 * 1024 * 1024
+HEADS_MAX_KEY = 2048
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,8 @@ class Engine:
         self.wanted = header_kinds(self.log is not None)
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.memo: Memo[bytes, Known] = Memo(max_entries=MEMO_ENTRIES)
+        #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.
+        self.heads: Memo[bytes, Head] = Memo(max_entries=HEADS_ENTRIES, max_bytes=HEADS_MAX_BYTES)
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
         self.connections: set[HttpProtocol] = set()
@@ -99,6 +108,12 @@ class Engine:
             return
         _, path, head, _ = known
         self.memo.put(raw, known, len(raw) + len(path) + len(head))
+
+    def learn(self, data: bytes, head: Head) -> None:
+        """Remember that the read *data* was exactly the plain request *head* (a parse is a function
+        of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
+        if len(data) <= HEADS_MAX_KEY:
+            self.heads.put(data, head, len(data))
 
     def forget(self, raw: bytes) -> None:
         self.memo.pop(raw)
