@@ -617,8 +617,7 @@ async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_not
     """Every chunk probed cold: the outlet sends each from the cold pool. Pipelined answers around
     a big file are byte-exact; a client gone while a pool thread sends leaves no fd behind (the fd
     guard) and nothing reported (the loop guard)."""
-    from aiosendfile import _platform
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet, _platform
 
     monkeypatch.setattr(_outlet, "_is_cold", lambda *args: True)
     small, big = (site.root / "small.txt").read_bytes(), (site.root / "big.bin").read_bytes()
@@ -720,7 +719,7 @@ async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch:
 async def test_a_failing_body_send_aborts_the_connection_and_is_reported(
     site: Site, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
 ) -> None:
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     def broken(*args: Any, **kwargs: Any) -> int:
         raise error("send bug")  # a RuntimeError with the connection alive is a bug too
@@ -878,7 +877,7 @@ async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
 async def test_a_file_truncated_while_sent_aborts_the_connection(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     real = _outlet.sendfile_once
 
@@ -1007,8 +1006,7 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
 ) -> None:
     """A cold chunk up to READ_AHEAD_MAX is read ahead by the kernel and probed again from a timer
     (no pool thread) ; one still cold after COLD_WAITS goes to the pool. Byte-exact either way."""
-    from aiosendfile import _platform
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet, _platform
 
     body = pattern(100_000, seed=5)
     (site.root / "medium.bin").write_bytes(body)
@@ -1038,7 +1036,7 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
 ) -> None:
     """A reset while a cold chunk waits on its timer: the timer is cancelled and the file closed
     (the fd guard), nothing reported (the loop guard)."""
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     (site.root / "medium.bin").write_bytes(pattern(100_000, seed=6))
     waiting = asyncio.get_running_loop().create_future()
@@ -1068,7 +1066,7 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
 async def test_a_slow_reader_costs_one_probe_per_chunk(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page-cache probe runs once per 2 MiB chunk: the rest of a chunk the socket took only
     part of is sent without probing again (a client with a small window made one probe per wakeup)."""
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     probes: list[int] = []
 
@@ -1100,7 +1098,7 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
     answered; then the big file arrives whole."""
     import threading
 
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     disk, in_pool = threading.Event(), threading.Event()
     real_send = _outlet.sendfile_once
@@ -1153,7 +1151,7 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     object; when the socket takes only part of the head or the file (or nothing of the file), a
     transfer goes on from exactly there. Byte-exact, the file closed (the fd guard), and the
     access log counts every byte of the body."""
-    from aiosendfile._serve import _outlet
+    from aiosendfile import _outlet
 
     log = io.StringIO()
     async with serving(tmp_path, access_log=log) as site:

@@ -42,19 +42,18 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from .. import _platform
+from .. import _outlet, _platform
 from .._api import sendfile
 from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
+from .._outlet import MAX_CHUNK, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
 from .._static._fs import POOL_FS, DecideInPool
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
-from . import _outlet
 from ._date import CLOSE, KEEP10, KEEP11
-from ._outlet import MAX_CHUNK, Outlet, Transfer
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:

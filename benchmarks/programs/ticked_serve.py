@@ -65,8 +65,8 @@ def _time_collections() -> None:
 
 
 def _no_probe() -> None:
-    from aiosendfile import _options
-    from aiosendfile._serve import _outlet, _protocol
+    from aiosendfile import _options, _outlet
+    from aiosendfile._serve import _protocol
 
     options = dataclasses.replace(_options.DEFAULT_OPTIONS, probe=False)
     # (Each module imported the name: it is replaced where it is read.)

@@ -1,9 +1,10 @@
-"""The engine's own send path for file bodies: a connection owner's ``sendfile``, below ``_api``.
+"""A connection owner's send path for file bodies: ``sendfile`` below ``_api``, for the doors that own theirs.
 
 The public :func:`aiosendfile.sendfile` is built for callers who do not own their transport: it
 checks its arguments, ``fstat``s the file, resolves the target, leases the transport (swapping
 its protocol, polling a ``dup()`` of its fd) and reports progress through a callback, on every
-call. The engine owns its connections, so none of that is needed per response:
+call. A door that owns its connections (``serve``'s protocol, the uvicorn protocols: they get
+``pause_writing`` and ``connection_lost``) needs none of that per response:
 
 * **Resolved once per connection.** :class:`Outlet` is made at a connection's first file body:
   the transport is checked once (``_target.resolve_target``: a plain TCP or Unix transport of a
@@ -43,11 +44,11 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from .. import _platform
-from .._options import DEFAULT_OPTIONS
-from .._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
-from .._target import resolve_target
-from .._writer import _is_cold as _is_cold  # (re-exported, as above)
+from . import _platform
+from ._options import DEFAULT_OPTIONS
+from ._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
+from ._target import resolve_target
+from ._writer import _is_cold as _is_cold  # (re-exported, as above)
 
 __all__ = ("COLD_WAITS", "MAX_CHUNK", "READ_AHEAD_MAX", "Outlet", "Transfer")
 
