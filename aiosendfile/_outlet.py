@@ -249,7 +249,6 @@ class Transfer:
 
     def _wait(self) -> None:
         """Go on when the socket is writable (a registration kept across successive waits)."""
-        _platform.counters.waits += 1
         if not self.watching:
             self.watching = True
             self.outlet.loop.add_writer(self.outlet.fd, self.run)

@@ -406,82 +406,6 @@ async def test_slow_reader_gets_every_byte_and_the_transport_settings_come_back(
     sent_zero_copy(kind, 2 * len(data))
 
 
-async def test_a_bad_request_pipelined_during_a_file_body_is_answered_after_it(
-    proto: Any, kind: str, tmp_path: Path, tls_ca: trustme.CA, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Bytes that arrive while a body is on the connection's outlet are held, not parsed: uvicorn's
-    httptools protocol answers a bad request with a 400 itself, which would land in the middle of
-    the file (the owner path sends on a duplicate of the socket). Whole body, then the 400."""
-    data = pattern(8 * MIB + 3)
-    path = tmp_path / "big.bin"
-    path.write_bytes(data)
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        shrink_send_buffer(site)
-        await send(start(len(data)))
-        await send({"type": PATHSEND, "path": str(path)})
-
-    async with serve(routes({"/": app}), proto, kind, tmp_path, tls_ca) as site:
-        reader, writer = await open_small(kind, site)
-        writer.write(request(b"/"))
-        head = await reader.readuntil(b"\r\n\r\n")
-        assert b" 200 " in head
-        body = await reader.readexactly(100_000)
-        writer.write(b"NOT HTTP AT ALL\x00\r\n\r\n")
-        await asyncio.sleep(0.1)  # (the server reads it mid-body)
-        body += await reader.readexactly(len(data) - len(body))
-        assert body == data
-        rest = await asyncio.wait_for(read_to_eof(reader), 20)
-        assert rest.startswith(b"HTTP/1.1 400 "), rest[:100]
-        writer.close()
-
-
-async def test_what_arrives_during_a_file_body_is_held_up_to_a_bound(
-    proto: Any, kind: str, tmp_path: Path, tls_ca: trustme.CA, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A client pipelining 4 MiB of requests during a slow body: the connection holds at most
-    HOLD_MAX bytes and a read's worth, with reading paused; every request is answered, in order."""
-    from aiosendfile._asgi import _owner
-
-    data = pattern(8 * MIB + 3)
-    path = tmp_path / "big.bin"
-    path.write_bytes(data)
-    most = [0]
-    real = _owner.Owner._hold
-
-    def hold(self: Any, chunk: bytes) -> None:
-        real(self, chunk)
-        most[0] = max(most[0], self._held_size)
-
-    monkeypatch.setattr(_owner.Owner, "_hold", hold)
-
-    async def big(scope: Any, receive: Any, send: Any) -> None:
-        shrink_send_buffer(site)
-        await send(start(len(data)))
-        await send({"type": PATHSEND, "path": str(path)})
-
-    async def small(scope: Any, receive: Any, send: Any) -> None:
-        await send(start(len(scope["query_string"])))
-        await send({"type": "http.response.body", "body": scope["query_string"]})
-
-    pad = b"X-Pad: " + b"p" * 8000 + b"\r\n"
-    n = 4 * MIB // len(request(b"/small?12345", extra=pad))
-    async with serve(routes({"/": big, "/small": small}), proto, kind, tmp_path, tls_ca) as site:
-        reader, writer = await open_small(kind, site)
-        writer.write(request(b"/"))
-        assert b" 200 " in await reader.readuntil(b"\r\n\r\n")
-        body = await reader.readexactly(100_000)
-        writer.write(b"".join(request(b"/small?%05d" % i, extra=pad) for i in range(n)))
-        await asyncio.sleep(0.2)
-        body += await reader.readexactly(len(data) - len(body))
-        assert body == data
-        for i in range(n):
-            assert (await read_response(reader)).body == b"%05d" % i
-        writer.close()
-    if kind != "tls":
-        assert 0 < most[0] <= _owner.HOLD_MAX + 2**18
-
-
 async def test_peer_gone_mid_file_is_silent_and_the_server_goes_on(
     proto: Any, kind: str, tmp_path: Path, tls_ca: trustme.CA, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -786,12 +710,10 @@ async def test_extensions_already_in_the_scope_are_kept() -> None:
         assert scope["extensions"]["tls"] == {"version": 1}
         assert PATHSEND in scope["extensions"]
 
-    async def no_carry(owner: Any, cycle: Any, message: Any) -> None:
+    async def no_carry(cycle: Any, message: Any) -> None:
         raise AssertionError
 
-    await _Door(app, no_carry, None)(
-        {"type": "http", "extensions": {"tls": {"version": 1}}}, None, Cycle().send
-    )  # type: ignore[arg-type]
+    await _Door(app, no_carry)({"type": "http", "extensions": {"tls": {"version": 1}}}, None, Cycle().send)
 
 
 # -- a real uvicorn process -----------------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -76,20 +75,6 @@ class FileBody:
             self.file.close()
         elif self.position is not None:
             self.file.seek(self.position)
-
-    def hand_over(self) -> Callable[[], None]:
-        """What :meth:`close` would do, as a call for later (a thread still sends from the file);
-        this object's own ``close`` does nothing after."""
-        file, owned, position = self.file, self.owned, self.position
-        self.owned, self.position = False, None
-
-        def close() -> None:
-            if owned:
-                file.close()
-            elif position is not None:
-                file.seek(position)
-
-        return close
 
 
 def file_body(message: Any) -> FileBody:

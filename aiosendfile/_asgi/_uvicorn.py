@@ -14,9 +14,6 @@ cycle's own rules:
   ``chunked_encoding``, h11's own ``Connection`` (``send_with_data_passthrough`` with a sized
   placeholder for the file bytes, so h11 counts and frames them). A body longer or shorter than
   promised raises uvicorn's (or h11's) error before a byte is written;
-* the file bytes on the protocol's own outlet (``_owner``: one duplicate of the socket per
-  connection, what arrives meanwhile held, not parsed), where the public ``sendfile`` would lease
-  the transport for each body; TLS, several ranges and other transports take the public path;
 * HEAD sends no body bytes; completion as the cycle completes (``response_complete``,
   ``message_event``, close if not keep-alive, ``on_response``);
 * peer gone mid-file: ``disconnected``, silently, as uvicorn; file truncated mid-file: the
@@ -36,7 +33,6 @@ client is gone. uvicorn's h11 protocol reads one request at a time, so its last 
 
 from __future__ import annotations
 
-import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,7 +43,6 @@ from uvicorn.server import ServerState
 
 from .._errors import FileTruncatedError
 from ._carry import PATHSEND, ZEROCOPYSEND, FileBody, file_body, offered, transmit
-from ._owner import Owner
 
 __all__ = ("RELIED_ON", "H11Protocol", "HttpToolsProtocol")
 
@@ -70,15 +65,14 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
     ),
     "httptools cycle": ("expected_content_length", "chunked_encoding"),
     "h11 cycle": ("conn",),
-    "flow": ("write_paused", "drain", "read_paused"),
+    "flow": ("write_paused", "drain"),
 }
 
 _FILE_MESSAGES = frozenset((PATHSEND, ZEROCOPYSEND))
-_OS_FILES = (io.FileIO, io.BufferedReader, io.BufferedRandom)  # (what file_body lets through)
 _OFFERED = offered()  # copied per request; the empty option dicts are shared
 
 Send = Callable[[Any], Awaitable[None]]
-Carry = Callable[["Owner", Any, Any], Awaitable[None]]
+Carry = Callable[[Any, Any], Awaitable[None]]
 
 
 class _Door:
@@ -88,12 +82,11 @@ class _Door:
     message (uvicorn awaits what ``__call__`` returns, the app what ``send`` returns).
     """
 
-    __slots__ = ("app", "carry", "owner", "running")
+    __slots__ = ("app", "carry", "running")
 
-    def __init__(self, app: Any, carry: Carry, owner: Owner) -> None:
+    def __init__(self, app: Any, carry: Carry) -> None:
         self.app = app
         self.carry = carry
-        self.owner = owner  # the protocol: its outlet sends the file bodies
         self.running: Any = None  # the cycle of the request whose app started last
 
     def __call__(self, scope: Any, receive: Any, send: Send) -> Awaitable[None]:
@@ -106,12 +99,12 @@ class _Door:
         else:
             for name in _OFFERED:
                 extensions.setdefault(name, {})
-        carry, owner = self.carry, self.owner
+        carry = self.carry
         self.running = cycle
 
         def door_send(message: Any) -> Awaitable[None]:
             if message["type"] in _FILE_MESSAGES:
-                return carry(owner, cycle, message)
+                return carry(cycle, message)
             return send(message)
 
         return self.app(scope, receive, door_send)  # type: ignore[no-any-return]
@@ -129,24 +122,7 @@ async def _prelude(cycle: Any, message: Any) -> bool:
     return True
 
 
-async def _send_owned(owner: Owner, transport: Any, body: FileBody, head: bytes, tail: bytes) -> bool:
-    """One range of an OS file on the protocol's outlet (``_owner``); False (nothing sent) where
-    the public path must send it. The file's position ends after what was sent, as ``sendfile``'s."""
-    if len(body.ranges) != 1 or body.closing or not isinstance(body.file, _OS_FILES):
-        return False
-    part, offset, count = body.ranges[0]
-    if not count:
-        return False
-    sent = await owner.send_owned(transport, body.file.fileno(), offset, count, head + part, body)
-    if sent is None:
-        return False
-    body.file.seek(offset + sent)
-    if tail:
-        transport.write(tail)
-    return True
-
-
-async def _send_body(owner: Owner, cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bool:
+async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bool:
     """Send the body on the cycle's transport; False (connection given up) if it failed."""
     transport = cycle.transport
     if transport.is_closing():
@@ -154,8 +130,7 @@ async def _send_body(owner: Owner, cycle: Any, body: FileBody, head: bytes, tail
         # vanish silently now, and its cycle completes. So does the file.
         return True
     try:
-        if not await _send_owned(owner, transport, body, head, tail):
-            await transmit(transport, body, head, tail)
+        await transmit(transport, body, head, tail)
     except FileTruncatedError as exc:
         transport.abort()
         cycle.disconnected = True
@@ -173,7 +148,7 @@ async def _send_body(owner: Owner, cycle: Any, body: FileBody, head: bytes, tail
     return True
 
 
-async def _carry_httptools(owner: Owner, cycle: Any, message: Any) -> None:
+async def _carry_httptools(cycle: Any, message: Any) -> None:
     """A file message on an httptools cycle (``httptools_impl.RequestResponseCycle.send``'s rules)."""
     if not await _prelude(cycle, message):
         return
@@ -196,7 +171,7 @@ async def _carry_httptools(owner: Owner, cycle: Any, message: Any) -> None:
                     raise RuntimeError("Response content shorter than Content-Length")
                 cycle.expected_content_length -= length
                 head = tail = b""
-            if not await _send_body(owner, cycle, body, head, tail):
+            if not await _send_body(cycle, body, head, tail):
                 return
     finally:
         body.close()
@@ -220,7 +195,7 @@ class _Sized:
         return self.length
 
 
-async def _carry_h11(owner: Owner, cycle: Any, message: Any) -> None:
+async def _carry_h11(cycle: Any, message: Any) -> None:
     """A file message on an h11 cycle (``h11_impl.RequestResponseCycle.send``'s rules)."""
     if not await _prelude(cycle, message):
         return
@@ -240,7 +215,7 @@ async def _carry_h11(owner: Owner, cycle: Any, message: Any) -> None:
         if not more_body:
             tail += conn.send(h11.EndOfMessage())  # h11 checks a short body here: before any byte
         if body.length and cycle.scope["method"] != "HEAD":
-            if not await _send_body(owner, cycle, body, head, tail):
+            if not await _send_body(cycle, body, head, tail):
                 return
         elif head or tail:
             cycle.transport.write(head + tail)
@@ -255,17 +230,7 @@ async def _carry_h11(owner: Owner, cycle: Any, message: Any) -> None:
         cycle.on_response()
 
 
-class _UvicornOwner(Owner):
-    """The owner path's hold (``_owner``) as uvicorn's flow control sees it."""
-
-    flow: Any
-
-    def resume_after_hold(self) -> None:
-        if not self.flow.read_paused:  # (uvicorn paused reading itself meanwhile: it resumes it)
-            self.transport.resume_reading()
-
-
-class HttpToolsProtocol(_UvicornOwner, httptools_impl.HttpToolsProtocol):
+class HttpToolsProtocol(httptools_impl.HttpToolsProtocol):
     """uvicorn's httptools protocol, offering and carrying out ``pathsend``/``zerocopysend``."""
 
     def __init__(
@@ -276,7 +241,7 @@ class HttpToolsProtocol(_UvicornOwner, httptools_impl.HttpToolsProtocol):
         _loop: Any = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.app = self._door = _Door(self.app, _carry_httptools, self)
+        self.app = self._door = _Door(self.app, _carry_httptools)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, and the request running is marked disconnected too (see the module docstring)."""
@@ -287,7 +252,7 @@ class HttpToolsProtocol(_UvicornOwner, httptools_impl.HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-class H11Protocol(_UvicornOwner, h11_impl.H11Protocol):
+class H11Protocol(h11_impl.H11Protocol):
     """uvicorn's h11 protocol, offering and carrying out ``pathsend``/``zerocopysend``."""
 
     def __init__(
@@ -298,4 +263,4 @@ class H11Protocol(_UvicornOwner, h11_impl.H11Protocol):
         _loop: Any = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.app = _Door(self.app, _carry_h11, self)
+        self.app = _Door(self.app, _carry_h11)
