@@ -3,8 +3,8 @@
 The public :func:`aiosendfile.sendfile` is built for callers who do not own their transport: it
 checks its arguments, ``fstat``s the file, resolves the target, leases the transport (swapping
 its protocol, polling a ``dup()`` of its fd) and reports progress through a callback, on every
-call. A door that owns its connections (``serve``'s protocol, the uvicorn protocols: they get
-``pause_writing`` and ``connection_lost``) needs none of that per response:
+call. A door that owns its connections (``serve``'s protocol: it gets ``pause_writing`` and
+``connection_lost``) needs none of that per response:
 
 * **Resolved once per connection.** :class:`Outlet` is made at a connection's first file body:
   the transport is checked once (``_target.resolve_target``: a plain TCP or Unix transport of a

@@ -3,8 +3,11 @@
 Each parsed request is an :class:`Exchange` (method, target, keep-alive mode, the core's header
 pairs, the access log's fields; once decided its raw path, core ``Request`` and status), which
 every step from the parser to the access log takes, and which waits in ``pending`` when it must.
-The hot path (a plain ``GET``/``HEAD``: no ``Range``, ``If-*``, ``Accept-Encoding`` or
-``Expect``) of a file answered recently makes no core request or answer object: the raw target path
+A read that is exactly a plain request head parsed before (``Engine.heads``: a client asking
+again sends the same bytes) is not parsed again: its method, target and keep-alive mode come from
+that memo, and it goes on as a parsed one would. The hot path (a plain ``GET``/``HEAD``: no
+``Range``, ``If-*``, ``Accept-Encoding`` or ``Expect``) of a file answered recently makes no core
+request or answer object: the raw target path
 (query cut) finds a memo ``(identity, path, head, small)``. A small file's bytes come from the
 hot-file cache, one ``os.stat`` checks the path still names that file, and the prebuilt head, the
 second's tail and the bytes are appended to ``out``. Any other file is opened again, checked by
