@@ -546,6 +546,31 @@ async def test_the_heads_memo_stays_bounded_under_100000_distinct_heads(tmp_path
         engine.stop()
 
 
+async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
+    """Heads whose target and logged User-Agent are long (the values are copies of the key's
+    bytes): what the memo holds, measured, stays near its charge and under 1.25 x HEADS_MAX_BYTES."""
+    import tracemalloc
+
+    from aiosendfile._serve._server import HEADS_MAX_BYTES, HEADS_MAX_KEY, Engine, ServeConfig
+
+    engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(20_000):
+            url = b"/%06d" % i + b"u" * 900
+            agent = b"a" * 900
+            data = b"GET " + url + b" HTTP/1.1\r\nHost: h\r\nUser-Agent: " + agent + b"\r\n\r\n"
+            assert len(data) <= HEADS_MAX_KEY
+            engine.learn(data, (b"GET", bytes(url), 1, ("1.1", None, bytes(agent))))
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert engine.heads.size <= HEADS_MAX_BYTES
+        assert held <= 1.25 * HEADS_MAX_BYTES, f"{held / 2**20:.1f} MiB held"
+    finally:
+        engine.stop()
+
+
 # -- Date, access log -----------------------------------------------------------------------------
 
 

@@ -113,7 +113,9 @@ class Engine:
         """Remember that the read *data* was exactly the plain request *head* (a parse is a function
         of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
         if len(data) <= HEADS_MAX_KEY:
-            self.heads.put(data, head, len(data))
+            _, url, _, log = head  # (the target and the logged fields are copies: charged too)
+            logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"")
+            self.heads.put(data, head, len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
         self.memo.pop(raw)
