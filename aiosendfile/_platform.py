@@ -201,7 +201,6 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # from the calling (loop) thread; cachestat has no side effects and sees the whole range.
 _CACHESTAT_NR = {"x86_64": 451, "aarch64": 451, "arm64": 451, "riscv64": 451, "ppc64le": 451, "s390x": 451}
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-PAGE_SIZE = _PAGE  # (the probes' unit: a range within one page needs one probe)
 
 
 class _Cachestat:

@@ -256,12 +256,6 @@ def _is_cold(file_fd: int, position: int, size: int, options: Options, device: i
     if not options.probe:
         return False
     last = position + size - 1
-    if (
-        position // _platform.PAGE_SIZE == last // _platform.PAGE_SIZE
-    ):  # one page (a small file): the 1-byte read says it all
-        one = _platform.page_cached(file_fd, position, device)
-        if one is not None:
-            return not one
     whole = _platform.range_cached(file_fd, position, size)
     if whole is not None:
         # All pages present: ready unless the last is still being read in.

@@ -59,44 +59,6 @@ def test_whole_chunk_probe_sees_a_hole_in_the_middle(tmp_path: Path) -> None:
         os.close(fd)
 
 
-def test_a_range_within_one_page_is_probed_with_one_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A small file's chunk (one page) costs one probe, the 1-byte RWF_NOWAIT read, which says
-    cached or not for the whole range; no cachestat beside it."""
-    if not _platform.HAS_RWF_NOWAIT:
-        pytest.skip("no RWF_NOWAIT here")
-    path = tmp_path / "small.bin"
-    path.write_bytes(pattern(3000))
-    calls: list[str] = []
-    real_range, real_page = _platform.range_cached, _platform.page_cached
-    monkeypatch.setattr(_platform, "range_cached", lambda *a: calls.append("range") or real_range(*a))
-    monkeypatch.setattr(_platform, "page_cached", lambda *a: calls.append("page") or real_page(*a))
-    options = aiosendfile._options.Options()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.pread(fd, 3000, 0)
-        if _platform.page_cached(fd, 0) is None:
-            pytest.skip("this file system refuses RWF_NOWAIT")
-        calls.clear()
-        assert not _writer._is_cold(fd, 0, 3000, options)
-        assert calls == ["page"]
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        calls.clear()
-        if _platform.page_cached(fd, 0) is False:  # (evicted: some file systems keep the page)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # (the probe may have read it in)
-            calls.clear()
-            cold = _writer._is_cold(fd, 100, 200, options)
-            assert calls == ["page"]
-            assert cold or _platform.page_cached(fd, 0)  # (unless that probe's readahead was quick)
-        calls.clear()
-        _writer._is_cold(fd, 4000, 200, options)  # across a page boundary: the general probe
-        assert calls[0] == "range" or not _platform.range_cached_available()
-    finally:
-        os.close(fd)
-
-
 def test_whole_chunk_probe_of_a_closed_fd_raises(tmp_path: Path) -> None:
     if not _platform.range_cached_available():
         pytest.skip("no cachestat(2) here")
