@@ -530,17 +530,18 @@ async def test_a_known_head_arriving_inside_a_request_is_parsed_as_part_of_it(si
 async def test_the_heads_memo_stays_bounded_under_100000_distinct_heads(tmp_path: Path) -> None:
     """100,000 distinct request heads of up to HEADS_MAX_KEY bytes: at most HEADS_ENTRIES entries
     and HEADS_MAX_BYTES of charges; a longer head is never held."""
+    from aiosendfile._serve._protocol import Exchange
     from aiosendfile._serve._server import HEADS_ENTRIES, HEADS_MAX_BYTES, HEADS_MAX_KEY, Engine, ServeConfig
 
     engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
     try:
         for i in range(100_000):
             data = get("/" + str(i) * (1 + i % 200))[:HEADS_MAX_KEY]
-            engine.learn(data, (b"GET", b"/", 1, None))
+            engine.learn(data, Exchange(b"GET", b"/", 1, None, None))
             assert len(engine.heads) <= HEADS_ENTRIES
             assert engine.heads.size <= HEADS_MAX_BYTES
         assert len(engine.heads) > HEADS_ENTRIES // 4  # (it does hold a working set)
-        engine.learn(b"G" * (HEADS_MAX_KEY + 1), (b"GET", b"/", 1, None))
+        engine.learn(b"G" * (HEADS_MAX_KEY + 1), Exchange(b"GET", b"/", 1, None, None))
         assert b"G" * (HEADS_MAX_KEY + 1) not in engine.heads
     finally:
         engine.stop()
@@ -551,6 +552,7 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
     bytes): what the memo holds, measured, stays near its charge and under 1.25 x HEADS_MAX_BYTES."""
     import tracemalloc
 
+    from aiosendfile._serve._protocol import Exchange
     from aiosendfile._serve._server import HEADS_MAX_BYTES, HEADS_MAX_KEY, Engine, ServeConfig
 
     engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
@@ -562,7 +564,7 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
             agent = b"a" * 900
             data = b"GET " + url + b" HTTP/1.1\r\nHost: h\r\nUser-Agent: " + agent + b"\r\n\r\n"
             assert len(data) <= HEADS_MAX_KEY
-            engine.learn(data, (b"GET", bytes(url), 1, ("1.1", None, bytes(agent))))
+            engine.learn(data, Exchange(b"GET", bytes(url), 1, None, ("1.1", None, bytes(agent))))
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         assert engine.heads.size <= HEADS_MAX_BYTES

@@ -239,7 +239,7 @@ class HttpProtocol(asyncio.Protocol):
         self.in_request = False  # from a request's first byte to its body's last
         self.plain = True  # the request being read has no Expect and no Transfer-Encoding
         self.completed = 0  # requests the parser completed in the read being fed
-        self.parsed: Head | None = None  # the last completed request, if the heads memo may hold it
+        self.parsed: Exchange | None = None  # the last completed request, if the heads memo may hold it
         # A fresh connection gets header_timeout, not keepalive_timeout, to send its first request.
         self.since = engine.now - engine.config.keepalive_timeout + engine.config.header_timeout
         self.busy = False  # a cold decision or a file body is in flight
@@ -328,8 +328,9 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self.completed = 0
                 self._feed(data)
-                if self.completed == 1 and self.parsed is not None and not self.in_request and not self.dead:
-                    engine.learn(data, self.parsed)
+                parsed, self.parsed = self.parsed, None
+                if self.completed == 1 and parsed is not None and not self.in_request and not self.dead:
+                    engine.learn(data, parsed)
         if self.out:
             self._flush()
         if self.pending or self.backlog:
@@ -452,8 +453,7 @@ class HttpProtocol(asyncio.Protocol):
         method = parser.get_method()
         x = Exchange(method, url, mode, fields, log)
         self.completed += 1
-        plain = fields is None and mode != CLOSE and self.plain and method in _GET_HEAD
-        self.parsed = (method, url, mode, log) if plain else None
+        self.parsed = x if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD else None
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append(x)
             if len(self.pending) >= MAX_PENDING:

@@ -29,7 +29,7 @@ from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
-from ._protocol import Head, HttpProtocol, header_kinds
+from ._protocol import Exchange, Head, HttpProtocol, header_kinds
 
 __all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
 
@@ -44,7 +44,8 @@ MEMO_ENTRIES = 16384
 #: The heads memo (``Engine.heads``): a client asking again for what it asked before (a browser's
 #: keep-alive requests, a health check, a load test) sends the same bytes, and their parse is
 #: skipped. A head longer than ``HEADS_MAX_KEY`` is parsed each time; ``HEADS_ENTRIES`` heads of
-#: ``HEADS_MAX_BYTES`` (keys and ``ENTRY_OVERHEAD`` each) at most, the least recently used going first.
+#: ``HEADS_MAX_BYTES`` at most (each charged its key, its target and logged fields, and
+#: ``ENTRY_OVERHEAD``), the least recently used going first.
 HEADS_ENTRIES = 16384
 HEADS_MAX_BYTES = 8 * 1024 * 1024
 HEADS_MAX_KEY = 2048
@@ -109,13 +110,13 @@ class Engine:
         _, path, head, _ = known
         self.memo.put(raw, known, len(raw) + len(path) + len(head))
 
-    def learn(self, data: bytes, head: Head) -> None:
-        """Remember that the read *data* was exactly the plain request *head* (a parse is a function
+    def learn(self, data: bytes, x: Exchange) -> None:
+        """Remember that the read *data* was exactly the plain request *x* (a parse is a function
         of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
         if len(data) <= HEADS_MAX_KEY:
-            _, url, _, log = head  # (the target and the logged fields are copies: charged too)
+            url, log = x.url, x.log  # (the target and the logged fields are copies: charged too)
             logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"")
-            self.heads.put(data, head, len(data) + len(url) + logged)
+            self.heads.put(data, (x.method, url, x.mode, log), len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
         self.memo.pop(raw)
