@@ -573,6 +573,140 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
         engine.stop()
 
 
+# -- the loop's iteration budget: answering stops when an iteration's time is spent --------------------
+
+
+class _Transport:
+    """Enough of a transport for a protocol driven by hand: what it was given, and whether it reads."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        pass
+
+
+async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the budget spent at once, each iteration answers one request: the first read is
+    answered, the others wait (reading on; past a slice of backlog, paused) and are answered in
+    the following iterations, each whole."""
+    mod = engine()
+    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+    root = build(tmp_path / "www")
+    small = (root / "small.txt").read_bytes()
+    eng = mod.Engine(mod.ServeConfig(str(root)), asyncio.get_running_loop())
+    try:
+        # (warm: the first sight of a path is decided in the cold pool)
+        warm = eng.protocol()
+        warm.connection_made(_Transport())
+        warm.data_received(get("/small.txt"))
+        for _ in range(200):
+            if warm.transport.data:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+        protocols = [eng.protocol() for _ in range(3)]
+        transports = [_Transport() for _ in protocols]
+        for p, t in zip(protocols, transports, strict=True):
+            p.connection_made(t)
+        flood = get("/small.txt") * 300  # past PARSE_SLICE
+        for p, data in zip(protocols, [get("/small.txt"), get("/small.txt"), flood], strict=True):
+            p.data_received(data)
+        assert [bool(t.data) for t in transports] == [True, False, False]
+        assert [t.reading for t in transports] == [True, True, False]
+        answered = []
+        for _ in range(50):
+            await asyncio.sleep(0)
+            answered.append(sum(1 for t in transports[:2] if t.data))
+            if all(t.data.count(small) == n for t, n in zip(transports, [1, 1, 300], strict=True)):
+                break
+        assert answered[0] == 2  # the second read: answered in the next iteration
+        assert [t.data.count(small) for t in transports] == [1, 1, 300]
+        assert [t.data.count(b"HTTP/1.1 200 OK\r\n") for t in transports] == [1, 1, 300]
+        assert all(t.reading for t in transports)
+        for p in [warm, *protocols]:
+            p.connection_lost(None)
+    finally:
+        eng.stop()
+
+
+async def test_connections_ready_together_are_answered_one_per_iteration_when_the_budget_is_spent(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over real sockets: three connections whose requests arrive in one iteration, with the budget
+    spent at once, are answered in three iterations, each answer whole."""
+    mod = engine()
+    from aiosendfile._serve import _protocol
+
+    eng = mod._engines[site.server]
+    iteration = [0]
+    at: list[int] = []
+    real_over, real_respond = mod.Engine._iteration_over, _protocol.HttpProtocol._respond
+
+    def over(self: Any) -> None:
+        iteration[0] += 1
+        real_over(self)
+
+    def respond(self: Any, x: Any) -> None:
+        at.append(iteration[0])
+        real_respond(self, x)
+
+    small = (site.root / "small.txt").read_bytes()
+    reader, writer = await site.open()  # (warm: a first sight is decided in the cold pool)
+    writer.write(get("/small.txt"))
+    assert (await read_answer(reader)).body == small
+    await _close(writer)
+    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+    monkeypatch.setattr(mod.Engine, "_iteration_over", over)
+    monkeypatch.setattr(_protocol.HttpProtocol, "_respond", respond)
+    clients = [socket.create_connection((site.host, site.port)) for _ in range(3)]
+    try:
+        for _ in range(200):
+            if len(eng.connections) == 3:
+                break
+            await asyncio.sleep(0.01)
+        for c in clients:  # (the loop does not run in between: the three reads are ready together)
+            c.sendall(get("/small.txt"))
+        for _ in range(200):
+            if len(at) == 3:
+                break
+            await asyncio.sleep(0.005)
+        assert len(set(at)) == 3, at
+        for c in clients:
+            c.settimeout(10)
+            data = b""
+            while not data.endswith(small):
+                chunk = c.recv(65536)
+                assert chunk
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert data.count(small) == 1
+    finally:
+        for c in clients:
+            c.close()
+
+
 # -- Date, access log -----------------------------------------------------------------------------
 
 

@@ -186,6 +186,7 @@ class HttpProtocol(asyncio.Protocol):
         "expect",
         "fields",
         "head_size",
+        "held",
         "hosts",
         "in_head",
         "in_request",
@@ -248,8 +249,9 @@ class HttpProtocol(asyncio.Protocol):
         self.pending: deque[Item] = deque()
         self.backlog = b""  # a read not parsed yet past backlog_at (while MAX_PENDING requests wait)
         self.backlog_at = 0
+        self.held: bytes | None = None  # a read waiting, as it came, for a turn (see _hold)
         self.budget = TURN_BUDGET  # requests this turn may still answer
-        self.scheduled = False  # a next turn is scheduled (call_soon)
+        self.scheduled = False  # a next turn is scheduled (call_soon, or in the engine's waiting queue)
         self.out: list[bytes] = []
         self.out_size = 0  # bytes in out
         self.out_left = 0  # the transport's write buffer at the last tick, and since when
@@ -278,6 +280,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = None
         self.pending.clear()
         self.backlog = b""
+        self.held = None
         self.out.clear()
         self.out_size = 0
         if self.task is not None:
@@ -304,7 +307,40 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.dead:
             return
+        if self.engine.spent() and not self.busy and not self.write_paused:
+            self._hold(data)
+            return
+        self._receive(data)
+
+    def _hold(self, data: bytes) -> None:
+        """The loop's time for answering in this iteration is spent: *data* waits for this
+        connection's turn in a following one (``Engine.wait_turn``). A lone read is held as it
+        came (its turn takes the common path, heads memo included); a larger read, or reads that
+        pile up meanwhile, join the backlog, and past a slice of it reading pauses until it is
+        parsed (otherwise reading goes on: pausing and resuming would cost two system calls)."""
+        self.since = self.engine.now
+        held = self.held
+        if held is None and not self.backlog and not self.pending and len(data) <= PARSE_SLICE:
+            self.held = data
+        else:
+            self.held = None
+            if held is not None:
+                data = held + data
+            if self.backlog_at < len(self.backlog):
+                self.backlog = self.backlog[self.backlog_at :] + data
+            else:
+                self.backlog = data
+            self.backlog_at = 0
+            if len(self.backlog) > PARSE_SLICE:
+                self._update_reading()
+        if not self.scheduled:
+            self.scheduled = True
+            self.engine.wait_turn(self)
+
+    def _receive(self, data: bytes) -> None:
         self.budget = TURN_BUDGET
+        if self.held is not None:  # (a read held for a turn comes first)
+            data, self.held = self.held + data, None
         if self.backlog or len(data) > PARSE_SLICE or self.pending or self.busy or self.write_paused:
             if self.backlog_at < len(self.backlog):  # (reading was paused; a transport may still deliver)
                 self.backlog = self.backlog[self.backlog_at :] + data
@@ -882,7 +918,20 @@ class HttpProtocol(asyncio.Protocol):
             self.engine.loop.call_soon(self._turn)
 
     def _turn(self) -> None:
+        if self.engine.spent() and self.transport is not None:
+            self.engine.wait_turn(self)  # (behind the connections already waiting; still scheduled)
+            return
+        self.take_turn()
+
+    def take_turn(self) -> None:
+        """Answer what waits, a turn's budget of it (the engine calls this for a waiting connection)."""
         self.scheduled = False
+        held = self.held
+        if held is not None:
+            self.held = None
+            if self.transport is not None and not self.dead:
+                self._receive(held)
+                return
         self.budget = TURN_BUDGET
         self._resume()
 
