@@ -609,8 +609,8 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the budget spent at once, each iteration answers one request: the first read is
-    answered, the others wait (reading on; past a slice of backlog, paused) and are answered in
-    the following iterations, each whole."""
+    answered, the others wait with reading paused and are answered in the following iterations,
+    each whole, reading resumed."""
     mod = engine()
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     root = build(tmp_path / "www")
@@ -634,7 +634,7 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
         for p, data in zip(protocols, [get("/small.txt"), get("/small.txt"), flood], strict=True):
             p.data_received(data)
         assert [bool(t.data) for t in transports] == [True, False, False]
-        assert [t.reading for t in transports] == [True, True, False]
+        assert [t.reading for t in transports] == [True, False, False]
         answered = []
         for _ in range(50):
             await asyncio.sleep(0)
@@ -705,6 +705,85 @@ async def test_connections_ready_together_are_answered_one_per_iteration_when_th
     finally:
         for c in clients:
             c.close()
+
+
+async def test_a_request_then_end_of_stream_is_answered_when_its_turn_comes(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients that send a request and half-close (``nc``, health checks), with the iteration's
+    budget spent at once: each request is answered in its turn, then the connection closes (the
+    end of stream is not read before the request is answered)."""
+    mod = engine()
+    eng = mod._engines[site.server]
+    small = (site.root / "small.txt").read_bytes()
+    reader, writer = await site.open()  # (warm: a first sight is decided in the cold pool)
+    writer.write(get("/small.txt"))
+    assert (await read_answer(reader)).body == small
+    await _close(writer)
+    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+    clients = [socket.create_connection((site.host, site.port)) for _ in range(4)]
+    try:
+        for _ in range(200):
+            if len(eng.connections) == 4:
+                break
+            await asyncio.sleep(0.01)
+        for c in clients:
+            c.sendall(get("/small.txt"))
+            c.shutdown(socket.SHUT_WR)
+        for c in clients:
+            c.setblocking(False)
+        got = [b""] * 4
+        done = [False] * 4
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            for i, c in enumerate(clients):
+                while not done[i]:
+                    try:
+                        chunk = c.recv(65536)
+                    except BlockingIOError:
+                        break
+                    if not chunk:
+                        done[i] = True
+                    got[i] += chunk
+            if all(done):
+                break
+        assert done == [True] * 4
+        assert [g.count(small) for g in got] == [1] * 4
+    finally:
+        for c in clients:
+            c.close()
+
+
+async def test_a_slow_head_gets_408_also_while_the_iterations_budget_is_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A head's later bytes arriving while the iteration's budget is spent wait for a turn, and
+    do not restart the header timeout (a slowloris client is still cut when the server is busy)."""
+    mod = engine()
+    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+    root = build(tmp_path / "www")
+    config = mod.ServeConfig(str(root), header_timeout=1.0)
+    eng = mod.Engine(config, asyncio.get_running_loop())
+    try:
+        other, slow = eng.protocol(), eng.protocol()
+        other.connection_made(_Transport())
+        slow.connection_made(t := _Transport())
+        await asyncio.sleep(0)
+        slow.data_received(b"GET /small.txt HTTP/1.1\r\n")  # (the first read of this iteration)
+        began = slow.since
+        for _ in range(3):
+            await asyncio.sleep(0)
+            eng.now += 0.4  # (time passes; the engine's clock is its timer's)
+            other.data_received(b"\r\n")  # opens this iteration's window and spends it
+            slow.data_received(b"X-Slow: x\r\n")  # held for a turn
+            assert slow.held is not None or slow.backlog
+        assert slow.since == began
+        slow.expire(eng.now, config)
+        assert t.data.startswith(b"HTTP/1.1 408 ")
+        for p in (other, slow):
+            p.connection_lost(None)
+    finally:
+        eng.stop()
 
 
 # -- Date, access log -----------------------------------------------------------------------------

@@ -314,15 +314,16 @@ class HttpProtocol(asyncio.Protocol):
 
     def _hold(self, data: bytes) -> None:
         """The loop's time for answering in this iteration is spent: *data* waits for this
-        connection's turn in a following one (``Engine.wait_turn``). A lone read is held as it
-        came (its turn takes the common path, heads memo included); a larger read, or reads that
-        pile up meanwhile, join the backlog, and past a slice of it reading pauses until it is
-        parsed (otherwise reading goes on: pausing and resuming would cost two system calls)."""
-        self.since = self.engine.now
+        connection's turn in a following one (``Engine.wait_turn``), with reading paused, so what
+        the client sends meanwhile, its end of stream included, stays in the kernel until the
+        request is answered. A lone read of up to a slice is held as it came (its turn takes the
+        common path, heads memo included); any other joins the backlog."""
+        if not self.in_request:  # (a head's later bytes do not restart its header timeout)
+            self.since = self.engine.now
         held = self.held
         if held is None and not self.backlog and not self.pending and len(data) <= PARSE_SLICE:
             self.held = data
-        else:
+        else:  # (the transport delivered once more after the pause, or a large read)
             self.held = None
             if held is not None:
                 data = held + data
@@ -331,8 +332,7 @@ class HttpProtocol(asyncio.Protocol):
             else:
                 self.backlog = data
             self.backlog_at = 0
-            if len(self.backlog) > PARSE_SLICE:
-                self._update_reading()
+        self._update_reading()
         if not self.scheduled:
             self.scheduled = True
             self.engine.wait_turn(self)
@@ -931,6 +931,7 @@ class HttpProtocol(asyncio.Protocol):
             self.held = None
             if self.transport is not None and not self.dead:
                 self._receive(held)
+                self._update_reading()
                 return
         self.budget = TURN_BUDGET
         self._resume()
@@ -1077,6 +1078,7 @@ class HttpProtocol(asyncio.Protocol):
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
+            or self.held is not None
         )
         if paused != self.read_paused:
             self.read_paused = paused
