@@ -335,6 +335,8 @@ async def _serve(args: argparse.Namespace) -> None:
         config["send_timeout"] = args.send_timeout
     if args.show_index:
         config["show_index"] = True
+    if args.iteration_budget is not None:
+        mod.ITERATION_BUDGET = args.iteration_budget  # (-1: each iteration answers one request)
     cfg = mod.ServeConfig(args.directory, **config)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -361,6 +363,7 @@ def main() -> None:
     parser.add_argument("--keepalive-timeout", type=float)
     parser.add_argument("--send-timeout", type=float)
     parser.add_argument("--show-index", action="store_true")
+    parser.add_argument("--iteration-budget", type=float, help="the engine's ITERATION_BUDGET, in seconds")
     args = parser.parse_args()
     args.nofile_now = raise_nofile(args.nofile) if args.nofile else None
     if args.loop == "uvloop":
