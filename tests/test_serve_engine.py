@@ -651,6 +651,28 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
         eng.stop()
 
 
+async def _warmed(site: Site) -> bytes:
+    """small.txt asked for once, so that it is memoised (a first sight is decided in the cold
+    pool); its bytes."""
+    small = (site.root / "small.txt").read_bytes()
+    reader, writer = await site.open()
+    writer.write(get("/small.txt"))
+    assert (await read_answer(reader)).body == small
+    await _close(writer)
+    return small
+
+
+async def _connected(site: Site, eng: Any, n: int) -> list[socket.socket]:
+    """*n* blocking client sockets, once the engine holds exactly *n* connections (the warm-up's
+    is gone)."""
+    clients = [socket.create_connection((site.host, site.port)) for _ in range(n)]
+    for _ in range(200):
+        if len(eng.connections) == n:
+            break
+        await asyncio.sleep(0.01)
+    return clients
+
+
 async def test_connections_ready_together_are_answered_one_per_iteration_when_the_budget_is_spent(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -672,20 +694,12 @@ async def test_connections_ready_together_are_answered_one_per_iteration_when_th
         at.append(iteration[0])
         real_respond(self, x)
 
-    small = (site.root / "small.txt").read_bytes()
-    reader, writer = await site.open()  # (warm: a first sight is decided in the cold pool)
-    writer.write(get("/small.txt"))
-    assert (await read_answer(reader)).body == small
-    await _close(writer)
+    small = await _warmed(site)
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     monkeypatch.setattr(mod.Engine, "_iteration_over", over)
     monkeypatch.setattr(_protocol.HttpProtocol, "_respond", respond)
-    clients = [socket.create_connection((site.host, site.port)) for _ in range(3)]
+    clients = await _connected(site, eng, 3)
     try:
-        for _ in range(200):
-            if len(eng.connections) == 3:
-                break
-            await asyncio.sleep(0.01)
         for c in clients:  # (the loop does not run in between: the three reads are ready together)
             c.sendall(get("/small.txt"))
         for _ in range(200):
@@ -715,18 +729,10 @@ async def test_a_request_then_end_of_stream_is_answered_when_its_turn_comes(
     end of stream is not read before the request is answered)."""
     mod = engine()
     eng = mod._engines[site.server]
-    small = (site.root / "small.txt").read_bytes()
-    reader, writer = await site.open()  # (warm: a first sight is decided in the cold pool)
-    writer.write(get("/small.txt"))
-    assert (await read_answer(reader)).body == small
-    await _close(writer)
+    small = await _warmed(site)
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
-    clients = [socket.create_connection((site.host, site.port)) for _ in range(4)]
+    clients = await _connected(site, eng, 4)
     try:
-        for _ in range(200):
-            if len(eng.connections) == 4:
-                break
-            await asyncio.sleep(0.01)
         for c in clients:
             c.sendall(get("/small.txt"))
             c.shutdown(socket.SHUT_WR)

@@ -325,28 +325,27 @@ class HttpProtocol(asyncio.Protocol):
             self.held = data
         else:  # (the transport delivered once more after the pause, or a large read)
             self.held = None
-            if held is not None:
-                data = held + data
-            if self.backlog_at < len(self.backlog):
-                self.backlog = self.backlog[self.backlog_at :] + data
-            else:
-                self.backlog = data
-            self.backlog_at = 0
+            self._to_backlog(data if held is None else held + data)
         self._update_reading()
         if not self.scheduled:
             self.scheduled = True
             self.engine.wait_turn(self)
+
+    def _to_backlog(self, data: bytes) -> None:
+        """Append *data* to what is still unparsed of the backlog (reading was paused, but a
+        transport may still deliver once more)."""
+        if self.backlog_at < len(self.backlog):
+            self.backlog = self.backlog[self.backlog_at :] + data
+        else:
+            self.backlog = data
+        self.backlog_at = 0
 
     def _receive(self, data: bytes) -> None:
         self.budget = TURN_BUDGET
         if self.held is not None:  # (a read held for a turn comes first)
             data, self.held = self.held + data, None
         if self.backlog or len(data) > PARSE_SLICE or self.pending or self.busy or self.write_paused:
-            if self.backlog_at < len(self.backlog):  # (reading was paused; a transport may still deliver)
-                self.backlog = self.backlog[self.backlog_at :] + data
-            else:
-                self.backlog = data
-            self.backlog_at = 0
+            self._to_backlog(data)
             self._resume()
             return
         # The common case, a read of one request or a few while nothing waits: parsed at once
