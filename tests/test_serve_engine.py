@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import errno
 import io
+import logging
 import os
 import re
 import socket
@@ -609,8 +610,9 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the budget spent at once, each iteration answers one request: the first read is
-    answered, the others wait with reading paused and are answered in the following iterations,
-    each whole, reading resumed."""
+    answered, the others wait and are answered in the following iterations, each whole. A held
+    read leaves reading on (an end of stream waits in eof_received); a backlog pauses it.
+    Reading is on for all once all is answered."""
     mod = engine()
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     root = build(tmp_path / "www")
@@ -634,7 +636,7 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
         for p, data in zip(protocols, [get("/small.txt"), get("/small.txt"), flood], strict=True):
             p.data_received(data)
         assert [bool(t.data) for t in transports] == [True, False, False]
-        assert [t.reading for t in transports] == [True, False, False]
+        assert [t.reading for t in transports] == [True, True, False]
         answered = []
         for _ in range(50):
             await asyncio.sleep(0)
@@ -758,6 +760,70 @@ async def test_a_request_then_end_of_stream_is_answered_when_its_turn_comes(
     finally:
         for c in clients:
             c.close()
+
+
+async def test_end_of_stream_waits_for_the_answers_over_a_unix_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above over a Unix socket, with a large body asked for too: every request is answered
+    whole before the connection closes."""
+    mod = engine()
+    async with serving(tmp_path, kind="unix") as site:
+        eng = mod._engines[site.server]
+        small = await _warmed(site)
+        big = (site.root / "big.bin").read_bytes()
+        monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+        conns = [await site.open() for _ in range(4)]
+        for _ in range(200):
+            if len(eng.connections) == 4:
+                break
+            await asyncio.sleep(0.01)
+        try:
+            for i, (_, writer) in enumerate(conns):
+                writer.write(get("/big.bin" if i == 3 else "/small.txt"))
+                writer.write_eof()
+            raws = [await asyncio.wait_for(read_to_eof(reader), 20) for reader, _ in conns]
+        finally:
+            for _, writer in conns:
+                await _close(writer)
+    answers = [split_answers(raw, ["GET"]) for raw in raws]
+    assert [[a.body for a in got] for got in answers] == [[small], [small], [small], [big]]
+
+
+async def test_end_of_stream_over_tls_closes_quietly_while_requests_wait(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tls_server_ctx: ssl.SSLContext,
+    tls_client_ctx: ssl.SSLContext,
+) -> None:
+    """Over TLS the client's close_notify ends the connection at once even while its requests
+    wait for a turn (asyncio's TLS transport drops what is written after it): closed, no
+    warning from the transport, and the server goes on answering others."""
+    mod = engine()
+    async with serving(tmp_path, tls=(tls_server_ctx, tls_client_ctx)) as site:
+        eng = mod._engines[site.server]
+        small = await _warmed(site)
+        monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+        conns = [await site.open() for _ in range(4)]
+        for _ in range(200):
+            if len(eng.connections) == 4:
+                break
+            await asyncio.sleep(0.01)
+        with caplog.at_level(logging.WARNING):
+            for _, writer in conns:
+                writer.write(get("/small.txt"))
+                writer.close()  # (close_notify, then the end of stream)
+            for _ in range(200):
+                if not eng.connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert not eng.connections
+            monkeypatch.setattr(mod, "ITERATION_BUDGET", 0.0005)
+            assert (await site.exchange(get("/small.txt", "Connection: close\r\n"))).endswith(small)
+        for _, writer in conns:
+            await _close(writer)
+    assert not [r for r in caplog.records if "eof_received" in r.getMessage()]
 
 
 async def test_a_slow_head_gets_408_also_while_the_iterations_budget_is_spent(

@@ -182,6 +182,7 @@ class HttpProtocol(asyncio.Protocol):
         "busy",
         "completed",
         "dead",
+        "ended",
         "engine",
         "expect",
         "fields",
@@ -212,6 +213,7 @@ class HttpProtocol(asyncio.Protocol):
         "starting",
         "task",
         "te",
+        "tls",
         "transport",
         "url",
         "version",
@@ -246,10 +248,12 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False  # a cold decision or a file body is in flight
         self.sending = False  # a file body is in flight: since = its last progress
         self.dead = False  # no more requests will be read: close once everything is answered
+        self.ended = False  # the client's end of stream came: answer what it sent, then close
         self.pending: deque[Item] = deque()
         self.backlog = b""  # a read not parsed yet past backlog_at (while MAX_PENDING requests wait)
         self.backlog_at = 0
         self.held: bytes | None = None  # a read waiting, as it came, for a turn (see _hold)
+        self.tls = False  # over TLS (see eof_received)
         self.budget = TURN_BUDGET  # requests this turn may still answer
         self.scheduled = False  # a next turn is scheduled (call_soon, or in the engine's waiting queue)
         self.out: list[bytes] = []
@@ -268,6 +272,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.tls = transport.get_extra_info("sslcontext") is not None
         self.engine.connections.add(self)
         if self.engine.log is not None:
             peer = transport.get_extra_info("peername")
@@ -292,6 +297,18 @@ class HttpProtocol(asyncio.Protocol):
             self.outlet.close()
         self.engine.lost(self)
 
+    def eof_received(self) -> bool | None:
+        """The client's end of stream (a half-close: ``nc``, health checks). What it sent before
+        and is still to be answered (a read held for a turn, a backlog, requests waiting, a body
+        in flight) is answered first, then the connection closes, as nginx does; with nothing to
+        answer it closes now. Over TLS it closes now in any case: asyncio's TLS transport (and
+        uvloop's) discards what is written after the peer's end of stream, and warns if asked
+        to stay open."""
+        if self.tls or (self.held is None and not self.backlog and not self.pending and not self.busy):
+            return None
+        self.ended = True
+        return True
+
     def pause_writing(self) -> None:
         # The client reads slower than we answer: no more answers until it catches up (requests
         # parsed meanwhile wait in pending, and past MAX_PENDING reading pauses too).
@@ -314,10 +331,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def _hold(self, data: bytes) -> None:
         """The loop's time for answering in this iteration is spent: *data* waits for this
-        connection's turn in a following one (``Engine.wait_turn``), with reading paused, so what
-        the client sends meanwhile, its end of stream included, stays in the kernel until the
-        request is answered. A lone read of up to a slice is held as it came (its turn takes the
-        common path, heads memo included); any other joins the backlog."""
+        connection's turn in a following one (``Engine.wait_turn``). A lone read of up to a slice
+        is held as it came (its turn takes the common path, heads memo included); any other joins
+        the backlog, which pauses reading. Reading goes on while a read is held (pausing and
+        resuming would cost two ``epoll_ctl`` per request when the loop is saturated): an end of
+        stream read meanwhile waits for the answer (``eof_received``)."""
         if not self.in_request:  # (a head's later bytes do not restart its header timeout)
             self.since = self.engine.now
         held = self.held
@@ -371,7 +389,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.pending or self.backlog:
             if not self.busy and not self.write_paused:
                 self._next_turn()  # (the budget ran out)
-        elif self.dead and not self.busy and self.transport is not None:
+        elif (self.dead or self.ended) and not self.busy and self.transport is not None:
             self.transport.close()
 
     def _parse(self) -> None:
@@ -905,7 +923,7 @@ class HttpProtocol(asyncio.Protocol):
         if pending or (self.backlog and not self.dead):
             if not self.write_paused:  # the budget ran out: the rest next turn
                 self._next_turn()
-        elif self.dead:
+        elif self.dead or self.ended:
             transport.close()
             return
         self._update_reading()
@@ -1069,15 +1087,14 @@ class HttpProtocol(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         transport = self.transport
-        if transport is None or transport.is_closing():
-            return
+        if transport is None or self.ended or transport.is_closing():
+            return  # (after the end of stream the transport reads no more: resuming would read it again)
         paused = (
             self.busy
             or self.dead
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
-            or self.held is not None
         )
         if paused != self.read_paused:
             self.read_paused = paused
