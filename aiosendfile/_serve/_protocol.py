@@ -60,7 +60,7 @@ from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:
-    from ._server import Engine, ServeConfig
+    from ._server import Engine, Known, ServeConfig
 
 __all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "Head", "HttpProtocol", "header_kinds")
 
@@ -377,7 +377,8 @@ class HttpProtocol(asyncio.Protocol):
             if head is not None:
                 self.since = engine.now
                 self.budget -= 1
-                self._respond(Exchange(head[0], head[1], head[2], None, head[3]))
+                if head[0] != _GET or head[3] is not None or not self._straight(head[1], head[2]):
+                    self._respond(Exchange(head[0], head[1], head[2], None, head[3]))
             else:
                 self.completed = 0
                 self._feed(data)
@@ -525,40 +526,72 @@ class HttpProtocol(asyncio.Protocol):
             q = url.find(b"?")
             key = url if q < 0 else url[:q]
             known = engine.memo.get(key)
-            if known is not None:
-                ident, path, head, small = known
-                head += engine.clock.tails[x.mode]
-                body = None
-                if method == _GET:
-                    body = hot_files.body(path, engine.cache_root, ident) if small else None
-                    if body is None:  # sent from the file (or read into the hot-file cache again)
-                        if self._send_known(x, ident, path, head, small):
-                            return
-                        engine.forget(key)
-                        self._decide(x)
-                        return
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    st = None
-                if st is not None and identity(st) == ident:
-                    data = head + body if body is not None else head
-                    self.out.append(data)  # (_put, inline: the hot path)
-                    self.out_size += len(data)
-                    if self.out_size >= FLUSH_AT:
-                        self._flush()
-                    if x.log is not None:
-                        self._log(x, len(body) if body is not None else 0)
-                    return
-                engine.forget(key)
+            if known is not None and self._known(x, x.url, x.mode, key, known, method == _GET):
+                return
         self._decide(x)
 
-    def _send_known(self, x: Exchange, ident: tuple[int, ...], path: str, head: bytes, small: bool) -> bool:
+    def _straight(self, url: bytes, mode: int) -> bool:
+        """A plain GET read whole from the heads memo, with no access log: answered from the
+        memo with no request object (the common case; see ``_known``). False: the memo does not
+        hold the path (any more); the request goes the usual way."""
+        q = url.find(b"?")
+        key = url if q < 0 else url[:q]
+        known = self.engine.memo.get(key)
+        return known is not None and self._known(None, url, mode, key, known, True)
+
+    def _known(self, x: Exchange | None, url: bytes, mode: int, key: bytes, known: Known, get: bool) -> bool:
+        """Answer a GET (*get*) or HEAD of a memoised file: a hot one's bytes (or its head alone)
+        once a ``stat`` shows the path still names it, else (GET) sent from its file. *x* is the
+        request if one was made (its log fields); None on the straight line. False: the path no
+        longer names the memo's file; the memo is forgotten and the request is to be decided
+        again."""
+        engine = self.engine
+        ident, path, head, small = known
+        head += engine.clock.tails[mode]
+        body = None
+        if get:
+            body = hot_files.body(path, engine.cache_root, ident) if small else None
+            if body is None:  # sent from the file (or read into the hot-file cache again)
+                if self._send_known(x, url, mode, ident, path, head, small):
+                    return True
+                engine.forget(key)
+                return False
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is None or identity(st) != ident:
+            engine.forget(key)
+            return False
+        data = head + body if body is not None else head
+        self.out.append(data)  # (_put, inline: the hot path)
+        self.out_size += len(data)
+        if self.out_size >= FLUSH_AT:
+            self._flush()
+        if x is not None and x.log is not None:
+            self._log(x, len(body) if body is not None else 0)
+        return True
+
+    def _send_known(
+        self,
+        x: Exchange | None,
+        url: bytes,
+        mode: int,
+        ident: tuple[int, ...],
+        path: str,
+        head: bytes,
+        small: bool,
+    ) -> bool:
         """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
-        it is the file the memo describes, and send it; a *small* one whose pages are cached is
+        it is the file the memo describes, and send it. A *small* one whose pages are cached is
         read back into the hot-file cache and written with its head, if the cache admits it (a
         working set larger than the cache is sent from its files, not copied in and evicted).
-        False: it is not that file (the caller forgets the memo and decides the request again)."""
+        A file of one chunk, on a connection whose outlet exists and whose transport holds
+        nothing, goes straight: the head and the file sent here if its pages are cached and the
+        socket takes them, with no answer or transfer object (the common case, as the public
+        call's straight line); whatever is left (a full socket, cold pages, an error) goes on as
+        a transfer from where this stopped. The request object *x* is made only when a transfer
+        or the access log needs it. False: it is not that file (nothing was sent)."""
         try:
             fd = os.open(path, _O_FLAGS)
         except OSError:
@@ -581,45 +614,35 @@ class HttpProtocol(asyncio.Protocol):
                 body = bytes(read)
                 hot_files.put(path, self.engine.cache_root, st, body)
                 self._put(head + body)
-                if x.log is not None:
+                if x is not None and x.log is not None:
                     self._log(x, size)
                 return True
-        outlet = self.outlet
-        if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
-            return self._send_straight(x, outlet, fd, size, head)
-        ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=path, fd=fd, close=os.close)
-        self._send_body(x, ans, ans.body, head)  # type: ignore[arg-type]
-        return True
-
-    def _send_straight(self, x: Exchange, outlet: Outlet, fd: int, size: int, head: bytes) -> bool:
-        """A memoised file of one chunk, on a connection whose outlet exists and whose transport
-        holds nothing: the head and the file sent here, if its pages are cached and the socket
-        takes them, with no transfer object (the common case, as the public call's straight line).
-        Whatever is left (a full socket, cold pages, an error) goes on as a transfer from where
-        this stopped; so does the error of a send, met again there."""
-        transport = self.transport
         position = 0
         rest = head
         probed = False
-        if not transport.get_write_buffer_size() and not transport.is_closing():
-            try:
-                if not _outlet._is_cold(fd, 0, size, DEFAULT_OPTIONS):
-                    probed = True
-                    n = outlet.sock.send(head, outlet.flags)
-                    rest = head[n:]
-                    if not rest:
-                        position = _outlet.sendfile_once(outlet.fd, fd, 0, size)
-            except OSError:  # (BlockingIOError: the socket is full) the transfer goes on from here
-                pass
-            if position == size:
-                os.close(fd)
-                self.since = self.engine.now
-                if x.log is not None:
-                    self._log(x, size)
-                return True
-        body = FileRange(fd, position, size - position)
-        ans = Answer(200, [], size, body=body, fd=fd, close=os.close)
-        self._send_body(x, ans, body, rest, position, size if probed else 0)
+        outlet = self.outlet
+        if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
+            transport = self.transport
+            if not transport.get_write_buffer_size() and not transport.is_closing():
+                try:
+                    if not _outlet._is_cold(fd, 0, size, DEFAULT_OPTIONS):
+                        probed = True
+                        rest = head[outlet.sock.send(head, outlet.flags) :]
+                        if not rest:
+                            position = _outlet.sendfile_once(outlet.fd, fd, 0, size)
+                except OSError:  # (BlockingIOError: the socket is full) the transfer goes on from here
+                    pass
+                if position == size:
+                    os.close(fd)
+                    self.since = self.engine.now
+                    if x is not None and x.log is not None:
+                        self._log(x, size)
+                    return True
+        if x is None:
+            x = Exchange(_GET, url, mode, None, None)
+        body_range = FileRange(fd, position, size - position)
+        ans = Answer(200, [], size, body=body_range, path=path, fd=fd, close=os.close)
+        self._send_body(x, ans, body_range, rest, position, size if probed else 0)
         return True
 
     def _decide(self, x: Exchange) -> None:
