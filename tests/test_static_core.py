@@ -432,6 +432,26 @@ def test_respond_small_file_comes_back_as_bytes_and_fills_the_cache() -> None:
     assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) == b"hello world"
 
 
+def test_respond_reads_a_small_file_in_only_if_the_full_cache_admits_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the hot-file cache full, a first answer of another small file is sent from the file
+    (no read, no eviction) except one in READMIT_EVERY: a set of files larger than the cache is
+    not copied in and evicted again at each first sight."""
+    monkeypatch.setattr(_hot, "hot_files", _hot.HotFiles(max_entries=1, max_bytes=1 << 20))
+    fs = _fs()
+    _respond(fs, req()).close()  # (a.txt fills the cache)
+    bodies = []
+    for _ in range(_hot.READMIT_EVERY - 1):
+        with _respond(fs, req("GET", b"/sub/b.txt")) as a:
+            bodies.append(type(a.body))
+    assert bodies == [FileRange] * (_hot.READMIT_EVERY - 1)
+    assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) == b"hello world"
+    with _respond(fs, req("GET", b"/sub/b.txt")) as a:  # the one admitted
+        assert a.body == b"b" * 1536
+    assert fs.open_fds == {}
+
+
 def test_respond_cold_or_big_file_is_a_file_range_closed_with_the_answer() -> None:
     fs = _fs()
     fs.cold.add("/srv/a.txt")

@@ -212,7 +212,10 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
             if isinstance(exc, NotRegular | PermissionError) or getattr(exc, "errno", None) == errno.ENXIO:
                 return _empty_error(403)  # ENXIO: a socket
             return _empty_error(404)  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, outside the root, ...
-        if policy.hot_cache and st.st_size <= policy.inline_limit:
+        # A small file is read into the hot-file cache if the cache admits it: once the cache is
+        # full, one in READMIT_EVERY (a set of files larger than the cache is sent from its files,
+        # not copied in, written by copy and evicted again at each first sight).
+        if policy.hot_cache and st.st_size <= policy.inline_limit and _hot.hot_files.admits(st.st_size):
             try:
                 read = fs.read_cached(fd, st.st_size)
             except BaseException:

@@ -20,9 +20,9 @@ __all__ = ("HOT_FILES_MAX_BYTES", "HOT_FILES_MAX_ENTRIES", "HotEntry", "HotFiles
 HOT_FILES_MAX_ENTRIES = 1024
 HOT_FILES_MAX_BYTES = 16 * 1024 * 1024
 ENTRY_OVERHEAD = 512
-#: Once the cache is full, one file in this many that a door would read back in is admitted: a
-#: working set larger than the cache is then sent from its files (as nginx does) instead of
-#: copied in and evicted again each time, and a file that stays hot still gets back in.
+#: Once the cache is full, one file in this many that a door would read in (at its first answer
+#: or back) is admitted: a working set larger than the cache is then sent from its files (as nginx
+#: does) instead of copied in and evicted again each time, and a file that stays hot still gets in.
 READMIT_EVERY = 32
 
 
@@ -69,9 +69,9 @@ class HotFiles:
     identity = staticmethod(identity)
 
     def admits(self, size: int) -> bool:
-        """Whether a door should read a *size*-byte file whose entry was dropped back into the cache:
-        yes while there is room, then one time in :data:`READMIT_EVERY` (no lock: a lost count
-        only shifts which read-back is admitted)."""
+        """Whether a door should read a *size*-byte file into the cache (at its first answer, or
+        back after its entry was dropped): yes while there is room, then one time in
+        :data:`READMIT_EVERY` (no lock: a lost count only shifts which read is admitted)."""
         if len(self._entries) < self.max_entries and self._bytes + size + ENTRY_OVERHEAD <= self.max_bytes:
             return True
         self._refused += 1
