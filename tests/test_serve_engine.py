@@ -580,9 +580,10 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
 class _Transport:
     """Enough of a transport for a protocol driven by hand: what it was given, and whether it reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: bool = False) -> None:
         self.data = b""
         self.reading = True
+        self.extra = {"sslcontext": object()} if tls else {}
 
     def write(self, data: bytes) -> None:
         self.data += data
@@ -594,7 +595,7 @@ class _Transport:
         return False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
+        return self.extra.get(name, default)
 
     def pause_reading(self) -> None:
         self.reading = False
@@ -606,13 +607,15 @@ class _Transport:
         pass
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tls: bool
 ) -> None:
     """With the budget spent at once, each iteration answers one request: the first read is
     answered, the others wait and are answered in the following iterations, each whole. A held
-    read leaves reading on (an end of stream waits in eof_received); a backlog pauses it.
-    Reading is on for all once all is answered."""
+    read leaves reading on (an end of stream waits in eof_received), except over TLS, where
+    the end of stream cannot wait (a close_notify stays unread until the answer is out); a
+    backlog pauses it always. Reading is on for all once all is answered."""
     mod = engine()
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     root = build(tmp_path / "www")
@@ -629,14 +632,14 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
             await asyncio.sleep(0.01)
         await asyncio.sleep(0)
         protocols = [eng.protocol() for _ in range(3)]
-        transports = [_Transport() for _ in protocols]
+        transports = [_Transport(tls) for _ in protocols]
         for p, t in zip(protocols, transports, strict=True):
             p.connection_made(t)
         flood = get("/small.txt") * 300  # past PARSE_SLICE
         for p, data in zip(protocols, [get("/small.txt"), get("/small.txt"), flood], strict=True):
             p.data_received(data)
         assert [bool(t.data) for t in transports] == [True, False, False]
-        assert [t.reading for t in transports] == [True, True, False]
+        assert [t.reading for t in transports] == [True, not tls, False]
         answered = []
         for _ in range(50):
             await asyncio.sleep(0)
@@ -824,6 +827,35 @@ async def test_end_of_stream_over_tls_closes_quietly_while_requests_wait(
         for _, writer in conns:
             await _close(writer)
     assert not [r for r in caplog.records if "eof_received" in r.getMessage()]
+
+
+async def test_end_of_stream_over_tls_drops_what_waits_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS the transport closes at the end of stream and drops later writes: a read held for
+    a turn when it comes is not answered into the void (nor would it be logged), the connection
+    is done."""
+    mod = engine()
+    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
+    root = build(tmp_path / "www")
+    eng = mod.Engine(mod.ServeConfig(str(root)), asyncio.get_running_loop())
+    try:
+        other, held = eng.protocol(), eng.protocol()
+        other.connection_made(_Transport(tls=True))
+        held.connection_made(t := _Transport(tls=True))
+        await asyncio.sleep(0)
+        other.data_received(b"\r\n")  # (opens this iteration's window and spends it)
+        held.data_received(get("/small.txt"))
+        assert held.held is not None
+        assert not t.reading
+        assert held.eof_received() is None
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert t.data == b""
+        for p in (other, held):
+            p.connection_lost(None)
+    finally:
+        eng.stop()
 
 
 async def test_a_slow_head_gets_408_also_while_the_iterations_budget_is_spent(

@@ -303,8 +303,13 @@ class HttpProtocol(asyncio.Protocol):
         in flight) is answered first, then the connection closes, as nginx does; with nothing to
         answer it closes now. Over TLS it closes now in any case: asyncio's TLS transport (and
         uvloop's) discards what is written after the peer's end of stream, and warns if asked
-        to stay open."""
-        if self.tls or (self.held is None and not self.backlog and not self.pending and not self.busy):
+        to stay open; what waits is dropped, not answered into the void (nor logged). (A read
+        held for a turn pauses reading over TLS, so a close_notify after it is read only once
+        it is answered.)"""
+        if self.tls:
+            self.dead = True
+            return None
+        if self.held is None and not self.backlog and not self.pending and not self.busy:
             return None
         self.ended = True
         return True
@@ -335,7 +340,8 @@ class HttpProtocol(asyncio.Protocol):
         is held as it came (its turn takes the common path, heads memo included); any other joins
         the backlog, which pauses reading. Reading goes on while a read is held (pausing and
         resuming would cost two ``epoll_ctl`` per request when the loop is saturated): an end of
-        stream read meanwhile waits for the answer (``eof_received``)."""
+        stream read meanwhile waits for the answer (``eof_received``). Over TLS, where it cannot
+        wait, a held read pauses reading."""
         if not self.in_request:  # (a head's later bytes do not restart its header timeout)
             self.since = self.engine.now
         held = self.held
@@ -1118,6 +1124,7 @@ class HttpProtocol(asyncio.Protocol):
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
+            or (self.tls and self.held is not None)
         )
         if paused != self.read_paused:
             self.read_paused = paused
