@@ -1128,10 +1128,13 @@ class HttpProtocol(asyncio.Protocol):
         )
         if paused != self.read_paused:
             self.read_paused = paused
-            if paused:
-                transport.pause_reading()
-            else:
-                transport.resume_reading()
+            try:
+                if paused:
+                    transport.pause_reading()
+                else:
+                    transport.resume_reading()
+            except AttributeError:  # (Python 3.10's TLS transport once its connection is lost: its
+                pass  # inner transport is None, and the protocol's connection_lost comes a callback later)
 
     def _log(self, x: Exchange, sent: int) -> None:
         """The access log's line for *x*: its answer's status and the *sent* body bytes."""
