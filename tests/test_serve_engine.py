@@ -667,14 +667,19 @@ async def _warmed(site: Site) -> bytes:
     return small
 
 
-async def _connected(site: Site, eng: Any, n: int) -> list[socket.socket]:
-    """*n* blocking client sockets, once the engine holds exactly *n* connections (the warm-up's
-    is gone)."""
-    clients = [socket.create_connection((site.host, site.port)) for _ in range(n)]
+async def _holding(eng: Any, n: int) -> None:
+    """Wait (up to 2 s) until the engine holds exactly *n* connections."""
     for _ in range(200):
         if len(eng.connections) == n:
             break
         await asyncio.sleep(0.01)
+
+
+async def _connected(site: Site, eng: Any, n: int) -> list[socket.socket]:
+    """*n* blocking client sockets, once the engine holds exactly *n* connections (the warm-up's
+    is gone)."""
+    clients = [socket.create_connection((site.host, site.port)) for _ in range(n)]
+    await _holding(eng, n)
     return clients
 
 
@@ -777,10 +782,7 @@ async def test_end_of_stream_waits_for_the_answers_over_a_unix_socket(
         big = (site.root / "big.bin").read_bytes()
         monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
         conns = [await site.open() for _ in range(4)]
-        for _ in range(200):
-            if len(eng.connections) == 4:
-                break
-            await asyncio.sleep(0.01)
+        await _holding(eng, 4)
         try:
             for i, (_, writer) in enumerate(conns):
                 writer.write(get("/big.bin" if i == 3 else "/small.txt"))
@@ -809,18 +811,12 @@ async def test_end_of_stream_over_tls_closes_quietly_while_requests_wait(
         small = await _warmed(site)
         monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
         conns = [await site.open() for _ in range(4)]
-        for _ in range(200):
-            if len(eng.connections) == 4:
-                break
-            await asyncio.sleep(0.01)
+        await _holding(eng, 4)
         with caplog.at_level(logging.WARNING):
             for _, writer in conns:
                 writer.write(get("/small.txt"))
                 writer.close()  # (close_notify, then the end of stream)
-            for _ in range(200):
-                if not eng.connections:
-                    break
-                await asyncio.sleep(0.01)
+            await _holding(eng, 0)
             assert not eng.connections
             monkeypatch.setattr(mod, "ITERATION_BUDGET", 0.0005)
             assert (await site.exchange(get("/small.txt", "Connection: close\r\n"))).endswith(small)

@@ -60,7 +60,7 @@ from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 
 if TYPE_CHECKING:
-    from ._server import Engine, Known, ServeConfig
+    from ._server import Engine, ServeConfig
 
 __all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "Head", "HttpProtocol", "header_kinds")
 
@@ -383,7 +383,8 @@ class HttpProtocol(asyncio.Protocol):
             if head is not None:
                 self.since = engine.now
                 self.budget -= 1
-                if head[0] != _GET or head[3] is not None or not self._straight(head[1], head[2]):
+                # (a plain GET with no access log: answered with no request object if memoised)
+                if head[0] != _GET or head[3] is not None or not self._known(None, head[1], head[2], True):
                     self._respond(Exchange(head[0], head[1], head[2], None, head[3]))
             else:
                 self.completed = 0
@@ -525,33 +526,23 @@ class HttpProtocol(asyncio.Protocol):
     # -- answering --------------------------------------------------------------------------
 
     def _respond(self, x: Exchange) -> None:
-        engine = self.engine
         method = x.method
-        if x.fields is None and method in _GET_HEAD:
-            url = x.url
-            q = url.find(b"?")
-            key = url if q < 0 else url[:q]
-            known = engine.memo.get(key)
-            if known is not None and self._known(x, x.url, x.mode, key, known, method == _GET):
-                return
+        if x.fields is None and method in _GET_HEAD and self._known(x, x.url, x.mode, method == _GET):
+            return
         self._decide(x)
 
-    def _straight(self, url: bytes, mode: int) -> bool:
-        """A plain GET read whole from the heads memo, with no access log: answered from the
-        memo with no request object (the common case; see ``_known``). False: the memo does not
-        hold the path (any more); the request goes the usual way."""
+    def _known(self, x: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
+        """Answer a plain GET (*get*) or HEAD of *url* if its path is memoised: a hot file's bytes
+        (or its head alone) once a ``stat`` shows the path still names it, else (GET) sent from
+        its file. *x* is the request if one was made (its log fields); None for a head read from
+        the heads memo. False: not memoised, or the path no longer names the memo's file (the
+        memo is forgotten); the request is to be decided."""
+        engine = self.engine
         q = url.find(b"?")
         key = url if q < 0 else url[:q]
-        known = self.engine.memo.get(key)
-        return known is not None and self._known(None, url, mode, key, known, True)
-
-    def _known(self, x: Exchange | None, url: bytes, mode: int, key: bytes, known: Known, get: bool) -> bool:
-        """Answer a GET (*get*) or HEAD of a memoised file: a hot one's bytes (or its head alone)
-        once a ``stat`` shows the path still names it, else (GET) sent from its file. *x* is the
-        request if one was made (its log fields); None on the straight line. False: the path no
-        longer names the memo's file; the memo is forgotten and the request is to be decided
-        again."""
-        engine = self.engine
+        known = engine.memo.get(key)
+        if known is None:
+            return False
         ident, path, head, small = known
         head += engine.clock.tails[mode]
         body = None
