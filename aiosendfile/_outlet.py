@@ -50,7 +50,7 @@ from ._platform import sendfile_once as sendfile_once  # (re-exported: the proto
 from ._target import resolve_target
 from ._writer import _is_cold as _is_cold  # (re-exported, as above)
 
-__all__ = ("COLD_WAITS", "MAX_CHUNK", "READ_AHEAD_MAX", "Outlet", "Transfer")
+__all__ = ("COLD_WAITS", "MAX_CHUNK", "PROBED_COLD", "READ_AHEAD_MAX", "Outlet", "Transfer")
 
 #: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
 #: (nginx's ``sendfile_max_chunk`` default).
@@ -59,6 +59,9 @@ MAX_CHUNK = 2 * 1024 * 1024
 #: A cold chunk up to this size is read ahead by the kernel and waited for on a timer, not sent
 #: from a pool thread (the 2 MiB chunk of a large file goes to the pool: its read is long).
 READ_AHEAD_MAX = 256 * 1024
+#: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
+#: it waits for the pages at once instead of probing them again.
+PROBED_COLD = -1
 #: Timer waits for a cold chunk's pages before it goes to the pool (1 ms, then 2 ms; under load
 #: each also lasts at least a turn of the loop).
 COLD_WAITS = 2
@@ -166,7 +169,8 @@ class Transfer:
         self.stopped = False
         self.watching = False  # the duplicate is registered with the loop (add_writer)
         self.waits = 0  # timer waits so far for this chunk's pages
-        self.warm_to = warm_to  # the end of the chunk last probed warm (sent without a probe up to it)
+        # The end of the chunk last probed warm (sent without a probe up to it), or PROBED_COLD.
+        self.warm_to = warm_to
         self.timer: asyncio.TimerHandle | None = None
 
     def stop(self) -> None:
@@ -202,7 +206,11 @@ class Transfer:
                 size = self.warm_to - self.position  # (probed a moment ago: not probed again)
             else:
                 size = min(self.end - self.position, MAX_CHUNK)
-                if _is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS):
+                cold = self.warm_to == PROBED_COLD or _is_cold(
+                    self.file_fd, self.position, size, DEFAULT_OPTIONS
+                )
+                if cold:
+                    self.warm_to = 0  # (probed again after the wait)
                     if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
                         self._wait_for_pages(size)
                     else:

@@ -1541,3 +1541,35 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     if cut == "part of the file":
         assert calls[:2] == [0, 1000]
     assert log.getvalue().splitlines()[-1].endswith(f'200 {len(body)} "-" "-"')
+
+
+async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memoised file whose straight line finds its pages cold goes on as a transfer that waits
+    for them at once (read ahead, then a timer), without probing them a second time first (a
+    probe costs a cachestat and a read). Byte-exact."""
+    from aiosendfile import _outlet, _platform
+
+    body = pattern(100_000, seed=9)
+    (site.root / "medium.bin").write_bytes(body)
+    reader, writer = await site.open()
+    try:
+        for _ in range(2):  # decided, then memoised (the connection's outlet made)
+            writer.write(get("/medium.bin"))
+            assert (await read_answer(reader)).body == body
+        probes: list[int] = []
+
+        def cold_once(*args: Any) -> bool:
+            probes.append(1)
+            return len(probes) == 1  # cold at the straight line's probe, warm when probed again
+
+        hints: list[tuple[int, int]] = []
+        monkeypatch.setattr(_outlet, "_is_cold", cold_once)
+        monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
+        writer.write(get("/medium.bin"))
+        assert (await read_answer(reader)).body == body
+    finally:
+        await _close(writer)
+    assert hints == [(0, len(body))]  # it waited for the pages
+    assert len(probes) == 2  # the straight line's, then the one after the wait

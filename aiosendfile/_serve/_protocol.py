@@ -49,7 +49,7 @@ from .. import _outlet, _platform
 from .._api import sendfile
 from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
-from .._outlet import MAX_CHUNK, Outlet, Transfer
+from .._outlet import MAX_CHUNK, PROBED_COLD, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
 from .._static._fs import POOL_FS, DecideInPool
@@ -616,14 +616,16 @@ class HttpProtocol(asyncio.Protocol):
                 return True
         position = 0
         rest = head
-        probed = False
+        warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)
         outlet = self.outlet
         if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
             transport = self.transport
             if not transport.get_write_buffer_size() and not transport.is_closing():
                 try:
-                    if not _outlet._is_cold(fd, 0, size, DEFAULT_OPTIONS):
-                        probed = True
+                    if _outlet._is_cold(fd, 0, size, DEFAULT_OPTIONS):
+                        warm_to = PROBED_COLD  # (the transfer waits for its pages at once)
+                    else:
+                        warm_to = size
                         rest = head[outlet.sock.send(head, outlet.flags) :]
                         if not rest:
                             position = _outlet.sendfile_once(outlet.fd, fd, 0, size)
@@ -639,7 +641,7 @@ class HttpProtocol(asyncio.Protocol):
             x = Exchange(_GET, url, mode, None, None)
         body_range = FileRange(fd, position, size - position)
         ans = Answer(200, [], size, body=body_range, path=path, fd=fd, close=os.close)
-        self._send_body(x, ans, body_range, rest, position, size if probed else 0)
+        self._send_body(x, ans, body_range, rest, position, warm_to)
         return True
 
     def _decide(self, x: Exchange) -> None:
