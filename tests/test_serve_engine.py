@@ -1303,6 +1303,31 @@ async def test_a_burst_of_connections_is_accepted_in_a_few_turns(site: Site) -> 
             c.close()
 
 
+@pytest.mark.parametrize("proto", [0, socket.IPPROTO_TCP])
+async def test_an_accepted_connection_is_non_blocking_with_nodelay(tmp_path: Path, proto: int) -> None:
+    """The listener leaves the socket's set-up to the loop's connect_accepted_socket where the
+    loop does it (both make it non-blocking; uvloop sets TCP_NODELAY, asyncio where the socket's
+    proto is TCP): a served connection has both, whatever proto its listening socket was made with
+    (``socket.socket()`` makes 0, ``getaddrinfo`` gives IPPROTO_TCP)."""
+    mod = engine()
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    listening.bind(("127.0.0.1", 0))
+    server = await mod.start_server(mod.ServeConfig(directory=str(tmp_path)), sock=listening)
+    try:
+        eng = mod._engines[server]
+        client = socket.create_connection(listening.getsockname())
+        try:
+            await _holding(eng, 1)
+            (conn,) = eng.connections
+            sock = conn.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            assert os.get_blocking(sock.fileno()) is False
+        finally:
+            client.close()
+    finally:
+        await mod.shutdown(server)
+
+
 async def test_accepting_pauses_when_out_of_descriptors_and_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
     """EMFILE from accept: the listener stops reading the listening socket for a while (the queue
     keeps the connection), says so once, then accepts it."""

@@ -90,7 +90,9 @@ class Listener:
         self._sock = sock
         self._factory = factory
         self._ssl = ssl
-        self._tcp = sock.family in _TCP
+        # Accepted sockets take the listening socket's proto, and asyncio sets TCP_NODELAY only
+        # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it).
+        self._nodelay = sock.family in _TCP and sock.proto != socket.IPPROTO_TCP
         self._handshakes: set[asyncio.Task[Any]] = set()
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
@@ -124,9 +126,11 @@ class Listener:
             self._attach(conn)
 
     def _attach(self, conn: socket.socket) -> None:
-        conn.setblocking(False)
-        if self._tcp:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # (as create_server does)
+        # connect_accepted_socket makes the socket non-blocking on both loops, and sets TCP_NODELAY
+        # (uvloop always, asyncio where the socket's proto says TCP): two syscalls a connection
+        # not made twice.
+        if self._nodelay:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         task = self._loop.create_task(self._connect(conn))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
