@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import io
 import logging
 import os
@@ -995,6 +996,102 @@ async def test_shutdown_closes_idle_connections_and_finishes_answers_in_flight(t
             await _close(busy_w)
 
 
+@pytest.mark.parametrize(
+    "moment", ["before its set-up starts", "before connection_made", "after connection_made"]
+)
+async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    """A stop that comes while a new connection is being set up (accepted, its
+    connect_accepted_socket not finished) closes that connection at once, and leaks no socket.
+    Each moment is made exact: the listener closed after the accept, before the set-up task's
+    first step (its socket was left open: nothing had taken it over); the stop begun when the loop
+    makes the protocol, before its connection_made (the connection came after the stop had closed
+    the others, and stayed open, idle, until the stop's timeout); the stop begun from the
+    protocol's connection_made, before the set-up task resumes (cancelling it there left uvloop's
+    transport closed without connection_lost, and the stop waited its whole timeout)."""
+    from aiosendfile._serve import _listener, _protocol
+
+    mod = engine()
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    server = await mod.start_server(mod.ServeConfig(directory=str(tmp_path)), sock=listening)
+    eng = mod._engines[server]
+    stops: list[asyncio.Task[None]] = []
+    if moment == "before its set-up starts":
+        attach = _listener.Listener._attach
+
+        def close_then_attach(self: Any, conn: socket.socket) -> None:
+            asyncio.get_running_loop().call_soon(self.close)  # (runs before the set-up's first step)
+            attach(self, conn)
+
+        monkeypatch.setattr(_listener.Listener, "_attach", close_then_attach)
+    elif moment == "before connection_made":
+        factory = server._factory
+
+        def protocol_then_stop() -> Any:  # (called within connect_accepted_socket)
+            stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))  # (runs before connection_made)
+            return factory()
+
+        monkeypatch.setattr(server, "_factory", protocol_then_stop)
+    else:
+        made = _protocol.HttpProtocol.connection_made
+
+        def made_then_stop(self: Any, transport: Any) -> None:
+            made(self, transport)
+            stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))
+
+        monkeypatch.setattr(_protocol.HttpProtocol, "connection_made", made_then_stop)
+    client = socket.create_connection(listening.getsockname())
+    client.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        assert await asyncio.wait_for(loop.sock_recv(client, 1), 5) == b""  # closed by the server
+        await asyncio.wait_for(stops[0] if stops else mod.shutdown(server, 30.0), 5)
+        assert not eng.connections
+    finally:
+        client.close()
+    gc.collect()  # (an accepted socket nobody closed would warn here: the test fails on warnings)
+
+
+async def test_a_stop_right_after_a_tls_connection_is_made_closes_it_at_once(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tls_server_ctx: ssl.SSLContext,
+    tls_client_ctx: ssl.SSLContext,
+) -> None:
+    """As above over TLS, the stop begun from the protocol's connection_made (after the
+    handshake, before the set-up task resumes, which the listener cancels over TLS): the
+    connection is closed at once and the stop does not wait for it."""
+    from aiosendfile._serve import _protocol
+
+    mod = engine()
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    server = await mod.start_server(
+        mod.ServeConfig(directory=str(tmp_path)), sock=listening, ssl=tls_server_ctx
+    )
+    eng = mod._engines[server]
+    stops: list[asyncio.Task[None]] = []
+    made = _protocol.HttpProtocol.connection_made
+
+    def made_then_stop(self: Any, transport: Any) -> None:
+        made(self, transport)
+        stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))
+
+    monkeypatch.setattr(_protocol.HttpProtocol, "connection_made", made_then_stop)
+    reader, writer = await asyncio.open_connection(*listening.getsockname(), ssl=tls_client_ctx)
+    try:
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+        await asyncio.wait_for(stops[0], 5)
+        assert not eng.connections
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
+
+
 # -- transports ---------------------------------------------------------------------------------------
 
 
@@ -1303,19 +1400,39 @@ async def test_a_burst_of_connections_is_accepted_in_a_few_turns(site: Site) -> 
             c.close()
 
 
+def _has_ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("over", ["tcp", "tls", "ipv6"])
 @pytest.mark.parametrize("proto", [0, socket.IPPROTO_TCP])
-async def test_an_accepted_connection_is_non_blocking_with_nodelay(tmp_path: Path, proto: int) -> None:
+async def test_an_accepted_connection_is_non_blocking_with_nodelay(
+    tmp_path: Path, proto: int, over: str, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> None:
     """The listener leaves the socket's set-up to the loop's connect_accepted_socket where the
     loop does it (both make it non-blocking; uvloop sets TCP_NODELAY, asyncio where the socket's
     proto is TCP): a served connection has both, whatever proto its listening socket was made with
-    (``socket.socket()`` makes 0, ``getaddrinfo`` gives IPPROTO_TCP)."""
+    (``socket.socket()`` makes 0, ``getaddrinfo`` gives IPPROTO_TCP), over IPv4, TLS and IPv6."""
+    if over == "ipv6" and not _has_ipv6():
+        pytest.skip("no IPv6 loopback here")
     mod = engine()
-    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
-    listening.bind(("127.0.0.1", 0))
-    server = await mod.start_server(mod.ServeConfig(directory=str(tmp_path)), sock=listening)
+    family, host = (socket.AF_INET6, "::1") if over == "ipv6" else (socket.AF_INET, "127.0.0.1")
+    listening = socket.socket(family, socket.SOCK_STREAM, proto)
+    listening.bind((host, 0))
+    tls = over == "tls"
+    server = await mod.start_server(
+        mod.ServeConfig(directory=str(tmp_path)), sock=listening, ssl=tls_server_ctx if tls else None
+    )
     try:
         eng = mod._engines[server]
-        client = socket.create_connection(listening.getsockname())
+        _, writer = await asyncio.open_connection(
+            host, listening.getsockname()[1], ssl=tls_client_ctx if tls else None
+        )
         try:
             await _holding(eng, 1)
             (conn,) = eng.connections
@@ -1323,7 +1440,7 @@ async def test_an_accepted_connection_is_non_blocking_with_nodelay(tmp_path: Pat
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
             assert os.get_blocking(sock.fileno()) is False
         finally:
-            client.close()
+            writer.close()
     finally:
         await mod.shutdown(server)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import socket
 import ssl as _ssl
@@ -93,7 +94,8 @@ class Listener:
         # Accepted sockets take the listening socket's proto, and asyncio sets TCP_NODELAY only
         # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it).
         self._nodelay = sock.family in _TCP and sock.proto != socket.IPPROTO_TCP
-        self._handshakes: set[asyncio.Task[Any]] = set()
+        # The connections being set up: each task, and whether it has begun (see close).
+        self._handshakes: dict[asyncio.Task[None], list[bool]] = {}
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
         sock.setblocking(False)
@@ -131,12 +133,20 @@ class Listener:
         # not made twice.
         if self._nodelay:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        task = self._loop.create_task(self._connect(conn))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
+        begun: list[bool] = []
+        task = self._loop.create_task(self._connect(conn, begun))
+        self._handshakes[task] = begun
+        task.add_done_callback(functools.partial(self._set_up, conn, begun))
 
-    async def _connect(self, conn: socket.socket) -> None:
-        # The transport owns *conn* from here on: on a failure it closes it itself.
+    def _set_up(self, conn: socket.socket, begun: list[bool], task: asyncio.Task[None]) -> None:
+        self._handshakes.pop(task, None)
+        if not begun:  # cancelled before its first step: connect_accepted_socket never had *conn*
+            conn.close()
+
+    async def _connect(self, conn: socket.socket, begun: list[bool]) -> None:
+        # connect_accepted_socket owns *conn* from here on: on a failure (or a cancellation) it
+        # closes it itself.
+        begun.append(True)
         try:
             await self._loop.connect_accepted_socket(self._factory, conn, ssl=self._ssl)
         except (OSError, asyncio.TimeoutError):
@@ -152,7 +162,10 @@ class Listener:
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def close(self) -> None:
-        """Stop accepting; cancel the connections still in their TLS handshake."""
+        """Stop accepting; cancel the connections still in their TLS handshake, and the set-ups
+        not begun yet (their sockets are closed). A plain set-up already begun is left to finish
+        within its turn: cancelled after the protocol's connection_made, uvloop closes the
+        transport without connection_lost; the engine closes a connection made while it stops."""
         if self._closed:
             return
         self._closed = True
@@ -162,8 +175,9 @@ class Listener:
         else:
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        for task in self._handshakes:
-            task.cancel()
+        for task, begun in list(self._handshakes.items()):
+            if self._ssl is not None or not begun:
+                task.cancel()
 
     async def wait_closed(self) -> None:
         if self._handshakes:

@@ -278,6 +278,9 @@ class HttpProtocol(asyncio.Protocol):
             peer = transport.get_extra_info("peername")
             if isinstance(peer, tuple) and peer:
                 self.peer = str(peer[0])
+        if self.engine.stopping:  # set up after the server began to stop: nothing will be read
+            self.dead = True
+            transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         # Python 3.10's TLS transport counts as unclosed (a ResourceWarning) until close() is called.

@@ -108,6 +108,7 @@ class Engine:
         self.period = min(1.0, *(t / 4 for t in timeouts))
         self.timer: asyncio.TimerHandle | None = None
         self.all_gone: asyncio.Future[None] | None = None
+        self.stopping = False  # shutdown() has begun
         self._tick()
 
     def protocol(self) -> HttpProtocol:
@@ -229,6 +230,7 @@ async def shutdown(server: Any, timeout: float = 10.0) -> None:
     server.close()
     engine = _engines.pop(server, None)
     if engine is not None:
+        engine.stopping = True  # (a connection whose set-up ends after this closes at once)
         for conn in list(engine.connections):
             conn.shutdown()
         if engine.connections:
