@@ -996,6 +996,23 @@ async def test_shutdown_closes_idle_connections_and_finishes_answers_in_flight(t
             await _close(busy_w)
 
 
+def _stop_when_made(monkeypatch: pytest.MonkeyPatch, server: Any) -> list[asyncio.Task[None]]:
+    """Begin stopping *server* from each protocol's connection_made (after it, before the
+    set-up task resumes); the stops begun, in a list."""
+    from aiosendfile._serve import _protocol
+
+    mod = engine()
+    stops: list[asyncio.Task[None]] = []
+    made = _protocol.HttpProtocol.connection_made
+
+    def made_then_stop(self: Any, transport: Any) -> None:
+        made(self, transport)
+        stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))
+
+    monkeypatch.setattr(_protocol.HttpProtocol, "connection_made", made_then_stop)
+    return stops
+
+
 @pytest.mark.parametrize(
     "moment", ["before its set-up starts", "before connection_made", "after connection_made"]
 )
@@ -1010,7 +1027,7 @@ async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
     the others, and stayed open, idle, until the stop's timeout); the stop begun from the
     protocol's connection_made, before the set-up task resumes (cancelling it there left uvloop's
     transport closed without connection_lost, and the stop waited its whole timeout)."""
-    from aiosendfile._serve import _listener, _protocol
+    from aiosendfile._serve import _listener
 
     mod = engine()
     listening = socket.socket()
@@ -1035,13 +1052,7 @@ async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
 
         monkeypatch.setattr(server, "_factory", protocol_then_stop)
     else:
-        made = _protocol.HttpProtocol.connection_made
-
-        def made_then_stop(self: Any, transport: Any) -> None:
-            made(self, transport)
-            stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))
-
-        monkeypatch.setattr(_protocol.HttpProtocol, "connection_made", made_then_stop)
+        stops = _stop_when_made(monkeypatch, server)
     client = socket.create_connection(listening.getsockname())
     client.setblocking(False)
     loop = asyncio.get_running_loop()
@@ -1063,8 +1074,6 @@ async def test_a_stop_right_after_a_tls_connection_is_made_closes_it_at_once(
     """As above over TLS, the stop begun from the protocol's connection_made (after the
     handshake, before the set-up task resumes, which the listener cancels over TLS): the
     connection is closed at once and the stop does not wait for it."""
-    from aiosendfile._serve import _protocol
-
     mod = engine()
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
@@ -1072,14 +1081,7 @@ async def test_a_stop_right_after_a_tls_connection_is_made_closes_it_at_once(
         mod.ServeConfig(directory=str(tmp_path)), sock=listening, ssl=tls_server_ctx
     )
     eng = mod._engines[server]
-    stops: list[asyncio.Task[None]] = []
-    made = _protocol.HttpProtocol.connection_made
-
-    def made_then_stop(self: Any, transport: Any) -> None:
-        made(self, transport)
-        stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))
-
-    monkeypatch.setattr(_protocol.HttpProtocol, "connection_made", made_then_stop)
+    stops = _stop_when_made(monkeypatch, server)
     reader, writer = await asyncio.open_connection(*listening.getsockname(), ssl=tls_client_ctx)
     try:
         with contextlib.suppress(ConnectionError, ssl.SSLError):
