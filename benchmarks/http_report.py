@@ -284,6 +284,17 @@ def report(
             f"seed {mixed['seed']}; wrk picks them at random (Lua, seeded); page cache evicted before "
             "every measured run (cold at its start, warming as it reads)."
         )
+    colds = [
+        f"{label} {name} {median_range(row, 'cold_read_us', '.0f')}"
+        for label, by_name in summary.items()
+        for name, row in by_name.items()
+        if "cold_read_us_median" in row
+    ]
+    if colds:
+        out.append(
+            "cold reads (a 4 KiB read of a file just evicted, before each run; median [min-max] us; "
+            "tens of us: the VM host's cache, where blocking on the disk costs little): " + ", ".join(colds)
+        )
     if probe:
         out.append(
             f"probe: wrk loads the mixed set (as above) while one more client, its own process on CPU "

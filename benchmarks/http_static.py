@@ -79,7 +79,7 @@ from pathlib import Path
 from benchmarks.asgi_apps import ROOT_ENV
 from benchmarks.harness import MiB, TrialError
 from benchmarks.harness.cli import comma_list, rotated
-from benchmarks.harness.files import evict_files, make_mixed_set, mixed_sizes, warm
+from benchmarks.harness.files import cold_read_us, evict_files, make_mixed_set, mixed_sizes, warm
 from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_line, run_trial, summarize
 from benchmarks.harness.probe import PROBE_PROGRAM, ProbeSpec
 from benchmarks.harness.report import document_head, finish_samples, machine_info
@@ -348,6 +348,7 @@ def _evict(files: list[str], sample: Sample) -> None:
     sample.cache_resident_pages, sample.cache_pages = resident, total
     if resident > total // 100:
         raise TrialError(f"page cache not cold: {resident} of {total} pages of the mixed set still cached")
+    sample.cold_read_us = cold_read_us(files)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -142,6 +142,7 @@ class Sample:
     server_exit: int | None = None  # exit status after the clean stop (None: had to be killed)
     cache_resident_pages: int | None = None  # before_run's eviction: pages still cached (-1: unknown)
     cache_pages: int | None = None  # ... out of the set's pages
+    cold_read_us: float | None = None  # before_run: the median 4 KiB read of a file just evicted
     # The hot-file probe (a trial with a ProbeSpec): its requests that started in wrk's window.
     probe_requests: int | None = None
     probe_p50_ms: float | None = None
@@ -268,6 +269,8 @@ def progress_line(s: Sample) -> str:
         msg += f"  other load {s.other_load_cpus:.2f}"
     if s.cache_pages:
         msg += f"  evicted ({s.cache_resident_pages} of {s.cache_pages} pages left)"
+    if s.cold_read_us is not None:
+        msg += f"  cold read {s.cold_read_us:.0f} us"
     if s.probe_requests:
         msg += (
             f"  probe p50 {s.probe_p50_ms:.2f} p99 {s.probe_p99_ms:.2f} max {s.probe_max_ms:.2f} ms"
@@ -338,6 +341,7 @@ def summarize(
                 "probe_p99_ms",
                 "probe_max_ms",
                 "probe_requests",
+                "cold_read_us",
             ):
                 vals = _values(ok, figure)
                 if vals:
