@@ -468,6 +468,31 @@ def test_respond_cold_or_big_file_is_a_file_range_closed_with_the_answer() -> No
     assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) is None
 
 
+def test_a_hot_entry_keeps_each_doors_rendering_per_precompressed_setting() -> None:
+    """The core's fields for a plain 200 are memoised on the entry's rendering for the policy's
+    ``precompressed`` setting only (the other setting's fields differ: no ``Vary``); each door's
+    slot starts empty and is its own."""
+    fs = _fs()
+    with respond(req(), Located("/srv/a.txt"), POLICY, fs):  # fills the cache
+        pass
+    got = _resolve(fs, req())
+    assert isinstance(got, Answer)
+    assert got.entry is not None
+    entry = got.entry
+    assert entry.rendering(True) is not entry.rendering(False)
+    assert entry.rendering(POLICY.precompressed).fields == got.fields
+    assert entry.rendering(not POLICY.precompressed).fields is None
+    plain = DirectoryPolicy(ROOT, precompressed=not POLICY.precompressed)
+    other = _resolve(fs, req(), plain)
+    assert isinstance(other, Answer)
+    assert other.entry is entry
+    assert ("Vary", "Accept-Encoding") in got.fields
+    assert ("Vary", "Accept-Encoding") not in other.fields  # not the other setting's fields
+    assert entry.rendering(plain.precompressed).fields == other.fields
+    for rendering in (entry.rendering(True), entry.rendering(False)):
+        assert (rendering.head, rendering.headers, rendering.pairs) == (None, None, None)
+
+
 def test_respond_hot_cache_off() -> None:
     fs = _fs()
     with _respond(fs, req(), DirectoryPolicy(ROOT, hot_cache=False)) as a:

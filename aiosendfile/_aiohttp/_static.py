@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import PathLike
@@ -87,7 +87,6 @@ class StaticResource(web.StaticResource):
             hot_cache=hot_cache,
             inline_limit=inline_limit,
         )
-        self._rendered_key = ("aiohttp", precompressed)  # this door's memo on a hot entry
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Answer *request* with no ``Application`` around: a handler for ``web.Server``.
@@ -138,9 +137,11 @@ class StaticResource(web.StaticResource):
             return self._file_response(found.path, found.st, found.siblings)
         entry = found.entry
         if entry is not None:  # a plain GET/HEAD of a hot small file
-            headers: Any = entry.rendered.get(self._rendered_key)
+            rendering = entry.rendering(self._policy.precompressed)
+            headers = cast("CIMultiDict[str] | None", rendering.headers)
             if headers is None:
-                headers = entry.rendered[self._rendered_key] = CIMultiDict(found.fields)
+                headers = CIMultiDict(found.fields)
+                rendering.headers = headers
             return web.Response(body=entry.body, headers=headers.copy())  # aiohttp adds to its copy
         if found.status == 200:  # a listing
             return web.Response(body=found.body, content_type="text/html", charset="utf-8")

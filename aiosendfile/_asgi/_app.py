@@ -190,7 +190,6 @@ class StaticFiles:
             inline_limit=inline_limit,
             max_ranges=max_ranges,
         )
-        self._render_key = ("asgi", precompressed)  # this door's memo on a hot entry
         #: raw path, or (raw path, Accept-Encoding), → (hot entry, file path, header pairs,
         #: root_path, and for the latter the file's directory and its identity) of a plain 200.
         self._memo: Memo[MemoKey, Memoised] = Memo()
@@ -301,9 +300,10 @@ class StaticFiles:
                 and ans.path
                 and (plain or (folder is not None and _no_sibling_names(ans.path)))
             ):
-                pairs: Any = entry.rendered.get(self._render_key)
+                rendering = entry.rendering(self.policy.precompressed)
+                pairs = rendering.pairs
                 if pairs is None:
-                    pairs = entry.rendered[self._render_key] = header_pairs(ans.fields, ans.length)
+                    pairs = rendering.pairs = header_pairs(ans.fields, ans.length)
                 memo_key: MemoKey = (key, kind) if isinstance(kind, bytes) else key
                 self._remember(memo_key, entry, ans.path, pairs, root, folder)
                 pairs = pairs.copy()

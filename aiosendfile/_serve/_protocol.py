@@ -754,9 +754,10 @@ class HttpProtocol(asyncio.Protocol):
         x.status = ans.status
         if x.fields is None and ans.status == 200 and ans.encoding is None and ans.path:
             if entry is not None:
-                head = entry.rendered.get(engine.render_key)
-                if not isinstance(head, bytes):
-                    head = entry.rendered[engine.render_key] = head_of(ans)
+                rendering = entry.rendering(engine.policy.precompressed)
+                head = rendering.head
+                if head is None:
+                    head = rendering.head = head_of(ans)
                 engine.remember(raw, (entry.identity, ans.path, head, True))
             else:
                 head = head_of(ans)

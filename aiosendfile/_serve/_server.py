@@ -89,7 +89,6 @@ class Engine:
             follow_symlinks=config.follow_symlinks,
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
-        self.render_key = ("native", self.policy.precompressed)  # what the plain 200 head depends on
         self.clock = Clock()
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
         self.wanted = header_kinds(self.log is not None)

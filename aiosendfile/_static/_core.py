@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 import uuid
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
 from . import _hot, _http, _listing
@@ -43,7 +43,6 @@ _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unm
 _CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _ALLOW = ("Allow", "GET,HEAD")
 #: Where a hot entry keeps the core's fields of a plain 200, by ``policy.precompressed`` (Vary or not).
-_FIELDS_KEY = (("fields", False), ("fields", True))
 
 
 class Located(NamedTuple):
@@ -106,7 +105,7 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         siblings = present_siblings(path, accept, fs)
         if siblings:
             return Located(path, st, siblings)  # (respond need not look them up again)
-    fields: Any = entry.rendered.get(_FIELDS_KEY[policy.precompressed])
+    fields = entry.rendering(policy.precompressed).fields
     if fields is None:
         fields = _plain_fields(entry, path, st, policy)
     return Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
@@ -154,7 +153,7 @@ def _plain_fields(
         vary=policy.precompressed,
         content_type=_content_type(os.path.basename(path)),
     )
-    entry.rendered[_FIELDS_KEY[policy.precompressed]] = fields
+    entry.rendering(policy.precompressed).fields = fields
     return fields
 
 

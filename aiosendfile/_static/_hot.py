@@ -2,8 +2,9 @@
 
 A hit saves the ``open``, the descriptor containment check, the ``fstat``, the read and the
 ``close``: a request for a hot small file costs one ``stat`` of its path. Doors memoise their
-rendering of a plain 200 on the entry (``HotEntry.rendered``), so it lives exactly as long as the
-identity-checked entry. A lock makes it safe for a door that decides in a pool thread.
+rendering of a plain 200 on the entry (:meth:`HotEntry.rendering`: a typed slot per door), so it
+lives exactly as long as the identity-checked entry. A lock makes it safe for a door that decides in
+a pool thread.
 """
 
 from __future__ import annotations
@@ -11,8 +12,17 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 
-__all__ = ("HOT_FILES_MAX_BYTES", "HOT_FILES_MAX_ENTRIES", "HotEntry", "HotFiles", "hot_files", "identity")
+__all__ = (
+    "HOT_FILES_MAX_BYTES",
+    "HOT_FILES_MAX_ENTRIES",
+    "HotEntry",
+    "HotFiles",
+    "Rendering",
+    "hot_files",
+    "identity",
+)
 
 #: Small files kept in memory by :class:`HotFiles` (bodies up to ``inline_limit`` only), and the
 #: bytes they are charged: body, path (a key: one file may be reached by several spellings of its
@@ -31,19 +41,34 @@ def identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+class Rendering:
+    """What each door built for a plain 200 of one hot file, under one ``precompressed`` setting
+    (the only input of those fields besides the file, which the entry's identity pins). A slot is
+    None until its door fills it; each holds that door's own type."""
+
+    __slots__ = ("fields", "head", "headers", "pairs")
+
+    def __init__(self) -> None:
+        self.fields: list[tuple[str, str]] | None = None  # the static core's header fields
+        self.head: bytes | None = None  # serve's engine: the head, without its per-second tail
+        self.headers: Mapping[str, str] | None = None  # the aiohttp door's (a CIMultiDict it copies)
+        self.pairs: list[tuple[bytes, bytes]] | None = None  # the ASGI door's header pairs
+
+
 class HotEntry:
-    """One hot file: its identity, its bytes, its path, and each door's rendering of a plain 200.
+    """One hot file: its identity, its bytes, its path, and each door's rendering of a plain 200
+    (:meth:`rendering`), valid exactly as long as the entry: every value comes from the
+    identity-checked stat."""
 
-    ``rendered`` maps a door's key (e.g. ``("aiohttp", precompressed)``) to what that door built
-    for a plain 200 answer. It stays valid exactly as long as the entry does: every value comes
-    from the identity-checked stat.
-    """
-
-    __slots__ = ("body", "identity", "path", "rendered")
+    __slots__ = ("_renderings", "body", "identity", "path")
 
     def __init__(self, identity: tuple[int, ...], body: bytes, path: str = "") -> None:
         self.identity, self.body, self.path = identity, body, path
-        self.rendered: dict[object, object] = {}
+        self._renderings = (Rendering(), Rendering())
+
+    def rendering(self, precompressed: bool) -> Rendering:
+        """The doors' renderings for a policy with (True) or without precompressed siblings."""
+        return self._renderings[precompressed]
 
 
 class HotFiles:
