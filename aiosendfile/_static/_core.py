@@ -42,7 +42,6 @@ __all__ = ("Located", "answer", "present_siblings", "resolve", "respond", "route
 _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _ALLOW = ("Allow", "GET,HEAD")
-#: Where a hot entry keeps the core's fields of a plain 200, by ``policy.precompressed`` (Vary or not).
 
 
 class Located(NamedTuple):

@@ -229,12 +229,12 @@ def evict_files(paths: list[str], *, attempts: int = 5) -> tuple[int, int]:
     return resident, total
 
 
-def cold_read_us(paths: list[str], *, count: int = 16, rng: random.Random | None = None) -> float | None:
+def cold_read_us(paths: list[str], *, count: int = 16) -> float | None:
     """The median time of a 4 KiB read of a file just evicted, in µs, over *count* files of
     *paths* (evicted again after): what a cold read costs on this disk now. On a VM it may be
     the host's page cache (tens of µs) or its disk (ms), and it changes from run to run: a
     server that blocks on the disk (nginx) loses little in the first case, much in the second."""
-    picked = (rng or random.Random()).sample(paths, min(count, len(paths)))
+    picked = random.sample(paths, min(count, len(paths)))
     times = []
     for path in picked:
         fd = os.open(path, os.O_RDONLY)
