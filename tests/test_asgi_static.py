@@ -355,6 +355,68 @@ async def test_a_sibling_that_appears_after_the_memo_is_served(
     assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"br", b"BR of a.txt")
 
 
+@pytest.mark.parametrize("request_", [b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n", AE_GET], ids=["plain", "ae"])
+@pytest.mark.parametrize("change", ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"])
+async def test_a_changed_hot_file_is_never_answered_from_the_answer_cache(
+    public: Path, change: str, request_: bytes
+) -> None:
+    """A hot file's plain 200, kept in the app's answer cache, is checked by a stat of its path:
+    whatever happens to the file between two requests, the answer is the new one."""
+    app = asgi.StaticFiles(directory=public)
+    path = public / "a.txt"
+    outside = public.parent / "outside-a.txt"
+    outside.write_bytes(b"o" * len(SMALL))
+    for _ in range(3):  # first sight, then inline and kept, then from the cache
+        first = await call(app, request_)
+        assert bytes(first.body) == SMALL
+    assert len(app._answers) == 1
+    os.utime(path, ns=(1, 1))  # the change below gets a new mtime, whatever the clock says
+    if change == "in place":
+        with open(path, "r+b") as f:
+            f.write(b"X")  # same inode, same size
+    elif change == "renamed over":
+        fresh = public / "fresh.tmp"
+        fresh.write_bytes(b"Y" * len(SMALL))  # same size: another inode
+        fresh.replace(path)
+    elif change == "truncated":
+        with open(path, "r+b") as f:
+            f.truncate(len(SMALL) // 2)
+    elif change == "grown":
+        with open(path, "ab") as f:
+            f.write(b"more")
+    elif change == "chmod":
+        path.chmod(0)  # (as root the file stays readable; its fields are decided again)
+    else:
+        path.unlink()
+        path.symlink_to(outside)
+    got = await call(app, request_)
+    if change == "symlink out":
+        assert got.status == 404
+    elif change == "chmod" and os.geteuid() != 0:
+        assert got.status == 403
+    else:
+        assert got.status == 200
+        assert bytes(got.body) == path.read_bytes()
+        assert dict(got.headers)[b"etag"] != dict(first.headers)[b"etag"]
+
+
+async def test_an_answer_is_kept_per_mount_prefix(public: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a mount (root_path ``/static``) a hot file is answered from the cache; the same raw
+    path under another root_path names another file and is never answered with the first's."""
+    app = asgi.StaticFiles(directory=public)
+    get = b"GET /static/a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    for _ in range(2):
+        first = await call(app, get, root_path="/static")
+    with monkeypatch.context() as patched:
+        _no_core(patched)
+        again = await call(app, get, root_path="/static")
+    assert (again.raw(), bytes(again.body)) == (first.raw(), SMALL)
+    (public / "static").mkdir()
+    (public / "static" / "a.txt").write_bytes(b"another a")
+    other = await call(app, get, root_path="")
+    assert (other.status, bytes(other.body)) == (200, b"another a")
+
+
 async def test_a_dangling_sibling_symlink_keeps_the_core_asked(
     public: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -255,21 +255,57 @@ def test_the_memo_is_bounded_by_entries_and_bytes_keys_included() -> None:
     assert memo.put(b"/huge", (entry, "", b""), 4 * MiB) is False  # one entry never takes it all
 
 
-async def test_the_engines_memo_stays_bounded_under_100000_distinct_paths(tmp_path: Path) -> None:
-    """The engine's memo (answers of every size, no bodies) under 100,000 distinct paths of up to
-    1 KiB: at most MEMO_ENTRIES entries and its bytes, whatever the paths."""
-    from aiosendfile._serve._server import MEMO_ENTRIES, Engine, ServeConfig
+def test_the_answer_cache_charges_keys_paths_and_renderings() -> None:
+    """An answer is charged its key (both parts of a tuple key), its path, prefix, folder and every
+    filled rendering slot: 10,000 long keys never take the cache past its bounds, and a key over
+    MEMO_MAX_KEY is never held."""
+    from aiosendfile._static._answers import Answers, Decided, rendering_bytes
+    from aiosendfile._static._hot import Rendering
+    from aiosendfile._static._memo import ENTRY_OVERHEAD, MEMO_MAX_KEY
+
+    rendering = Rendering()
+    rendering.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 100
+    rendering.fields = [("Content-Type", "text/plain")]
+    rendering.pairs = [(b"content-type", b"text/plain")]
+    decided = Decided((1, 2, 3, 4, 5), "/srv/one.txt", 1, True, rendering, "/static")
+    decided.folder = ("/srv", (1, 2, 3, 4))
+    cost = decided.cost()
+    assert cost == len("/srv/one.txt") + len("/static") + len("/srv") + rendering_bytes(rendering)
+    assert rendering_bytes(rendering) == len(rendering.head) + (12 + 10 + 100) * 2
+    answers = Answers(max_entries=1000, max_bytes=4 * MiB)
+    for key in spellings(10_000, 3900):
+        answers.keep((key[:MEMO_MAX_KEY], b"gzip, br"), decided)
+        assert answers.size <= 4 * MiB
+        assert len(answers) <= 1000
+    held = len(answers)
+    assert answers.size == held * (MEMO_MAX_KEY + 8 + cost + ENTRY_OVERHEAD)
+    assert not answers.keep(b"/" * (MEMO_MAX_KEY + 1), decided)
+    assert not answers.keep((b"/" * (MEMO_MAX_KEY + 1), b""), decided)
+    assert len(answers) == held
+
+
+async def test_the_engines_answer_cache_stays_bounded_under_100000_distinct_paths(tmp_path: Path) -> None:
+    """The engine's answer cache (answers of every size, no bodies) under 100,000 distinct paths of
+    up to 1 KiB: at most ANSWERS_ENTRIES entries and its bytes, whatever the paths, each entry
+    charged its key, path and renderings."""
+    from aiosendfile._serve._server import ANSWERS_ENTRIES, Engine, ServeConfig
+    from aiosendfile._static._answers import Decided
+    from aiosendfile._static._hot import Rendering
     from aiosendfile._static._memo import MEMO_MAX_BYTES
 
     engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
     try:
-        head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
+        answers = engine.answers
         for i in range(100_000):
             raw = b"/" + str(i).encode() * (1 + i % 100)
-            engine.remember(raw[:1024], ((1, i, 3, 4, 5), "/srv/" + str(i), head, i % 2 == 0))
-            assert len(engine.memo) <= MEMO_ENTRIES
-            assert engine.memo.size <= MEMO_MAX_BYTES
-        assert len(engine.memo) > MEMO_ENTRIES // 2  # (it does hold a working set)
+            rendering = Rendering()
+            rendering.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
+            rendering.fields = [("Content-Type", "text/plain"), ("ETag", f'"{i}"')]
+            decided = Decided((1, i, 3, 4, 5), "/srv/" + str(i), 10, i % 2 == 0, rendering)
+            assert engine.remember(raw[:1024], decided)
+            assert len(answers) <= ANSWERS_ENTRIES
+            assert answers.size <= MEMO_MAX_BYTES
+        assert len(answers) > ANSWERS_ENTRIES // 2  # (it does hold a working set)
     finally:
         engine.stop()
 

@@ -1195,30 +1195,38 @@ async def test_a_changed_file_is_never_answered_from_the_memo(site: Site) -> Non
         await _close(writer)
 
 
-@pytest.mark.parametrize("change", ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"])
-async def test_a_changed_big_file_is_never_sent_from_the_memo(site: Site, change: str) -> None:
-    """A big file's plain 200 is memoised without its body (the file is opened again and checked by
-    fstat each time): whatever happens to the file between two requests, the answer is the new one."""
-    path = site.root / "big.bin"
+CHANGES = ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"]
+
+
+@pytest.mark.parametrize("name", ["big.bin", "small.txt"])
+@pytest.mark.parametrize("change", CHANGES)
+async def test_a_changed_file_is_never_sent_from_the_answer_cache(site: Site, change: str, name: str) -> None:
+    """A file's plain 200 is kept in the engine's answer cache without its body (a big file is
+    opened again and checked by fstat each time; a small one's bytes are the hot-file cache's,
+    checked by a stat of its path): whatever happens to the file between two requests, the answer
+    is the new one."""
+    path = site.root / name
+    size = path.stat().st_size
     outside = site.root.parent / f"outside-{site.root.name}.bin"
-    outside.write_bytes(pattern(BIG, seed=9))
+    outside.write_bytes(pattern(size, seed=9))
     reader, writer = await site.open()
     try:
-        for _ in range(2):  # decided, then memoised
-            writer.write(get("/big.bin"))
+        for _ in range(3):  # decided, then answered from the cache
+            writer.write(get("/" + name))
             first = await read_answer(reader)
             assert first.body == path.read_bytes()
+        assert b"/" + name.encode() in engine()._engines[site.server].answers
         os.utime(path, ns=(1, 1))  # the second change below gets a new mtime, whatever the clock says
         if change == "in place":
             with open(path, "r+b") as f:
                 f.write(b"X" * 100)  # same inode, same size
         elif change == "renamed over":
             fresh = site.root / "fresh.tmp"
-            fresh.write_bytes(pattern(BIG, seed=7))  # same size: another inode
+            fresh.write_bytes(pattern(size, seed=7))  # same size: another inode
             fresh.replace(path)
         elif change == "truncated":
             with open(path, "r+b") as f:
-                f.truncate(BIG // 2)
+                f.truncate(size // 2)
         elif change == "grown":
             with open(path, "ab") as f:
                 f.write(b"more")
@@ -1228,7 +1236,7 @@ async def test_a_changed_big_file_is_never_sent_from_the_memo(site: Site, change
             path.unlink()
             path.symlink_to(outside)
         expected = None if change in ("chmod", "symlink out") else path.read_bytes()
-        writer.write(get("/big.bin"))
+        writer.write(get("/" + name))
         a = await read_answer(reader)
         if change == "symlink out":
             assert a.status == 404
@@ -1277,7 +1285,7 @@ async def test_a_small_file_is_memoised_at_its_first_answer(site: Site) -> None:
     """A small file read into the hot-file cache by its first request is memoised by that request
     (before: only by the next, which found it in the hot cache; a working set larger than the hot
     cache was then never memoised and every request paid the whole decision)."""
-    memo = engine()._engines[site.server].memo
+    memo = engine()._engines[site.server].answers
     raw = await site.exchange(get("/small.txt", "Connection: close\r\n"))
     assert split_answers(raw, ["GET"])[0].body == (site.root / "small.txt").read_bytes()
     assert b"/small.txt" in memo

@@ -7,16 +7,19 @@ to the mount's path; decoding happens once, in the core (``_static._paths``).
 
 Per request, cheapest first:
 
-* A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a memoised hot file:
-  one memo lookup by raw path, one ``os.stat`` to check the cached bytes still describe the file,
-  a start message with the memoised header pairs (a copy: middlewares edit them in place) and one
-  body message. With ``Accept-Encoding`` alone (every browser sends it) and no sibling it admits,
-  the same by (raw path, its value), plus a ``stat`` of the file's directory: adding, removing or
-  renaming a sibling changes it (no memo while a sibling's name exists in any form, such as a
-  dangling symlink, which could come to life without its directory changing). An
-  ``Accept-Encoding`` value longer than :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key.
-  The memo is a :class:`~aiosendfile._static._memo.Memo`: bounded by entries and by the bytes each
-  entry keeps alive, its key (both parts come from the peer) included.
+* A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a hot file answered
+  before: one lookup by raw path in the app's answer cache (``_static._answers``: the core's
+  ``Decided``, with this door's header pairs in its slot), one ``os.stat`` to check the path still
+  names that file, its bytes from the hot-file cache, a start message with the header pairs (a
+  copy: middlewares edit them in place) and one body message. With ``Accept-Encoding`` alone
+  (every browser sends it) and no sibling it admits, the same by (raw path, its value), plus a
+  ``stat`` of the file's directory: adding, removing or renaming a sibling changes it (nothing is
+  kept while a sibling's name exists in any form, such as a dangling symlink, which could come to
+  life without its directory changing). An ``Accept-Encoding`` value longer than
+  :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key. The cache is bounded by entries and by
+  the bytes each entry keeps alive, its key (both parts come from the peer) included. An answer is
+  kept only where the mount's prefix the core read is ``root_path`` itself (Starlette's ``Mount``,
+  a server's ``--root-path``), and checked against it on a hit.
 * A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
   inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
 * Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
@@ -39,10 +42,10 @@ from urllib.parse import quote
 
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer
+from .._static._answers import AnswerKey, Answers
 from .._static._core import Located, answer, resolve, respond, route
 from .._static._fs import POOL_FS, REAL_FS, DecideInPool
-from .._static._hot import HotEntry, identity
-from .._static._memo import MEMO_MAX_KEY, Memo
+from .._static._hot import hot_files, identity
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -55,10 +58,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 PathLike = str | os.PathLike[str]
-#: A memoised plain 200 (see ``StaticFiles._memo``).
-Memoised = tuple[HotEntry, str, list[tuple[bytes, bytes]], str, "tuple[str, tuple[int, ...]] | None"]
-#: A memo key: the raw path, or the raw path and the request's Accept-Encoding value.
-MemoKey = bytes | tuple[bytes, bytes]
 
 _WANTED = BytesHeaders.WANTED
 #: The longest ``Accept-Encoding`` value that may be part of a memo key. Browsers send 20 to 60
@@ -190,10 +189,11 @@ class StaticFiles:
             inline_limit=inline_limit,
             max_ranges=max_ranges,
         )
-        #: raw path, or (raw path, Accept-Encoding), → (hot entry, file path, header pairs,
-        #: root_path, and for the latter the file's directory and its identity) of a plain 200.
-        self._memo: Memo[MemoKey, Memoised] = Memo()
-        self._memo_get = self._memo.get  # (one attribute lookup less on the hot path)
+        #: raw path, or (raw path, Accept-Encoding), → the core's ``Decided`` of a plain 200 of a
+        #: hot file, with this door's header pairs in its slot (and for the latter the file's
+        #: directory and its identity).
+        self._answers = Answers()
+        self._answers_get = self._answers.get  # (one attribute lookup less on the hot path)
         self._recent = RecentPaths()
 
     def __repr__(self) -> str:
@@ -216,27 +216,31 @@ class StaticFiles:
             elif len(kind) > MEMO_MAX_ACCEPT_ENCODING:
                 kind = False  # no memo key: the core reads it as any other field
         if kind is not False and (method == "GET" or method == "HEAD"):
-            key: MemoKey = raw if kind is True else (raw, kind)
-            memo = self._memo_get(key)
-            if memo is not None and memo[3] == root:
-                entry, path, pairs, _, folder = memo
+            key: AnswerKey = raw if kind is True else (raw, kind)
+            decided = self._answers_get(key)
+            if decided is not None and decided.prefix == root:
+                path, ident, pairs = decided.path, decided.identity, decided.rendering.pairs
                 try:
                     st = os.stat(path)
                 except OSError:
                     st = None
                 if (
                     st is not None
-                    and identity(st) == entry.identity
-                    and (folder is None or _folder(path) == folder)  # no sibling came or went
+                    and pairs is not None
+                    and identity(st) == ident
+                    and (decided.folder is None or _folder(path) == decided.folder)  # no sibling came or went
                 ):
-                    try:
-                        await send({"type": START, "status": 200, "headers": pairs.copy()})
-                        await send({"type": BODY_TYPE, "body": entry.body if method == "GET" else b""})
-                    except RuntimeError as exc:  # (free in 3.11+ unless raised)
-                        if not transport_gone(exc):
-                            raise
-                    return
-                self._memo.pop(key)
+                    # (a hot file's bytes: None if the hot-file cache dropped them; the core reads them back)
+                    body = b"" if method == "HEAD" else hot_files.body(path, self.policy.cache_root, ident)
+                    if body is not None:
+                        try:
+                            await send({"type": START, "status": 200, "headers": pairs.copy()})
+                            await send({"type": BODY_TYPE, "body": body})
+                        except RuntimeError as exc:  # (free in 3.11+ unless raised)
+                            if not transport_gone(exc):
+                                raise
+                        return
+                self._answers.forget(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)
 
     async def _answer(
@@ -291,21 +295,20 @@ class StaticFiles:
             status = None
             if ans.status == 404 and self.html and ans.fields:
                 ans, status = await self._not_found_page(ans, method)
-            entry = ans.entry
+            decided = ans.decided
             if (
-                entry is not None
+                decided is not None
+                and ans.entry is not None  # (a hot file; any other goes through the core each time)
                 and status is None  # (not the 404 page: its 200 is not the answer for this path)
-                and ans.status == 200
-                and ans.encoding is None
-                and ans.path
-                and (plain or (folder is not None and _no_sibling_names(ans.path)))
+                and decided.prefix == root  # (the path below the mount is read from root_path)
+                and (plain or (folder is not None and _no_sibling_names(decided.path)))
             ):
-                rendering = entry.rendering(self.policy.precompressed)
+                rendering = decided.rendering
                 pairs = rendering.pairs
                 if pairs is None:
                     pairs = rendering.pairs = header_pairs(ans.fields, ans.length)
-                memo_key: MemoKey = (key, kind) if isinstance(kind, bytes) else key
-                self._remember(memo_key, entry, ans.path, pairs, root, folder)
+                decided.folder = folder
+                self._answers.keep((key, kind) if isinstance(kind, bytes) else key, decided)
                 pairs = pairs.copy()
             else:
                 pairs = header_pairs(ans.fields, ans.length)
@@ -335,31 +338,6 @@ class StaticFiles:
             return ans, None
         ans.close()
         return found, 404
-
-    def _remember(
-        self,
-        key: MemoKey,
-        entry: HotEntry,
-        path: str,
-        pairs: list[tuple[bytes, bytes]],
-        root: str,
-        folder: tuple[str, tuple[int, ...]] | None,
-    ) -> None:
-        """Memoise the plain 200 of *key*, charged what it keeps alive: the key, the path, the
-        header pairs, root_path, the directory's path and the body (the memo adds its overhead)."""
-        raw = key if isinstance(key, bytes) else key[0]
-        if len(raw) > MEMO_MAX_KEY:  # (a spelling near the 8 KiB limit of one file among thousands)
-            return
-        nbytes = len(entry.body) + len(path) + len(root) + _pairs_bytes(pairs)
-        nbytes += len(key) if isinstance(key, bytes) else len(key[0]) + len(key[1])
-        if folder is not None:
-            nbytes += len(folder[0])
-        self._memo.put(key, (entry, path, pairs, root, folder), nbytes)
-
-
-def _pairs_bytes(pairs: list[tuple[bytes, bytes]]) -> int:
-    """What header *pairs* hold: their bytes and ~100 bytes for each pair's tuple and objects."""
-    return sum(len(name) + len(value) + 100 for name, value in pairs)
 
 
 if TYPE_CHECKING:

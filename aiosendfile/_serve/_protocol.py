@@ -7,10 +7,11 @@ A read that is exactly a plain request head parsed before (``Engine.heads``: a c
 again sends the same bytes) is not parsed again: its method, target and keep-alive mode come from
 that memo, and it goes on as a parsed one would. The hot path (a plain ``GET``/``HEAD``: no
 ``Range``, ``If-*``, ``Accept-Encoding`` or ``Expect``) of a file answered recently makes no core
-request or answer object: the raw target path
-(query cut) finds a memo ``(identity, path, head, small)``. A small file's bytes come from the
-hot-file cache, one ``os.stat`` checks the path still names that file, and the prebuilt head, the
-second's tail and the bytes are appended to ``out``. Any other file is opened again, checked by
+request or answer object: the raw target path (query cut) finds the core's ``Decided`` in the
+engine's answer cache (``_static._answers``: the file's identity and path, whether it is small,
+the head the engine rendered). A small file's bytes come from the hot-file cache, one ``os.stat``
+checks the path still names that file, and the prebuilt head, the second's tail and the bytes are
+appended to ``out``. Any other file is opened again, checked by
 ``fstat``, and sent from the file on the connection's outlet (``_outlet``). Everything a
 ``data_received`` produced leaves in one ``transport.write`` (pipelined requests share it). Any
 other request becomes a core ``Request`` for ``answer()``: inline when its path was seen in the
@@ -543,13 +544,16 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         q = url.find(b"?")
         key = url if q < 0 else url[:q]
-        known = engine.memo.get(key)
-        if known is None:
+        decided = engine.answers.get(key)
+        if decided is None:
             return False
-        ident, path, head, small = known
+        ident, path, head = decided.identity, decided.path, decided.rendering.head
+        if head is None:  # (never: the engine renders it before it keeps the answer)
+            return False
         head += engine.clock.tails[mode]
         body = None
         if get:
+            small = decided.small
             body = hot_files.body(path, engine.cache_root, ident) if small else None
             if body is None:  # sent from the file (or read into the hot-file cache again)
                 if self._send_known(x, url, mode, ident, path, head, small):
@@ -748,22 +752,15 @@ class HttpProtocol(asyncio.Protocol):
     def _render(self, x: Exchange, ans: Answer) -> None:
         """Write *ans* (or start sending it); it is closed once sent."""
         engine = self.engine
-        entry = ans.entry
         body = ans.body
-        raw = x.raw
         x.status = ans.status
-        if x.fields is None and ans.status == 200 and ans.encoding is None and ans.path:
-            if entry is not None:
-                rendering = entry.rendering(engine.policy.precompressed)
-                head = rendering.head
-                if head is None:
-                    head = rendering.head = head_of(ans)
-                engine.remember(raw, (entry.identity, ans.path, head, True))
-            else:
-                head = head_of(ans)
-                if isinstance(body, FileRange) and body.start == 0 and body.length == ans.length:
-                    small = ans.length <= engine.policy.inline_limit and engine.policy.hot_cache
-                    engine.remember(raw, (identity(os.fstat(body.fd)), ans.path, head, small))
+        decided = ans.decided
+        if decided is not None and x.fields is None:  # a plain 200 of a whole file: kept
+            rendering = decided.rendering
+            head = rendering.head
+            if head is None:
+                head = rendering.head = head_of(ans)
+            engine.remember(x.raw, decided)
         else:
             head = head_of(ans)
         head += engine.clock.tails[x.mode]

@@ -1,8 +1,8 @@
 """The engine's API: :class:`ServeConfig`, :func:`start_server` and :func:`shutdown`.
 
-One :class:`Engine` per server holds what its connections share: the directory policy, the memo
-of plain answers (raw target path → :data:`Known`: the file's identity and path, the rendered
-head, whether the file is small; a bounded :class:`~aiosendfile._static._memo.Memo`), the set of
+One :class:`Engine` per server holds what its connections share: the directory policy, the answer
+cache (``_static._answers``: raw target path → the core's ``Decided`` for a plain 200 of a file of
+any size, with the engine's rendered head in its slot), the set of
 paths decided in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline, as is a path
 whose lookup the kernel's caches hold; any other is looked up in the cold pool first), the clock
 of per-second tails, the access log, the queue of connections waiting for the loop's next
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .._options import default_cold_executor
-from .._static._memo import MEMO_MAX_KEY, Memo
+from .._static._answers import Answers, Decided
+from .._static._memo import Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
@@ -33,16 +34,18 @@ from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
 from ._protocol import Exchange, Head, HttpProtocol, header_kinds
 
-__all__ = ("Engine", "Known", "ServeConfig", "shutdown", "start_server")
+__all__ = ("ANSWERS_ENTRIES", "Engine", "ServeConfig", "shutdown", "start_server")
 
-#: A memoised plain 200: (the file's identity, its path, the rendered head without its per-second
-#: tail, whether the file is small enough to be answered from the hot-file cache). The memo holds
-#: no body: a small file's bytes are the hot-file cache's (``_static._hot``, bounded on its own),
-#: any other file is opened again, checked against the identity by ``fstat``, and sent from it.
-Known = tuple[tuple[int, ...], str, bytes, bool]
-#: Entries in the engine's memo (each charged its key, path, head and ``ENTRY_OVERHEAD``: about
-#: 900 bytes, so the memo's 16 MiB hold them all): a site's working set of files, not a few hot ones.
-MEMO_ENTRIES = 16384
+# What the engine keeps of a plain 200 is the core's ``Decided``: the file's identity, its path,
+# whether it is small enough to be answered from the hot-file cache, and the rendered head (its
+# ``rendering.head``, without the per-second tail). It holds no body: a small file's bytes are the
+# hot-file cache's (``_static._hot``, bounded on its own), any other file is opened again, checked
+# against the identity by ``fstat``, and sent from it.
+
+#: Entries in the engine's answer cache (each charged its key, path, head, the core's fields and
+#: ``ENTRY_OVERHEAD``: about 1.5 KB, so its 16 MiB hold them all): a site's working set of files,
+#: not a few hot ones.
+ANSWERS_ENTRIES = 16384
 #: The heads memo (``Engine.heads``): a client asking again for what it asked before (a browser's
 #: keep-alive requests, a health check, a load test) sends the same bytes, and their parse is
 #: skipped. A head longer than ``HEADS_MAX_KEY`` is parsed each time; ``HEADS_ENTRIES`` heads of
@@ -93,7 +96,7 @@ class Engine:
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
         self.wanted = header_kinds(self.log is not None)
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
-        self.memo: Memo[bytes, Known] = Memo(max_entries=MEMO_ENTRIES)
+        self.answers = Answers(max_entries=ANSWERS_ENTRIES)
         #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.
         self.heads: Memo[bytes, Head] = Memo(max_entries=HEADS_ENTRIES, max_bytes=HEADS_MAX_BYTES)
         self.recent = RecentPaths()
@@ -115,12 +118,9 @@ class Engine:
 
     # -- what connections ask ----------------------------------------------------------------
 
-    def remember(self, raw: bytes, known: Known) -> None:
-        """Memoise the plain 200 of *raw*, charged its key, path and head."""
-        if len(raw) > MEMO_MAX_KEY:
-            return
-        _, path, head, _ = known
-        self.memo.put(raw, known, len(raw) + len(path) + len(head))
+    def remember(self, raw: bytes, decided: Decided) -> bool:
+        """Keep the plain 200 of *raw* (its head rendered), charged its key, path and renderings."""
+        return self.answers.keep(raw, decided)
 
     def learn(self, data: bytes, x: Exchange) -> None:
         """Remember that the read *data* was exactly the plain request *x* (a parse is a function
@@ -131,7 +131,7 @@ class Engine:
             self.heads.put(data, (x.method, url, x.mode, log), len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
-        self.memo.pop(raw)
+        self.answers.forget(raw)
 
     def seen(self, raw: bytes) -> bool:
         """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""

@@ -5,7 +5,8 @@ A door renders it: the status line, ``fields`` in order, ``Content-Length: lengt
 file's slice, a listing, an error text), a ``FileRange`` of an open descriptor, or a ``Multipart``
 of several ranges. A ``head_only`` answer may still hold its bytes (a HEAD of a hot file, a listing
 or an error: a door may build its head from them), never a descriptor. ``fields`` never carries
-``Content-Length``, ``Date``, ``Server`` or ``Connection``: those are the door's.
+``Content-Length``, ``Date``, ``Server`` or ``Connection``: those are the door's. ``decided`` is
+set on a plain ``200`` of a whole file: what a door may keep in its answer cache (``_answers``).
 
 An Answer that owns a descriptor closes it in ``close()``/``__exit__`` (idempotent); one with
 ``head_only`` set owns none (the core closed it already).
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ._http import ByteRange
 
 if TYPE_CHECKING:
+    from ._answers import Decided
     from ._hot import HotEntry
 
 __all__ = ("Answer", "Body", "FileRange", "Multipart", "error")
@@ -53,6 +55,7 @@ class Answer:
     __slots__ = (
         "_close",
         "body",
+        "decided",
         "encoding",
         "entry",
         "fd",
@@ -82,6 +85,8 @@ class Answer:
         #: The descriptor this answer owns (the body's source), closed by :meth:`close`.
         self.fd = fd
         self._close = close
+        #: Set by the core on a plain 200 of a whole file: what a door may keep in its answer cache.
+        self.decided: Decided | None = None
 
     def close(self) -> None:
         """Close the owned descriptor, if any (idempotent)."""

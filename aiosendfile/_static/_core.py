@@ -13,6 +13,10 @@
   descriptor), preconditions (412/304), ``If-Range`` and ``Range`` (206, multipart, 416). Bodies
   up to ``inline_limit`` whose pages are cached come back as bytes and fill the hot cache.
 
+A plain ``200`` of a whole file (no encoding), of any size, carries its ``Decided``
+(``Answer.decided``): what a door may keep in its answer cache (``_answers``) and answer the same
+request from again without the core, once it has checked that the path still names that file.
+
 Errors from ``route``/``resolve`` carry aiohttp's text body (``404: Not Found``); errors found
 only on opening (``respond``) are empty (``Content-Length: 0``), as the plugin gives them.
 """
@@ -28,8 +32,9 @@ from urllib.parse import unquote_to_bytes
 
 from . import _hot, _http, _listing
 from ._answer import Answer, FileRange, Multipart, error
+from ._answers import Decided
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
-from ._hot import HotEntry
+from ._hot import HotEntry, Rendering
 from ._listing import listing_html
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
@@ -104,10 +109,13 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         siblings = present_siblings(path, accept, fs)
         if siblings:
             return Located(path, st, siblings)  # (respond need not look them up again)
-    fields = entry.rendering(policy.precompressed).fields
+    rendering = entry.rendering(policy.precompressed)
+    fields = rendering.fields
     if fields is None:
         fields = _plain_fields(entry, path, st, policy)
-    return Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
+    ans = Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
+    ans.decided = Decided(entry.identity, path, st.st_size, True, rendering, req.prefix)
+    return ans
 
 
 def _directory(
@@ -225,6 +233,9 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                 ans = _file_answer(req, located.path, policy, st, encoding, read, fs)
                 if entry is not None and ans.body is read:  # the whole file: a door may memoise it
                     ans.entry = entry
+                    if ans.status == 200 and encoding is None:
+                        rendering = entry.rendering(policy.precompressed)
+                        ans.decided = Decided(entry.identity, path, st.st_size, True, rendering, req.prefix)
                 return ans
         try:
             return _file_answer(req, located.path, policy, st, encoding, fd, fs)
@@ -294,7 +305,13 @@ def _file_answer(
         if size == 0 or req.method == "HEAD":
             return headers_only(200, fields, size)
         whole = FileRange(source, 0, size) if isinstance(source, int) else source
-        return Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
+        ans = Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
+        if fd is not None and encoding is None:  # a whole file of any size: a door may memoise it
+            rendering = Rendering()
+            rendering.fields = fields
+            small = policy.hot_cache and size <= policy.inline_limit
+            ans.decided = Decided(_hot.identity(st), name, size, small, rendering, req.prefix)
+        return ans
     if len(ranges) == 1:
         r = ranges[0]
         fields = _http.file_headers(
