@@ -259,19 +259,15 @@ def test_the_answer_cache_charges_keys_paths_and_renderings() -> None:
     """An answer is charged its key (both parts of a tuple key), its path, prefix, folder and every
     filled rendering slot: 10,000 long keys never take the cache past its bounds, and a key over
     MEMO_MAX_KEY is never held."""
-    from aiosendfile._static._answers import Answers, Decided, rendering_bytes
-    from aiosendfile._static._hot import Rendering
+    from aiosendfile._static._answers import Answers, Decided
     from aiosendfile._static._memo import ENTRY_OVERHEAD, MEMO_MAX_KEY
 
-    rendering = Rendering()
-    rendering.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 100
-    rendering.fields = [("Content-Type", "text/plain")]
-    rendering.pairs = [(b"content-type", b"text/plain")]
-    decided = Decided((1, 2, 3, 4, 5), "/srv/one.txt", 1, True, rendering, "/static")
+    decided = Decided((1, 2, 3, 4, 5), "/srv/one.txt", 1, True, "/static")
+    decided.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 100
+    decided.pairs = [(b"content-type", b"text/plain")]
     decided.folder = ("/srv", (1, 2, 3, 4))
     cost = decided.cost()
-    assert cost == len("/srv/one.txt") + len("/static") + len("/srv") + rendering_bytes(rendering)
-    assert rendering_bytes(rendering) == len(rendering.head) + (12 + 10 + 100) * 2
+    assert cost == len("/srv/one.txt") + len("/static") + len("/srv") + 117 + (12 + 10 + 100)
     answers = Answers(max_entries=1000, max_bytes=4 * MiB)
     for key in spellings(10_000, 3900):
         answers.keep((key[:MEMO_MAX_KEY], b"gzip, br"), decided)
@@ -290,7 +286,6 @@ async def test_the_engines_answer_cache_stays_bounded_under_100000_distinct_path
     charged its key, path and renderings."""
     from aiosendfile._serve._server import ANSWERS_ENTRIES, Engine, ServeConfig
     from aiosendfile._static._answers import Decided
-    from aiosendfile._static._hot import Rendering
     from aiosendfile._static._memo import MEMO_MAX_BYTES
 
     engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
@@ -298,10 +293,8 @@ async def test_the_engines_answer_cache_stays_bounded_under_100000_distinct_path
         answers = engine.answers
         for i in range(100_000):
             raw = b"/" + str(i).encode() * (1 + i % 100)
-            rendering = Rendering()
-            rendering.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
-            rendering.fields = [("Content-Type", "text/plain"), ("ETag", f'"{i}"')]
-            decided = Decided((1, i, 3, 4, 5), "/srv/" + str(i), 10, i % 2 == 0, rendering)
+            decided = Decided((1, i, 3, 4, 5), "/srv/" + str(i), 10, i % 2 == 0)
+            decided.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
             assert engine.remember(raw[:1024], decided)
             assert len(answers) <= ANSWERS_ENTRIES
             assert answers.size <= MEMO_MAX_BYTES

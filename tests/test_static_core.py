@@ -468,6 +468,54 @@ def test_respond_cold_or_big_file_is_a_file_range_closed_with_the_answer() -> No
     assert _hot.hot_files.get("/srv/a.txt", ROOT, fs.stat("/srv/a.txt")) is None
 
 
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "kept"),
+    [
+        ("GET", b"/big.bin", [], True),  # any size
+        ("GET", b"/a.txt", [], True),  # a hot file, read in at this answer
+        ("HEAD", b"/a.txt", [], False),  # read in, but the answer holds no body (once hot: kept)
+        ("GET", b"/big.bin", [("If-None-Match", '"other"')], True),  # a plain 200 all the same
+        ("HEAD", b"/big.bin", [], False),  # no body: not kept (a GET of it will be)
+        ("GET", b"/big.bin", [("Range", "bytes=0-9")], False),
+        ("GET", b"/a.txt", [("Range", "bytes=0-")], False),  # the whole file, as a 206
+        ("GET", b"/style.css", [("Accept-Encoding", "gzip")], False),  # the .gz sibling
+        ("GET", b"/nope", [], False),
+        ("GET", b"/withindex/", [], True),  # its index file
+        ("GET", b"/sub/", [], False),  # a listing or a 403: no file
+    ],
+)
+def test_the_core_gives_a_decided_for_a_plain_200_of_a_whole_file(
+    method: str, target: bytes, headers: list[tuple[str, str]], kept: bool
+) -> None:
+    """What a door may keep in its answer cache: every plain 200 of a whole file without a coding,
+    with the identity the core's stat (or fstat) gave and the path it answered from."""
+    fs = _fs()
+    policy = DirectoryPolicy(ROOT, precompressed=True)
+    with answer(req(method, target, *headers), policy, fs) as got:
+        decided = got.decided
+        assert (decided is not None) == kept, got
+        if decided is not None:
+            assert got.status == 200
+            assert got.encoding is None
+            st = fs.stat(decided.path)
+            assert decided.identity == _hot.identity(st)
+            assert decided.size == st.st_size == got.length
+            assert decided.small == (st.st_size <= policy.inline_limit)
+            assert (decided.head, decided.pairs, decided.folder) == (None, None, None)
+    _hot.hot_files.clear()
+
+
+def test_a_head_of_a_hot_file_gives_a_decided() -> None:
+    fs = _fs()
+    with answer(req("GET"), POLICY, fs):  # read into the hot-file cache
+        pass
+    with answer(req("HEAD"), POLICY, fs) as head:
+        assert head.entry is not None
+        assert head.decided is not None
+        assert (head.decided.path, head.decided.small) == ("/srv/a.txt", True)
+    _hot.hot_files.clear()
+
+
 def test_a_hot_entry_keeps_each_doors_rendering_per_precompressed_setting() -> None:
     """The core's fields for a plain 200 are memoised on the entry's rendering for the policy's
     ``precompressed`` setting only (the other setting's fields differ: no ``Vary``); each door's
@@ -490,7 +538,7 @@ def test_a_hot_entry_keeps_each_doors_rendering_per_precompressed_setting() -> N
     assert ("Vary", "Accept-Encoding") not in other.fields  # not the other setting's fields
     assert entry.rendering(plain.precompressed).fields == other.fields
     for rendering in (entry.rendering(True), entry.rendering(False)):
-        assert (rendering.head, rendering.headers, rendering.pairs) == (None, None, None)
+        assert rendering.headers is None
 
 
 def test_respond_hot_cache_off() -> None:

@@ -219,7 +219,7 @@ class StaticFiles:
             key: AnswerKey = raw if kind is True else (raw, kind)
             decided = self._answers_get(key)
             if decided is not None and decided.prefix == root:
-                path, ident, pairs = decided.path, decided.identity, decided.rendering.pairs
+                path, ident, pairs = decided.path, decided.identity, decided.pairs
                 try:
                     st = os.stat(path)
                 except OSError:
@@ -303,10 +303,7 @@ class StaticFiles:
                 and decided.prefix == root  # (the path below the mount is read from root_path)
                 and (plain or (folder is not None and _no_sibling_names(decided.path)))
             ):
-                rendering = decided.rendering
-                pairs = rendering.pairs
-                if pairs is None:
-                    pairs = rendering.pairs = header_pairs(ans.fields, ans.length)
+                pairs = decided.pairs = header_pairs(ans.fields, ans.length)
                 decided.folder = folder
                 self._answers.keep((key, kind) if isinstance(kind, bytes) else key, decided)
                 pairs = pairs.copy()

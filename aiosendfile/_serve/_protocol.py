@@ -547,7 +547,7 @@ class HttpProtocol(asyncio.Protocol):
         decided = engine.answers.get(key)
         if decided is None:
             return False
-        ident, path, head = decided.identity, decided.path, decided.rendering.head
+        ident, path, head = decided.identity, decided.path, decided.head
         if head is None:  # (never: the engine renders it before it keeps the answer)
             return False
         head += engine.clock.tails[mode]
@@ -756,10 +756,9 @@ class HttpProtocol(asyncio.Protocol):
         x.status = ans.status
         decided = ans.decided
         if decided is not None and x.fields is None:  # a plain 200 of a whole file: kept
-            rendering = decided.rendering
-            head = rendering.head
+            head = decided.head
             if head is None:
-                head = rendering.head = head_of(ans)
+                head = decided.head = head_of(ans)
             engine.remember(x.raw, decided)
         else:
             head = head_of(ans)

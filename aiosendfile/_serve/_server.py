@@ -38,7 +38,7 @@ __all__ = ("ANSWERS_ENTRIES", "Engine", "ServeConfig", "shutdown", "start_server
 
 # What the engine keeps of a plain 200 is the core's ``Decided``: the file's identity, its path,
 # whether it is small enough to be answered from the hot-file cache, and the rendered head (its
-# ``rendering.head``, without the per-second tail). It holds no body: a small file's bytes are the
+# ``head`` slot, without the per-second tail). It holds no body: a small file's bytes are the
 # hot-file cache's (``_static._hot``, bounded on its own), any other file is opened again, checked
 # against the identity by ``fstat``, and sent from it.
 

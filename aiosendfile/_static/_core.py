@@ -34,7 +34,7 @@ from . import _hot, _http, _listing
 from ._answer import Answer, FileRange, Multipart, error
 from ._answers import Decided
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
-from ._hot import HotEntry, Rendering
+from ._hot import HotEntry
 from ._listing import listing_html
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
@@ -109,12 +109,11 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         siblings = present_siblings(path, accept, fs)
         if siblings:
             return Located(path, st, siblings)  # (respond need not look them up again)
-    rendering = entry.rendering(policy.precompressed)
-    fields = rendering.fields
+    fields = entry.rendering(policy.precompressed).fields
     if fields is None:
         fields = _plain_fields(entry, path, st, policy)
     ans = Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
-    ans.decided = Decided(entry.identity, path, st.st_size, True, rendering, req.prefix)
+    ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
     return ans
 
 
@@ -234,8 +233,7 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                 if entry is not None and ans.body is read:  # the whole file: a door may memoise it
                     ans.entry = entry
                     if ans.status == 200 and encoding is None:
-                        rendering = entry.rendering(policy.precompressed)
-                        ans.decided = Decided(entry.identity, path, st.st_size, True, rendering, req.prefix)
+                        ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
                 return ans
         try:
             return _file_answer(req, located.path, policy, st, encoding, fd, fs)
@@ -307,10 +305,8 @@ def _file_answer(
         whole = FileRange(source, 0, size) if isinstance(source, int) else source
         ans = Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
         if fd is not None and encoding is None:  # a whole file of any size: a door may memoise it
-            rendering = Rendering()
-            rendering.fields = fields
             small = policy.hot_cache and size <= policy.inline_limit
-            ans.decided = Decided(_hot.identity(st), name, size, small, rendering, req.prefix)
+            ans.decided = Decided(_hot.identity(st), name, size, small, req.prefix)
         return ans
     if len(ranges) == 1:
         r = ranges[0]

@@ -42,17 +42,16 @@ def identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 class Rendering:
-    """What each door built for a plain 200 of one hot file, under one ``precompressed`` setting
-    (the only input of those fields besides the file, which the entry's identity pins). A slot is
-    None until its door fills it; each holds that door's own type."""
+    """What is built for a plain 200 of one hot file, under one ``precompressed`` setting (the only
+    input of those fields besides the file, which the entry's identity pins), shared by every
+    spelling of its path. A slot is None until it is filled. (The engine's and the ASGI apps'
+    renderings live in their answer caches: ``_answers.Decided``.)"""
 
-    __slots__ = ("fields", "head", "headers", "pairs")
+    __slots__ = ("fields", "headers")
 
     def __init__(self) -> None:
         self.fields: list[tuple[str, str]] | None = None  # the static core's header fields
-        self.head: bytes | None = None  # serve's engine: the head, without its per-second tail
         self.headers: Mapping[str, str] | None = None  # the aiohttp door's (a CIMultiDict it copies)
-        self.pairs: list[tuple[bytes, bytes]] | None = None  # the ASGI door's header pairs
 
 
 class HotEntry:
