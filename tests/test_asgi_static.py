@@ -256,9 +256,12 @@ async def test_each_server_gets_the_message_its_extensions_allow(
     public: Path, extensions: str, request_: bytes, kinds: list[str]
 ) -> None:
     app = asgi.StaticFiles(directory=public)
-    for _ in range(2):  # the pool's first sight, then inline: the same messages
+    bodies = set()
+    for _ in range(3):  # the pool's first sight, inline, then from the answer cache: the same messages
         server = await call(app, request_, extensions)
         assert server.kinds == kinds
+        bodies.add(bytes(server.body))
+    assert len(bodies) == (3 if request_ is MULTI_LARGE else 1)  # (a new boundary each time)
 
 
 async def test_standard_pathsend_names_the_checked_file_not_a_descriptor(public: Path) -> None:
@@ -355,20 +358,26 @@ async def test_a_sibling_that_appears_after_the_memo_is_served(
     assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"br", b"BR of a.txt")
 
 
-@pytest.mark.parametrize("request_", [b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n", AE_GET], ids=["plain", "ae"])
+@pytest.mark.parametrize("name", ["a.txt", "large.bin"])
+@pytest.mark.parametrize("ae", [False, True], ids=["plain", "ae"])
 @pytest.mark.parametrize("change", ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"])
-async def test_a_changed_hot_file_is_never_answered_from_the_answer_cache(
-    public: Path, change: str, request_: bytes
+async def test_a_changed_file_is_never_answered_from_the_answer_cache(
+    public: Path, change: str, ae: bool, name: str
 ) -> None:
-    """A hot file's plain 200, kept in the app's answer cache, is checked by a stat of its path:
-    whatever happens to the file between two requests, the answer is the new one."""
+    """A file's plain 200, kept in the app's answer cache, is checked before it is used (a hot
+    file by a stat of its path, a larger one by the fstat of the file opened again): whatever
+    happens to the file between two requests, the answer is the new one."""
     app = asgi.StaticFiles(directory=public)
-    path = public / "a.txt"
+    path = public / name
+    before = path.read_bytes()
+    size = len(before)
+    request_ = f"GET /{name} HTTP/1.1\r\nHost: x\r\n".encode() + (b"Accept-Encoding: gzip\r\n" if ae else b"")
+    request_ += b"\r\n"
     outside = public.parent / "outside-a.txt"
-    outside.write_bytes(b"o" * len(SMALL))
+    outside.write_bytes(b"o" * size)
     for _ in range(3):  # first sight, then inline and kept, then from the cache
         first = await call(app, request_)
-        assert bytes(first.body) == SMALL
+        assert bytes(first.body) == before
     assert len(app._answers) == 1
     os.utime(path, ns=(1, 1))  # the change below gets a new mtime, whatever the clock says
     if change == "in place":
@@ -376,11 +385,11 @@ async def test_a_changed_hot_file_is_never_answered_from_the_answer_cache(
             f.write(b"X")  # same inode, same size
     elif change == "renamed over":
         fresh = public / "fresh.tmp"
-        fresh.write_bytes(b"Y" * len(SMALL))  # same size: another inode
+        fresh.write_bytes(b"Y" * size)  # same size: another inode
         fresh.replace(path)
     elif change == "truncated":
         with open(path, "r+b") as f:
-            f.truncate(len(SMALL) // 2)
+            f.truncate(size // 2)
     elif change == "grown":
         with open(path, "ab") as f:
             f.write(b"more")
@@ -398,6 +407,25 @@ async def test_a_changed_hot_file_is_never_answered_from_the_answer_cache(
         assert got.status == 200
         assert bytes(got.body) == path.read_bytes()
         assert dict(got.headers)[b"etag"] != dict(first.headers)[b"etag"]
+
+
+async def test_a_large_file_is_answered_again_from_the_answer_cache_without_the_core(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large file's plain 200 is kept too: asked again, it is opened, checked by fstat and sent
+    with the kept header pairs, with no core decision; HEAD as well."""
+    app = asgi.StaticFiles(directory=public)
+    for _ in range(2):
+        first = await call(app, GET_LARGE, "ours")
+    with monkeypatch.context() as patched:
+        _no_core(patched)
+        again = await call(app, GET_LARGE, "ours")
+        head = await call(app, HEAD_LARGE, "ours")
+        plain = await call(app, GET_LARGE, "none")
+    assert (again.kinds, again.headers) == ([START, PATHSEND], first.headers)
+    assert (head.kinds, head.headers, bytes(head.body)) == ([START, BODY], first.headers, b"")
+    assert plain.headers == first.headers
+    assert bytes(plain.body) == large_bytes()
 
 
 async def test_an_answer_is_kept_per_mount_prefix(public: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,15 +7,17 @@ to the mount's path; decoding happens once, in the core (``_static._paths``).
 
 Per request, cheapest first:
 
-* A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a hot file answered
+* A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a file answered
   before: one lookup by raw path in the app's answer cache (``_static._answers``: the core's
-  ``Decided``, with this door's header pairs in its slot), one ``os.stat`` to check the path still
-  names that file, its bytes from the hot-file cache, a start message with the header pairs (a
-  copy: middlewares edit them in place) and one body message. With ``Accept-Encoding`` alone
-  (every browser sends it) and no sibling it admits, the same by (raw path, its value), plus a
-  ``stat`` of the file's directory: adding, removing or renaming a sibling changes it (nothing is
-  kept while a sibling's name exists in any form, such as a dangling symlink, which could come to
-  life without its directory changing). An ``Accept-Encoding`` value longer than
+  ``Decided``, with this door's header pairs in its slot). A hot file: one ``os.stat`` to check the
+  path still names that file, its bytes from the hot-file cache, a start message with the header
+  pairs (a copy: middlewares edit them in place) and one body message. Any other file (or a hot one
+  whose bytes the cache dropped): opened again, checked by ``fstat``, and sent as the core's answer
+  would be (``_render.send_answer``), with no decision made. With ``Accept-Encoding`` alone (every
+  browser sends it) and no sibling it admits, the same by (raw path, its value), plus a ``stat`` of
+  the file's directory: adding, removing or renaming a sibling changes it (nothing is kept while a
+  sibling's name exists in any form, such as a dangling symlink, which could come to life without
+  its directory changing). An ``Accept-Encoding`` value longer than
   :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key. The cache is bounded by entries and by
   the bytes each entry keeps alive, its key (both parts come from the peer) included. An answer is
   kept only where the mount's prefix the core read is ``root_path`` itself (Starlette's ``Mount``,
@@ -41,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
-from .._static._answer import Answer
-from .._static._answers import AnswerKey, Answers
+from .._static._answer import Answer, FileRange
+from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, resolve, respond, route
 from .._static._fs import POOL_FS, REAL_FS, DecideInPool
 from .._static._hot import hot_files, identity
@@ -65,6 +67,8 @@ _WANTED = BytesHeaders.WANTED
 #: q-values and new codings. A longer value is not a browser's: its request goes through the core,
 #: answered as any, and a peer cannot make one key cost more than its raw path and 256 bytes.
 MEMO_MAX_ACCEPT_ENCODING = 256
+#: How a kept answer's file is opened again: never blocking on a FIFO swapped in (its fstat differs).
+_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 #: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
 
@@ -218,20 +222,20 @@ class StaticFiles:
         if kind is not False and (method == "GET" or method == "HEAD"):
             key: AnswerKey = raw if kind is True else (raw, kind)
             decided = self._answers_get(key)
-            if decided is not None and decided.prefix == root:
-                path, ident, pairs = decided.path, decided.identity, decided.pairs
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    st = None
-                if (
-                    st is not None
-                    and pairs is not None
-                    and identity(st) == ident
-                    and (decided.folder is None or _folder(path) == decided.folder)  # no sibling came or went
-                ):
-                    # (a hot file's bytes: None if the hot-file cache dropped them; the core reads them back)
-                    body = b"" if method == "HEAD" else hot_files.body(path, self.policy.cache_root, ident)
+            if decided is not None and decided.prefix == root and (pairs := decided.pairs) is not None:
+                path, ident = decided.path, decided.identity
+                body = None
+                if method == "HEAD" or decided.small:
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        st = None
+                    if st is not None and identity(st) == ident:
+                        # (a hot file's bytes: None if the hot-file cache dropped them)
+                        body = (
+                            b"" if method == "HEAD" else hot_files.body(path, self.policy.cache_root, ident)
+                        )
+                if decided.folder is None or _folder(path) == decided.folder:  # no sibling came or went
                     if body is not None:
                         try:
                             await send({"type": START, "status": 200, "headers": pairs.copy()})
@@ -240,8 +244,43 @@ class StaticFiles:
                             if not transport_gone(exc):
                                 raise
                         return
+                    if method == "GET" and await self._send_again(decided, pairs, scope, receive, send):
+                        return
                 self._answers.forget(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)
+
+    async def _send_again(
+        self, decided: Decided, pairs: list[tuple[bytes, bytes]], scope: Scope, receive: Receive, send: Send
+    ) -> bool:
+        """GET of a kept answer whose bytes are not in memory (a larger file, or a small one the
+        hot-file cache dropped): the file opened again, checked by ``fstat`` to be the one the
+        answer describes, and sent as the core's answer would be. False: it is not that file
+        (nothing was sent)."""
+        try:
+            fd = os.open(decided.path, _O_FLAGS)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            st = None
+        if st is None or identity(st) != decided.identity:
+            os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: decided again
+            return False
+        size = decided.size
+        with Answer(
+            200, [], size, body=FileRange(fd, 0, size), path=decided.path, fd=fd, close=os.close
+        ) as ans:
+            await send_answer(
+                ans,
+                send,
+                file_mode(scope),
+                pairs.copy(),
+                follow_symlinks=self.policy.follow_symlinks,
+                chunk_size=self.chunk_size,
+                receive=_quiet_on_disconnect(scope, receive),
+            )
+        return True
 
     async def _answer(
         self,
@@ -298,7 +337,6 @@ class StaticFiles:
             decided = ans.decided
             if (
                 decided is not None
-                and ans.entry is not None  # (a hot file; any other goes through the core each time)
                 and status is None  # (not the 404 page: its 200 is not the answer for this path)
                 and decided.prefix == root  # (the path below the mount is read from root_path)
                 and (plain or (folder is not None and _no_sibling_names(decided.path)))
