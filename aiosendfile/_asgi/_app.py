@@ -194,8 +194,8 @@ class StaticFiles:
             max_ranges=max_ranges,
         )
         #: raw path, or (raw path, Accept-Encoding), → the core's ``Decided`` of a plain 200 of a
-        #: hot file, with this door's header pairs in its slot (and for the latter the file's
-        #: directory and its identity).
+        #: file of any size, with this door's header pairs in its slot (and for the latter the
+        #: file's directory and its identity).
         self._answers = Answers()
         self._answers_get = self._answers.get  # (one attribute lookup less on the hot path)
         self._recent = RecentPaths()

@@ -3,20 +3,19 @@
 Each parsed request is an :class:`Exchange` (method, target, keep-alive mode, the core's header
 pairs, the access log's fields; once decided its raw path, core ``Request`` and status), which
 every step from the parser to the access log takes, and which waits in ``pending`` when it must.
-A read that is exactly a plain request head parsed before (``Engine.heads``: a client asking
-again sends the same bytes) is not parsed again: its method, target and keep-alive mode come from
-that memo, and it goes on as a parsed one would. The hot path (a plain ``GET``/``HEAD``: no
-``Range``, ``If-*``, ``Accept-Encoding`` or ``Expect``) of a file answered recently makes no core
-request or answer object: the raw target path (query cut) finds the core's ``Decided`` in the
-engine's answer cache (``_static._answers``: the file's identity and path, whether it is small,
-the head the engine rendered). A small file's bytes come from the hot-file cache, one ``os.stat``
-checks the path still names that file, and the prebuilt head, the second's tail and the bytes are
-appended to ``out``. Any other file is opened again, checked by
-``fstat``, and sent from the file on the connection's outlet (``_outlet``). Everything a
-``data_received`` produced leaves in one ``transport.write`` (pipelined requests share it). Any
-other request becomes a core ``Request`` for ``answer()``: inline when its path was seen in the
-last seconds, else after one hop to the cold pool, which looks the path up (a first sight never
-stalls the loop on the disk's metadata).
+A read that is exactly a plain request head parsed before (``Engine.heads``: a client asking again
+sends the same bytes) is not parsed again: its method, target and keep-alive mode come from that
+memo, and it goes on as a parsed one would. The hot path (a plain ``GET``/``HEAD``: no ``Range``,
+``If-*``, ``Accept-Encoding`` or ``Expect``) of a file answered recently makes no core request or
+answer object: the raw target path (query cut) finds the core's ``Decided`` in the engine's answer
+cache (``_static._answers``: the file's identity and path, whether it is small, the head the engine
+rendered). A small file's bytes come from the hot-file cache, one ``os.stat`` checks the path still
+names that file, and the prebuilt head, the second's tail and the bytes are appended to ``out``.
+Any other file is opened again, checked by ``fstat``, and sent from the file on the connection's
+outlet (``_outlet``). Everything a ``data_received`` produced leaves in one ``transport.write``
+(pipelined requests share it). Any other request becomes a core ``Request`` for ``answer()``:
+inline when its path was seen in the last seconds, else after one hop to the cold pool, which looks
+the path up (a first sight never stalls the loop on the disk's metadata).
 
 Ordering: at most one response is in flight at a time (``busy``): a cold decision or a file body
 (on the outlet; over TLS, or behind answers still in the transport's buffer, through

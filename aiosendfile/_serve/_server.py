@@ -42,9 +42,8 @@ __all__ = ("ANSWERS_ENTRIES", "Engine", "ServeConfig", "shutdown", "start_server
 # hot-file cache's (``_static._hot``, bounded on its own), any other file is opened again, checked
 # against the identity by ``fstat``, and sent from it.
 
-#: Entries in the engine's answer cache (each charged its key, path, head, the core's fields and
-#: ``ENTRY_OVERHEAD``: about 1.5 KB, so its 16 MiB hold them all): a site's working set of files,
-#: not a few hot ones.
+#: Entries in the engine's answer cache (each charged its key, path, head and ``ENTRY_OVERHEAD``:
+#: about 900 bytes, so its 16 MiB hold them all): a site's working set of files, not a few hot ones.
 ANSWERS_ENTRIES = 16384
 #: The heads memo (``Engine.heads``): a client asking again for what it asked before (a browser's
 #: keep-alive requests, a health check, a load test) sends the same bytes, and their parse is
