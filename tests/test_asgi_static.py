@@ -428,6 +428,25 @@ async def test_a_large_file_is_answered_again_from_the_answer_cache_without_the_
     assert bytes(plain.body) == large_bytes()
 
 
+async def test_a_kept_small_file_dropped_from_the_hot_cache_is_read_back(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept answer of a small file whose bytes the hot-file cache dropped is sent from its file,
+    with no decision, and read back into the cache (as the core would), byte-exact."""
+    app = asgi.StaticFiles(directory=public)
+    get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
+    for _ in range(2):
+        first = await call(app, get)
+    _hot.hot_files.clear()
+    with monkeypatch.context() as patched:
+        _no_core(patched)
+        again = await call(app, get)
+        assert (again.kinds, again.headers, bytes(again.body)) == ([START, BODY], first.headers, SMALL)
+        assert len(_hot.hot_files._entries) == 1  # read back in
+        hot = await call(app, get)  # from the cache again
+    assert (hot.kinds, bytes(hot.body)) == ([START, BODY], SMALL)
+
+
 async def test_an_answer_is_kept_per_mount_prefix(public: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a mount (root_path ``/static``) a hot file is answered from the cache; the same raw
     path under another root_path names another file and is never answered with the first's."""

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from .. import _platform
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
@@ -254,7 +255,8 @@ class StaticFiles:
     ) -> bool:
         """GET of a kept answer whose bytes are not in memory (a larger file, or a small one the
         hot-file cache dropped): the file opened again, checked by ``fstat`` to be the one the
-        answer describes, and sent as the core's answer would be. False: it is not that file
+        answer describes, and sent as the core's answer would be (a small file whose pages are
+        cached is read back into the hot-file cache if it admits it). False: it is not that file
         (nothing was sent)."""
         try:
             fd = os.open(decided.path, _O_FLAGS)
@@ -268,6 +270,22 @@ class StaticFiles:
             os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: decided again
             return False
         size = decided.size
+        if decided.small and hot_files.admits(size):  # read back in, as the core would
+            try:
+                read = _platform.pread_cached(fd, size, 0)
+            except OSError:
+                read = None
+            if read is not None and len(read) == size:
+                os.close(fd)
+                body = bytes(read)
+                hot_files.put(decided.path, self.policy.cache_root, st, body)
+                try:
+                    await send({"type": START, "status": 200, "headers": pairs.copy()})
+                    await send({"type": BODY_TYPE, "body": body})
+                except RuntimeError as exc:
+                    if not transport_gone(exc):
+                        raise
+                return True
         with Answer(
             200, [], size, body=FileRange(fd, 0, size), path=decided.path, fd=fd, close=os.close
         ) as ans:
