@@ -431,12 +431,17 @@ async def test_a_large_file_is_answered_again_from_the_answer_cache_without_the_
 async def test_a_kept_small_file_dropped_from_the_hot_cache_is_read_back(
     public: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A kept answer of a small file whose bytes the hot-file cache dropped is sent from its file,
-    with no decision, and read back into the cache (as the core would), byte-exact."""
+    """A kept answer of a small file without its bytes (decided while the hot-file cache did not
+    hold them) whose bytes the hot-file cache does not hold is sent from its file, with no
+    decision, and read back into the cache (as the core would), byte-exact."""
     app = asgi.StaticFiles(directory=public)
     get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     for _ in range(2):
         first = await call(app, get)
+    decided = app._answers.get(b"/a.txt")
+    assert decided is not None
+    assert decided.body == SMALL
+    decided.body = None
     _hot.hot_files.clear()
     with monkeypatch.context() as patched:
         _no_core(patched)

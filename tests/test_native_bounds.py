@@ -266,8 +266,9 @@ def test_the_answer_cache_charges_keys_paths_and_renderings() -> None:
     decided.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 100
     decided.pairs = [(b"content-type", b"text/plain")]
     decided.folder = ("/srv", (1, 2, 3, 4))
+    decided.body = b"1"
     cost = decided.cost()
-    assert cost == len("/srv/one.txt") + len("/static") + len("/srv") + 117 + (12 + 10 + 100)
+    assert cost == len("/srv/one.txt") + len("/static") + len("/srv") + 117 + (12 + 10 + 100) + 1
     answers = Answers(max_entries=1000, max_bytes=4 * MiB)
     for key in spellings(10_000, 3900):
         answers.keep((key[:MEMO_MAX_KEY], b"gzip, br"), decided)

@@ -10,18 +10,19 @@ Per request, cheapest first:
 * A plain ``GET``/``HEAD`` (no ``Range``, ``If-*`` or ``Accept-Encoding``) of a file answered
   before: one lookup by raw path in the app's answer cache (``_static._answers``: the core's
   ``Decided``, with this door's header pairs in its slot). A hot file: one ``os.stat`` to check the
-  path still names that file, its bytes from the hot-file cache, a start message with the header
-  pairs (a copy: middlewares edit them in place) and one body message. Any other file (or a hot one
-  whose bytes the cache dropped): opened again, checked by ``fstat``, and sent as the core's answer
-  would be (``_render.send_answer``), with no decision made. With ``Accept-Encoding`` alone (every
-  browser sends it) and no sibling it admits, the same by (raw path, its value), plus a ``stat`` of
-  the file's directory: adding, removing or renaming a sibling changes it (nothing is kept while a
-  sibling's name exists in any form, such as a dangling symlink, which could come to life without
-  its directory changing). An ``Accept-Encoding`` value longer than
-  :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key. The cache is bounded by entries and by
-  the bytes each entry keeps alive, its key (both parts come from the peer) included. An answer is
-  kept only where the mount's prefix the core read is ``root_path`` itself (Starlette's ``Mount``,
-  a server's ``--root-path``), and checked against it on a hit.
+  path still names that file, its bytes (kept with the answer and charged with it), a start message
+  with the header pairs (a copy: middlewares edit them in place) and one body message. Any other
+  file (or a small one kept without its bytes, which the hot-file cache does not hold): opened
+  again, checked by ``fstat``, and sent as the core's answer would be (``_render.send_answer``),
+  with no decision made. With ``Accept-Encoding`` alone (every browser sends it) and no sibling it
+  admits, the same by (raw path, its value), plus a ``stat`` of the file's directory: adding,
+  removing or renaming a sibling changes it (nothing is kept while a sibling's name exists in any
+  form, such as a dangling symlink, which could come to life without its directory changing). An
+  ``Accept-Encoding`` value longer than :data:`MEMO_MAX_ACCEPT_ENCODING` is never part of a key.
+  The cache is bounded by entries and by the bytes each entry keeps alive, its key (both parts come
+  from the peer) included. An answer is kept only where the mount's prefix the core read is
+  ``root_path`` itself (Starlette's ``Mount``, a server's ``--root-path``), and checked against it
+  on a hit.
 * A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
   inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
 * Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
@@ -232,10 +233,11 @@ class StaticFiles:
                     except OSError:
                         st = None
                     if st is not None and identity(st) == ident:
-                        # (a hot file's bytes: None if the hot-file cache dropped them)
-                        body = (
-                            b"" if method == "HEAD" else hot_files.body(path, self.policy.cache_root, ident)
-                        )
+                        # (a hot file's bytes, kept with the answer; else the hot-file cache's,
+                        # None if it dropped them)
+                        body = b"" if method == "HEAD" else decided.body
+                        if body is None:
+                            body = hot_files.body(path, self.policy.cache_root, ident)
                 if decided.folder is None or _folder(path) == decided.folder:  # no sibling came or went
                     if body is not None:
                         try:
@@ -361,6 +363,8 @@ class StaticFiles:
             ):
                 pairs = decided.pairs = header_pairs(ans.fields, ans.length)
                 decided.folder = folder
+                if ans.entry is not None:
+                    decided.body = ans.entry.body  # (charged with the answer)
                 self._answers.keep((key, kind) if isinstance(kind, bytes) else key, decided)
                 pairs = pairs.copy()
             else:

@@ -39,7 +39,7 @@ class Decided:
     what changes when a name is added to it (a pre-compressed sibling appearing), else None.
     """
 
-    __slots__ = ("folder", "head", "identity", "pairs", "path", "prefix", "size", "small")
+    __slots__ = ("body", "folder", "head", "identity", "pairs", "path", "prefix", "size", "small")
 
     def __init__(
         self, identity: tuple[int, ...], path: str, size: int, small: bool, prefix: str = ""
@@ -48,11 +48,16 @@ class Decided:
         self.folder: tuple[str, tuple[int, ...]] | None = None
         self.head: bytes | None = None  # serve's engine: the head, without its per-second tail
         self.pairs: list[tuple[bytes, bytes]] | None = None  # the ASGI apps' header pairs
+        #: A hot file's bytes, if the door keeps them with the answer (the ASGI apps: one lookup
+        #: less a request); charged with it. The engine looks them up in the hot-file cache.
+        self.body: bytes | None = None
 
     def cost(self) -> int:
-        """The bytes this answer keeps alive: its path, prefix, folder and renderings."""
-        folder, head, pairs = self.folder, self.head, self.pairs
+        """The bytes this answer keeps alive: its path, prefix, folder, renderings and body."""
+        folder, head, pairs, body = self.folder, self.head, self.pairs, self.body
         n = len(self.path) + len(self.prefix)
+        if body is not None:
+            n += len(body)
         if folder is not None:
             n += len(folder[0])
         if head is not None:
