@@ -28,6 +28,7 @@ from aiosendfile import asgi
 from aiosendfile._asgi import _app
 from aiosendfile._static import _hot
 
+from .support.files import CHANGES, change_file
 from .support.static_requests import (
     KNOWN_DIFFERENCES,
     LARGE_SIZE,
@@ -360,7 +361,7 @@ async def test_a_sibling_that_appears_after_the_memo_is_served(
 
 @pytest.mark.parametrize("name", ["a.txt", "large.bin"])
 @pytest.mark.parametrize("ae", [False, True], ids=["plain", "ae"])
-@pytest.mark.parametrize("change", ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"])
+@pytest.mark.parametrize("change", CHANGES)
 async def test_a_changed_file_is_never_answered_from_the_answer_cache(
     public: Path, change: str, ae: bool, name: str
 ) -> None:
@@ -379,25 +380,7 @@ async def test_a_changed_file_is_never_answered_from_the_answer_cache(
         first = await call(app, request_)
         assert bytes(first.body) == before
     assert len(app._answers) == 1
-    os.utime(path, ns=(1, 1))  # the change below gets a new mtime, whatever the clock says
-    if change == "in place":
-        with open(path, "r+b") as f:
-            f.write(b"X")  # same inode, same size
-    elif change == "renamed over":
-        fresh = public / "fresh.tmp"
-        fresh.write_bytes(b"Y" * size)  # same size: another inode
-        fresh.replace(path)
-    elif change == "truncated":
-        with open(path, "r+b") as f:
-            f.truncate(size // 2)
-    elif change == "grown":
-        with open(path, "ab") as f:
-            f.write(b"more")
-    elif change == "chmod":
-        path.chmod(0)  # (as root the file stays readable; its fields are decided again)
-    else:
-        path.unlink()
-        path.symlink_to(outside)
+    change_file(path, change, outside)
     got = await call(app, request_)
     if change == "symlink out":
         assert got.status == 404

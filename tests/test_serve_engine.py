@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from .support.files import pattern
+from .support.files import CHANGES, change_file, pattern
 from .support.raw_http import connect, read_to_eof
 
 pytest.importorskip("httptools")
@@ -1195,9 +1195,6 @@ async def test_a_changed_file_is_never_answered_from_the_memo(site: Site) -> Non
         await _close(writer)
 
 
-CHANGES = ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"]
-
-
 @pytest.mark.parametrize("name", ["big.bin", "small.txt"])
 @pytest.mark.parametrize("change", CHANGES)
 async def test_a_changed_file_is_never_sent_from_the_answer_cache(site: Site, change: str, name: str) -> None:
@@ -1216,25 +1213,7 @@ async def test_a_changed_file_is_never_sent_from_the_answer_cache(site: Site, ch
             first = await read_answer(reader)
             assert first.body == path.read_bytes()
         assert b"/" + name.encode() in engine()._engines[site.server].answers
-        os.utime(path, ns=(1, 1))  # the second change below gets a new mtime, whatever the clock says
-        if change == "in place":
-            with open(path, "r+b") as f:
-                f.write(b"X" * 100)  # same inode, same size
-        elif change == "renamed over":
-            fresh = site.root / "fresh.tmp"
-            fresh.write_bytes(pattern(size, seed=7))  # same size: another inode
-            fresh.replace(path)
-        elif change == "truncated":
-            with open(path, "r+b") as f:
-                f.truncate(size // 2)
-        elif change == "grown":
-            with open(path, "ab") as f:
-                f.write(b"more")
-        elif change == "chmod":
-            path.chmod(0)  # (as root the file stays readable; its fields are decided again)
-        else:
-            path.unlink()
-            path.symlink_to(outside)
+        change_file(path, change, outside)
         expected = None if change in ("chmod", "symlink out") else path.read_bytes()
         writer.write(get("/" + name))
         a = await read_answer(reader)

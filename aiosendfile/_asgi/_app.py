@@ -43,12 +43,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .. import _platform
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, resolve, respond, route
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
@@ -69,8 +68,6 @@ _WANTED = BytesHeaders.WANTED
 #: q-values and new codings. A longer value is not a browser's: its request goes through the core,
 #: answered as any, and a peer cannot make one key cost more than its raw path and 256 bytes.
 MEMO_MAX_ACCEPT_ENCODING = 256
-#: How a kept answer's file is opened again: never blocking on a FIFO swapped in (its fstat differs).
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 #: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
 
@@ -249,7 +246,7 @@ class StaticFiles:
                         return
                     if method == "GET" and await self._send_again(decided, pairs, scope, receive, send):
                         return
-                self._answers.forget(key)
+                self._answers.pop(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)
 
     async def _send_again(
@@ -260,27 +257,14 @@ class StaticFiles:
         answer describes, and sent as the core's answer would be (a small file whose pages are
         cached is read back into the hot-file cache if it admits it). False: it is not that file
         (nothing was sent)."""
-        try:
-            fd = os.open(decided.path, _O_FLAGS)
-        except OSError:
-            return False
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            st = None
-        if st is None or identity(st) != decided.identity:
-            os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: decided again
-            return False
-        size = decided.size
-        if decided.small and hot_files.admits(size):  # read back in, as the core would
-            try:
-                read = _platform.pread_cached(fd, size, 0)
-            except OSError:
-                read = None
-            if read is not None and len(read) == size:
-                os.close(fd)
-                body = bytes(read)
-                hot_files.put(decided.path, self.policy.cache_root, st, body)
+        opened = reopen(decided.path, decided.identity)
+        if opened is None:
+            return False  # replaced, renamed over, grown, truncated, chmod'ed: decided again
+        fd, st = opened
+        size = st.st_size
+        if decided.small:  # read back in, as the core would
+            body = read_back(fd, st, decided.path, self.policy.cache_root)
+            if body is not None:
                 try:
                     await send({"type": START, "status": 200, "headers": pairs.copy()})
                     await send({"type": BODY_TYPE, "body": body})

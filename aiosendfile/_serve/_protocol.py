@@ -52,7 +52,7 @@ from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
-from .._static._fs import POOL_FS, DecideInPool
+from .._static._fs import POOL_FS, DecideInPool, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -98,8 +98,6 @@ PARSE_SLICE = 8 * 1024
 _READ_ALLOWANCE = 256 * 1024
 
 _GET, _HEAD = b"GET", b"HEAD"
-#: How a memoised file is opened again: never blocking on a FIFO swapped in (its fstat differs).
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 _GET_HEAD = (_GET, _HEAD)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -595,31 +593,16 @@ class HttpProtocol(asyncio.Protocol):
         call's straight line); whatever is left (a full socket, cold pages, an error) goes on as
         a transfer from where this stopped. The request object *x* is made only when a transfer
         or the access log needs it. False: it is not that file (nothing was sent)."""
-        try:
-            fd = os.open(path, _O_FLAGS)
-        except OSError:
-            return False
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            st = None
-        if st is None or identity(st) != ident:
-            os.close(fd)  # replaced, renamed over, grown, truncated, chmod'ed: another answer
-            return False
+        opened = reopen(path, ident)
+        if opened is None:
+            return False  # replaced, renamed over, grown, truncated, chmod'ed: another answer
+        fd, st = opened
         size = st.st_size
-        if small and hot_files.admits(size):
-            try:
-                read = _platform.pread_cached(fd, size, 0)
-            except OSError:
-                read = None
-            if read is not None and len(read) == size:
-                os.close(fd)
-                body = bytes(read)
-                hot_files.put(path, self.engine.cache_root, st, body)
-                self._put(head + body)
-                if x is not None and x.log is not None:
-                    self._log(x, size)
-                return True
+        if small and (body := read_back(fd, st, path, self.engine.cache_root)) is not None:
+            self._put(head + body)
+            if x is not None and x.log is not None:
+                self._log(x, size)
+            return True
         position = 0
         rest = head
         warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)

@@ -130,7 +130,7 @@ class Engine:
             self.heads.put(data, (x.method, url, x.mode, log), len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
-        self.answers.forget(raw)
+        self.answers.pop(raw)
 
     def seen(self, raw: bytes) -> bool:
         """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""

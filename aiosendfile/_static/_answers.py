@@ -20,7 +20,7 @@ key longer than :data:`~._memo.MEMO_MAX_KEY` is never kept. Loop-thread only.
 
 from __future__ import annotations
 
-from ._memo import MEMO_MAX_BYTES, MEMO_MAX_ENTRIES, MEMO_MAX_KEY, Memo
+from ._memo import MEMO_MAX_KEY, Memo
 
 __all__ = ("AnswerKey", "Answers", "Decided")
 
@@ -71,14 +71,11 @@ class Decided:
         return f"Decided({self.path!r}, size={self.size}, small={self.small})"
 
 
-class Answers:
-    """:data:`AnswerKey` → :class:`Decided`, bounded (see the module docstring)."""
+class Answers(Memo[AnswerKey, Decided]):
+    """:data:`AnswerKey` → :class:`Decided`, bounded (see the module docstring): a
+    :class:`~._memo.Memo` whose entries are charged by :meth:`keep`."""
 
-    __slots__ = ("_memo", "get")
-
-    def __init__(self, max_entries: int = MEMO_MAX_ENTRIES, max_bytes: int = MEMO_MAX_BYTES) -> None:
-        self._memo: Memo[AnswerKey, Decided] = Memo(max_entries, max_bytes)
-        self.get = self._memo.get  # (the doors' hot path: one call, no wrapper)
+    __slots__ = ()
 
     def keep(self, key: AnswerKey, decided: Decided) -> bool:
         """Hold *decided* under *key*, charged the key and :meth:`Decided.cost` (its door's slot is
@@ -91,29 +88,4 @@ class Answers:
             if len(key[0]) > MEMO_MAX_KEY:
                 return False
             nbytes = len(key[0]) + len(key[1])
-        return self._memo.put(key, decided, nbytes + decided.cost())
-
-    def forget(self, key: AnswerKey) -> None:
-        self._memo.pop(key)
-
-    def clear(self) -> None:
-        self._memo.clear()
-
-    @property
-    def size(self) -> int:
-        """The bytes charged for what is held now (:data:`~._memo.ENTRY_OVERHEAD` each included)."""
-        return self._memo.size
-
-    @property
-    def max_entries(self) -> int:
-        return self._memo.max_entries
-
-    @property
-    def max_bytes(self) -> int:
-        return self._memo.max_bytes
-
-    def __len__(self) -> int:
-        return len(self._memo)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._memo
+        return self.put(key, decided, nbytes + decided.cost())

@@ -17,6 +17,10 @@ containment check lists nothing outside. It lists only what a request could fetc
 regular file, a directory that can be listed and entered). A listing can be ten thousand ``stat``
 calls: the loop's file system (``REAL_FS``) refuses with :class:`DecideInPool`, and the door
 takes the decision again in its pool, with ``POOL_FS``.
+
+``reopen`` and ``read_back`` serve a door answering from its answer cache (``_answers``): the file
+opened again and checked by ``fstat`` against the identity the answer was decided for, and a small
+one's bytes read back into the hot-file cache.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import stat
 from typing import Protocol
 
 from .. import _platform
+from . import _hot
 from ._paths import inside
 
 __all__ = (
@@ -38,6 +43,8 @@ __all__ = (
     "OutsideRoot",
     "PoolFS",
     "RealFS",
+    "read_back",
+    "reopen",
 )
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -247,6 +254,45 @@ class PoolFS(RealFS):
             chunks.append(chunk)
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def reopen(path: str, ident: tuple[int, ...]) -> tuple[int, os.stat_result] | None:
+    """*path* opened again (never blocking on a FIFO swapped in: its ``fstat`` differs) and its
+    ``fstat``, if it still names the file *ident* (``_hot.identity``) describes; None if it does not
+    (replaced, renamed over, grown, truncated, chmod'ed, gone), with nothing left open."""
+    try:
+        fd = os.open(path, _O_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or _hot.identity(st) != ident:
+        os.close(fd)
+        return None
+    return fd, st
+
+
+def read_back(fd: int, st: os.stat_result, path: str, cache_root: str | None) -> bytes | None:
+    """A small file's bytes, read from *fd* into the hot-file cache (as *path* under *cache_root*)
+    if the cache admits them and their pages are cached: then *fd* is closed. None: not read, *fd*
+    still open (a working set larger than the cache is sent from its files, not copied in and
+    evicted again)."""
+    size = st.st_size
+    hot = _hot.hot_files
+    if not hot.admits(size):
+        return None
+    try:
+        read = _platform.pread_cached(fd, size, 0)
+    except OSError:
+        return None
+    if read is None or len(read) != size:
+        return None
+    os.close(fd)
+    body = bytes(read)
+    hot.put(path, cache_root, st, body)
+    return body
 
 
 _KNOWN_INSIDE = KnownInside()

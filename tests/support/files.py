@@ -1,5 +1,5 @@
 """Test data and the disk under it: position-dependent bytes, the load tests' download mix,
-page-cache eviction, a slow disk."""
+page-cache eviction, a slow disk, the ways a served file changes between two requests."""
 
 from __future__ import annotations
 
@@ -22,6 +22,38 @@ def pattern(size: int, seed: int = 0) -> bytes:
     block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
     reps = size // len(block) + 1
     return (block * reps)[:size]
+
+
+#: The ways a served file changes between two requests (the answer caches' stale-file tables): each
+#: must make a door that answered it before from its answer cache decide it again.
+CHANGES = ["in place", "renamed over", "truncated", "grown", "chmod", "symlink out"]
+
+
+def change_file(path: Path, change: str, outside: Path) -> None:
+    """Apply *change* (one of :data:`CHANGES`) to *path*; ``symlink out`` points it at *outside*.
+    Its mtime is first set far back, so the change gets a new one whatever the clock says."""
+    size = path.stat().st_size
+    os.utime(path, ns=(1, 1))
+    if change == "in place":
+        with open(path, "r+b") as f:
+            f.write(b"X")  # same inode, same size
+    elif change == "renamed over":
+        fresh = path.with_name("fresh.tmp")
+        fresh.write_bytes(b"Y" * size)  # same size: another inode
+        fresh.replace(path)
+    elif change == "truncated":
+        with open(path, "r+b") as f:
+            f.truncate(size // 2)
+    elif change == "grown":
+        with open(path, "ab") as f:
+            f.write(b"more")
+    elif change == "chmod":
+        path.chmod(0)  # (as root the file stays readable; its fields are decided again)
+    elif change == "symlink out":
+        path.unlink()
+        path.symlink_to(outside)
+    else:
+        raise ValueError(change)
 
 
 # (size, how many): 1,000 downloads, about 640 MB in all (test_stress's and test_native_load's mix).
