@@ -262,19 +262,14 @@ class StaticFiles:
             return False  # replaced, renamed over, grown, truncated, chmod'ed: decided again
         fd, st = opened
         size = st.st_size
-        if decided.small:  # read back in, as the core would
-            body = read_back(fd, st, decided.path, self.policy.cache_root)
-            if body is not None:
-                try:
-                    await send({"type": START, "status": 200, "headers": pairs.copy()})
-                    await send({"type": BODY_TYPE, "body": body})
-                except RuntimeError as exc:
-                    if not transport_gone(exc):
-                        raise
-                return True
-        with Answer(
-            200, [], size, body=FileRange(fd, 0, size), path=decided.path, fd=fd, close=os.close
-        ) as ans:
+        # A small file's bytes read back into the hot-file cache, as the core would (then *fd* is
+        # closed); else the file itself.
+        body = read_back(fd, st, decided.path, self.policy.cache_root) if decided.small else None
+        if body is not None:
+            ans = Answer(200, [], size, body=body, path=decided.path)
+        else:
+            ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=decided.path, fd=fd, close=os.close)
+        with ans:
             await send_answer(
                 ans,
                 send,
