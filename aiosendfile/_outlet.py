@@ -29,7 +29,9 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   ``RWF_NOWAIT`` first for the same reason). A larger chunk, or one still cold after the waits
   (a busy disk), is sent from the cold-read pool, whose thread hands the result back with one
   ``call_soon_threadsafe``. The duplicate stays open until that thread is done with it, whatever
-  happens to the connection.
+  happens to the connection. Where the owner shares out each iteration of the loop (``Turns``:
+  ``serve``'s engine), a chunk whose wait ends while the iteration's time is spent takes a turn
+  in a following iteration, as a connection's new request does.
 * **Whole or aborted.** A file that ends early (``sendfile`` returns 0) or a send that fails
   ends the transfer with an error: the protocol aborts the connection, so a short body is never
   passed off as complete.
@@ -42,7 +44,7 @@ import concurrent.futures
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from . import _platform
 from ._options import DEFAULT_OPTIONS
@@ -50,7 +52,7 @@ from ._platform import sendfile_once as sendfile_once  # (re-exported: the proto
 from ._target import resolve_target
 from ._writer import _is_cold as _is_cold  # (re-exported, as above)
 
-__all__ = ("COLD_WAITS", "MAX_CHUNK", "PROBED_COLD", "READ_AHEAD_MAX", "Outlet", "Transfer")
+__all__ = ("COLD_WAITS", "MAX_CHUNK", "PROBED_COLD", "READ_AHEAD_MAX", "Outlet", "Transfer", "Turn", "Turns")
 
 #: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
 #: (nginx's ``sendfile_max_chunk`` default).
@@ -72,6 +74,24 @@ _TCP = (socket.AF_INET, socket.AF_INET6)
 
 #: Called once when a transfer ends: (file bytes sent, None when whole, else why it stopped).
 Done = Callable[[int, "Exception | None"], None]
+
+
+class Turn(Protocol):
+    """Work that waits for a turn in a later iteration of the loop (see :class:`Turns`)."""
+
+    def take_turn(self) -> None: ...
+
+
+class Turns(Protocol):
+    """An owner's share-out of each iteration of the loop (``serve``'s engine)."""
+
+    def spent(self) -> bool:
+        """Whether this iteration's time for answering is used up."""
+        ...
+
+    def wait_turn(self, item: Turn) -> None:
+        """Run ``item.take_turn()`` in a following iteration, after what waited before it."""
+        ...
 
 
 class Outlet:
@@ -139,6 +159,7 @@ class Transfer:
         "sent",
         "stopped",
         "timer",
+        "turns",
         "waits",
         "warm_to",
         "watching",
@@ -156,6 +177,7 @@ class Transfer:
         release: Callable[[], None],
         sent: int = 0,
         warm_to: int = 0,
+        turns: Turns | None = None,
     ) -> None:
         self.outlet = outlet
         self.head = memoryview(head) if head else None
@@ -172,6 +194,7 @@ class Transfer:
         # The end of the chunk last probed warm (sent without a probe up to it), or PROBED_COLD.
         self.warm_to = warm_to
         self.timer: asyncio.TimerHandle | None = None
+        self.turns = turns
 
     def stop(self) -> None:
         """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
@@ -237,6 +260,13 @@ class Transfer:
 
     def _waited(self) -> None:
         self.timer = None
+        turns = self.turns
+        if turns is not None and turns.spent():
+            turns.wait_turn(self)  # (a later iteration: the chunk's sendfile, and its probe first)
+            return
+        self.run()
+
+    def take_turn(self) -> None:
         self.run()
 
     def _advance(self, n: int, size: int) -> None:

@@ -1502,6 +1502,54 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
         assert _platform.counters.cold == before + 1
 
 
+async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_turn(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timer that finds a cold chunk's pages in does not send it in an iteration whose time
+    is spent: the transfer waits in the engine's queue with the connections and takes its turn
+    in the next iteration. Byte-exact."""
+    from aiosendfile import _outlet, _platform
+
+    body = pattern(100_000, seed=7)
+    (site.root / "medium.bin").write_bytes(body)
+    probes: list[int] = []
+
+    def is_cold(*args: Any) -> bool:
+        probes.append(1)
+        return len(probes) == 1
+
+    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
+    eng = engine()._engines[site.server]
+    in_timer = [False]
+    real_spent, real_wait_turn, real_waited = eng.spent, eng.wait_turn, _outlet.Transfer._waited
+
+    def spent() -> bool:
+        opened = real_spent()  # (opens the iteration: its queue is then served next iteration)
+        return True if in_timer[0] else opened
+
+    turns: list[object] = []
+
+    def wait_turn(item: Any) -> None:
+        turns.append(item)
+        real_wait_turn(item)
+
+    def waited(self: Any) -> None:
+        in_timer[0] = True
+        try:
+            real_waited(self)
+        finally:
+            in_timer[0] = False
+
+    monkeypatch.setattr(eng, "spent", spent)
+    monkeypatch.setattr(eng, "wait_turn", wait_turn)
+    monkeypatch.setattr(_outlet.Transfer, "_waited", waited)
+    raw = await site.exchange(get("/medium.bin", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].body == body
+    assert [type(t) for t in turns] == [_outlet.Transfer]
+    assert len(probes) == 2
+
+
 async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:

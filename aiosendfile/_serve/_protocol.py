@@ -815,7 +815,17 @@ class HttpProtocol(asyncio.Protocol):
             self._owned_done(x, sent, exc)
 
         transfer = self.owned = Transfer(
-            outlet, head, body.fd, body.start, body.length, done, self._progress, ans.close, sent, warm_to
+            outlet,
+            head,
+            body.fd,
+            body.start,
+            body.length,
+            done,
+            self._progress,
+            ans.close,
+            sent,
+            warm_to,
+            self.engine,
         )
         self.starting = True
         try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .._options import default_cold_executor
+from .._outlet import Turn
 from .._static._answers import Answers, Decided
 from .._static._memo import Memo
 from .._static._policy import DirectoryPolicy
@@ -104,7 +105,8 @@ class Engine:
         self.now = loop.time()
         self.iteration_open = False  # a request was answered in this iteration of the loop
         self.iteration_start = 0.0  # (time.perf_counter) when the first one began
-        self.waiting: deque[HttpProtocol] = deque()  # connections waiting for an iteration's time
+        #: connections (and file bodies whose pages came in) waiting for an iteration's time
+        self.waiting: deque[Turn] = deque()
         timeouts = (config.header_timeout, config.keepalive_timeout, config.send_timeout)
         self.period = min(1.0, *(t / 4 for t in timeouts))
         self.timer: asyncio.TimerHandle | None = None
@@ -151,9 +153,9 @@ class Engine:
         self.loop.call_soon(self._iteration_over)
         return False
 
-    def wait_turn(self, conn: HttpProtocol) -> None:
-        """*conn* has something to answer and this iteration's time is spent: it takes a turn in
-        a following iteration, after the connections that waited before it."""
+    def wait_turn(self, conn: Turn) -> None:
+        """*conn* has something to answer (or a file body to go on with) and this iteration's time
+        is spent: it takes a turn in a following iteration, after those that waited before it."""
         self.waiting.append(conn)
 
     def _iteration_over(self) -> None:
