@@ -2,12 +2,12 @@
 
 One :class:`Engine` per server holds what its connections share: the directory policy, the answer
 cache (``_static._answers``: raw target path → the core's ``Decided`` for a plain 200 of a file of
-any size, with the engine's rendered head in its slot), the set of
-paths decided in the last ``RECENT_SECONDS`` (``_static._recent``: decided inline, as is a path
-whose lookup the kernel's caches hold; any other is looked up in the cold pool first), the clock
-of per-second tails, the access log, the queue of connections waiting for the loop's next
-iteration (``ITERATION_BUDGET``) and a timer. Connections come from its own accept loop
-(``_listener``). The timer ticks at each wall-clock second (more often when a timeout is
+any size, with the engine's rendered head in its slot), the set of paths decided in the last
+``RECENT_SECONDS`` (``_static._recent``: decided inline, as is a path whose lookup the kernel's
+caches hold; any other is looked up in the cold pool first), the clock of per-second tails, the
+access log, the queue of connections (and file bodies whose cold pages came in) waiting for the
+loop's next iteration (``ITERATION_BUDGET``) and a timer. Connections come from its own accept
+loop (``_listener``). The timer ticks at each wall-clock second (more often when a timeout is
 shorter than 4 s): it re-renders the ``Date`` tails, flushes the access log and closes
 connections past their header, keep-alive or send timeout.
 """
@@ -149,9 +149,10 @@ class Engine:
         self.recent.saw(raw, self.now)
 
     def spent(self) -> bool:
-        """Whether this iteration of the loop has used its :data:`ITERATION_BUDGET`. The first call
-        in an iteration starts its clock and schedules its end: a callback scheduled now runs at
-        the start of the next iteration, before that iteration's new events."""
+        """Whether this iteration of the loop has used its :data:`ITERATION_BUDGET` (its
+        :data:`CALLBACKS_FIRST_SHARE` on stock asyncio). The first call in an iteration starts its
+        clock and schedules its end: a callback scheduled now runs at the start of the next
+        iteration, before that iteration's new events."""
         now = time.perf_counter()
         if self.iteration_open:
             return now - self.iteration_start > ITERATION_BUDGET * self.budget_share
