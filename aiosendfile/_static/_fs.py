@@ -284,13 +284,12 @@ def read_back(fd: int, st: os.stat_result, path: str, cache_root: str | None) ->
     if not hot.admits(size):
         return None
     try:
-        read = _platform.pread_cached(fd, size, 0)
+        body = REAL_FS.read_cached(fd, size)
     except OSError:
         return None
-    if read is None or len(read) != size:
+    if body is None or len(body) != size:
         return None
     os.close(fd)
-    body = bytes(read)
     hot.put(path, cache_root, st, body)
     return body
 
