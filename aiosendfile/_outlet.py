@@ -52,7 +52,17 @@ from ._platform import sendfile_once as sendfile_once  # (re-exported: the proto
 from ._target import resolve_target
 from ._writer import _is_cold as _is_cold  # (re-exported, as above)
 
-__all__ = ("COLD_WAITS", "MAX_CHUNK", "PROBED_COLD", "READ_AHEAD_MAX", "Outlet", "Transfer", "Turn", "Turns")
+__all__ = (
+    "COLD_WAITS",
+    "MAX_CHUNK",
+    "PROBED_COLD",
+    "READ_AHEAD_MAX",
+    "READ_MAX",
+    "Outlet",
+    "Transfer",
+    "Turn",
+    "Turns",
+)
 
 #: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
 #: (nginx's ``sendfile_max_chunk`` default).
@@ -61,6 +71,10 @@ MAX_CHUNK = 2 * 1024 * 1024
 #: A cold chunk up to this size is read ahead by the kernel and waited for on a timer, not sent
 #: from a pool thread (the 2 MiB chunk of a large file goes to the pool: its read is long).
 READ_AHEAD_MAX = 256 * 1024
+#: A chunk up to this size is read with one ``RWF_NOWAIT`` read, which is also its probe, and sent
+#: from memory: below it, the copy costs less than a probe and a ``sendfile`` (measured on loopback,
+#: server CPU per response: 21 against 34 µs for 4 KiB, 26 against 43 µs for 16 KiB; even at 24 KiB).
+READ_MAX = 16 * 1024
 #: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
 #: it waits for the pages at once instead of probing them again.
 PROBED_COLD = -1
@@ -148,6 +162,7 @@ class Transfer:
     """
 
     __slots__ = (
+        "buffered",
         "done",
         "end",
         "file_fd",
@@ -181,6 +196,7 @@ class Transfer:
     ) -> None:
         self.outlet = outlet
         self.head = memoryview(head) if head else None
+        self.buffered = 0  # file bytes read into ``head`` (a small chunk sent from memory)
         self.file_fd = file_fd
         self.position = start
         self.end = start + length
@@ -219,19 +235,36 @@ class Transfer:
         try:
             head = self.head
             if head is not None:
-                n = outlet.sock.send(head, outlet.flags)
+                # MSG_MORE while file bytes follow (the head shares their first packet); not after
+                # the last of them, read into memory: nothing would push it out.
+                n = outlet.sock.send(head, outlet.flags if self.position < self.end else 0)
                 if n < len(head):
                     self.head = head[n:]
                     self._wait()
                     return
                 self.head = None
+                if self.buffered:
+                    self.sent += self.buffered
+                    self.buffered = 0
+                    if self.position >= self.end:
+                        self._end(None)
+                        return
             if self.position < self.warm_to:  # the rest of a chunk the socket took only part of
                 size = self.warm_to - self.position  # (probed a moment ago: not probed again)
             else:
                 size = min(self.end - self.position, MAX_CHUNK)
-                cold = self.warm_to == PROBED_COLD or _is_cold(
-                    self.file_fd, self.position, size, DEFAULT_OPTIONS
-                )
+                if size <= READ_MAX and self.warm_to != PROBED_COLD:
+                    read = _platform.read_nowait(self.file_fd, size, self.position)
+                    if isinstance(read, bytearray):  # (its own probe: then sent from memory)
+                        self._read_in(read, size)
+                        return
+                    cold = read is False or (
+                        read is None and _is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS)
+                    )
+                else:
+                    cold = self.warm_to == PROBED_COLD or _is_cold(
+                        self.file_fd, self.position, size, DEFAULT_OPTIONS
+                    )
                 if cold:
                     self.warm_to = 0  # (probed again after the wait)
                     if size <= READ_AHEAD_MAX and self.waits < COLD_WAITS:
@@ -248,6 +281,19 @@ class Transfer:
             self._end(exc)
             return
         self._advance(n, size)
+
+    def _read_in(self, read: bytearray, size: int) -> None:
+        """A small chunk read into memory: sent as the head is (the file ends early: an error)."""
+        if len(read) < size:
+            self._end(EOFError(f"the file ended {size - len(read)} bytes early"))
+            return
+        self.waits = 0
+        self.position += size
+        self.warm_to = self.position
+        self.head = memoryview(read)
+        self.buffered = size
+        self.on_progress()
+        self.run()
 
     def _wait_for_pages(self, size: int) -> None:
         """Have the kernel read the chunk in, and probe it again from a timer (see the module)."""

@@ -52,6 +52,7 @@ __all__ = (
     "range_cached",
     "range_cached_available",
     "pread_cached",
+    "read_nowait",
     "push",
     "read_ahead",
     "send_once",
@@ -152,20 +153,35 @@ def pread_cached(fd: int, size: int, offset: int) -> bytearray | None:
     the disk, or if the platform or file system cannot tell. The caller then
     reads off the event-loop thread.
     """
+    got = read_nowait(fd, size, offset)
+    return got if isinstance(got, bytearray) else None
+
+
+def read_nowait(fd: int, size: int, offset: int, device: int | None = None) -> bytearray | bool | None:
+    """:func:`pread_cached` that says why it read nothing: the bytes (fewer at end of file);
+    False if some would wait for the disk; None if this platform or file system cannot tell.
+
+    A caller that knows the file's file system (*device*, its ``st_dev``) has a refusal
+    remembered for it, as :func:`page_cached` does, and is not asked again.
+    """
     if not HAS_RWF_NOWAIT or size <= 0:
+        return None
+    if device is not None and _no_probe_devices and device in _no_probe_devices:
         return None
     buf = bytearray(size)
     try:
         got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
     except BlockingIOError:
-        return None
+        return False
     except OSError as exc:
         if exc.errno in _nowait_unsupported_errnos:
+            if device is not None:
+                _no_probe_devices.add(device)
             return None
         raise
     if got < size:
         if offset + got < os.fstat(fd).st_size:
-            return None  # short, but not at EOF: only part of the range is cached
+            return False  # short, but not at EOF: only part of the range is cached
         del buf[got:]
     # The buffer itself, not a copy: it is fresh and nobody else holds it. (A bytes() copy
     # made a 256 KiB read take 240 µs instead of 50.)

@@ -1291,16 +1291,20 @@ async def test_a_small_file_is_memoised_at_its_first_answer(site: Site) -> None:
     assert b"/small.txt" in memo
 
 
+@pytest.mark.parametrize("size", [1000, 20_000])
 async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
-    site: Site, monkeypatch: pytest.MonkeyPatch
+    site: Site, monkeypatch: pytest.MonkeyPatch, size: int
 ) -> None:
-    """With the hot-file cache full, a memoised small file dropped from it is sent from its file
-    (open, fstat, sendfile), byte-exact, and read back in only one time in ``READMIT_EVERY``."""
+    """With the hot-file cache full, a memoised small file dropped from it is sent from its file,
+    byte-exact, and read back in only one time in ``READMIT_EVERY``: up to ``READ_MAX`` bytes
+    read with one ``RWF_NOWAIT`` read and written from memory (no ``sendfile``), above it sent
+    with ``sendfile``."""
+    from aiosendfile import _outlet, _platform
     from aiosendfile._static import _hot
 
     names = [f"s{i}.txt" for i in range(6)]
     for i, name in enumerate(names):
-        (site.root / name).write_bytes(pattern(1000 + i, seed=i))
+        (site.root / name).write_bytes(pattern(size + i, seed=i))
     hot = _hot.HotFiles(max_entries=2)
     monkeypatch.setattr(_hot, "hot_files", hot)
     from aiosendfile._serve import _protocol
@@ -1309,12 +1313,20 @@ async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
     puts = []
     real_put = hot.put
     monkeypatch.setattr(hot, "put", lambda path, *a: puts.append(path) or real_put(path, *a))
+    with open(site.root / names[0], "rb") as f:
+        can_tell = _platform.read_nowait(f.fileno(), 1, 0) is not None  # (not where it is refused)
     reader, writer = await site.open()
     try:
-        for _ in range(3):
+        for turn in range(3):
+            calls = _platform.counters.calls
             for name in names:
                 writer.write(get("/" + name))
                 assert (await read_answer(reader)).body == (site.root / name).read_bytes()
+            if turn and can_tell:
+                sendfiles = _platform.counters.calls - calls
+                assert sendfiles == 0 if size <= _outlet.READ_MAX else sendfiles >= 3, (
+                    sendfiles
+                )  # (2 hot, 1 read back)
     finally:
         await _close(writer)
     assert len(hot._entries) == 2

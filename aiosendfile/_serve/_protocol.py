@@ -49,10 +49,10 @@ from .. import _outlet, _platform
 from .._api import sendfile
 from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
-from .._outlet import MAX_CHUNK, PROBED_COLD, Outlet, Transfer
+from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, route
-from .._static._fs import POOL_FS, DecideInPool, read_back, reopen
+from .._static._fs import POOL_FS, DecideInPool, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -584,9 +584,11 @@ class HttpProtocol(asyncio.Protocol):
         small: bool,
     ) -> bool:
         """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
-        it is the file the memo describes, and send it. A *small* one whose pages are cached is
-        read back into the hot-file cache and written with its head, if the cache admits it (a
-        working set larger than the cache is sent from its files, not copied in and evicted).
+        it is the file the memo describes, and send it. A *small* one is read with one
+        ``RWF_NOWAIT`` read (its probe) if the hot-file cache admits it or it is at most
+        ``READ_MAX`` bytes: its pages cached, it is written with its head (and kept in the cache
+        if admitted: a working set larger than the cache is sent from its files, not copied in
+        and evicted); cold, its transfer waits for them at once.
         A file of one chunk, on a connection whose outlet exists and whose transport holds
         nothing, goes straight: the head and the file sent here if its pages are cached and the
         socket takes them, with no answer or transfer object (the common case, as the public
@@ -598,16 +600,31 @@ class HttpProtocol(asyncio.Protocol):
             return False  # replaced, renamed over, grown, truncated, chmod'ed: another answer
         fd, st = opened
         size = st.st_size
-        if small and (body := read_back(fd, st, path, self.engine.cache_root)) is not None:
-            self._put(head + body)
-            if x is not None and x.log is not None:
-                self._log(x, size)
-            return True
+        warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)
+        if small:
+            hot = hot_files
+            admitted = hot.admits(size)
+            if admitted or size <= READ_MAX:
+                # One RWF_NOWAIT read is the probe: cached pages are written from memory (and kept
+                # in the hot-file cache if it admits them), cold ones waited for at once.
+                read = _platform.read_nowait(fd, size, 0, st.st_dev)
+                if isinstance(read, bytearray) and len(read) == size:
+                    os.close(fd)
+                    if admitted:
+                        body = bytes(read)
+                        hot.put(path, self.engine.cache_root, st, body)
+                        self._put(head + body)
+                    else:
+                        self._put(head + read)
+                    if x is not None and x.log is not None:
+                        self._log(x, size)
+                    return True
+                if read is False:
+                    warm_to = PROBED_COLD
         position = 0
         rest = head
-        warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)
         outlet = self.outlet
-        if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out:
+        if type(outlet) is Outlet and size <= MAX_CHUNK and not self.out and warm_to != PROBED_COLD:
             transport = self.transport
             if not transport.get_write_buffer_size() and not transport.is_closing():
                 try:

@@ -1,0 +1,183 @@
+"""The owner's send path (``_outlet``): a small chunk read into memory instead of sent with
+``sendfile``, and ``_platform.read_nowait``, the read that is its own probe.
+
+A :class:`~aiosendfile._outlet.Transfer` runs on an outlet whose socket records the flags of each
+``send``: ``MSG_MORE`` while file bytes follow, never on the last send (nothing would push a
+corked segment out). Both loops (conftest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiosendfile import _outlet, _platform
+
+from .support.files import pattern
+
+MORE = 0x8000  # (the outlet's flag for a TCP head; its value only has to be told apart from 0)
+
+
+class RecordingSocket:
+    """A socket whose ``send`` calls are recorded (data length, flags), flags dropped (AF_UNIX)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sends: list[tuple[int, int]] = []
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self.sends.append((len(data), flags))
+        return self.sock.send(data)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def transfer(path: Path, length: int, head: bytes = b"HEAD\r\n\r\n") -> tuple[bytes, Any, list[Any]]:
+    """Send *length* bytes of *path* after *head* on a fresh outlet: what the peer read, the
+    recording socket, and what ``done`` was called with."""
+    loop = asyncio.get_running_loop()
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    recording = RecordingSocket(ours)
+    outlet = _outlet.Outlet(loop, recording, MORE)  # type: ignore[arg-type]
+    ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
+    fd = os.open(path, os.O_RDONLY)
+    released: list[int] = []
+    try:
+        t = _outlet.Transfer(
+            outlet,
+            head,
+            fd,
+            0,
+            length,
+            lambda sent, exc: ended.set_result((sent, exc)),
+            lambda: None,
+            lambda: released.append(fd),
+        )
+        t.run()
+        sent, exc = await asyncio.wait_for(ended, 10)
+    finally:
+        os.close(fd)
+        ours.close()
+    peer.setblocking(False)
+    got = b""
+    try:
+        while chunk := peer.recv(1 << 20):
+            got += chunk
+    except BlockingIOError:
+        pass
+    peer.close()
+    assert released == [fd]
+    return got, recording, [sent, exc]
+
+
+def cached(path: Path) -> bool:
+    """Whether ``read_nowait`` can tell here (not on a file system that refuses RWF_NOWAIT)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _platform.read_nowait(fd, 1, 0) is not None
+    finally:
+        os.close(fd)
+
+
+async def test_a_small_chunk_is_read_and_sent_from_memory_its_last_send_uncorked(tmp_path: Path) -> None:
+    path = tmp_path / "small.bin"
+    data = pattern(10_000, seed=1)
+    path.write_bytes(data)
+    path.read_bytes()  # (its pages cached)
+    if not cached(path):
+        pytest.skip("RWF_NOWAIT is refused on this file system")
+    calls = _platform.counters.calls
+    got, sock, (sent, exc) = await transfer(path, len(data))
+    assert got == b"HEAD\r\n\r\n" + data
+    assert (sent, exc) == (len(data), None)
+    assert _platform.counters.calls == calls  # no sendfile
+    assert sock.sends == [(8, MORE), (len(data), 0)]  # the head corked, the body pushes it out
+
+
+async def test_a_cold_small_chunk_waits_for_its_pages_then_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cold.bin"
+    data = pattern(_outlet.READ_MAX, seed=2)
+    path.write_bytes(data)
+    real = _platform.read_nowait
+    reads: list[int] = []
+
+    def cold_once(fd: int, size: int, offset: int, device: int | None = None) -> Any:
+        reads.append(size)
+        return False if len(reads) == 1 else real(fd, size, offset, device)
+
+    hints: list[tuple[int, int]] = []
+    monkeypatch.setattr(_platform, "read_nowait", cold_once)
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
+    got, _, (sent, exc) = await transfer(path, len(data))
+    assert got == b"HEAD\r\n\r\n" + data
+    assert (sent, exc) == (len(data), None)
+    assert hints == [(0, len(data))]
+    assert reads == [len(data), len(data)]
+
+
+async def test_a_small_file_that_ends_early_ends_the_transfer_with_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "short.bin"
+    path.write_bytes(pattern(5_000, seed=3))
+    path.read_bytes()
+    if not cached(path):
+        pytest.skip("RWF_NOWAIT is refused on this file system")
+    got, _, (sent, exc) = await transfer(path, 8_000)
+    assert isinstance(exc, EOFError)
+    assert sent == 0
+    assert got == b"HEAD\r\n\r\n"  # never the short body passed off as the whole
+
+
+async def test_where_the_read_cannot_tell_the_chunk_is_probed_and_sent_with_sendfile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "unknown.bin"
+    data = pattern(3_000, seed=4)
+    path.write_bytes(data)
+    monkeypatch.setattr(_platform, "read_nowait", lambda *args: None)
+    monkeypatch.setattr(_outlet, "_is_cold", lambda *args: False)
+    calls = _platform.counters.calls
+    got, sock, (sent, exc) = await transfer(path, len(data))
+    assert got == b"HEAD\r\n\r\n" + data
+    assert (sent, exc) == (len(data), None)
+    assert _platform.counters.calls == calls + 1
+    assert sock.sends == [(8, MORE)]
+
+
+def test_read_nowait_says_read_cold_or_cannot_tell(tmp_path: Path) -> None:
+    """The bytes when every page is cached (fewer at the end of the file); False when some would
+    wait for the disk; None where the file system cannot tell, remembered for its device."""
+    if not _platform.HAS_RWF_NOWAIT:
+        pytest.skip("no RWF_NOWAIT")
+    path = tmp_path / "f.bin"
+    data = pattern(64 * 1024, seed=5)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        device = os.fstat(fd).st_dev
+        first = _platform.read_nowait(fd, len(data), 0, device)
+        if first is None:
+            assert device in _platform._no_probe_devices
+            assert _platform.read_nowait(fd, len(data), 0, device) is None
+            return
+        assert first == data
+        assert _platform.read_nowait(fd, 100, len(data) - 10) == data[-10:]  # up to the end
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if _platform.range_cached(fd, 0, len(data)) is not False:
+            pytest.skip("the pages could not be dropped here")
+        assert _platform.read_nowait(fd, len(data), 0, device) is False
+        assert _platform.pread_cached(fd, len(data), 0) is None
+    finally:
+        os.close(fd)
