@@ -182,6 +182,36 @@ def test_a_pipelined_flood_that_is_never_read_holds_a_bounded_amount(tmp_path: P
         assert prober.worst < 0.1, f"another client waited {prober.worst * 1000:.0f} ms"
 
 
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_flood_behind_a_file_body_in_flight_is_read_no_further(tmp_path: Path, loop: str) -> None:
+    """A client with a 4 KiB window that never reads gets a 16 MiB file body stuck in flight,
+    then pipelines 40 MB of requests behind it: the engine reads on while the body is in flight
+    (no pause per body), but what arrives joins the backlog, which pauses reading: the server
+    holds a read or two of it, not the flood."""
+    (tmp_path / "big.bin").write_bytes(pattern(16 * MiB))
+    flood = request(b"/big.bin") * (40 * MiB // len(request(b"/big.bin")))
+    with native_process(tmp_path, loop=loop) as server:
+        base = settle_rss(server)
+        sock = socket.socket()
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((server.host, server.port))
+            sock.sendall(request(b"/big.bin"))
+            time.sleep(0.5)  # (the body is in flight, stuck on the client's window)
+            sock.setblocking(False)
+            sent, deadline = 0, time.monotonic() + 3
+            while sent < len(flood) and time.monotonic() < deadline:
+                try:
+                    sent += sock.send(flood[sent : sent + MiB])
+                except BlockingIOError:
+                    time.sleep(0.01)
+            grown = settle_rss(server) - base
+            assert sent < len(flood) // 2, f"the server read {sent / MiB:.0f} MiB of the flood"
+            assert grown < 16 * MiB, f"{grown / MiB:.0f} MiB held"
+        finally:
+            sock.close()
+
+
 # -- 8. a request body that never comes --------------------------------------------------------------------
 
 
