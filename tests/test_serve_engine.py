@@ -1167,6 +1167,7 @@ async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch:
         raise ZeroDivisionError("core bug")
 
     monkeypatch.setattr(_protocol, "answer", broken)
+    monkeypatch.setattr(_protocol, "decide", broken)
     with reported() as errors:
         for target in ("/first-sight", "/first-sight"):  # in the cold pool, then inline
             raw = await site.exchange(get(target))

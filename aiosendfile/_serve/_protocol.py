@@ -51,7 +51,7 @@ from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
-from .._static._core import answer, route
+from .._static._core import answer, decide, route
 from .._static._fs import POOL_FS, DecideInPool, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
@@ -144,10 +144,9 @@ Head = tuple[bytes, bytes, int, "LogFields | None"]
 Item = Exchange | bytes
 
 
-def _looked_up(request: Request, policy: DirectoryPolicy) -> bool:
-    """Whether the file *request* names can be looked up without the disk (its directories and
-    inode are in the kernel's caches): then it is decided inline, with no hop to the pool."""
-    path = route(request, policy)
+def _looked_up(path: str | Answer) -> bool:
+    """Whether the file *path* (``route``'s) can be looked up without the disk (its directories
+    and inode are in the kernel's caches): then it is decided inline, with no hop to the pool."""
     return not isinstance(path, str) or _platform.lookup_cached(path) is True
 
 
@@ -674,9 +673,11 @@ class HttpProtocol(asyncio.Protocol):
         )
         x.raw = raw
         engine = self.engine
-        if engine.seen(raw) or _looked_up(request, engine.policy):
+        policy = engine.policy
+        path = route(request, policy)
+        if engine.seen(raw) or _looked_up(path):
             try:
-                ans = answer(request, engine.policy)
+                ans = path if isinstance(path, Answer) else decide(request, path, policy)
             except DecideInPool:  # a directory listing to build: in the pool, as a first sight
                 pass
             except Exception as exc:

@@ -41,7 +41,7 @@ from ._paths import checked, decode, inside
 from ._policy import ENCODINGS, DirectoryPolicy
 from ._request import Request
 
-__all__ = ("Located", "answer", "present_siblings", "resolve", "respond", "route")
+__all__ = ("Located", "answer", "decide", "present_siblings", "resolve", "respond", "route")
 
 #: Request fields that need ``respond``'s full handling (ranges, preconditions).
 _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
@@ -50,11 +50,13 @@ _ALLOW = ("Allow", "GET,HEAD")
 
 
 class Located(NamedTuple):
-    """A file to answer: its path, its ``stat`` if taken, the pre-compressed siblings if looked up."""
+    """A file to answer: its path, its ``stat`` if taken, the pre-compressed siblings if looked up,
+    and whether the hot-file cache was looked in for it (and had nothing) with that ``stat``."""
 
     path: str
     st: os.stat_result | None = None
     siblings: list[tuple[str, str]] | None = None
+    hot_missed: bool = False
 
 
 def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
@@ -99,12 +101,13 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
         return Located(path, st)
     # A plain GET/HEAD of a hot small file is answered from the cache.
     headers = req.headers
-    for name in _NOT_PLAIN:
-        if name in headers:
-            return Located(path, st)
+    if headers:  # (most requests have none of the fields the core reads)
+        for name in _NOT_PLAIN:
+            if name in headers:
+                return Located(path, st)
     entry = _hot.hot_files.entry(path, policy.cache_root, st)
     if entry is None:
-        return Located(path, st)
+        return Located(path, st, None, True)
     if policy.precompressed and (accept := headers.get("Accept-Encoding")):
         siblings = present_siblings(path, accept, fs)
         if siblings:
@@ -198,7 +201,7 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
     # With no root to check containment against, a symlinked sibling could name any file.
     nofollow = policy.root is None and not policy.follow_symlinks
     for encoding, path in candidates:
-        if policy.hot_cache:
+        if policy.hot_cache and not (encoding is None and located.hot_missed):
             try:
                 st = located.st if encoding is None and located.st is not None else fs.stat(path)
             except OSError:
@@ -264,18 +267,11 @@ def _file_answer(
     vary = policy.precompressed
     fd = source if isinstance(source, int) else None
 
-    def headers_only(
-        status: int, fields: list[tuple[str, str]], length: int | None, coding: str | None = encoding
-    ) -> Answer:
-        if fd is not None:
-            fs.close(fd)
-        return Answer(status, fields, length, head_only=True, encoding=coding, path=name)
-
-    if any(field in headers for field in _CONDITIONAL):
+    if headers and any(field in headers for field in _CONDITIONAL):
         status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
         if status is not None:  # (no Content-Encoding: no representation is sent)
             fields = _http.file_headers(etag, last_modified, vary=vary)
-            return headers_only(status, fields, None if status == 304 else 0, None)
+            return _headers_only(status, fields, None if status == 304 else 0, None, name, fd, fs)
 
     content_type = req.content_type or _content_type(os.path.basename(name))
     ranges: list[_http.ByteRange] | None = None
@@ -284,6 +280,7 @@ def _file_answer(
     if (
         req.method == "GET"
         and (req.ranges_ok or encoding is not None)
+        and headers
         and "Range" in headers
         and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
     ):
@@ -293,7 +290,7 @@ def _file_answer(
             fields = _http.file_headers(
                 etag, last_modified, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
             )
-            return headers_only(416, fields, 0)
+            return _headers_only(416, fields, 0, encoding, name, fd, fs)
 
     close = fs.close if fd is not None else None
     if ranges is None:
@@ -301,7 +298,7 @@ def _file_answer(
             etag, last_modified, vary=vary, encoding=encoding, content_type=content_type
         )
         if size == 0 or req.method == "HEAD":
-            return headers_only(200, fields, size)
+            return _headers_only(200, fields, size, encoding, name, fd, fs)
         whole = FileRange(source, 0, size) if isinstance(source, int) else source
         ans = Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
         if fd is not None and encoding is None:  # a whole file of any size: a door may memoise it
@@ -341,11 +338,32 @@ def _file_answer(
     )
 
 
+def _headers_only(
+    status: int,
+    fields: list[tuple[str, str]],
+    length: int | None,
+    encoding: str | None,
+    name: str,
+    fd: int | None,
+    fs: FileSystem,
+) -> Answer:
+    """An answer without a body (a HEAD, a 304, 412 or 416, an empty file): *fd* is closed."""
+    if fd is not None:
+        fs.close(fd)
+    return Answer(status, fields, length, head_only=True, encoding=encoding, path=name)
+
+
 def answer(req: Request, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
     """``route`` ∘ ``resolve`` ∘ ``respond``: the whole decision, for doors without routing of their own."""
     path = route(req, policy)
     if isinstance(path, Answer):
         return path
+    return decide(req, path, policy, fs)
+
+
+def decide(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
+    """``resolve`` ∘ ``respond``: the decision about the *path* ``route`` gave (a door that routed
+    the request already)."""
     found = resolve(req, path, policy, fs)
     if isinstance(found, Answer):
         return found
