@@ -32,6 +32,11 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   happens to the connection. Where the owner shares out each iteration of the loop (``Turns``:
   ``serve``'s engine), a chunk whose wait ends while the iteration's time is spent takes a turn
   in a following iteration, as a connection's new request does.
+* **A small chunk read, not sent with sendfile.** A chunk of up to ``READ_MAX`` bytes is read with
+  one ``RWF_NOWAIT`` read, which is also its probe, and sent from memory like the head (the last
+  send without ``MSG_MORE``): below that size the copy costs less than a probe and a ``sendfile``.
+  A read that would wait for the disk makes the chunk cold; where the file system cannot tell,
+  the chunk is probed and sent as any other.
 * **Whole or aborted.** A file that ends early (``sendfile`` returns 0) or a send that fails
   ends the transfer with an error: the protocol aborts the connection, so a short body is never
   passed off as complete.
