@@ -28,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 try:
     import fcntl
@@ -157,7 +157,9 @@ def pread_cached(fd: int, size: int, offset: int) -> bytearray | None:
     return got if isinstance(got, bytearray) else None
 
 
-def read_nowait(fd: int, size: int, offset: int, device: int | None = None) -> bytearray | bool | None:
+def read_nowait(
+    fd: int, size: int, offset: int, device: int | None = None
+) -> bytearray | Literal[False] | None:
     """:func:`pread_cached` that says why it read nothing: the bytes (fewer at end of file);
     False if some would wait for the disk; None if this platform or file system cannot tell.
 

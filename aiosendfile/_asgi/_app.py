@@ -265,7 +265,7 @@ class StaticFiles:
         # A small file's bytes read back into the hot-file cache, as the core would (then *fd* is
         # closed); else the file itself.
         body = read_back(fd, st, decided.path, self.policy.cache_root) if decided.small else None
-        if body is not None:
+        if isinstance(body, bytes):  # (else False, cold, or None: sent from the file)
             ans = Answer(200, [], size, body=body, path=decided.path)
         else:
             ans = Answer(200, [], size, body=FileRange(fd, 0, size), path=decided.path, fd=fd, close=os.close)

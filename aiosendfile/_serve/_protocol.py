@@ -52,7 +52,7 @@ from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, decide, route
-from .._static._fs import POOL_FS, DecideInPool, reopen
+from .._static._fs import POOL_FS, DecideInPool, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -601,25 +601,16 @@ class HttpProtocol(asyncio.Protocol):
         size = st.st_size
         warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)
         if small:
-            hot = hot_files
-            admitted = hot.admits(size)
-            if admitted or size <= READ_MAX:
-                # One RWF_NOWAIT read is the probe: cached pages are written from memory (and kept
-                # in the hot-file cache if it admits them), cold ones waited for at once.
-                read = _platform.read_nowait(fd, size, 0, st.st_dev)
-                if isinstance(read, bytearray) and len(read) == size:
-                    os.close(fd)
-                    if admitted:
-                        body = bytes(read)
-                        hot.put(path, self.engine.cache_root, st, body)
-                        self._put(head + body)
-                    else:
-                        self._put(head + read)
-                    if x is not None and x.log is not None:
-                        self._log(x, size)
-                    return True
-                if read is False:
-                    warm_to = PROBED_COLD
+            # One RWF_NOWAIT read is the probe: cached pages are written from memory (and kept in
+            # the hot-file cache if it admits them), cold ones waited for at once.
+            body = read_back(fd, st, path, self.engine.cache_root, READ_MAX)
+            if body is False:
+                warm_to = PROBED_COLD
+            elif body is not None:
+                self._put(head + body)
+                if x is not None and x.log is not None:
+                    self._log(x, size)
+                return True
         position = 0
         rest = head
         outlet = self.outlet

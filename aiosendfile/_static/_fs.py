@@ -20,14 +20,15 @@ takes the decision again in its pool, with ``POOL_FS``.
 
 ``reopen`` and ``read_back`` serve a door answering from its answer cache (``_answers``): the file
 opened again and checked by ``fstat`` against the identity the answer was decided for, and a small
-one's bytes read back into the hot-file cache.
+one's bytes read back (into the hot-file cache if it admits them; a door may read files up to a
+size of its own either way).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from typing import Protocol
+from typing import Literal, Protocol
 
 from .. import _platform
 from . import _hot
@@ -274,22 +275,32 @@ def reopen(path: str, ident: tuple[int, ...]) -> tuple[int, os.stat_result] | No
     return fd, st
 
 
-def read_back(fd: int, st: os.stat_result, path: str, cache_root: str | None) -> bytes | None:
-    """A small file's bytes, read from *fd* into the hot-file cache (as *path* under *cache_root*)
-    if the cache admits them and their pages are cached: then *fd* is closed. None: not read, *fd*
-    still open (a working set larger than the cache is sent from its files, not copied in and
-    evicted again)."""
+def read_back(
+    fd: int, st: os.stat_result, path: str, cache_root: str | None, read_max: int = 0
+) -> bytes | bytearray | Literal[False] | None:
+    """A small file's bytes read from *fd* with one ``RWF_NOWAIT`` read (its page-cache probe),
+    if the hot-file cache admits them (then kept there, as *path* under *cache_root*, and given
+    back as ``bytes``) or they are at most *read_max* bytes (given back as the fresh buffer):
+    then *fd* is closed. False: not all of its pages are cached; None: not read (not admitted,
+    the file system cannot tell, the file changed size); *fd* is still open then (a working set
+    larger than the cache is sent from its files, not copied in and evicted again)."""
     size = st.st_size
     hot = _hot.hot_files
-    if not hot.admits(size):
+    admitted = hot.admits(size)
+    if not admitted and size > read_max:
         return None
     try:
-        body = REAL_FS.read_cached(fd, size)
+        read = _platform.read_nowait(fd, size, 0, st.st_dev)
     except OSError:
         return None
-    if body is None or len(body) != size:
+    if not isinstance(read, bytearray):
+        return read  # False: cold; None: cannot tell
+    if len(read) != size:
         return None
     os.close(fd)
+    if not admitted:
+        return read
+    body = bytes(read)
     hot.put(path, cache_root, st, body)
     return body
 
