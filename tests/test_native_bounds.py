@@ -185,9 +185,9 @@ def test_a_pipelined_flood_that_is_never_read_holds_a_bounded_amount(tmp_path: P
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_flood_behind_a_file_body_in_flight_is_read_no_further(tmp_path: Path, loop: str) -> None:
     """A client with a 4 KiB window that never reads gets a 16 MiB file body stuck in flight,
-    then pipelines 40 MB of requests behind it: the engine reads on while the body is in flight
-    (no pause per body), but what arrives joins the backlog, which pauses reading: the server
-    holds a read or two of it, not the flood."""
+    then pipelines 40 MB of requests behind it: reading pauses while the body is in flight, and
+    a read the transport still delivers joins the backlog, which keeps it paused: the server
+    holds a read or two of the flood, not the flood (whatever the policy for pausing per body)."""
     (tmp_path / "big.bin").write_bytes(pattern(16 * MiB))
     flood = request(b"/big.bin") * (40 * MiB // len(request(b"/big.bin")))
     with native_process(tmp_path, loop=loop) as server:
