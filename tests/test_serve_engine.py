@@ -826,6 +826,27 @@ async def test_end_of_stream_over_tls_closes_quietly_while_requests_wait(
     assert not [r for r in caplog.records if "eof_received" in r.getMessage()]
 
 
+async def test_a_connection_that_ends_is_closed_once(
+    tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
+) -> None:
+    """asyncio's TLS transport tears its TLS layer down at a second ``close()`` (its
+    ``get_write_buffer_size()`` then raises AttributeError until ``connection_lost``): a
+    connection that ends is closed once, however often it goes on before it is gone, and the
+    engine's timer finds it whole (it once raised in the timer, in CI)."""
+    mod = engine()
+    async with serving(tmp_path, tls=(tls_server_ctx, tls_client_ctx)) as site:
+        eng = mod._engines[site.server]
+        _, writer = await site.open()
+        await _holding(eng, 1)
+        (conn,) = eng.connections
+        conn.dead = True
+        conn._resume()  # (closes it: dead, nothing in flight)
+        conn._resume()  # (goes on again before connection_lost: a read held for a turn, ...)
+        conn.expire(eng.now, eng.config)
+        await _close(writer)
+        await _holding(eng, 0)
+
+
 async def test_end_of_stream_over_tls_drops_what_waits_unanswered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -397,8 +397,8 @@ class HttpProtocol(asyncio.Protocol):
         if self.pending or self.backlog:
             if not self.busy and not self.write_paused:
                 self._next_turn()  # (the budget ran out)
-        elif (self.dead or self.ended) and not self.busy and self.transport is not None:
-            self.transport.close()
+        elif (self.dead or self.ended) and not self.busy:
+            self._close()
 
     def _parse(self) -> None:
         """Feed the parser the backlog, a slice at a time, until it is done or MAX_PENDING requests
@@ -947,7 +947,7 @@ class HttpProtocol(asyncio.Protocol):
             if not self.write_paused:  # the budget ran out: the rest next turn
                 self._next_turn()
         elif self.dead or self.ended:
-            transport.close()
+            self._close()
             return
         self._update_reading()
 
@@ -1090,9 +1090,17 @@ class HttpProtocol(asyncio.Protocol):
             self.pending.clear()
             if self.out:
                 self._flush()
-            transport.close()
+            self._close()
 
     # -- plumbing -------------------------------------------------------------------------------
+
+    def _close(self) -> None:
+        """Close the transport, once: asyncio's TLS transport tears its TLS layer down at a second
+        ``close()`` (its ``get_write_buffer_size()`` then raises until ``connection_lost``), and
+        a connection that ends may go on more than once before it is gone."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
 
     def _put(self, data: bytes) -> None:
         """Queue *data* for the transport, writing what is queued once it reaches FLUSH_AT bytes."""
