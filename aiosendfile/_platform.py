@@ -48,6 +48,7 @@ __all__ = (
     "counters",
     "make_pipe",
     "lookup_cached",
+    "open_cached",
     "page_cached",
     "range_cached",
     "range_cached_available",
@@ -312,15 +313,18 @@ def range_cached(fd: int, offset: int, size: int) -> bool | None:
 # reading a directory or an inode from the disk. The same number on every architecture.
 _OPENAT2_NR = 437
 _RESOLVE_CACHED = 0x20
+_RESOLVE_NO_SYMLINKS = 0x04
 _AT_FDCWD = -100
 
 
 class _CachedLookup:
-    """A ctypes binding of ``openat2(O_PATH, RESOLVE_CACHED)``, built at import; ``call`` is None
-    where it is missing (not Linux, an old kernel, a seccomp filter)."""
+    """A ctypes binding of ``openat2(O_PATH, RESOLVE_CACHED)`` (``call``) and of the open that
+    reads (``open``: ``O_RDONLY | O_NONBLOCK``, ``RESOLVE_CACHED | RESOLVE_NO_SYMLINKS``), built
+    at import; each is None where it is missing (not Linux, an old kernel, a seccomp filter)."""
 
     def __init__(self) -> None:
         self.call: Callable[[str], bool | None] | None = None
+        self.open: Callable[[str], int | None] | None = None
         if PLATFORM != "linux" or not hasattr(os, "O_PATH"):
             return
         try:
@@ -358,7 +362,26 @@ class _CachedLookup:
                 return None
             return True  # ENOENT, ENOTDIR, EACCES, ELOOP...: answered from the caches
 
+        opening = How(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE_CACHED | _RESOLVE_NO_SYMLINKS)
+        opening_ref = ctypes.byref(opening)
+
+        def open_(path: str) -> int | None:
+            """The descriptor, or minus the errno (EAGAIN: it would read the disk; ELOOP: a
+            symlink on the way); None where the kernel cannot tell."""
+            name = fsencode(path)
+            if b"\0" in name:
+                return -errno.ENOENT
+            fd = syscall(nr, cwd, name, opening_ref, how_size)
+            if fd >= 0:
+                return int(fd)
+            err = get_errno()
+            if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
+                self.open = None
+                return None
+            return -err
+
         self.call = call
+        self.open = open_
 
 
 _cached_lookup = _CachedLookup()
@@ -369,6 +392,16 @@ def lookup_cached(path: str) -> bool | None:
     inode are in the kernel's caches (``openat2`` with ``RESOLVE_CACHED``). None where the kernel
     cannot tell."""
     call = _cached_lookup.call
+    return None if call is None else call(path)
+
+
+def open_cached(path: str) -> int | None:
+    """*path* opened for reading (``O_NONBLOCK``: a FIFO cannot hang the caller; close-on-exec)
+    if its lookup waits for no disk and crosses no symlink (``openat2`` with ``RESOLVE_CACHED``
+    and ``RESOLVE_NO_SYMLINKS``): the descriptor, else minus the errno (``-EAGAIN``: the lookup
+    would read the disk; ``-ELOOP``: a symlink on the way; ``-ENOENT``, ``-EACCES``...: answered
+    from the caches). None where the kernel cannot tell."""
+    call = _cached_lookup.open
     return None if call is None else call(path)
 
 

@@ -140,7 +140,7 @@ def test_cached_lookup_says_when_a_path_would_need_the_disk(tmp_path: Path) -> N
 
 def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without openat2 or RESOLVE_CACHED (ENOSYS, EINVAL) or a seccomp filter (EPERM):
-    None from then on, so callers keep their conservative path."""
+    None from then on, for the lookup and for the open, so callers keep their conservative path."""
     probe = _platform._CachedLookup()
     if probe.call is None:
         pytest.skip("no openat2 binding here")
@@ -156,5 +156,8 @@ def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.Monk
     monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: type("L", (), {"syscall": Refusing()})())
     refused = _platform._CachedLookup()
     assert refused.call is not None
+    assert refused.open is not None
     assert refused.call("/") is None
     assert refused.call is None
+    assert refused.open("/") is None  # (the open that reads: the engine's first sight)
+    assert refused.open is None

@@ -1184,7 +1184,7 @@ def reported() -> Iterator[list[dict[str, Any]]]:
 async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     from aiosendfile._serve import _protocol
 
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise ZeroDivisionError("core bug")
 
     monkeypatch.setattr(_protocol, "answer", broken)
@@ -1279,10 +1279,18 @@ async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(
     site: Site, monkeypatch: pytest.MonkeyPatch, cached: bool
 ) -> None:
     """At first sight a path whose lookup would read the disk is looked up in the cold pool, once;
-    one the kernel's caches hold (``lookup_cached``) is decided inline at once, with no hop."""
+    one the kernel's caches hold (``open_cached``, ``lookup_cached``) is decided inline at once,
+    with no hop."""
     from aiosendfile import _platform
 
     monkeypatch.setattr(_platform, "lookup_cached", lambda path: cached)
+    real_open = _platform.open_cached
+    if cached:  # (a name never looked up has no dentry yet: EAGAIN from the real call)
+        monkeypatch.setattr(
+            _platform, "open_cached", lambda path: real_open(path) if os.path.exists(path) else -errno.ENOENT
+        )
+    else:
+        monkeypatch.setattr(_platform, "open_cached", lambda path: -errno.EAGAIN)
     engine_ = engine()._engines[site.server]
     pool = engine_.executor
     submitted: list[object] = []

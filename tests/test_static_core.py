@@ -11,6 +11,7 @@ only ``_fs`` calls the file system.
 from __future__ import annotations
 
 import ast
+import contextlib
 import errno
 import os
 import stat
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 import aiosendfile._static
+from aiosendfile import _platform
 from aiosendfile._static import _core, _hot, _http, _listing
 from aiosendfile._static._answer import Answer, FileRange, Multipart
 from aiosendfile._static._core import Located, answer, resolve, respond, route
@@ -892,14 +894,12 @@ def _rendered(a: Answer) -> bytes:
     return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body
 
 
-def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Path) -> None:
-    """``answer()`` with the real file system gives what the plugin on ``web.Server`` gave, byte
-    for byte (status code, fields in order, length, body): the native door's starting point."""
+def _golden_cases(tmp_path: Path) -> Iterator[tuple[str, str, DirectoryPolicy, Request, dict[str, Any]]]:
+    """(policy name, case, policy, request, the golden table's answer) for every recorded case,
+    on the fixture tree built in *tmp_path*."""
     import json
 
-    from aiosendfile._static._fs import POOL_FS
-
-    from .support.static_requests import KNOWN_DIFFERENCES, POLICIES, build_tree, normalise, requests
+    from .support.static_requests import KNOWN_DIFFERENCES, POLICIES, build_tree, requests
 
     table = json.loads((Path(__file__).parent / "data" / "static_golden.json").read_text())["server"]
     public = os.path.realpath(build_tree(tmp_path))
@@ -911,12 +911,85 @@ def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Pa
             follow_symlinks=kwargs.get("follow_symlinks", False),
         )
         for case, raw in requests(name):
-            if case in KNOWN_DIFFERENCES:
-                continue
-            got = normalise(_rendered(answer(_request_of(raw), policy, POOL_FS)))  # (listings too)
-            expected = dict(table[name][case])
-            got["status"], expected["status"] = got["status"].split()[1], expected["status"].split()[1]
-            assert got == expected, (name, case)
+            if case not in KNOWN_DIFFERENCES:
+                yield name, case, policy, _request_of(raw), dict(table[name][case])
+
+
+def _assert_golden(ans: Answer, expected: dict[str, Any], where: tuple[str, str]) -> None:
+    from .support.static_requests import normalise
+
+    got = normalise(_rendered(ans))
+    got["status"], expected["status"] = got["status"].split()[1], expected["status"].split()[1]
+    assert got == expected, where
+
+
+def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Path) -> None:
+    """``answer()`` with the real file system gives what the plugin on ``web.Server`` gave, byte
+    for byte (status code, fields in order, length, body): the native door's starting point."""
+    from aiosendfile._static._fs import POOL_FS
+
+    for name, case, policy, request, expected in _golden_cases(tmp_path):
+        _assert_golden(answer(request, policy, POOL_FS), expected, (name, case))  # (listings too)
+
+
+@pytest.mark.skipif(_platform.open_cached("/") is None, reason="no openat2(RESOLVE_CACHED) here")
+def test_a_file_the_door_opened_at_first_sight_is_decided_as_the_golden_table_says(tmp_path: Path) -> None:
+    """The engine's first sight: ``_fs.open_cached`` opens the routed path (no disk read, no
+    symlink crossed) and ``decide(..., opened=)`` takes that descriptor instead of its own
+    ``stat``, open and containment check. The answers are the golden table's, byte for byte, and
+    no descriptor is left open whatever the answer (a HEAD, a 304, a range, a sibling chosen, a
+    hot-file cache hit: used by the answer, or closed)."""
+    from aiosendfile._static._fs import POOL_FS, open_cached
+
+    fds = len(os.listdir("/proc/self/fd"))
+    opened_once = 0
+    for name, case, policy, request, expected in _golden_cases(tmp_path):
+        path = route(request, policy)
+        opened = None
+        if isinstance(path, str):
+            with contextlib.suppress(OSError):
+                os.stat(path)  # (its dentries cached, as a door's pool lookup leaves them)
+            found = open_cached(path)
+            if isinstance(found, tuple):
+                opened = found
+                opened_once += 1
+        ans = path if isinstance(path, Answer) else _core.decide(request, path, policy, POOL_FS, opened)
+        _assert_golden(ans, expected, (name, case))
+    assert opened_once > 50  # (most cases are files: they took the opened path)
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_symlink_on_the_way_is_never_opened_at_first_sight(tmp_path: Path) -> None:
+    """``open_cached`` crosses no symlink (one could lead out of the root): the door decides such
+    a path as before, with the containment check."""
+    from aiosendfile._static._fs import open_cached
+
+    (tmp_path / "real.txt").write_bytes(b"x")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dirlink").symlink_to(tmp_path / "dir")
+    (tmp_path / "dir" / "in.txt").write_bytes(b"y")
+    for name in ("real.txt", "link.txt", "dir", "dirlink/in.txt", "dir/in.txt", "missing"):
+        with contextlib.suppress(OSError):
+            os.stat(tmp_path / name)
+    found = open_cached(str(tmp_path / "real.txt"))
+    if found is None:
+        pytest.skip("no openat2(RESOLVE_CACHED) here")
+    assert isinstance(found, tuple)
+    fd, st = found
+    try:
+        assert st.st_ino == os.stat(tmp_path / "real.txt").st_ino
+        assert os.get_blocking(fd)
+    finally:
+        os.close(fd)
+    assert open_cached(str(tmp_path / "link.txt")) is None
+    assert open_cached(str(tmp_path / "dirlink" / "in.txt")) is None
+    assert open_cached(str(tmp_path / "dir")) is True  # a directory: decided as usual
+    assert open_cached(str(tmp_path / "missing")) is True  # a negative dentry: no disk to wait for
+    assert open_cached(str(tmp_path / "never-looked-up")) is False
+    found = open_cached(str(tmp_path / "dir" / "in.txt"))
+    assert isinstance(found, tuple)
+    os.close(found[0])
 
 
 # -- the real file systems --------------------------------------------------------------------------

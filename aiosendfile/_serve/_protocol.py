@@ -13,9 +13,11 @@ rendered). A small file's bytes come from the hot-file cache, one ``os.stat`` ch
 names that file, and the prebuilt head, the second's tail and the bytes are appended to ``out``.
 Any other file is opened again, checked by ``fstat``, and sent from the file on the connection's
 outlet (``_outlet``). Everything a ``data_received`` produced leaves in one ``transport.write``
-(pipelined requests share it). Any other request becomes a core ``Request`` for ``answer()``:
-inline when its path was seen in the last seconds, else after one hop to the cold pool, which looks
-the path up (a first sight never stalls the loop on the disk's metadata).
+(pipelined requests share it). Any other request becomes a core ``Request``, decided inline
+when its lookup waits for no disk (``_fs.open_cached``: one ``openat2`` that also opens a file
+reached through no symlink, and the core's ``decide`` takes that descriptor) or its path was seen
+in the last seconds, else after one hop to the cold pool, which looks the path up (a first sight
+never stalls the loop on the disk's metadata).
 
 Ordering: at most one response is in flight at a time (``busy``): a cold decision or a file body
 (on the outlet; over TLS, or behind answers still in the transport's buffer, through
@@ -52,7 +54,7 @@ from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import answer, decide, route
-from .._static._fs import POOL_FS, DecideInPool, read_back, reopen
+from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -666,18 +668,26 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         policy = engine.policy
         path = route(request, policy)
-        if engine.seen(raw) or _looked_up(path):
-            try:
-                ans = path if isinstance(path, Answer) else decide(request, path, policy)
-            except DecideInPool:  # a directory listing to build: in the pool, as a first sight
-                pass
-            except Exception as exc:
-                self._crashed(x, exc)
+        opened = None
+        if isinstance(path, str):
+            # Looked up and opened at once where no disk is read (the decision skips its own
+            # stat, open and containment check); a lookup that would read it goes to the pool,
+            # unless the path was decided a moment ago.
+            found = open_cached(path)
+            if type(found) is tuple:
+                opened = found
+            elif not engine.seen(raw) and (found is False or (found is None and not _looked_up(path))):
+                self._to_pool(x, first=True)
                 return
-            else:
-                self._render(x, ans)
-                return
-        self._to_pool(x, first=True)
+        try:
+            ans = path if isinstance(path, Answer) else decide(request, path, policy, opened=opened)
+        except DecideInPool:  # a directory listing to build: in the pool, as a first sight
+            self._to_pool(x, first=True)
+            return
+        except Exception as exc:
+            self._crashed(x, exc)
+            return
+        self._render(x, ans)
 
     def _to_pool(self, x: Exchange, *, first: bool) -> None:
         """One hop to the cold pool and back. At a *first* sight the thread only looks the path up

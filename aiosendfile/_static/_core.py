@@ -51,12 +51,14 @@ _ALLOW = ("Allow", "GET,HEAD")
 
 class Located(NamedTuple):
     """A file to answer: its path, its ``stat`` if taken, the pre-compressed siblings if looked up,
-    and whether the hot-file cache was looked in for it (and had nothing) with that ``stat``."""
+    whether the hot-file cache was looked in for it (and had nothing) with that ``stat``, and its
+    descriptor if the door opened it already (``respond`` owns it: used or closed)."""
 
     path: str
     st: os.stat_result | None = None
     siblings: list[tuple[str, str]] | None = None
     hot_missed: bool = False
+    fd: int | None = None
 
 
 def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
@@ -79,8 +81,27 @@ def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
     return root.rstrip(os.sep) + os.sep + filename if filename else root  # (no leading "/": checked)
 
 
-def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer | Located:
-    """What *path* is (see the module docstring): an answer already, or a file for :func:`respond`."""
+def resolve(
+    req: Request,
+    path: str,
+    policy: DirectoryPolicy,
+    fs: FileSystem = REAL_FS,
+    opened: tuple[int, os.stat_result] | None = None,
+) -> Answer | Located:
+    """What *path* is (see the module docstring): an answer already, or a file for :func:`respond`.
+
+    *opened*: the door opened *path* already, a regular file it knows lies inside the root (its
+    descriptor and ``fstat``); it is handed on in the ``Located``, or closed."""
+    if opened is not None:
+        fd, st = opened
+        try:
+            found = _resolve_file(req, path, policy, fs, st, fd)
+        except BaseException:
+            fs.close(fd)
+            raise
+        if not isinstance(found, Located):
+            fs.close(fd)
+        return found
     try:
         st = fs.stat(path)
     except PermissionError:
@@ -97,21 +118,28 @@ def resolve(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = R
             if not inside(real, root):
                 return error(404, req.method)
         return _directory(req, path, st, policy, fs)
+    return _resolve_file(req, path, policy, fs, st, None)
+
+
+def _resolve_file(
+    req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, st: os.stat_result, fd: int | None
+) -> Answer | Located:
+    """``resolve`` of what is not a directory (*fd*: opened by the door, handed on if located)."""
     if not policy.hot_cache or st.st_size > policy.inline_limit:
-        return Located(path, st)
+        return Located(path, st, fd=fd)
     # A plain GET/HEAD of a hot small file is answered from the cache.
     headers = req.headers
     if headers:  # (most requests have none of the fields the core reads)
         for name in _NOT_PLAIN:
             if name in headers:
-                return Located(path, st)
+                return Located(path, st, fd=fd)
     entry = _hot.hot_files.entry(path, policy.cache_root, st)
     if entry is None:
-        return Located(path, st, None, True)
+        return Located(path, st, None, True, fd)
     if policy.precompressed and (accept := headers.get("Accept-Encoding")):
         siblings = present_siblings(path, accept, fs)
         if siblings:
-            return Located(path, st, siblings)  # (respond need not look them up again)
+            return Located(path, st, siblings, fd=fd)  # (respond need not look them up again)
     fields = entry.rendering(policy.precompressed).fields
     if fields is None:
         fields = _plain_fields(entry, path, st, policy)
@@ -185,65 +213,78 @@ def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[t
 
 
 def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
-    """The answer about the file *located* names (see the module docstring)."""
-    candidates: list[tuple[str | None, str]] = []
-    accept = req.headers.get("Accept-Encoding") if policy.precompressed else None
-    if accept:
-        present = located.siblings
-        if present is None:
-            present = present_siblings(located.path, accept, fs)
-        if present:
-            chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
-            candidates += [(enc, p) for enc, p in present if enc == chosen]
-    candidates.append((None, located.path))
-    cache_root = policy.cache_root
-    root = None if policy.follow_symlinks else policy.root
-    # With no root to check containment against, a symlinked sibling could name any file.
-    nofollow = policy.root is None and not policy.follow_symlinks
-    for encoding, path in candidates:
-        if policy.hot_cache and not (encoding is None and located.hot_missed):
+    """The answer about the file *located* names (see the module docstring). A descriptor
+    *located* holds is used for the file itself, or closed."""
+    owned = located.fd
+    try:
+        candidates: list[tuple[str | None, str]] = []
+        accept = req.headers.get("Accept-Encoding") if policy.precompressed else None
+        if accept:
+            present = located.siblings
+            if present is None:
+                present = present_siblings(located.path, accept, fs)
+            if present:
+                chosen = _http.choose_encoding(accept, [enc for enc, _ in present])
+                candidates += [(enc, p) for enc, p in present if enc == chosen]
+        candidates.append((None, located.path))
+        cache_root = policy.cache_root
+        root = None if policy.follow_symlinks else policy.root
+        # With no root to check containment against, a symlinked sibling could name any file.
+        nofollow = policy.root is None and not policy.follow_symlinks
+        for encoding, path in candidates:
+            if policy.hot_cache and not (encoding is None and located.hot_missed):
+                try:
+                    st = located.st if encoding is None and located.st is not None else fs.stat(path)
+                except OSError:
+                    st = None  # let the open below say what is wrong
+                if st is not None and st.st_size <= policy.inline_limit and stat.S_ISREG(st.st_mode):
+                    body = _hot.hot_files.get(path, cache_root, st)
+                    if body is not None:
+                        return _file_answer(req, located.path, policy, st, encoding, body, fs)
+            if encoding is None and owned is not None and located.st is not None:
+                fd, st, owned = owned, located.st, None  # opened by the door: ours now
+            else:
+                try:
+                    fd, st = fs.open_regular(path, root, nofollow and encoding is not None)
+                except (OSError, OutsideRoot, NotRegular) as exc:
+                    if encoding is not None:
+                        # A sibling that vanished, that we may not read (EACCES, ELOOP, ...), that
+                        # escapes the root or is no regular file: serve the next candidate, as
+                        # nginx's gzip_static declines.
+                        continue
+                    if (
+                        isinstance(exc, NotRegular | PermissionError)
+                        or getattr(exc, "errno", None) == errno.ENXIO
+                    ):
+                        return _empty_error(403)  # ENXIO: a socket
+                    return _empty_error(404)  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, outside the root, ...
+            # A small file is read into the hot-file cache if the cache admits it: once the cache
+            # is full, one in READMIT_EVERY (a set of files larger than the cache is sent from its
+            # files, not copied in, written by copy and evicted again at each first sight).
+            if policy.hot_cache and st.st_size <= policy.inline_limit and _hot.hot_files.admits(st.st_size):
+                try:
+                    read = fs.read_cached(fd, st.st_size)
+                except BaseException:
+                    fs.close(fd)
+                    raise
+                if read is not None and len(read) == st.st_size:
+                    fs.close(fd)
+                    entry = _hot.hot_files.put(path, cache_root, st, read)  # shared while cached
+                    ans = _file_answer(req, located.path, policy, st, encoding, read, fs)
+                    if entry is not None and ans.body is read:  # the whole file: a door may memoise it
+                        ans.entry = entry
+                        if ans.status == 200 and encoding is None:
+                            ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
+                    return ans
             try:
-                st = located.st if encoding is None and located.st is not None else fs.stat(path)
-            except OSError:
-                st = None  # let the open below say what is wrong
-            if st is not None and st.st_size <= policy.inline_limit and stat.S_ISREG(st.st_mode):
-                body = _hot.hot_files.get(path, cache_root, st)
-                if body is not None:
-                    return _file_answer(req, located.path, policy, st, encoding, body, fs)
-        try:
-            fd, st = fs.open_regular(path, root, nofollow and encoding is not None)
-        except (OSError, OutsideRoot, NotRegular) as exc:
-            if encoding is not None:
-                # A sibling that vanished, that we may not read (EACCES, ELOOP, ...), that escapes the
-                # root or is no regular file: serve the next candidate, as nginx's gzip_static declines.
-                continue
-            if isinstance(exc, NotRegular | PermissionError) or getattr(exc, "errno", None) == errno.ENXIO:
-                return _empty_error(403)  # ENXIO: a socket
-            return _empty_error(404)  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, outside the root, ...
-        # A small file is read into the hot-file cache if the cache admits it: once the cache is
-        # full, one in READMIT_EVERY (a set of files larger than the cache is sent from its files,
-        # not copied in, written by copy and evicted again at each first sight).
-        if policy.hot_cache and st.st_size <= policy.inline_limit and _hot.hot_files.admits(st.st_size):
-            try:
-                read = fs.read_cached(fd, st.st_size)
+                return _file_answer(req, located.path, policy, st, encoding, fd, fs)
             except BaseException:
                 fs.close(fd)
                 raise
-            if read is not None and len(read) == st.st_size:
-                fs.close(fd)
-                entry = _hot.hot_files.put(path, cache_root, st, read)  # shared while cached
-                ans = _file_answer(req, located.path, policy, st, encoding, read, fs)
-                if entry is not None and ans.body is read:  # the whole file: a door may memoise it
-                    ans.entry = entry
-                    if ans.status == 200 and encoding is None:
-                        ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
-                return ans
-        try:
-            return _file_answer(req, located.path, policy, st, encoding, fd, fs)
-        except BaseException:
-            fs.close(fd)
-            raise
-    return _empty_error(404)
+        return _empty_error(404)
+    finally:
+        if owned is not None:
+            fs.close(owned)
 
 
 def _empty_error(status: int) -> Answer:
@@ -361,10 +402,17 @@ def answer(req: Request, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> A
     return decide(req, path, policy, fs)
 
 
-def decide(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem = REAL_FS) -> Answer:
+def decide(
+    req: Request,
+    path: str,
+    policy: DirectoryPolicy,
+    fs: FileSystem = REAL_FS,
+    opened: tuple[int, os.stat_result] | None = None,
+) -> Answer:
     """``resolve`` ∘ ``respond``: the decision about the *path* ``route`` gave (a door that routed
-    the request already)."""
-    found = resolve(req, path, policy, fs)
+    the request already). *opened*: *path* opened already by the door (a regular file it knows
+    lies inside the root, with its ``fstat``); the decision owns the descriptor (used or closed)."""
+    found = resolve(req, path, policy, fs, opened)
     if isinstance(found, Answer):
         return found
     return respond(req, found, policy, fs)

@@ -26,6 +26,7 @@ size of its own either way).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Literal, Protocol
@@ -41,6 +42,7 @@ __all__ = (
     "FileSystem",
     "KnownInside",
     "NotRegular",
+    "open_cached",
     "OutsideRoot",
     "PoolFS",
     "RealFS",
@@ -255,6 +257,31 @@ class PoolFS(RealFS):
             chunks.append(chunk)
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def open_cached(path: str) -> tuple[int, os.stat_result] | bool | None:
+    """A door's first sight of *path* (``route``'s: the root, which has no symlink, and a checked
+    name below it), looked up and opened at once where that waits for no disk and crosses no
+    symlink (``_platform.open_cached``): a regular file reached so lies inside the root, and its
+    descriptor (blocking again) and ``fstat`` come back for ``decide(..., opened=)``, which skips
+    its own ``stat``, open and containment check. False: the lookup would read the disk. True: it
+    was answered from the kernel's caches but nothing is opened (missing, forbidden, a
+    directory...): decide it as usual. None: it cannot tell (no ``openat2``; a symlink on the way)."""
+    fd = _platform.open_cached(path)
+    if fd is None or fd == -errno.ELOOP:
+        return None
+    if fd < 0:
+        return fd != -errno.EAGAIN
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            os.set_blocking(fd, True)
+            return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)  # a directory, a FIFO opened without waiting for a writer, a device
+    return True
 
 
 def reopen(path: str, ident: tuple[int, ...]) -> tuple[int, os.stat_result] | None:
