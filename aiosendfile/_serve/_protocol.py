@@ -152,6 +152,16 @@ def _looked_up(path: str | Answer) -> bool:
     return not isinstance(path, str) or _platform.lookup_cached(path) is True
 
 
+def _decided_inline(request: Request, policy: DirectoryPolicy) -> Answer:
+    """``answer()`` on the loop for a path the pool just looked up (its lookup cached now): the
+    file opened by ``open_cached`` where no symlink lies on the way, as at a first sight."""
+    path = route(request, policy)
+    if isinstance(path, Answer):
+        return path
+    found = open_cached(path)
+    return decide(request, path, policy, opened=found if type(found) is tuple else None)
+
+
 def _look(request: Request, policy: DirectoryPolicy) -> None:
     """(In a pool thread.) Look up the file *request* names, so that deciding it on the loop
     next waits for no disk: its ``stat`` brings the directory entries and inode into the kernel's
@@ -736,7 +746,7 @@ class HttpProtocol(asyncio.Protocol):
                 return
             request = x.request
             try:
-                ans = answer(request, engine.policy)
+                ans = _decided_inline(request, engine.policy)
             except DecideInPool:  # a directory listing to build: in the pool after all
                 self._to_pool(x, first=False)
                 return

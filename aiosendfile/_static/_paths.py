@@ -13,9 +13,12 @@
 from __future__ import annotations
 
 import os
+import sys
 from urllib.parse import unquote_to_bytes
 
 __all__ = ("decode", "inside", "checked")
+
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def inside(path: str, root: str) -> bool:
@@ -25,6 +28,8 @@ def inside(path: str, root: str) -> bool:
 
 def decode(raw: bytes) -> str:
     """A percent-encoded path decoded once, as the file system names files (surrogateescape)."""
+    if b"%" not in raw:  # (no escape: the bytes are the name; fsdecode of them, faster)
+        return raw.decode(_FS_ENCODING, _FS_ERRORS)
     return os.fsdecode(unquote_to_bytes(raw))
 
 
