@@ -1311,6 +1311,49 @@ async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(
     assert submitted == ([] if cached else [b"/big.bin", b"/missing", b"/small.txt"])
 
 
+@pytest.mark.parametrize("size", [1000, 200_000])
+async def test_a_first_sight_is_opened_by_its_lookup_alone(
+    site: Site, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """A path's first sight whose lookup the kernel's caches hold is opened by that lookup
+    (``open_cached``: ``openat2`` with ``RESOLVE_CACHED | RESOLVE_NO_SYMLINKS``): the core takes
+    the descriptor and neither ``stat``s the path nor opens it again (nor reads where the
+    descriptor leads). Byte-exact; a symlinked path still takes the checked open."""
+    from aiosendfile import _platform
+    from aiosendfile._static._fs import RealFS
+
+    probe = _platform.open_cached("/")
+    if probe is None:
+        pytest.skip("no openat2(RESOLVE_CACHED) here")
+    if probe >= 0:
+        os.close(probe)
+    body = pattern(size, seed=3)
+    (site.root / "fresh.bin").write_bytes(body)
+    (site.root / "linked.bin").symlink_to(site.root / "fresh.bin")
+    for name in ("fresh.bin", "linked.bin"):
+        os.stat(site.root / name)  # (its lookup cached, as after the pool's look)
+    opened: list[str] = []
+    stated: list[str] = []
+    real_open, real_stat = RealFS.open_regular, RealFS.stat
+
+    def open_regular(self: Any, path: str, *args: Any) -> Any:
+        opened.append(os.path.basename(path))
+        return real_open(self, path, *args)
+
+    def stat(self: Any, path: str) -> Any:
+        stated.append(os.path.basename(path))
+        return real_stat(self, path)
+
+    monkeypatch.setattr(RealFS, "open_regular", open_regular)
+    monkeypatch.setattr(RealFS, "stat", stat)
+    raw = await site.exchange(get("/fresh.bin", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].body == body
+    assert (opened, stated) == ([], [])
+    raw = await site.exchange(get("/linked.bin", "Connection: close\r\n"))
+    assert split_answers(raw, ["GET"])[0].body == body
+    assert opened == ["linked.bin"]
+
+
 async def test_a_small_file_is_memoised_at_its_first_answer(site: Site) -> None:
     """A small file read into the hot-file cache by its first request is memoised by that request
     (before: only by the next, which found it in the hot cache; a working set larger than the hot
