@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import os
 import resource
@@ -52,6 +53,21 @@ def delay_stats(delays: list[float]) -> dict[str, float | int | None]:
         "p99_ms": percentile(ordered, 99) * 1e3,
         "p50_ms": percentile(ordered, 50) * 1e3,
     }
+
+
+def time_collections(collections: list[tuple[float, int, float]]) -> None:
+    """Record every cyclic garbage collection from now on in *collections*: (when it ended, in
+    ``perf_counter`` seconds; its generation; how long it took, in seconds)."""
+    started = [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            now = time.perf_counter()
+            collections.append((now, info["generation"], now - started[0]))
+
+    gc.callbacks.append(callback)
 
 
 async def ticker(ticks: list[tuple[float, float]]) -> None:

@@ -13,13 +13,11 @@ or SIGINT, then writes OUT.json as ``ticked_serve`` does (``ticks``: ``[sleep st
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import signal
 import sys
-import time
 
-from benchmarks.harness.measure import ticker
+from benchmarks.harness.measure import ticker, time_collections
 
 
 async def _run(port: int, ticks: list[tuple[float, float]]) -> None:
@@ -45,16 +43,7 @@ def main(argv: list[str]) -> int:
     out, port, loop = argv[0], int(argv[1]), argv[2]
     ticks: list[tuple[float, float]] = []
     collections: list[tuple[float, int, float]] = []
-    started = [0.0]
-
-    def timed(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            now = time.perf_counter()
-            collections.append((now, info["generation"], now - started[0]))
-
-    gc.callbacks.append(timed)
+    time_collections(collections)
     try:
         if loop == "uvloop":
             import uvloop

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import json
 import sys
-import time
 from typing import Any
 
 ticks: list[tuple[float, float]] = []
@@ -51,19 +49,6 @@ def _install_ticker() -> None:
     _server.Engine.stop = stop  # type: ignore[method-assign]
 
 
-def _time_collections() -> None:
-    started = [0.0]
-
-    def callback(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            now = time.perf_counter()
-            collections.append((now, info["generation"], now - started[0]))
-
-    gc.callbacks.append(callback)
-
-
 def _no_probe() -> None:
     from aiosendfile import _options, _outlet
     from aiosendfile._serve import _protocol
@@ -81,7 +66,9 @@ def main(argv: list[str]) -> int:
     if rest[:1] == ["--"]:
         rest = rest[1:]
     _install_ticker()
-    _time_collections()
+    from benchmarks.harness.measure import time_collections
+
+    time_collections(collections)
     from aiosendfile._cli._main import main as serve
 
     try:
