@@ -315,6 +315,9 @@ _OPENAT2_NR = 437
 _RESOLVE_CACHED = 0x20
 _RESOLVE_NO_SYMLINKS = 0x04
 _AT_FDCWD = -100
+#: What ``openat2`` answers where it is not there to use: no such call, a seccomp filter, an
+#: unknown flag (no ``RESOLVE_CACHED`` before Linux 5.12), a larger ``struct open_how``.
+_REFUSED = frozenset((errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG))
 
 
 class _CachedLookup:
@@ -345,22 +348,24 @@ class _CachedLookup:
         nr, cwd = ctypes.c_long(_OPENAT2_NR), ctypes.c_int(_AT_FDCWD)
         fsencode, close, get_errno = os.fsencode, os.close, ctypes.get_errno
 
-        def call(path: str) -> bool | None:
-            """False: the lookup would read the disk. True: it ends without (found or not)."""
+        def openat2(path: str, how: Any) -> int:
+            """The descriptor, or minus the errno (a NUL in the path: -ENOENT, no such path)."""
             name = fsencode(path)
             if b"\0" in name:
-                return True  # no such path: nothing to wait for
-            fd = syscall(nr, cwd, name, how_ref, how_size)
+                return -errno.ENOENT
+            fd = syscall(nr, cwd, name, how, how_size)
+            return int(fd) if fd >= 0 else -get_errno()
+
+        def call(path: str) -> bool | None:
+            """False: the lookup would read the disk. True: it ends without (found or not)."""
+            fd = openat2(path, how_ref)
             if fd >= 0:
                 close(fd)
                 return True
-            err = get_errno()
-            if err == errno.EAGAIN:
-                return False
-            if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
+            if -fd in _REFUSED:
                 self.call = None  # no openat2, a filter, or no RESOLVE_CACHED (Linux < 5.12)
                 return None
-            return True  # ENOENT, ENOTDIR, EACCES, ELOOP...: answered from the caches
+            return fd != -errno.EAGAIN  # ENOENT, ENOTDIR, EACCES, ELOOP...: answered from the caches
 
         opening = How(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE_CACHED | _RESOLVE_NO_SYMLINKS)
         opening_ref = ctypes.byref(opening)
@@ -368,17 +373,11 @@ class _CachedLookup:
         def open_(path: str) -> int | None:
             """The descriptor, or minus the errno (EAGAIN: it would read the disk; ELOOP: a
             symlink on the way); None where the kernel cannot tell."""
-            name = fsencode(path)
-            if b"\0" in name:
-                return -errno.ENOENT
-            fd = syscall(nr, cwd, name, opening_ref, how_size)
-            if fd >= 0:
-                return int(fd)
-            err = get_errno()
-            if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
+            fd = openat2(path, opening_ref)
+            if fd < 0 and -fd in _REFUSED:
                 self.open = None
                 return None
-            return -err
+            return fd
 
         self.call = call
         self.open = open_
