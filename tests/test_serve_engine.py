@@ -1768,6 +1768,22 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
 # -- the straight line for memoised files ------------------------------------------------------------
 
 
+def _count_transfers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, one item in the list returned for each transfer object the engine makes."""
+    from aiosendfile import _outlet
+    from aiosendfile._serve import _protocol
+
+    transfers: list[int] = []
+    real_transfer = _outlet.Transfer
+
+    def counting(*args: Any) -> Any:
+        transfers.append(1)
+        return real_transfer(*args)
+
+    monkeypatch.setattr(_protocol, "Transfer", counting)
+    return transfers
+
+
 @pytest.mark.parametrize("cut", ["whole", "part of the file", "part of the head", "nothing of the file"])
 async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str
@@ -1782,21 +1798,12 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     async with serving(tmp_path, access_log=log) as site:
         body = pattern(300_000, seed=8)
         (site.root / "mid.bin").write_bytes(body)
-        transfers: list[int] = []
-        real_transfer = _outlet.Transfer
-
-        def counting(*args: Any) -> Any:
-            transfers.append(1)
-            return real_transfer(*args)
-
         reader, writer = await site.open()
         try:
             for _ in range(2):  # decided, then memoised (the connection's outlet made)
                 writer.write(get("/mid.bin"))
                 assert (await read_answer(reader)).body == body
-            from aiosendfile._serve import _protocol
-
-            monkeypatch.setattr(_protocol, "Transfer", counting)
+            transfers = _count_transfers(monkeypatch)
             outlet = next(iter(engine()._engines[site.server].connections)).outlet
             real_sock, real_send = outlet.sock, _outlet.sendfile_once
             calls: list[int] = []
@@ -1826,6 +1833,43 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     if cut == "part of the file":
         assert calls[:2] == [0, 1000]
     assert log.getvalue().splitlines()[-1].endswith(f'200 {len(body)} "-" "-"')
+
+
+@pytest.mark.parametrize("size", [1000, 300_000])
+async def test_a_first_sight_goes_straight_as_a_memoised_file_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """A file's first GET (the core's plain 200, from its descriptor) is sent as a memoised one
+    is: a small one read and written with its head, a larger one's head and file sent straight
+    where the socket takes them, with no transfer object. Byte-exact, the descriptor closed (the
+    fd guard), the access log counts the body, and the answer is memoised."""
+    from aiosendfile._serve import _protocol
+    from aiosendfile._static import _hot
+
+    class Full(_hot.HotFiles):  # the hot-file cache admits nothing: the core gives the descriptor
+        def admits(self, size: int) -> bool:
+            return False
+
+    hot = Full()
+    monkeypatch.setattr(_hot, "hot_files", hot)
+    monkeypatch.setattr(_protocol, "hot_files", hot)
+    log = io.StringIO()
+    async with serving(tmp_path, access_log=log) as site:
+        body = pattern(size, seed=9)
+        (site.root / "first.bin").write_bytes(body)
+        (site.root / "opener.bin").write_bytes(pattern(300_000, seed=10))
+        reader, writer = await site.open()
+        try:
+            writer.write(get("/opener.bin"))  # (the connection's outlet is made at its first body)
+            await read_answer(reader)
+            transfers = _count_transfers(monkeypatch)
+            writer.write(get("/first.bin"))
+            assert (await read_answer(reader)).body == body
+        finally:
+            await _close(writer)
+        assert b"/first.bin" in engine()._engines[site.server].answers
+    assert transfers == []
+    assert log.getvalue().splitlines()[-1].endswith(f'200 {size} "-" "-"')
 
 
 async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(

@@ -12,8 +12,9 @@ cache (``_static._answers``: the file's identity and path, whether it is small, 
 rendered). A small file's bytes come from the hot-file cache, one ``os.stat`` checks the path still
 names that file, and the prebuilt head, the second's tail and the bytes are appended to ``out``.
 Any other file is opened again, checked by ``fstat``, and sent from the file on the connection's
-outlet (``_outlet``). Everything a ``data_received`` produced leaves in one ``transport.write``
-(pipelined requests share it). Any other request becomes a core ``Request``, decided inline
+outlet (``_outlet``); a first sight's plain 200 is sent the same way, from the core's descriptor.
+Everything a ``data_received`` produced leaves in one ``transport.write`` (pipelined requests
+share it). Any other request becomes a core ``Request``, decided inline
 when its lookup waits for no disk (``_fs.open_cached``: one ``openat2`` that also opens a file
 reached through no symlink, and the core's ``decide`` takes that descriptor) or its path was seen
 in the last seconds, else after one hop to the cold pool, which looks the path up (a first sight
@@ -595,17 +596,11 @@ class HttpProtocol(asyncio.Protocol):
         small: bool,
     ) -> bool:
         """GET of a memoised file whose bytes are not in memory: open it again, check by ``fstat``
-        it is the file the memo describes, and send it. A *small* one is read with one
-        ``RWF_NOWAIT`` read (its probe) if the hot-file cache admits it or it is at most
-        ``READ_MAX`` bytes: its pages cached, it is written with its head (and kept in the cache
-        if admitted: a working set larger than the cache is sent from its files, not copied in
-        and evicted); cold, its transfer waits for them at once.
-        A file of one chunk, on a connection whose outlet exists and whose transport holds
-        nothing, goes straight: the head and the file sent here if its pages are cached and the
-        socket takes them, with no answer or transfer object (the common case, as the public
-        call's straight line); whatever is left (a full socket, cold pages, an error) goes on as
-        a transfer from where this stopped. The request object *x* is made only when a transfer
-        or the access log needs it. False: it is not that file (nothing was sent)."""
+        it is the file the memo describes, and send it (:meth:`_send_whole`). A *small* one is
+        read with one ``RWF_NOWAIT`` read (its probe) if the hot-file cache admits it (then kept
+        there) or it is at most ``READ_MAX`` bytes: its pages cached, it is written with its head
+        (a working set larger than the cache is sent from its files, not copied in and evicted);
+        cold, its transfer waits for them at once. False: it is not that file (nothing was sent)."""
         opened = reopen(path, ident)
         if opened is None:
             return False  # replaced, renamed over, grown, truncated, chmod'ed: another answer
@@ -613,8 +608,6 @@ class HttpProtocol(asyncio.Protocol):
         size = st.st_size
         warm_to = 0  # (the transfer's: size, probed warm; PROBED_COLD; 0, not probed)
         if small:
-            # One RWF_NOWAIT read is the probe: cached pages are written from memory (and kept in
-            # the hot-file cache if it admits them), cold ones waited for at once.
             body = read_back(fd, st, path, self.engine.cache_root, READ_MAX)
             if body is False:
                 warm_to = PROBED_COLD
@@ -623,6 +616,21 @@ class HttpProtocol(asyncio.Protocol):
                 if x is not None and x.log is not None:
                     self._log(x, size)
                 return True
+        self._send_whole(x, url, mode, fd, size, head, warm_to)
+        return True
+
+    def _send_whole(
+        self, x: Exchange | None, url: bytes, mode: int, fd: int, size: int, head: bytes, warm_to: int
+    ) -> None:
+        """GET of a whole file from *fd* (ours: closed here, or by the transfer) after *head*: a
+        memoised one, or a first sight (the core's plain 200). *warm_to*: 0 if its pages were not
+        probed yet, PROBED_COLD if they were and are not all cached.
+        A file of one chunk, on a connection whose outlet exists and whose transport holds
+        nothing, goes straight: the head and the file sent here if its pages are cached and the
+        socket takes them, with no answer or transfer object (the common case, as the public
+        call's straight line); whatever is left (a full socket, cold pages, an error) goes on as
+        a transfer from where this stopped. The request object *x* is made only when a transfer
+        or the access log needs it."""
         position = 0
         rest = head
         outlet = self.outlet
@@ -644,13 +652,12 @@ class HttpProtocol(asyncio.Protocol):
                     self.since = self.engine.now
                     if x is not None and x.log is not None:
                         self._log(x, size)
-                    return True
+                    return
         if x is None:
             x = Exchange(_GET, url, mode, None, None)
         body_range = FileRange(fd, position, size - position)
-        ans = Answer(200, [], size, body=body_range, path=path, fd=fd, close=os.close)
+        ans = Answer(200, [], size, body=body_range, fd=fd, close=os.close)
         self._send_body(x, ans, body_range, rest, position, warm_to)
-        return True
 
     def _decide(self, x: Exchange) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
@@ -771,6 +778,26 @@ class HttpProtocol(asyncio.Protocol):
             if head is None:
                 head = decided.head = head_of(ans)
             engine.remember(x.raw, decided)
+            fd = ans.fd
+            if fd is not None and x.method == _GET and isinstance(body, FileRange):
+                # A first sight of a file sent from its descriptor: as a memoised one is sent,
+                # the head and the file straight where the socket takes them (a small one read
+                # and written from memory, its read the probe), else as a transfer.
+                ans.fd = None  # (ours now: the answer closes nothing)
+                head += engine.clock.tails[x.mode]
+                size = decided.size
+                if size <= READ_MAX:
+                    read = _platform.read_nowait(fd, size, 0, decided.identity[0])
+                    if type(read) is bytearray and len(read) == size:
+                        os.close(fd)
+                        self._put(head + read)
+                        if x.log is not None:
+                            self._log(x, size)
+                        return
+                    self._send_whole(x, x.url, x.mode, fd, size, head, PROBED_COLD if read is False else 0)
+                    return
+                self._send_whole(x, x.url, x.mode, fd, size, head, 0)
+                return
         else:
             head = head_of(ans)
         head += engine.clock.tails[x.mode]
