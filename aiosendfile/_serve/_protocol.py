@@ -7,9 +7,9 @@ A read that is exactly a plain request head parsed before (``Engine.heads``: a c
 sends the same bytes) is not parsed again: its method, target and keep-alive mode come from that
 memo, and it goes on as a parsed one would. The hot path (a plain ``GET``/``HEAD``: no ``Range``,
 ``If-*``, ``Accept-Encoding`` or ``Expect``) of a file answered recently makes no core request or
-answer object: the raw target path (query cut) finds the core's ``Decided`` in the engine's answer
-cache (``_static._answers``: the file's identity and path, whether it is small, the head the engine
-rendered). A small file's bytes come from the hot-file cache, one ``os.stat`` checks the path still
+answer object: the raw target path (query cut) finds what the core decided in the engine's answer
+cache (``_server.Known``: the file's identity and path, the head the engine rendered, whether it is
+small). A small file's bytes come from the hot-file cache, one ``os.stat`` checks the path still
 names that file, and the prebuilt head, the second's tail and the bytes are appended to ``out``.
 Any other file is opened again, checked by ``fstat``, and sent from the file on the connection's
 outlet (``_outlet``); a first sight's plain 200 is sent the same way, from the core's descriptor.
@@ -553,16 +553,13 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         q = url.find(b"?")
         key = url if q < 0 else url[:q]
-        decided = engine.answers.get(key)
-        if decided is None:
+        known = engine.answers.get(key)
+        if known is None:
             return False
-        ident, path, head = decided.identity, decided.path, decided.head
-        if head is None:  # (never: the engine renders it before it keeps the answer)
-            return False
+        ident, path, head, small = known
         head += engine.clock.tails[mode]
         body = None
         if get:
-            small = decided.small
             body = hot_files.body(path, engine.cache_root, ident) if small else None
             if body is None:  # sent from the file (or read into the hot-file cache again)
                 if self._send_known(x, url, mode, ident, path, head, small):

@@ -5,13 +5,14 @@ size (``Answer.decided``): the file's identity (from the ``stat`` the core took 
 its size, whether its bytes may be in the hot-file cache, and the request's ``prefix``. A door that
 can answer the same request again without the core (the native engine, the ASGI apps) fills its own
 typed slot (the engine's ``head``, the ASGI apps' header ``pairs``) and keeps it in its
-:class:`Answers` under the request's key. On a hit the door checks that the path still names that
-file before using anything: one ``stat`` for a hot file, the ``fstat`` of the file opened again for
-any other. The engine's cache holds no body: a small file's bytes are the hot-file cache's (bounded
-on its own), looked up by path and identity; the ASGI apps keep a hot file's bytes with its answer
-(``body``, charged with it). One object an entry: a request answered from it touches the
-entry, its identity, path and rendering, and nothing else (a second object per entry, 10,000
-entries looked up at random, cost the engine 5% more CPU a request: cache misses).
+:class:`Answers` under the request's key (the engine keeps a tuple of what it needs instead, which
+the garbage collector does not track: ``_serve._server.Known``). On a hit the door checks that the
+path still names that file before using anything: one ``stat`` for a hot file, the ``fstat`` of the
+file opened again for any other. The engine's cache holds no body: a small file's bytes are the
+hot-file cache's (bounded on its own), looked up by path and identity; the ASGI apps keep a hot
+file's bytes with its answer (``body``, charged with it). One object an entry: a request answered
+from it touches the entry, its identity, path and rendering, and nothing else (a second object per
+entry, 10,000 entries looked up at random, cost the engine 5% more CPU a request: cache misses).
 
 Bounded by entries and by the bytes each entry keeps alive, its key included (both come from the
 peer: a client spelling one file ten thousand ways, ``/./a``, ``//a``, ... must not grow it); a
