@@ -1354,6 +1354,24 @@ async def test_a_first_sight_is_opened_by_its_lookup_alone(
     assert opened == ["linked.bin"]
 
 
+async def test_the_engines_answers_are_not_tracked_by_the_garbage_collector(site: Site) -> None:
+    """What the engine keeps of an answer is a tuple of atomic values: after the collector's first
+    passes (the inner identity tuple, then the entry) it is no longer tracked, so a working set of
+    thousands adds nothing to its passes."""
+    import gc
+
+    for name in ("small.txt", "big.bin"):
+        raw = await site.exchange(get("/" + name, "Connection: close\r\n"))
+        assert split_answers(raw, ["GET"])[0].body == (site.root / name).read_bytes()
+    gc.collect()
+    gc.collect()
+    answers = engine()._engines[site.server].answers
+    for key in (b"/small.txt", b"/big.bin"):
+        known = answers.get(key)
+        assert known is not None
+        assert not gc.is_tracked(known), known
+
+
 async def test_a_small_file_is_memoised_at_its_first_answer(site: Site) -> None:
     """A small file read into the hot-file cache by its first request is memoised by that request
     (before: only by the next, which found it in the hot cache; a working set larger than the hot

@@ -42,7 +42,7 @@ __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "shutdown", "sta
 #: enough to be answered from the hot-file cache. No body: a small file's bytes are the hot-file
 #: cache's (``_static._hot``, bounded on its own), any other file is opened again, checked against
 #: the identity by ``fstat``, and sent from it. A tuple of atomic values, which the garbage
-#: collector stops tracking at its first pass: a working set of ten thousand answers adds nothing
+#: collector stops tracking after its first passes: a working set of ten thousand answers adds nothing
 #: to its passes (as objects, they were more than half of what it tracked on the mixed set of
 #: 10,000 files: 16,000 objects then, 7,000 now).
 Known = tuple[tuple[int, ...], str, bytes, bool]
