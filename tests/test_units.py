@@ -211,3 +211,22 @@ def test_hot_cache_admits_read_backs_while_it_has_room_then_one_in_n(tmp_path: P
         hot.put(str(p), None, p.stat(), p.read_bytes())
     assert len(hot._entries) == 4
     assert hot._bytes <= hot.max_bytes
+
+
+def test_a_hot_entry_makes_its_renderings_at_the_first_asking() -> None:
+    """A hot-file entry holds no rendering objects until a door asks for one (``serve`` never
+    does): then one per ``precompressed`` setting, each the same object at every later asking."""
+    import gc
+
+    from aiosendfile._static._hot import HotEntry
+
+    entry = HotEntry((1, 2, 3, 4, 5), b"body", "/srv/a")
+    assert entry._renderings is None
+    gc.collect()
+    held = [o for o in gc.get_referents(entry) if not isinstance(o, type)]  # (not its class)
+    assert not any(gc.is_tracked(o) for o in held), held  # (the identity untracked after a pass)
+    plain, compressed = entry.rendering(False), entry.rendering(True)
+    assert plain is not compressed
+    assert entry.rendering(False) is plain and entry.rendering(True) is compressed
+    plain.fields = [("Content-Type", "text/plain")]
+    assert entry.rendering(False).fields == [("Content-Type", "text/plain")]
