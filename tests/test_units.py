@@ -227,6 +227,7 @@ def test_a_hot_entry_makes_its_renderings_at_the_first_asking() -> None:
     assert not any(gc.is_tracked(o) for o in held), held  # (the identity untracked after a pass)
     plain, compressed = entry.rendering(False), entry.rendering(True)
     assert plain is not compressed
-    assert entry.rendering(False) is plain and entry.rendering(True) is compressed
+    assert entry.rendering(False) is plain
+    assert entry.rendering(True) is compressed
     plain.fields = [("Content-Type", "text/plain")]
     assert entry.rendering(False).fields == [("Content-Type", "text/plain")]
