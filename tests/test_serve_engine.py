@@ -1890,6 +1890,42 @@ async def test_a_first_sight_goes_straight_as_a_memoised_file_does(
     assert log.getvalue().splitlines()[-1].endswith(f'200 {size} "-" "-"')
 
 
+async def test_a_first_sights_read_that_fails_leaves_the_file_to_the_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small file's first read failing (EIO from the read that is also its probe) is not an
+    error of the connection: the file goes on to the send, which answers it whole (or aborts the
+    connection if the file cannot be read); no descriptor is left open (the fd guard)."""
+    from aiosendfile import _platform
+    from aiosendfile._serve import _protocol
+    from aiosendfile._static import _hot
+
+    class Full(_hot.HotFiles):
+        def admits(self, size: int) -> bool:
+            return False
+
+    hot = Full()
+    monkeypatch.setattr(_hot, "hot_files", hot)
+    monkeypatch.setattr(_protocol, "hot_files", hot)
+    async with serving(tmp_path) as site:
+        body = pattern(1000, seed=11)
+        (site.root / "first.bin").write_bytes(body)
+        (site.root / "opener.bin").write_bytes(pattern(300_000, seed=10))
+        reader, writer = await site.open()
+        try:
+            writer.write(get("/opener.bin"))
+            await read_answer(reader)
+
+            def failing(*args: Any, **kwargs: Any) -> Any:
+                raise OSError(errno.EIO, "I/O error")
+
+            monkeypatch.setattr(_platform, "read_nowait", failing)
+            writer.write(get("/first.bin"))
+            assert (await read_answer(reader)).body == body
+        finally:
+            await _close(writer)
+
+
 async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:

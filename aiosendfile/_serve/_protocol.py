@@ -784,7 +784,10 @@ class HttpProtocol(asyncio.Protocol):
                 head += engine.clock.tails[x.mode]
                 size = decided.size
                 if size <= READ_MAX:
-                    read = _platform.read_nowait(fd, size, 0, decided.identity[0])
+                    try:
+                        read = _platform.read_nowait(fd, size, 0, decided.identity[0])
+                    except OSError:  # (EIO...: the transfer meets it again, and aborts)
+                        read = None
                     if type(read) is bytearray and len(read) == size:
                         os.close(fd)
                         self._put(head + read)
