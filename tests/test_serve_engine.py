@@ -1786,6 +1786,20 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
 # -- the straight line for memoised files ------------------------------------------------------------
 
 
+def _admit_no_hot_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hot-file cache that admits nothing, so the core answers a small file with its descriptor."""
+    from aiosendfile._serve import _protocol
+    from aiosendfile._static import _hot
+
+    class Full(_hot.HotFiles):
+        def admits(self, size: int) -> bool:
+            return False
+
+    hot = Full()
+    monkeypatch.setattr(_hot, "hot_files", hot)
+    monkeypatch.setattr(_protocol, "hot_files", hot)
+
+
 def _count_transfers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, one item in the list returned for each transfer object the engine makes."""
     from aiosendfile import _outlet
@@ -1861,16 +1875,7 @@ async def test_a_first_sight_goes_straight_as_a_memoised_file_does(
     is: a small one read and written with its head, a larger one's head and file sent straight
     where the socket takes them, with no transfer object. Byte-exact, the descriptor closed (the
     fd guard), the access log counts the body, and the answer is memoised."""
-    from aiosendfile._serve import _protocol
-    from aiosendfile._static import _hot
-
-    class Full(_hot.HotFiles):  # the hot-file cache admits nothing: the core gives the descriptor
-        def admits(self, size: int) -> bool:
-            return False
-
-    hot = Full()
-    monkeypatch.setattr(_hot, "hot_files", hot)
-    monkeypatch.setattr(_protocol, "hot_files", hot)
+    _admit_no_hot_files(monkeypatch)
     log = io.StringIO()
     async with serving(tmp_path, access_log=log) as site:
         body = pattern(size, seed=9)
@@ -1897,16 +1902,8 @@ async def test_a_first_sights_read_that_fails_leaves_the_file_to_the_send(
     error of the connection: the file goes on to the send, which answers it whole (or aborts the
     connection if the file cannot be read); no descriptor is left open (the fd guard)."""
     from aiosendfile import _platform
-    from aiosendfile._serve import _protocol
-    from aiosendfile._static import _hot
 
-    class Full(_hot.HotFiles):
-        def admits(self, size: int) -> bool:
-            return False
-
-    hot = Full()
-    monkeypatch.setattr(_hot, "hot_files", hot)
-    monkeypatch.setattr(_protocol, "hot_files", hot)
+    _admit_no_hot_files(monkeypatch)
     async with serving(tmp_path) as site:
         body = pattern(1000, seed=11)
         (site.root / "first.bin").write_bytes(body)
