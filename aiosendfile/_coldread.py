@@ -8,18 +8,25 @@ pool (``_options.default_cold_executor`` unless the caller has its own), never
 in the loop's default executor, so a slow disk cannot starve
 ``run_in_executor`` users. Where the platform cannot tell (no ``RWF_NOWAIT``),
 every read goes to the pool: the conservative choice.
+
+:func:`read_ahead` asks the kernel to start reading a range in, from the read-ahead thread: never
+from the loop's, where submitting the read may wait in the block layer (for a request slot while
+the pool's reads fill the device's queue, or for memory) for milliseconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import queue
+import threading
 from concurrent.futures import Executor
 
 from . import _platform
 from ._options import default_cold_executor
 from ._threads import in_pool
 
-__all__ = ("read_range",)
+__all__ = ("read_ahead", "read_range")
 
 
 async def read_range(
@@ -39,3 +46,53 @@ async def read_range(
         return data
     _platform.counters.cold += 1
     return await in_pool(executor or default_cold_executor(), os.pread, fd, size, offset)
+
+
+class _ReadAhead:
+    """One daemon thread that asks the kernel to read ranges in (``POSIX_FADV_WILLNEED``).
+
+    Each range comes with a duplicate of its file's fd, which the thread closes once the read is
+    asked: the caller may close its own at once. Ranges asked from a loop go to the thread
+    together at the loop's next turn, so a burst of cold files costs the thread one wake-up and
+    one hand-off of the GIL, not one each (measured on the cold mixed set, a wake-up per file
+    cost about a tenth of ``serve``'s requests a second). A forked child starts its own thread.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[tuple[int, int, int]]] | None = None
+        self._pid = 0
+        self._batch: list[tuple[int, int, int]] = []
+
+    def ask(self, fd: int, offset: int, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        batch = self._batch
+        batch.append((os.dup(fd), offset, size))
+        if len(batch) == 1:
+            if loop is None or loop.is_closed():
+                self._send()
+            else:
+                loop.call_soon(self._send)
+
+    def _send(self) -> None:
+        batch, self._batch = self._batch, []
+        q = self._queue
+        if q is None or self._pid != os.getpid():
+            self._queue = q = queue.SimpleQueue()
+            self._pid = os.getpid()
+            thread = threading.Thread(target=self._run, args=(q,), name="aiosendfile-read-ahead", daemon=True)
+            thread.start()
+        q.put(batch)
+
+    @staticmethod
+    def _run(q: queue.SimpleQueue[list[tuple[int, int, int]]]) -> None:
+        while True:
+            for fd, offset, size in q.get():
+                try:
+                    _platform.read_ahead(fd, offset, size)
+                finally:
+                    os.close(fd)
+
+
+#: ``read_ahead(fd, offset, size, loop=None)``: have the kernel start reading [offset,
+#: offset+size) of *fd* in, from the read-ahead thread, at *loop*'s next turn (at once without
+#: one). Nothing waits for it; *fd* is duplicated first, so the caller may close it at once.
+read_ahead = _ReadAhead().ask

@@ -25,8 +25,10 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   part of is sent when the socket has room, without probing it again. A cold chunk of up to
   ``READ_AHEAD_MAX`` bytes is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts,
   nothing waits for it) and probed again from a timer, 1 ms later, then twice as long each time,
-  ``COLD_WAITS`` times: no thread, so no hand-off of the GIL per cold file (h2o tries
-  ``RWF_NOWAIT`` first for the same reason). A larger chunk, or one still cold after the waits
+  ``COLD_WAITS`` times: no pool thread, so no hand-off of the GIL per cold file and back (h2o
+  tries ``RWF_NOWAIT`` first for the same reason). The read is asked from the read-ahead thread
+  (``_coldread.read_ahead``, a loop turn's chunks together), never from the loop's: submitting
+  it may wait in the block layer for milliseconds. A larger chunk, or one still cold after the waits
   (a busy disk), is sent from the cold-read pool, whose thread hands the result back with one
   ``call_soon_threadsafe``. The duplicate stays open until that thread is done with it, whatever
   happens to the connection. Where the owner shares out each iteration of the loop (``Turns``:
@@ -52,6 +54,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import _platform
+from ._coldread import read_ahead
 from ._options import DEFAULT_OPTIONS
 from ._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
 from ._target import resolve_target
@@ -304,7 +307,7 @@ class Transfer:
         """Have the kernel read the chunk in, and probe it again from a timer (see the module)."""
         self._unwatch()
         if self.waits == 0:
-            _platform.read_ahead(self.file_fd, self.position, size)
+            read_ahead(self.file_fd, self.position, size, self.outlet.loop)  # (not from the loop's thread)
         delay = FIRST_WAIT * (1 << self.waits)
         self.waits += 1
         self.timer = self.outlet.loop.call_later(delay, self._waited)

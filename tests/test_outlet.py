@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiosendfile import _outlet, _platform
+from aiosendfile._coldread import read_ahead as read_ahead_later
 
 from .support.files import pattern
 
@@ -117,13 +119,23 @@ async def test_a_cold_small_chunk_waits_for_its_pages_then_is_read(
         reads.append(size)
         return False if len(reads) == 1 else real(fd, size, offset, device)
 
-    hints: list[tuple[int, int]] = []
+    hints: list[tuple[int, int, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def read_ahead(fd: int, offset: int, size: int) -> None:
+        hints.append((offset, size, threading.get_ident() == loop_thread))
+
     monkeypatch.setattr(_platform, "read_nowait", cold_once)
-    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
+    monkeypatch.setattr(_platform, "read_ahead", read_ahead)
     got, _, (sent, exc) = await transfer(path, len(data))
     assert got == b"HEAD\r\n\r\n" + data
     assert (sent, exc) == (len(data), None)
-    assert hints == [(0, len(data))]
+    for _ in range(100):  # (asked from a pool thread: it may come after the transfer's end)
+        if hints:
+            break
+        await asyncio.sleep(0.01)
+    # Never from the loop's thread: submitting a read may wait in the block layer.
+    assert hints == [(0, len(data), False)]
     assert reads == [len(data), len(data)]
 
 
@@ -153,6 +165,70 @@ async def test_where_the_read_cannot_tell_the_chunk_is_probed_and_sent_with_send
     assert (sent, exc) == (len(data), None)
     assert _platform.counters.calls == calls + 1
     assert sock.sends == [(8, MORE)]
+
+
+async def test_read_ahead_is_asked_from_its_own_thread_on_a_duplicate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranges asked from the loop go to the read-ahead thread together at the loop's next turn,
+    each on a duplicate of its fd, which the thread closes: the caller closes its own at once."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 10_000)
+    asked: list[tuple[int, int, int, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def read_ahead(fd: int, offset: int, size: int) -> None:
+        asked.append((os.fstat(fd).st_ino, offset, size, threading.get_ident() == loop_thread))
+
+    monkeypatch.setattr(_platform, "read_ahead", read_ahead)
+    loop = asyncio.get_running_loop()
+    before = len(os.listdir("/dev/fd"))
+    fds = [os.open(path, os.O_RDONLY) for _ in range(3)]
+    for i, fd in enumerate(fds):
+        read_ahead_later(fd, i * 4096, 4096, loop)
+        os.close(fd)
+    for _ in range(200):
+        if len(asked) == 3:
+            break
+        await asyncio.sleep(0.01)
+    inode = path.stat().st_ino
+    assert asked == [(inode, i * 4096, 4096, False) for i in range(3)]
+    for _ in range(200):  # each duplicate closed by the thread once asked
+        if len(os.listdir("/dev/fd")) == before:
+            break
+        await asyncio.sleep(0.01)
+    assert len(os.listdir("/dev/fd")) == before
+
+
+def test_a_refused_read_starts_no_read_of_the_disk(tmp_path: Path) -> None:
+    """A range not all cached is refused without touching its pages: a refused ``RWF_NOWAIT``
+    read would start their read-ahead from the caller's thread (the loop's), and submitting it
+    may wait in the block layer. ``cachestat`` counts pages being read in as cached, so pages
+    still absent after the refusal show that nothing was started."""
+    if not _platform.HAS_RWF_NOWAIT or not _platform.range_cached_available():
+        pytest.skip("no RWF_NOWAIT or no cachestat(2)")
+    data = pattern(64 * 1024, seed=6)
+    path = tmp_path / "cold.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if _platform.range_cached(fd, 0, len(data)) is not False:
+            pytest.skip("the pages could not be dropped here")
+        read = _platform.read_nowait(fd, len(data), 0)
+        if read is None:
+            pytest.skip("RWF_NOWAIT is refused on this file system")
+        assert read is False
+        assert _platform.range_cached(fd, 0, len(data)) is False  # (still absent: nothing started)
+        # Only the last page cached: a range over the end of the file is read (its pages past
+        # the end are none), a range over absent pages is still refused.
+        os.pread(fd, 1, len(data) - 1)
+        assert _platform.read_nowait(fd, 100, len(data) - 10) == data[-10:]
+        if _platform.range_cached(fd, 0, 4096) is False:
+            assert _platform.read_nowait(fd, len(data), 0) is False
+    finally:
+        os.close(fd)
 
 
 def test_read_nowait_says_read_cold_or_cannot_tell(tmp_path: Path) -> None:
