@@ -12,6 +12,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,37 @@ async def test_read_ahead_is_asked_from_its_own_thread_on_a_duplicate(
         if len(os.listdir("/dev/fd")) == before:
             break
         await asyncio.sleep(0.01)
+    assert len(os.listdir("/dev/fd")) == before
+
+
+def test_a_read_ahead_batch_whose_loop_closed_goes_with_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop closed before the turn that was to send its batch does not keep it (nor its
+    duplicate fds) for ever: the next range asked, from another loop, sends both."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 10_000)
+    asked: list[int] = []
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append(offset))
+    before = len(os.listdir("/dev/fd"))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        first = asyncio.new_event_loop()
+        read_ahead_later(fd, 0, 4096, first)
+        first.close()  # (its turn never comes)
+        second = asyncio.new_event_loop()
+        try:
+            read_ahead_later(fd, 4096, 4096, second)
+            second.run_until_complete(asyncio.sleep(0))
+        finally:
+            second.close()
+    finally:
+        os.close(fd)
+    for _ in range(200):
+        if len(asked) == 2 and len(os.listdir("/dev/fd")) == before:
+            break
+        time.sleep(0.01)
+    assert sorted(asked) == [0, 4096]
     assert len(os.listdir("/dev/fd")) == before
 
 
