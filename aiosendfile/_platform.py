@@ -179,9 +179,9 @@ def read_nowait(
     call = _cachestat.call
     if call is not None:
         pages = call(fd, offset, size)
-        if pages is not None and pages < (offset + size - 1) // _PAGE - offset // _PAGE + 1:
+        if pages is not None and pages < _pages_of(offset, size):
             end = min(offset + size, os.fstat(fd).st_size)  # (a range past the end: its pages are none)
-            if end <= offset or pages < (end - 1) // _PAGE - offset // _PAGE + 1:
+            if end <= offset or pages < _pages_of(offset, end - offset):
                 return False if end > offset else bytearray()
     buf = bytearray(size)
     try:
@@ -317,8 +317,12 @@ def range_cached(fd: int, offset: int, size: int) -> bool | None:
     pages = call(fd, offset, size)
     if pages is None:
         return None
-    first, last = offset // _PAGE, (offset + size - 1) // _PAGE
-    return pages >= last - first + 1
+    return pages >= _pages_of(offset, size)
+
+
+def _pages_of(offset: int, size: int) -> int:
+    """How many pages [offset, offset+size) touches (*size* > 0)."""
+    return (offset + size - 1) // _PAGE - offset // _PAGE + 1
 
 
 # openat2(2) with RESOLVE_CACHED (Linux >= 5.12): a path lookup that fails with EAGAIN instead of
