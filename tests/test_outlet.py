@@ -21,7 +21,9 @@ import pytest
 from aiosendfile import _outlet, _platform
 from aiosendfile._coldread import read_ahead as read_ahead_later
 
+from .support.fds import open_fds
 from .support.files import pattern
+from .support.waiting import until
 
 MORE = 0x8000  # (the outlet's flag for a TCP head; its value only has to be told apart from 0)
 
@@ -131,10 +133,7 @@ async def test_a_cold_small_chunk_waits_for_its_pages_then_is_read(
     got, _, (sent, exc) = await transfer(path, len(data))
     assert got == b"HEAD\r\n\r\n" + data
     assert (sent, exc) == (len(data), None)
-    for _ in range(100):  # (asked from a pool thread: it may come after the transfer's end)
-        if hints:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the end)
     # Never from the loop's thread: submitting a read may wait in the block layer.
     assert hints == [(0, len(data), False)]
     assert reads == [len(data), len(data)]
@@ -183,22 +182,16 @@ async def test_read_ahead_is_asked_from_its_own_thread_on_a_duplicate(
 
     monkeypatch.setattr(_platform, "read_ahead", read_ahead)
     loop = asyncio.get_running_loop()
-    before = len(os.listdir("/dev/fd"))
+    before = open_fds()
     fds = [os.open(path, os.O_RDONLY) for _ in range(3)]
     for i, fd in enumerate(fds):
         read_ahead_later(fd, i * 4096, 4096, loop)
         os.close(fd)
-    for _ in range(200):
-        if len(asked) == 3:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: len(asked) == 3)
     inode = path.stat().st_ino
     assert asked == [(inode, i * 4096, 4096, False) for i in range(3)]
-    for _ in range(200):  # each duplicate closed by the thread once asked
-        if len(os.listdir("/dev/fd")) == before:
-            break
-        await asyncio.sleep(0.01)
-    assert len(os.listdir("/dev/fd")) == before
+    await until(lambda: open_fds() == before)  # each duplicate closed by the thread once asked
+    assert open_fds() == before
 
 
 def test_a_read_ahead_batch_whose_loop_closed_goes_with_the_next(
@@ -210,7 +203,7 @@ def test_a_read_ahead_batch_whose_loop_closed_goes_with_the_next(
     path.write_bytes(b"x" * 10_000)
     asked: list[int] = []
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append(offset))
-    before = len(os.listdir("/dev/fd"))
+    before = open_fds()
     fd = os.open(path, os.O_RDONLY)
     try:
         first = asyncio.new_event_loop()
@@ -224,12 +217,11 @@ def test_a_read_ahead_batch_whose_loop_closed_goes_with_the_next(
             second.close()
     finally:
         os.close(fd)
-    for _ in range(200):
-        if len(asked) == 2 and len(os.listdir("/dev/fd")) == before:
-            break
+    deadline = time.monotonic() + 10  # (no loop of its own here: its fds would count)
+    while not (len(asked) == 2 and open_fds() == before) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sorted(asked) == [0, 4096]
-    assert len(os.listdir("/dev/fd")) == before
+    assert open_fds() == before
 
 
 def test_a_refused_read_starts_no_read_of_the_disk(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ import pytest
 
 from .support.files import CHANGES, change_file, pattern
 from .support.raw_http import connect, read_to_eof
+from .support.waiting import until
 
 pytest.importorskip("httptools")
 
@@ -1595,15 +1596,6 @@ async def test_accepting_pauses_when_out_of_descriptors_and_resumes(monkeypatch:
     assert [e["exception"].errno for e in errors] == [errno.EMFILE]
 
 
-async def _asked(hints: list[Any]) -> None:
-    """Wait (a second at most) for a read-ahead: it is asked from its own thread, at the loop's
-    next turn, so it may come after the body it was for."""
-    for _ in range(100):
-        if hints:
-            return
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("cold", ["once", "always"])
 async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
     site: Site, monkeypatch: pytest.MonkeyPatch, cold: str
@@ -1626,7 +1618,7 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
     before = _platform.counters.cold
     raw = await site.exchange(get("/medium.bin", "Connection: close\r\n"))
     assert split_answers(raw, ["GET"])[0].body == body
-    await _asked(hints)
+    await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
     assert hints == [(0, len(body))]
     if cold == "once":
         assert len(probes) == 2
@@ -1961,6 +1953,6 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
         assert (await read_answer(reader)).body == body
     finally:
         await _close(writer)
-    await _asked(hints)
+    await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
     assert hints == [(0, len(body))]  # it waited for the pages
     assert len(probes) == 2  # the straight line's, then the one after the wait
