@@ -25,7 +25,7 @@ import os
 import socket
 import ssl as _ssl
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 __all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
@@ -86,16 +86,23 @@ class Listener:
         sock: socket.socket,
         factory: Callable[[], asyncio.Protocol],
         ssl: _ssl.SSLContext | None,
+        *,
+        made: Container[asyncio.Protocol] = (),
     ) -> None:
         self._loop = loop
         self._sock = sock
         self._factory = factory
         self._ssl = ssl
+        # The protocols whose connection_made has run (and connection_lost not), as the caller
+        # keeps them: the engine's connections. A TLS set-up whose protocol is there is not
+        # cancelled (see close).
+        self._made = made
         # Accepted sockets take the listening socket's proto, and asyncio sets TCP_NODELAY only
         # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it).
         self._nodelay = sock.family in _TCP and sock.proto != socket.IPPROTO_TCP
-        # The connections being set up: each task, and whether it has begun (see close).
-        self._handshakes: dict[asyncio.Task[None], list[bool]] = {}
+        # The connections being set up: each task, and what is known of it (see close): nothing
+        # before its first step, then True, then over TLS the protocol made for it.
+        self._handshakes: dict[asyncio.Task[None], list[Any]] = {}
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
         sock.setblocking(False)
@@ -133,28 +140,36 @@ class Listener:
         # not made twice.
         if self._nodelay:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        begun: list[bool] = []
-        task = self._loop.create_task(self._connect(conn, begun))
-        self._handshakes[task] = begun
-        task.add_done_callback(functools.partial(self._set_up, conn, begun))
+        setup: list[Any] = []
+        task = self._loop.create_task(self._connect(conn, setup))
+        self._handshakes[task] = setup
+        task.add_done_callback(functools.partial(self._set_up, conn, setup))
 
-    def _set_up(self, conn: socket.socket, begun: list[bool], task: asyncio.Task[None]) -> None:
+    def _set_up(self, conn: socket.socket, setup: list[Any], task: asyncio.Task[None]) -> None:
         self._handshakes.pop(task, None)
-        if not begun:  # cancelled before its first step: connect_accepted_socket never had *conn*
+        if not setup:  # cancelled before its first step: connect_accepted_socket never had *conn*
             conn.close()
 
-    async def _connect(self, conn: socket.socket, begun: list[bool]) -> None:
+    async def _connect(self, conn: socket.socket, setup: list[Any]) -> None:
         # connect_accepted_socket owns *conn* from here on: on a failure (or a cancellation) it
         # closes it itself.
-        begun.append(True)
+        setup.append(True)
+        factory = self._factory if self._ssl is None else functools.partial(self._protocol, setup)
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn, ssl=self._ssl)
+            await self._loop.connect_accepted_socket(factory, conn, ssl=self._ssl)
         except (OSError, asyncio.TimeoutError):
             pass  # a failed or timed-out TLS handshake, a reset: the peer's problem, not ours
         except Exception as exc:
             self._loop.call_exception_handler(
                 {"message": "serve: a connection could not be set up", "exception": exc}
             )
+
+    def _protocol(self, setup: list[Any]) -> asyncio.Protocol:
+        """The factory's protocol for a TLS set-up, noted in *setup* (both loops make it before
+        the handshake; its connection_made comes after)."""
+        protocol = self._factory()
+        setup.append(protocol)
+        return protocol
 
     def _resume(self) -> None:
         self._retry = None
@@ -164,8 +179,13 @@ class Listener:
     def close(self) -> None:
         """Stop accepting; cancel the connections still in their TLS handshake, and the set-ups
         not begun yet (their sockets are closed). A plain set-up already begun is left to finish
-        within its turn: cancelled after the protocol's connection_made, uvloop closes the
-        transport without connection_lost; the engine closes a connection made while it stops."""
+        within its turn, as is a TLS one whose handshake is over (its protocol's connection_made
+        has run; the set-up task has not resumed yet): cancelled after the protocol's
+        connection_made, uvloop closes the transport without connection_lost, and asyncio's
+        closes its TLS transport, a second time once the engine has closed it, which drops the
+        transport's TLS layer (its ``get_write_buffer_size()`` and ``abort()`` then raise until
+        ``connection_lost``: the engine's timer raised there). The engine closes a connection
+        made while it stops."""
         if self._closed:
             return
         self._closed = True
@@ -175,8 +195,8 @@ class Listener:
         else:
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        for task, begun in list(self._handshakes.items()):
-            if self._ssl is not None or not begun:
+        for task, setup in list(self._handshakes.items()):
+            if not setup or (self._ssl is not None and setup[-1] not in self._made):
                 task.cancel()
 
     async def wait_closed(self) -> None:

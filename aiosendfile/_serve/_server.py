@@ -236,7 +236,7 @@ async def start_server(
             sock = listening_socket(host, port, path=path)
         else:
             sock.listen(BACKLOG)
-        server = Listener(loop, sock, engine.protocol, ssl)
+        server = Listener(loop, sock, engine.protocol, ssl, made=engine.connections)
     except BaseException:
         engine.stop()
         raise
