@@ -10,7 +10,9 @@ aiohttp's static, the plugin in an application, in-memory bodies) and the ASGI r
 the references that hold files in memory) are here too; the grid and the run are
 ``http_static``'s, the ratios and tables ``http_report``'s. Over HTTPS (the ``*-tls`` sets) only
 :data:`TLS_CONTENDERS` run: ``serve --tls-cert CERT --tls-key KEY`` and nginx with ``listen ... ssl``
-(:data:`NGINX_TLS`), both with the same certificate and key.
+(:data:`NGINX_TLS`), both with the same certificate and key. The ``py-floor`` rows, asked for by name,
+are ``benchmarks.programs.floor_server`` (:data:`FLOORS`): the least a Python server on uvloop
+spends per request, with and without ``serve``'s page-cache probe.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ __all__ = [
     "BASE",
     "CONTENDERS",
     "DEFAULT_CONTENDERS",
+    "FLOORS",
+    "FLOOR_SERVER",
     "MULTI_WORKER",
     "NGINX_CONF",
     "NGINX_TLS",
@@ -85,6 +89,8 @@ CONTENDERS = (
     "aiohttp-memory",
     *ASGI_CONTENDERS,
     *ASGI_MEMORY,
+    "py-floor",
+    "py-floor+probe",
 )
 # aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
 DEFAULT_CONTENDERS = CONTENDERS[:6]
@@ -94,6 +100,10 @@ MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
 SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
 # The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key.
 TLS_CONTENDERS = (SERVE, "nginx")
+
+# The py-floor rows (references, asked for by name): python -m FLOOR_SERVER DIR HOST PORT [--probe].
+FLOOR_SERVER = "benchmarks.programs.floor_server"
+FLOORS = {"py-floor": [], "py-floor+probe": ["--probe"]}
 
 # The aiohttp contenders' program: python -m AIOHTTP_APP KIND DIR HOST PORT (KIND per contender).
 AIOHTTP_APP = "benchmarks.programs.aiohttp_app"
@@ -214,6 +224,9 @@ def start_server(
     if name in AIOHTTP_KINDS:
         cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
         # The program is this repository's (and the plugin imports aiosendfile from it).
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
+    if name in FLOORS:
+        cmd = [sys.executable, "-m", FLOOR_SERVER, ctx.root, "127.0.0.1", str(port), *FLOORS[name]]
         return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
     if name == "http.server":
         cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]

@@ -14,6 +14,10 @@ Contenders, each serving the same temporary directory:
   in a ``web.Application`` on uvloop: the router and signals cost per request.
 * ``aiohttp-memory`` (not run by default): a reference, not a file server: the files' bytes
   held in memory and answered with ``web.Response``; what aiohttp's machinery costs.
+* ``py-floor`` and ``py-floor+probe`` (not run by default): references, not file servers: the least a
+  Python server on uvloop spends per request (``benchmarks.programs.floor_server``: its own
+  sockets, ``open``, ``fstat``, ``sendfile``, nothing else), without and with ``serve``'s
+  page-cache probe. What Python can reach against nginx on the machine at hand.
 * The ASGI rows (issue #16; not run by default, ``--asgi`` runs them with nginx), named
   ``SERVER/APP``. Servers: ``uvicorn`` (stock: uvloop, httptools), ``uvicorn+asf`` (the same
   with ``--http aiosendfile.uvicorn:HttpToolsProtocol``), ``granian`` (``--interface asgi``, one
