@@ -222,7 +222,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--contenders",
         default=None,
-        help="comma-separated subset, in run order (default: all but aiohttp-memory and the ASGI rows; "
+        help="comma-separated subset, in run order (default: all but aiohttp-memory, the py-floor rows "
+        "and the ASGI rows; "
         f"--asgi: nginx and the ASGI rows; of {', '.join(CONTENDERS)})",
     )
     p.add_argument(

@@ -101,6 +101,8 @@ class _Connection:
         size = os.fstat(f).st_size
         if self.server.probe is not None and size:
             self.server.probe(f, size)
+        # (A head goes whole into the empty send buffer of a client that waits for its answer, as
+        # wrk does; a pipelining client that fills it is not this reference's case.)
         self.sock.send(_HEAD % (self.server.date, size), socket.MSG_MORE)
         pos = 0
         try:
