@@ -68,24 +68,23 @@ class _ReadAhead:
 
     def ask(self, fd: int, offset: int, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
         item = (os.dup(fd), offset, size)
+        alone: list[tuple[int, int, int]] = [item]  # (sent now unless a loop's turn will send it)
         with self._lock:
             if loop is not None and self._batch_loop is loop:
                 self._batch.append(item)
                 return
             earlier, self._batch, self._batch_loop = self._batch, [], None
+            if loop is not None:
+                try:
+                    loop.call_soon(self._flush)
+                except RuntimeError:  # the loop is closed
+                    pass
+                else:
+                    self._batch, self._batch_loop, alone = alone, loop, []
         if earlier:  # (its loop closed before its turn, or is another loop: sent now)
             self._put(earlier)
-        if loop is not None:
-            try:
-                loop.call_soon(self._flush)
-            except RuntimeError:  # the loop is closed
-                pass
-            else:
-                with self._lock:
-                    self._batch.append(item)
-                    self._batch_loop = loop
-                return
-        self._put([item])
+        if alone:
+            self._put(alone)
 
     def _flush(self) -> None:
         with self._lock:
