@@ -1108,7 +1108,10 @@ class HttpProtocol(asyncio.Protocol):
             if now - self.since > config.send_timeout:  # the client stopped reading (nginx's send_timeout)
                 transport.abort()
             return
-        left = transport.get_write_buffer_size()
+        try:
+            left = transport.get_write_buffer_size()
+        except AttributeError:  # (Python 3.10's TLS transport once its connection is lost: its inner
+            return  # transport is None, and the protocol's connection_lost comes a callback later)
         if left:
             if left != self.out_left:
                 self.out_left, self.out_since = left, now
