@@ -166,12 +166,33 @@ def read_nowait(
 
     A caller that knows the file's file system (*device*, its ``st_dev``) has a refusal
     remembered for it, as :func:`page_cached` does, and is not asked again.
+    """
+    if not HAS_RWF_NOWAIT or size <= 0:
+        return None
+    buf = bytearray(size)
+    got = read_into_nowait(fd, buf, offset, device)
+    if got is None or got is False:
+        return got
+    if got < size:
+        del buf[got:]
+    # The buffer itself, not a copy: it is fresh and nobody else holds it. (A bytes() copy
+    # made a 256 KiB read take 240 µs instead of 50.)
+    return buf
+
+
+def read_into_nowait(
+    fd: int, buf: bytearray | memoryview, offset: int, device: int | None = None
+) -> int | Literal[False] | None:
+    """Read into *buf* at *offset* without waiting for the disk: how many bytes (fewer only at the
+    end of the file); False if some would wait for it; None if this platform or file system
+    cannot tell (see :func:`read_nowait`).
 
     Where ``cachestat(2)`` counts the pages, a range not all cached is refused without a read: a
     refused ``RWF_NOWAIT`` read still starts the read-ahead of the missing pages from the
     calling thread (the loop's), and submitting it may wait in the block layer for
     milliseconds (measured: the uvloop ticks over 5 ms of the loop-stall benchmark).
     """
+    size = len(buf)
     if not HAS_RWF_NOWAIT or size <= 0:
         return None
     if device is not None and _no_probe_devices and device in _no_probe_devices:
@@ -182,8 +203,7 @@ def read_nowait(
         if pages is not None and pages < _pages_of(offset, size):
             end = min(offset + size, os.fstat(fd).st_size)  # (a range past the end: its pages are none)
             if end <= offset or pages < _pages_of(offset, end - offset):
-                return False if end > offset else bytearray()
-    buf = bytearray(size)
+                return False if end > offset else 0
     try:
         got = os.preadv(fd, [buf], offset, os.RWF_NOWAIT)
     except BlockingIOError:
@@ -194,13 +214,9 @@ def read_nowait(
                 _no_probe_devices.add(device)
             return None
         raise
-    if got < size:
-        if offset + got < os.fstat(fd).st_size:
-            return False  # short, but not at EOF: only part of the range is cached
-        del buf[got:]
-    # The buffer itself, not a copy: it is fresh and nobody else holds it. (A bytes() copy
-    # made a 256 KiB read take 240 µs instead of 50.)
-    return buf
+    if got < size and offset + got < os.fstat(fd).st_size:
+        return False  # short, but not at EOF: only part of the range is cached
+    return got
 
 
 _no_probe_devices: set[int] = set()  # file systems (st_dev) where RWF_NOWAIT is refused

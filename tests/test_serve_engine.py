@@ -1116,15 +1116,15 @@ async def test_a_stop_right_after_a_tls_connection_is_made_closes_it_at_once(
 ) -> None:
     """As above over TLS, the stop begun from the protocol's connection_made (after the
     handshake, before the set-up task resumes): the connection is closed at once and the stop
-    does not wait for it. The engine's timer ticks every half millisecond (a 2 ms header timeout),
-    so that it looks at the connection while it closes: the listener cancelled such a set-up
+    does not wait for it. The engine's timer ticks every half millisecond (a 2 ms send timeout: a
+    header timeout bounds the handshake too), so that it looks at the connection while it closes: the listener cancelled such a set-up
     task as a handshake, and on stock asyncio connect_accepted_socket then closed the TLS
     transport a second time, after the engine's close, which drops its TLS layer; the tick
     raised on its get_write_buffer_size() (rarely, at the timer's usual tick of a second)."""
     mod = engine()
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
-    config = mod.ServeConfig(directory=str(tmp_path), header_timeout=0.002)
+    config = mod.ServeConfig(directory=str(tmp_path), send_timeout=0.002)
     server = await mod.start_server(config, sock=listening, ssl=tls_server_ctx)
     eng = mod._engines[server]
     stops = _stop_when_made(monkeypatch, server)

@@ -77,7 +77,10 @@ Hidden by default: any path with a component starting with "." (/.env,
 Symlinks that lead outside DIRECTORY get 404 unless --follow-symlinks.
 
 --tls-cert FILE (and --tls-key FILE, unless the key is in FILE) serves HTTPS
-instead.
+instead. OpenSSL encrypts on the connection's socket itself, as nginx does
+without kernel TLS (a file is read once into memory, encrypted and written);
+the banner says so, and whether this machine offers kernel TLS (not used
+yet).
 
 --access-log writes a line per response to stderr (Combined Log Format).
 It never holds serving up: when stderr is not read, up to 1 MiB of lines
@@ -221,6 +224,10 @@ def serve_command(args: argparse.Namespace) -> int:
         f"aiosendfile {__version__} serving {directory} at {url} "
         f"({loop_name}, {args.workers} worker{'s' if multi else ''}; Ctrl-C to stop)"
     )
+    if args.tls_cert:
+        from .._serve._tls import tls_path
+
+        banner += f"\n{tls_path()}"
     if not multi:
         print(banner, flush=True)
         _run_server(args, directory, sock, worker=False)

@@ -25,8 +25,10 @@ import os
 import socket
 import ssl as _ssl
 import stat
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from typing import Any
+
+from ._tls import HANDSHAKE_TIMEOUT, TLSTransport
 
 __all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
 
@@ -87,22 +89,21 @@ class Listener:
         factory: Callable[[], asyncio.Protocol],
         ssl: _ssl.SSLContext | None,
         *,
-        made: Container[asyncio.Protocol] = (),
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self._factory = factory
         self._ssl = ssl
-        # The protocols whose connection_made has run (and connection_lost not), as the caller
-        # keeps them: the engine's connections. A TLS set-up whose protocol is there is not
-        # cancelled (see close).
-        self._made = made
+        self._handshake_timeout = handshake_timeout
         # Accepted sockets take the listening socket's proto, and asyncio sets TCP_NODELAY only
-        # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it).
-        self._nodelay = sock.family in _TCP and sock.proto != socket.IPPROTO_TCP
-        # The connections being set up: each task, and what is known of it (see close): nothing
-        # before its first step, then True, then over TLS the protocol made for it.
-        self._handshakes: dict[asyncio.Task[None], list[Any]] = {}
+        # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it); our
+        # TLS transport sets none.
+        self._nodelay = sock.family in _TCP and (ssl is not None or sock.proto != socket.IPPROTO_TCP)
+        # Plain connections being set up (connect_accepted_socket): each task, and whether it
+        # began. TLS ones (our own transport, see _tls) in their handshake.
+        self._setups: dict[asyncio.Task[None], list[bool]] = {}
+        self._tls_setups: set[TLSTransport] = set()
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
         sock.setblocking(False)
@@ -140,36 +141,48 @@ class Listener:
         # not made twice.
         if self._nodelay:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        setup: list[Any] = []
-        task = self._loop.create_task(self._connect(conn, setup))
-        self._handshakes[task] = setup
-        task.add_done_callback(functools.partial(self._set_up, conn, setup))
+        if self._ssl is not None:
+            try:
+                transport = TLSTransport(
+                    self._loop,
+                    conn,
+                    self._ssl,
+                    self._factory,
+                    handshake_timeout=self._handshake_timeout,
+                    on_ready=self._tls_ready,
+                )
+            except (OSError, ValueError):  # reset before its set-up began: nothing to set up
+                conn.close()
+                return
+            if transport.in_setup:
+                self._tls_setups.add(transport)
+            return
+        started: list[bool] = []
+        task = self._loop.create_task(self._connect(conn, started))
+        self._setups[task] = started
+        task.add_done_callback(functools.partial(self._set_up, conn, started))
 
-    def _set_up(self, conn: socket.socket, setup: list[Any], task: asyncio.Task[None]) -> None:
-        self._handshakes.pop(task, None)
-        if not setup:  # cancelled before its first step: connect_accepted_socket never had *conn*
+    def _tls_ready(self, transport: TLSTransport) -> None:
+        """A TLS set-up ended: its handshake done (its protocol is made next) or failed."""
+        self._tls_setups.discard(transport)
+
+    def _set_up(self, conn: socket.socket, started: list[bool], task: asyncio.Task[None]) -> None:
+        self._setups.pop(task, None)
+        if not started:  # cancelled before its first step: connect_accepted_socket never had *conn*
             conn.close()
 
-    async def _connect(self, conn: socket.socket, setup: list[Any]) -> None:
+    async def _connect(self, conn: socket.socket, started: list[bool]) -> None:
         # connect_accepted_socket owns *conn* from here on: on a failure (or a cancellation) it
         # closes it itself.
-        setup.append(True)
-        factory = self._factory if self._ssl is None else functools.partial(self._protocol, setup)
+        started.append(True)
         try:
-            await self._loop.connect_accepted_socket(factory, conn, ssl=self._ssl)
-        except (OSError, asyncio.TimeoutError):
-            pass  # a failed or timed-out TLS handshake, a reset: the peer's problem, not ours
+            await self._loop.connect_accepted_socket(self._factory, conn)
+        except OSError:
+            pass  # a reset: the peer's problem, not ours
         except Exception as exc:
             self._loop.call_exception_handler(
                 {"message": "serve: a connection could not be set up", "exception": exc}
             )
-
-    def _protocol(self, setup: list[Any]) -> asyncio.Protocol:
-        """The factory's protocol for a TLS set-up, noted in *setup* (both loops make it before
-        the handshake; its connection_made comes after)."""
-        protocol = self._factory()
-        setup.append(protocol)
-        return protocol
 
     def _resume(self) -> None:
         self._retry = None
@@ -177,15 +190,9 @@ class Listener:
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def close(self) -> None:
-        """Stop accepting; cancel the connections still in their TLS handshake, and the set-ups
-        not begun yet (their sockets are closed). A plain set-up already begun is left to finish
-        within its turn, as is a TLS one whose handshake is over (its protocol's connection_made
-        has run; the set-up task has not resumed yet): cancelled after the protocol's
-        connection_made, uvloop closes the transport without connection_lost, and asyncio's
-        closes its TLS transport, a second time once the engine has closed it, which drops the
-        transport's TLS layer (its ``get_write_buffer_size()`` and ``abort()`` then raise until
-        ``connection_lost``: the engine's timer raised there). The engine closes a connection
-        made while it stops."""
+        """Stop accepting; close the connections still in their TLS handshake, and cancel the
+        set-ups not begun yet (their sockets are closed). A plain set-up already begun is left to
+        finish within its turn; the engine closes a connection made while it stops."""
         if self._closed:
             return
         self._closed = True
@@ -195,10 +202,12 @@ class Listener:
         else:
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        for task, setup in list(self._handshakes.items()):
-            if not setup or (self._ssl is not None and setup[-1] not in self._made):
+        for transport in list(self._tls_setups):
+            transport.cancel_setup()
+        for task, started in list(self._setups.items()):
+            if not started:
                 task.cancel()
 
     async def wait_closed(self) -> None:
-        if self._handshakes:
-            await asyncio.wait(list(self._handshakes))
+        if self._setups:
+            await asyncio.wait(list(self._setups))

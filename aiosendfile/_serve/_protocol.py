@@ -61,6 +61,7 @@ from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
+from ._tls import TLSBody, TLSTransport
 
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
@@ -272,7 +273,7 @@ class HttpProtocol(asyncio.Protocol):
         self.out_since = 0.0
         self.task: asyncio.Task[None] | None = None
         self.outlet: Outlet | bool | None = None  # made at the first file body; False: none here
-        self.owned: Transfer | None = None  # a file body in flight on the outlet
+        self.owned: Transfer | TLSBody | None = None  # a file body in flight on the outlet (or over TLS)
         self.starting = False  # in _own's first try: a body that ends there goes on in the caller
         self.read_paused = False
         self.write_paused = False
@@ -843,6 +844,9 @@ class HttpProtocol(asyncio.Protocol):
             self.dead = True
             self.transport.abort()
             return
+        if type(self.transport) is TLSTransport:
+            self._own_tls(x, ans, body, head, sent)
+            return
         if isinstance(body, FileRange) and self._own(x, ans, body, head, sent, warm_to):
             return
         self._update_reading()
@@ -891,6 +895,35 @@ class HttpProtocol(asyncio.Protocol):
         if self.owned is transfer:  # still going: from the loop (the socket was full, a chunk went)
             self._update_reading()
         return True
+
+    def _own_tls(
+        self, x: Exchange, ans: Answer, body: FileRange | Multipart, head: bytes, sent: int = 0
+    ) -> None:
+        """Send *body* after *head* on the connection's own TLS transport (``_tls.TLSBody``).
+        The answer is closed once the body is sent, or the connection is gone."""
+        if isinstance(body, FileRange):
+            fd, segments, closing = body.fd, [(head, body.start, body.length)], b""
+        else:
+            assert isinstance(body.source, int)
+            fd, closing = body.source, body.closing
+            segments = [(part_head, r.start, r.length) for part_head, r in body.parts]
+            segments[0] = (head + segments[0][0], *segments[0][1:])
+        self.sending = True
+        self.since = self.engine.now
+
+        def done(body_sent: int, exc: Exception | None) -> None:
+            self._owned_done(x, sent + body_sent, exc)
+
+        transport = self.transport
+        assert isinstance(transport, TLSTransport)
+        transfer = self.owned = TLSBody(transport, fd, segments, closing, done, self._progress, ans.close)
+        self.starting = True
+        try:
+            transfer.run()
+        finally:
+            self.starting = False
+        if self.owned is transfer:  # still going: from the loop (the socket was full, a read is cold)
+            self._update_reading()
 
     def _owned_done(self, x: Exchange, sent: int, exc: Exception | None) -> None:
         """A file body on the outlet ended: whole (exc None), or the connection is aborted."""

@@ -236,7 +236,8 @@ async def start_server(
             sock = listening_socket(host, port, path=path)
         else:
             sock.listen(BACKLOG)
-        server = Listener(loop, sock, engine.protocol, ssl, made=engine.connections)
+        # A TLS handshake is part of the request's head: bounded by header_timeout, as nginx does.
+        server = Listener(loop, sock, engine.protocol, ssl, handshake_timeout=config.header_timeout)
     except BaseException:
         engine.stop()
         raise

@@ -1,0 +1,711 @@
+"""``serve``'s own TLS connections: OpenSSL on the connection's socket, driven by the event loop.
+
+asyncio's TLS transport (CPython's ``sslproto``, uvloop's) runs OpenSSL over memory BIOs: every
+byte written is copied into a BIO, the ciphertext out of it into a Python object, and that into
+the socket transport, with Python calls per record between. nginx calls ``SSL_read`` and
+``SSL_write`` on the socket itself. :class:`TLSTransport` does what nginx does, on either loop:
+an ``ssl.SSLSocket`` made non-blocking on the accepted socket, its descriptor watched with
+``add_reader``/``add_writer``, and the transport API the engine uses on top (``write``, flow
+control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``, ``abort``).
+
+* **Handshake** as the loop's own would: within ``handshake_timeout`` (asyncio's 60 s) or the
+  socket is closed; a failed one is the peer's problem (nothing logged). The protocol is made and
+  its ``connection_made`` called once it is done.
+* **Writes** go to ``SSL_write`` at once when nothing waits. One that the socket cannot take
+  whole (``SSLWantWriteError``) is kept, the very object, and written again when the socket is
+  writable, as OpenSSL requires; what is written meanwhile waits behind it, and the protocol is
+  paused above ``HIGH_WATER`` bytes, resumed below ``LOW_WATER``.
+* **Reads**: ``SSL_read`` into a new bytes object per record, handed to ``data_received``; up
+  to ``READS_PER_WAKEUP`` per wakeup, and a record already decrypted (``pending()``) is read in
+  the next iteration: the socket does not say it is readable for those.
+* **End**: the peer's ``close_notify`` or end of stream is ``eof_received`` (then closed unless
+  the protocol keeps it open); ``close()`` sends what waits, then our ``close_notify``, and closes
+  the socket without waiting for the peer's (nginx does the same); ``abort()`` closes at once.
+  ``connection_lost`` is called once, in a later iteration of the loop.
+* **File bodies** (:class:`TLSBody`): the file read into a buffer of the transfer's own with one
+  ``RWF_NOWAIT`` read per chunk (a cold chunk is read in the cold pool), then ``SSL_write`` of
+  the buffer: one copy into userspace and one encryption, as nginx. The buffer is not touched
+  again until the socket took it all. Its size is drawn from :data:`BODY_BUDGET`, shared by
+  every connection of the process: at least ``BODY_MIN`` bytes, up to ``BODY_MAX`` while the
+  budget allows (bytes per ``SSL_write`` set the CPU cost of a byte).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import os
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import _platform
+from .._options import DEFAULT_OPTIONS
+from .._outlet import MAX_CHUNK, _is_cold
+
+__all__ = (
+    "BODY_BUDGET",
+    "BODY_MAX",
+    "BODY_MIN",
+    "HANDSHAKE_TIMEOUT",
+    "HIGH_WATER",
+    "LOW_WATER",
+    "Segment",
+    "TLSBody",
+    "TLSTransport",
+    "kernel_tls",
+    "tls_path",
+)
+
+#: A handshake not done in this many seconds is dropped (asyncio's ``ssl_handshake_timeout``).
+HANDSHAKE_TIMEOUT = 60.0
+#: Bytes waiting for the socket above which the protocol is paused, and below which resumed.
+HIGH_WATER = 64 * 1024
+LOW_WATER = 16 * 1024
+#: Largest read asked of ``SSL_read`` (it returns at most one record, 16 KiB).
+READ_SIZE = 64 * 1024
+READS_PER_WAKEUP = 16
+#: A file body's buffer: at least one TLS record, up to BODY_MAX while BODY_BUDGET allows.
+BODY_MIN = 16 * 1024
+BODY_MAX = 256 * 1024
+BODY_BUDGET = 16 * 1024 * 1024
+
+_ULP = "/proc/sys/net/ipv4/tcp_available_ulp"
+
+
+def kernel_tls() -> str | None:
+    """None where this machine offers kernel TLS (Python's ``ssl.OP_ENABLE_KTLS`` and the kernel's
+    ``tls`` module), else why not. It is not used yet: with it, ``sendfile`` on a TLS socket would
+    be zero-copy (nginx's ``ssl_conf_command Options KTLS``), and nothing here can test that."""
+    if not hasattr(ssl, "OP_ENABLE_KTLS"):
+        return "needs Python 3.12+"
+    try:
+        with open(_ULP) as f:
+            ulps = f.read().split()
+    except OSError:
+        return "not a Linux kernel that offers it"
+    return None if "tls" in ulps else "the kernel has no tls module"
+
+
+def tls_path() -> str:
+    """What the banner says of the TLS path in use."""
+    why_not = kernel_tls()
+    ktls = "available, not used yet" if why_not is None else f"not available: {why_not}"
+    return f"TLS: OpenSSL on the socket, userspace encryption; kernel TLS {ktls}"
+
+
+class TLSTransport(asyncio.Transport):
+    """One TLS connection on its own socket (see the module)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        raw: socket.socket,
+        context: ssl.SSLContext,
+        factory: Callable[[], asyncio.Protocol],
+        *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        on_ready: Callable[[TLSTransport], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._loop = loop
+        raw.setblocking(False)
+        self._sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self._fd = self._sock.fileno()
+        self._context = context
+        self._factory = factory
+        self._on_ready = on_ready
+        self._protocol: asyncio.Protocol | None = None
+        self._extra: dict[str, Any] = {"sslcontext": context, "socket": self._sock}
+        with contextlib.suppress(OSError):
+            self._extra["peername"] = self._sock.getpeername()
+            self._extra["sockname"] = self._sock.getsockname()
+        self._pending: Any = None  # the write OpenSSL must be given again (whole)
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._buffered = 0  # bytes in _pending and _queue
+        self._high, self._low = HIGH_WATER, LOW_WATER
+        self._protocol_paused = False
+        self._reading = False  # the reader is registered
+        self._read_paused = False  # by the protocol
+        self._writing = False  # the writer is registered
+        self._write_wants_read = False  # OpenSSL asked to read before a write can go on
+        self._read_wants_write = False  # ... and to write before a read can
+        self._closing = False
+        self._closed = False  # the socket is closed (connection_lost called or scheduled)
+        self._handshaking = True
+        self._timer: asyncio.TimerHandle | None = loop.call_later(handshake_timeout, self._handshake_expired)
+        self._drained: Callable[[], None] | None = None  # a body waiting for the socket (TLSBody)
+        self._watch_read(True)
+        self._handshake()
+
+    # -- handshake --------------------------------------------------------------------------
+
+    def _handshake(self) -> None:
+        try:
+            self._sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._watch_write(False)
+            return
+        except ssl.SSLWantWriteError:
+            self._watch_write(True)
+            return
+        except (OSError, ValueError):  # (ssl.SSLError is an OSError) the peer's problem
+            self._drop()
+            return
+        self._handshaking = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._watch_write(False)
+        with contextlib.suppress(OSError, ValueError):
+            self._extra["ssl_object"] = self._sock
+            self._extra["cipher"] = self._sock.cipher()
+            self._extra["peercert"] = self._sock.getpeercert()
+            self._extra["compression"] = self._sock.compression()
+        if self._on_ready is not None:
+            self._on_ready(self)
+        protocol = self._protocol = self._factory()
+        protocol.connection_made(self)
+        if not self._closed and self._sock.pending():
+            self._loop.call_soon(self._readable)
+
+    def _handshake_expired(self) -> None:
+        self._timer = None
+        self._drop()
+
+    def _drop(self) -> None:
+        """End a set-up: close the socket, with no protocol to tell."""
+        if self._closed:
+            return
+        self._handshaking = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._closed = self._closing = True
+        self._release_socket()
+        if self._on_ready is not None:
+            self._on_ready(self)
+
+    @property
+    def in_setup(self) -> bool:
+        """Whether the handshake is still going on."""
+        return self._handshaking
+
+    def cancel_setup(self) -> bool:
+        """Close a connection still in its handshake; False if it is set up already."""
+        if not self._handshaking:
+            return False
+        self._drop()
+        return True
+
+    # -- the loop's callbacks ----------------------------------------------------------------
+
+    def _watch_read(self, on: bool) -> None:
+        if on != self._reading and not self._closed:
+            self._reading = on
+            if on:
+                self._loop.add_reader(self._fd, self._readable)
+            else:
+                self._loop.remove_reader(self._fd)
+
+    def _watch_write(self, on: bool) -> None:
+        if on != self._writing and not self._closed:
+            self._writing = on
+            if on:
+                self._loop.add_writer(self._fd, self._writable)
+            else:
+                self._loop.remove_writer(self._fd)
+
+    def _readable(self) -> None:
+        if self._closed:
+            return
+        if self._handshaking:
+            self._handshake()
+            return
+        if self._write_wants_read:
+            self._write_wants_read = False
+            self._flush()
+            if self._closed or self._write_wants_read:
+                return
+        if self._read_paused or self._closing:
+            self._watch_read(False)  # (paused: see pause_reading)
+            return
+        recv = self._sock.recv
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data = recv(READ_SIZE)
+            except ssl.SSLWantReadError:
+                return
+            except ssl.SSLWantWriteError:
+                self._read_wants_write = True
+                self._watch_write(True)
+                return
+            except (OSError, ValueError) as exc:
+                self._fatal(exc)
+                return
+            if not data:
+                self._eof()
+                return
+            self._protocol.data_received(data)  # type: ignore[union-attr]
+            if self._read_paused or self._closing or not self._sock.pending():
+                return
+        self._loop.call_soon(self._readable)  # records already decrypted: the next iteration
+
+    def _writable(self) -> None:
+        if self._closed:
+            return
+        if self._handshaking:
+            self._handshake()
+            return
+        if self._read_wants_write:
+            self._read_wants_write = False
+            if self._pending is None and not self._queue:
+                self._watch_write(False)
+            self._readable()
+            if self._closed:
+                return
+        self._flush()
+
+    def _eof(self) -> None:
+        self._watch_read(False)
+        keep = self._protocol.eof_received()  # type: ignore[union-attr]
+        if not keep and not self._closing:
+            self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or self._closed or not data:
+            return
+        if self._pending is None and not self._queue:
+            self._pending = data
+            self._buffered = len(data)
+            if self._send():
+                return
+            if type(data) is not bytes:  # the caller may reuse its buffer: OpenSSL needs these bytes
+                self._pending = bytes(data)
+        else:
+            self._queue.append(bytes(data))
+            self._buffered += len(data)
+        if self._buffered > self._high and not self._protocol_paused and self._drained is None:
+            self._protocol_paused = True
+            self._protocol.pause_writing()  # type: ignore[union-attr]
+
+    def send_body(self, data: memoryview, drained: Callable[[], None]) -> bool:
+        """Write *data* (a view of a :class:`TLSBody`'s buffer) now: True when the socket took it
+        all; False when *drained* will be called once it has (the buffer untouched meanwhile)
+        or the connection ends (then :meth:`is_closing`)."""
+        if self._closing or self._closed:
+            return False
+        self._drained = drained
+        if self._pending is None and not self._queue:
+            self._pending = data
+            self._buffered = len(data)
+            if self._send():
+                self._drained = None
+                return True
+        else:
+            self._queue.append(bytes(data))  # (the protocol flushes its answers before a body)
+            self._buffered += len(data)
+        return False
+
+    def _send(self) -> bool:
+        """Give ``_pending`` to OpenSSL: True if it went whole (else the loop says when to retry)."""
+        pending = self._pending
+        try:
+            self._sock.send(pending)
+        except ssl.SSLWantWriteError:
+            self._watch_write(True)
+            return False
+        except ssl.SSLWantReadError:  # (a renegotiation) go on once the socket is readable
+            self._write_wants_read = True
+            self._watch_read(True)
+            return False
+        except (OSError, ValueError) as exc:
+            self._fatal(exc)
+            return False
+        self._pending = None
+        self._buffered -= len(pending)
+        return True
+
+    def _flush(self) -> None:
+        while True:
+            if self._pending is None:
+                queue = self._queue
+                if not queue:
+                    break
+                self._pending = queue.popleft() if len(queue) == 1 else b"".join(queue)
+                queue.clear()
+            if not self._send():
+                return
+        self._watch_write(False)
+        if self._closing:
+            self._finish()
+            return
+        if self._protocol_paused and self._buffered <= self._low:
+            self._protocol_paused = False
+            self._protocol.resume_writing()  # type: ignore[union-attr]
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained()
+
+    def get_write_buffer_size(self) -> int:
+        return self._buffered
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._low, self._high
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if high is None:
+            high = HIGH_WATER if low is None else 4 * low
+        if low is None:
+            low = high // 4
+        if not high >= low >= 0:
+            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
+        self._high, self._low = high, low
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:
+        raise NotImplementedError("TLS connections cannot half-close")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def is_reading(self) -> bool:
+        return not self._read_paused and not self._closing
+
+    def pause_reading(self) -> None:
+        """Stop handing reads to the protocol. The reader stays registered until it fires while
+        paused (then it is removed): a protocol that pauses and resumes for every request costs
+        no ``epoll_ctl`` (on uvloop, also a poll handle made and freed) unless data came meanwhile."""
+        if self._closing or self._read_paused:
+            return
+        self._read_paused = True
+
+    def resume_reading(self) -> None:
+        if self._closing or not self._read_paused:
+            return
+        self._read_paused = False
+        if self._reading:
+            if self._sock.pending():  # decrypted already: the socket will not say so
+                self._loop.call_soon(self._readable)
+        else:
+            self._watch_read(True)
+            self._loop.call_soon(self._readable)  # (what came while paused, decrypted or not)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """Stop reading; once what waits is written, send ``close_notify`` and close."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._handshaking:
+            self._drop()
+            return
+        self._watch_read(False)
+        if self._pending is None and not self._queue:
+            self._finish()
+
+    def abort(self) -> None:
+        self._end(None)
+
+    def _fatal(self, exc: BaseException) -> None:
+        self._end(exc if isinstance(exc, Exception) else None)
+
+    def _finish(self) -> None:
+        """Everything written: our ``close_notify`` (without waiting for the peer's), then close."""
+        with contextlib.suppress(OSError, ValueError):
+            self._sock.unwrap()  # (sends close_notify; then waits for the peer's: WantRead)
+        self._end(None)
+
+    def _end(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        if self._handshaking:
+            self._drop()
+            return
+        self._closing = self._closed = True
+        self._release_socket()
+        self._pending = None
+        self._queue.clear()
+        self._buffered = 0
+        self._loop.call_soon(self._lost, exc)
+
+    def _release_socket(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._fd)
+        self._sock.close()
+
+    def _lost(self, exc: Exception | None) -> None:
+        protocol, self._protocol = self._protocol, None
+        drained, self._drained = self._drained, None
+        if protocol is not None:
+            protocol.connection_lost(exc)  # (stops a body in flight: see TLSBody.stop)
+        if drained is not None:
+            drained()
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol  # type: ignore[return-value]
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol  # type: ignore[assignment]
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._extra.get(name, default)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "closing" if self._closing else "open"
+        return f"<TLSTransport fd={self._fd} {state}>"
+
+
+# -- file bodies ------------------------------------------------------------------------------
+
+#: One piece of a body: bytes to write first (a head, a part's head), then *length* bytes of the
+#: file from *start* (0: none).
+Segment = tuple[bytes, int, int]
+
+
+class _Budget:
+    """Bytes of body buffers all open transfers may hold beyond BODY_MIN each."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.claimed = 0
+
+    def claim(self, want: int) -> int:
+        size = BODY_MAX
+        while size > BODY_MIN and (size > 2 * want or self.claimed + size - BODY_MIN > self.total):
+            size //= 2
+        size = max(size, BODY_MIN)
+        self.claimed += size - BODY_MIN
+        return size
+
+    def give_back(self, size: int) -> None:
+        self.claimed -= size - BODY_MIN
+
+
+BODY_BUDGET_POOL = _Budget(BODY_BUDGET)
+
+#: Called once when a body ends: (file bytes sent, None when whole, else why it stopped).
+Done = Callable[[int, "Exception | None"], None]
+
+
+class TLSBody:
+    """A file body (one or more segments of one file, then a closing) on a :class:`TLSTransport`.
+
+    ``release`` is called exactly once, when the body no longer reads *file_fd*: before ``done``,
+    or after :meth:`stop` once a pool thread still reading from it is finished.
+    """
+
+    __slots__ = (
+        "buf",
+        "closing",
+        "done",
+        "fd",
+        "file_in_buf",
+        "filled",
+        "in_pool",
+        "left",
+        "on_progress",
+        "position",
+        "release",
+        "segments",
+        "sent",
+        "size",
+        "stopped",
+        "transport",
+        "unyielded",
+    )
+
+    def __init__(
+        self,
+        transport: TLSTransport,
+        file_fd: int,
+        segments: Sequence[Segment],
+        closing: bytes,
+        done: Done,
+        on_progress: Callable[[], None],
+        release: Callable[[], None],
+    ) -> None:
+        self.transport = transport
+        self.fd = file_fd
+        self.segments = collections.deque(segments)
+        self.closing = closing
+        self.done = done
+        self.on_progress = on_progress
+        self.release: Callable[[], None] | None = release
+        self.sent = 0  # file bytes the socket took
+        self.position = 0  # where the file is read next
+        self.left = 0  # file bytes of the current segment not read yet
+        self.filled = 0  # bytes in the buffer
+        self.file_in_buf = 0  # of which from the file
+        self.unyielded = 0  # bytes written since the body last gave way to other connections
+        self.stopped = False
+        self.in_pool = False
+        want = sum(len(head) + length for head, _, length in segments) + len(closing)
+        self.size = BODY_BUDGET_POOL.claim(want)
+        self.buf: bytearray | None = bytearray(self.size)
+
+    def stop(self) -> None:
+        """The connection is gone: stop, without calling ``done``."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if not self.in_pool:
+            self._release()
+
+    def _release(self) -> None:
+        if self.buf is not None:
+            self.buf = None
+            BODY_BUDGET_POOL.give_back(self.size)
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+
+    def run(self) -> None:
+        """Fill the buffer and write it, while the socket takes it all, up to ``MAX_CHUNK`` bytes
+        a wakeup; then from the loop (writable again, a cold read back, the next iteration)."""
+        while not self.stopped:
+            if not self._fill():
+                return  # (a read in the pool, or the end of the file came early)
+            if not self.filled:
+                closing, self.closing = self.closing, b""
+                if closing:
+                    self.filled = len(closing)
+                    self.buf[: self.filled] = closing  # type: ignore[index]
+                else:
+                    self._end(None)
+                    return
+            if not self._write():
+                return
+            if self.unyielded >= MAX_CHUNK:
+                self.unyielded = 0
+                self.transport._loop.call_soon(self.run)  # let the other connections in
+                return
+
+    def _fill(self) -> bool:
+        """Fill the buffer: the segments' heads and file bytes in order (a head larger than the
+        buffer on its own); False if it goes on from the pool, or the body ended."""
+        buf = self.buf
+        assert buf is not None
+        size = self.size
+        while self.filled < size:
+            filled = self.filled
+            if not self.left:
+                if not self.segments:
+                    break
+                head, start, length = self.segments[0]
+                if len(head) > size - filled:
+                    if filled:
+                        break
+                    # (a head larger than the buffer: the buffer holds it, whole, for its write)
+                    self.buf = buf = bytearray(head)
+                    self.filled = len(head)
+                    self.segments[0] = (b"", start, length)
+                    break
+                self.segments.popleft()
+                buf[filled : filled + len(head)] = head
+                self.filled = filled + len(head)
+                self.position, self.left = start, length
+                continue
+            into = memoryview(buf)[filled : filled + min(self.left, size - filled)]
+            got = _platform.read_into_nowait(self.fd, into, self.position)
+            # (None: the platform cannot tell; probed, and read here if warm)
+            if got is None and not _is_cold(self.fd, self.position, len(into), DEFAULT_OPTIONS):
+                got = os.preadv(self.fd, [into], self.position)
+            if got is None or got is False:
+                self._to_pool(into)
+                return False
+            if not self._took(got, len(into)):
+                return False
+        return True
+
+    def _took(self, got: int, asked: int) -> bool:
+        if got < asked:
+            self._end(EOFError(f"the file ended {self.left - got} bytes early"))
+            return False
+        self.position += got
+        self.left -= got
+        self.filled += got
+        self.file_in_buf += got
+        return True
+
+    def _to_pool(self, into: memoryview) -> None:
+        self.in_pool = True
+        _platform.counters.cold += 1
+        job = DEFAULT_OPTIONS.cold_executor.submit(os.preadv, self.fd, [into], self.position)
+        loop = self.transport._loop
+        asked = len(into)
+
+        def arrived(job: concurrent.futures.Future[int]) -> None:  # (in the pool thread)
+            try:
+                loop.call_soon_threadsafe(self._pool_done, job, asked)
+            except RuntimeError:  # the loop is closed
+                self.in_pool = False
+                self._release()
+
+        job.add_done_callback(arrived)
+
+    def _pool_done(self, job: concurrent.futures.Future[int], asked: int) -> None:
+        self.in_pool = False
+        if self.stopped:
+            self._release()
+            return
+        exc = RuntimeError("the cold pool cancelled a read") if job.cancelled() else job.exception()
+        if exc is not None:
+            if not isinstance(exc, Exception):
+                raise exc
+            self._end(exc)
+            return
+        if self._took(job.result(), asked):
+            self.run()
+
+    def _write(self) -> bool:
+        """Write the buffer; True if the socket took it all (else the body goes on when it has)."""
+        transport = self.transport
+        data = memoryview(self.buf)[: self.filled]  # type: ignore[arg-type]
+        if transport.send_body(data, self._drained):
+            self._written()
+            return True
+        if transport.is_closing():
+            self._end(ConnectionResetError("the connection closed during the body"))
+        return False
+
+    def _written(self) -> None:
+        self.unyielded += self.filled
+        self.filled = 0
+        if self.file_in_buf:
+            self.sent += self.file_in_buf
+            self.file_in_buf = 0
+            self.on_progress()
+        if self.buf is not None and len(self.buf) != self.size:  # (a large head's own buffer)
+            self.buf = bytearray(self.size)
+
+    def _drained(self) -> None:
+        if self.stopped:
+            return
+        if self.transport.is_closing():
+            self._end(ConnectionResetError("the connection closed during the body"))
+            return
+        self._written()
+        self.unyielded = 0
+        self.run()
+
+    def _end(self, exc: Exception | None) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self._release()
+        self.done(self.sent, exc)
