@@ -98,8 +98,9 @@ ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue
 MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
 # Hold the files in memory: not for the mixed (cold) set.
 SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
-# The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key.
-TLS_CONTENDERS = (SERVE, "nginx")
+# The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key: the
+# uvicorn rows (issue #25) with uvicorn's --ssl-certfile/--ssl-keyfile, run when named or with --asgi.
+TLS_CONTENDERS = (SERVE, "nginx", "uvicorn+asf/asf.asgi", "uvicorn/starlette")
 
 # The py-floor rows (references, asked for by name): python -m FLOOR_SERVER DIR HOST PORT [--probe].
 FLOOR_SERVER = "benchmarks.programs.floor_server"
@@ -207,6 +208,8 @@ def start_server(
         server, app = name.split("/")
         cmd = [sys.executable, *asgi_command(server, app)]
         cmd += ["--host", "127.0.0.1", "--port", str(port)]
+        if tls is not None:
+            cmd += ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]]
         env = dict(repo_env(), **{ROOT_ENV: ctx.root})
         # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
         # after its graceful shutdown (its exit status is then -15).

@@ -39,7 +39,9 @@ connection count only:
   figures of the same trial, and each contender's probe p99 over nginx's.
 * ``4KiB-tls`` and ``1MiB-tls`` (issue #24): the single files over HTTPS, ``serve --tls-cert
   --tls-key`` against nginx ``listen ... ssl`` with the same self-signed certificate and key
-  (``tls_static.make_cert``); only those two contenders.
+  (``tls_static.make_cert``); with them (issue #25), when named or with ``--asgi``, uvicorn over
+  HTTPS (``--ssl-certfile``/``--ssl-keyfile``): ``uvicorn+asf/asf.asgi`` (aiosendfile's uvicorn
+  protocol and ``aiosendfile.asgi.StaticFiles``) and stock ``uvicorn/starlette``.
 
 Then the ``--workers 2`` cases: ``serve --workers 2`` against nginx with ``worker_processes 2``
 on the plain sets at the first connection count, the servers on both CPUs (wrk shares one of them).
@@ -64,6 +66,8 @@ Run from the repository root::
     python -m benchmarks.http_static --asgi          # the ASGI rows and nginx: 4KiB, 1MiB at 64 connections
     python -m benchmarks.http_static --sets probe --contenders serve,nginx --workers 1
     python -m benchmarks.http_static --sets 4KiB-tls,1MiB-tls --workers 1
+    python -m benchmarks.http_static --sets 4KiB-tls,1MiB-tls --workers 1 \
+        --contenders serve,nginx,uvicorn+asf/asf.asgi,uvicorn/starlette
 """
 
 from __future__ import annotations
@@ -233,7 +237,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help=f"comma-separated subset of {','.join(SETS)} "
         f"(default: all; 4KiB,{MIXED},{PROBE},4KiB-tls --quick; 4KiB,1MiB --asgi). {PROBE}: the mixed set "
-        "with the hot-file probe beside wrk; *-tls: the file over HTTPS (serve and nginx); these two "
+        "with the hot-file probe beside wrk; *-tls: the file over HTTPS (serve, nginx and the uvicorn rows "
+        "uvicorn+asf/asf.asgi, uvicorn/starlette); these "
         "run with one worker at the first --connections",
     )
     p.add_argument(

@@ -1114,13 +1114,13 @@ async def test_a_stop_right_after_a_tls_connection_is_made_closes_it_at_once(
     tls_server_ctx: ssl.SSLContext,
     tls_client_ctx: ssl.SSLContext,
 ) -> None:
-    """As above over TLS, the stop begun from the protocol's connection_made (after the
-    handshake, before the set-up task resumes): the connection is closed at once and the stop
-    does not wait for it. The engine's timer ticks every half millisecond (a 2 ms send timeout: a
-    header timeout bounds the handshake too), so that it looks at the connection while it closes: the listener cancelled such a set-up
-    task as a handshake, and on stock asyncio connect_accepted_socket then closed the TLS
-    transport a second time, after the engine's close, which drops its TLS layer; the tick
-    raised on its get_write_buffer_size() (rarely, at the timer's usual tick of a second)."""
+    """As above over TLS, the stop begun from the protocol's connection_made (right after the
+    handshake): the connection is closed at once and the stop does not wait for it. The engine's
+    timer ticks every half millisecond (a 2 ms send timeout; a header timeout would bound the
+    handshake too), so that it looks at the connection while it closes. (When the engine used
+    asyncio's TLS transport, the listener cancelled such a set-up as a handshake, and stock
+    asyncio then closed the transport a second time, which dropped its TLS layer: the tick
+    raised on its get_write_buffer_size().)"""
     mod = engine()
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import hashlib
 import http.client
 import json
 import os
@@ -45,6 +46,7 @@ import aiosendfile.aiohttp as sf
 from .support.cancellations import random_cancellations
 from .support.connections import Connector, loop_name
 from .support.files import download_sizes, pattern, write_download_mix
+from .support.native import raise_nofile
 from .support.processes import Server
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
@@ -414,6 +416,89 @@ def test_ten_thousand_keep_alive_requests_to_serve(tmp_path: Path, loop: str) ->
         assert server.interrupt() == 0
     finally:
         conn.close()
+        server.close()
+
+
+# -- 1,000 HTTPS downloads from serve ----------------------------------------------------------------
+
+HTTPS_CLIENTS = 1000
+HTTPS_FILE = 8 * MiB
+
+
+async def _https_client(port: int, ctx: ssl.SSLContext, started: asyncio.Event, go: asyncio.Event) -> bytes:
+    """One download of /big.bin that reads nothing until *go*: the server stalls on a full socket."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, limit=64 * 1024)
+    try:
+        writer.write(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        started.set()
+        await go.wait()
+        body = await reader.read()
+        return head + b"\r\n\r\n" + hashlib.sha256(body).digest() + len(body).to_bytes(8, "big")
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_thousand_https_downloads_from_serve_stay_bounded(
+    tmp_path: Path, loop: str, tls_ca: Any, tls_client_ctx: ssl.SSLContext
+) -> None:
+    """1,000 clients (this process, uvloop) download an 8 MiB file over HTTPS from ``serve
+    --tls-cert`` (its own process), all stalled at once, then all read: every body byte-exact;
+    the server's peak RSS growth is reported, and bounded by what its TLS connections and body
+    buffers may hold (OpenSSL's buffers, a ``BODY_MIN`` buffer each, the shared budget)."""
+    import uvloop
+
+    from aiosendfile._serve._tls import BODY_BUDGET, BODY_MIN
+
+    if raise_nofile(HTTPS_CLIENTS + 500) < HTTPS_CLIENTS + 500:  # (the server inherits it)
+        pytest.skip(f"RLIMIT_NOFILE cannot be raised to {HTTPS_CLIENTS + 500}")
+    body = pattern(HTTPS_FILE, seed=5)
+    (tmp_path / "big.bin").write_bytes(body)
+    digest = hashlib.sha256(body).digest() + len(body).to_bytes(8, "big")
+    cert = tmp_path / "server.pem"
+    tls_ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(cert))
+    server = Server(str(tmp_path), "--port", "0", "--loop", loop, "--tls-cert", str(cert))
+    pid = server.proc.pid
+    port = int(server.url.rstrip("/").rsplit(":", 1)[1])
+    peak = 0
+
+    async def run() -> list[bytes]:
+        nonlocal peak
+        go = asyncio.Event()
+        starts = [asyncio.Event() for _ in range(HTTPS_CLIENTS)]
+        tasks = []
+        for i in range(HTTPS_CLIENTS):
+            tasks.append(asyncio.ensure_future(_https_client(port, tls_client_ctx, starts[i], go)))
+            if i % 50 == 49:
+                await asyncio.sleep(0.05)  # (within the listen queue and the handshake timeout)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in starts)), 120)
+        await asyncio.sleep(1.0)  # every body stalled on its full socket
+        peak = _status(pid)["VmRSS"]
+        go.set()
+        return await asyncio.wait_for(asyncio.gather(*tasks), 300)
+
+    try:
+        before = rss(pid)
+        results = uvloop.run(run()) if hasattr(uvloop, "run") else asyncio.run(run())
+        after = rss(pid)
+        hwm = _status(pid)["VmHWM"]
+        bound = HTTPS_CLIENTS * (BODY_MIN + 96 * 1024) + BODY_BUDGET + 32 * MiB
+        report(
+            f"{HTTPS_CLIENTS} HTTPS downloads of 8 MiB from serve --loop {loop}",
+            server_rss_before=mib(before),
+            server_rss_all_stalled=mib(peak),
+            server_rss_peak=mib(hwm),
+            server_rss_after=mib(after),
+            per_connection_stalled=f"{(peak - before) / HTTPS_CLIENTS / 1024:.0f} KiB",
+            bound=mib(bound),
+        )
+        assert all(r.endswith(digest) and r.startswith(b"HTTP/1.1 200") for r in results)
+        assert hwm - before < bound
+        assert server.interrupt(30) == 0
+    finally:
         server.close()
 
 

@@ -39,6 +39,7 @@ import contextlib
 import os
 import socket
 import ssl
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,8 +66,9 @@ HANDSHAKE_TIMEOUT = 60.0
 #: Bytes waiting for the socket above which the protocol is paused, and below which resumed.
 HIGH_WATER = 64 * 1024
 LOW_WATER = 16 * 1024
-#: Largest read asked of ``SSL_read`` (it returns at most one record, 16 KiB).
-READ_SIZE = 64 * 1024
+#: Largest read asked of ``SSL_read``: it returns at most one record, whose plaintext is at most
+#: 16 KiB (a larger ask only makes a larger bytes object to shrink).
+READ_SIZE = 16 * 1024
 READS_PER_WAKEUP = 16
 #: A file body's buffer: at least one TLS record, up to BODY_MAX while BODY_BUDGET allows.
 BODY_MIN = 16 * 1024
@@ -167,8 +169,12 @@ class TLSTransport(asyncio.Transport):
             self._extra["compression"] = self._sock.compression()
         if self._on_ready is not None:
             self._on_ready(self)
-        protocol = self._protocol = self._factory()
-        protocol.connection_made(self)
+        try:
+            protocol = self._protocol = self._factory()
+            protocol.connection_made(self)
+        except BaseException:  # (a bug: no connection left open with nobody to serve it)
+            self.abort()
+            raise
         if not self._closed and self._sock.pending():
             self._loop.call_soon(self._readable)
 
@@ -478,22 +484,27 @@ Segment = tuple[bytes, int, int]
 
 
 class _Budget:
-    """Bytes of body buffers all open transfers may hold beyond BODY_MIN each."""
+    """Bytes of body buffers all open transfers may hold beyond BODY_MIN each (every loop of the
+    process together; a body whose loop closed under a pool read gives its share back from there)."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.claimed = 0
+        self._lock = threading.Lock()
 
     def claim(self, want: int) -> int:
-        size = BODY_MAX
-        while size > BODY_MIN and (size > 2 * want or self.claimed + size - BODY_MIN > self.total):
-            size //= 2
-        size = max(size, BODY_MIN)
-        self.claimed += size - BODY_MIN
-        return size
+        """A buffer size for a body of *want* bytes: the largest that is of use and fits."""
+        with self._lock:
+            size = BODY_MAX
+            while size > BODY_MIN and (size > 2 * want or self.claimed + size - BODY_MIN > self.total):
+                size //= 2
+            size = max(size, BODY_MIN)
+            self.claimed += size - BODY_MIN
+            return size
 
     def give_back(self, size: int) -> None:
-        self.claimed -= size - BODY_MIN
+        with self._lock:
+            self.claimed -= size - BODY_MIN
 
 
 BODY_BUDGET_POOL = _Budget(BODY_BUDGET)
