@@ -99,6 +99,16 @@ def tls_path() -> str:
     return f"TLS: OpenSSL on the socket, userspace encryption; kernel TLS {ktls}"
 
 
+def _calls(sock: ssl.SSLSocket) -> tuple[Any, Any, Any]:
+    """``read``, ``write`` and ``pending`` of *sock*'s connection: its ``_ssl._SSLSocket``'s own
+    (the only place that touches the ssl module's internals), without ``SSLSocket``'s Python
+    wrappers and their checks, a few microseconds a request; the wrappers where it has none."""
+    inner = getattr(sock, "_sslobj", None)
+    if inner is not None and all(hasattr(inner, name) for name in ("read", "write", "pending")):
+        return inner.read, inner.write, inner.pending
+    return sock.recv, sock.send, sock.pending
+
+
 class TLSTransport(asyncio.Transport):
     """One TLS connection on its own socket (see the module)."""
 
@@ -140,6 +150,7 @@ class TLSTransport(asyncio.Transport):
         self._handshaking = True
         self._timer: asyncio.TimerHandle | None = loop.call_later(handshake_timeout, self._handshake_expired)
         self._drained: Callable[[], None] | None = None  # a body waiting for the socket (TLSBody)
+        self._read, self._write, self._pending_bytes = _calls(self._sock)
         self._watch_read(True)
         self._handshake()
 
@@ -175,7 +186,7 @@ class TLSTransport(asyncio.Transport):
         except BaseException:  # (a bug: no connection left open with nobody to serve it)
             self.abort()
             raise
-        if not self._closed and self._sock.pending():
+        if not self._closed and self._pending_bytes():
             self._loop.call_soon(self._readable)
 
     def _handshake_expired(self) -> None:
@@ -239,12 +250,14 @@ class TLSTransport(asyncio.Transport):
         if self._read_paused or self._closing:
             self._watch_read(False)  # (paused: see pause_reading)
             return
-        recv = self._sock.recv
+        read = self._read
         for _ in range(READS_PER_WAKEUP):
             try:
-                data = recv(READ_SIZE)
+                data = read(READ_SIZE)
             except ssl.SSLWantReadError:
                 return
+            except ssl.SSLEOFError:  # the socket's end without a close_notify
+                data = b""
             except ssl.SSLWantWriteError:
                 self._read_wants_write = True
                 self._watch_write(True)
@@ -256,7 +269,7 @@ class TLSTransport(asyncio.Transport):
                 self._eof()
                 return
             self._protocol.data_received(data)  # type: ignore[union-attr]
-            if self._read_paused or self._closing or not self._sock.pending():
+            if self._read_paused or self._closing or not self._pending_bytes():
                 return
         self._loop.call_soon(self._readable)  # records already decrypted: the next iteration
 
@@ -322,7 +335,7 @@ class TLSTransport(asyncio.Transport):
         """Give ``_pending`` to OpenSSL: True if it went whole (else the loop says when to retry)."""
         pending = self._pending
         try:
-            self._sock.send(pending)
+            self._write(pending)
         except ssl.SSLWantWriteError:
             self._watch_write(True)
             return False
@@ -397,7 +410,7 @@ class TLSTransport(asyncio.Transport):
             return
         self._read_paused = False
         if self._reading:
-            if self._sock.pending():  # decrypted already: the socket will not say so
+            if self._pending_bytes():  # decrypted already: the socket will not say so
                 self._loop.call_soon(self._readable)
         else:
             self._watch_read(True)
