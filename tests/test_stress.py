@@ -445,16 +445,15 @@ async def _https_client(port: int, ctx: ssl.SSLContext, started: asyncio.Event, 
 def test_a_thousand_https_downloads_from_serve_stay_bounded(
     tmp_path: Path, loop: str, tls_ca: Any, tls_client_ctx: ssl.SSLContext
 ) -> None:
-    """1,000 clients (this process, uvloop) download an 8 MiB file over HTTPS from ``serve
+    """1,000 clients (this process, stock asyncio) download an 8 MiB file over HTTPS from ``serve
     --tls-cert`` (its own process), all stalled at once, then all read: every body byte-exact;
     the server's peak RSS growth is reported, and bounded by what its TLS connections and body
     buffers may hold (OpenSSL's buffers, a ``BODY_MIN`` buffer each, the shared budget)."""
-    import uvloop
-
     from aiosendfile._serve._tls import BODY_BUDGET, BODY_MIN
 
-    if raise_nofile(HTTPS_CLIENTS + 500) < HTTPS_CLIENTS + 500:  # (the server inherits it)
-        pytest.skip(f"RLIMIT_NOFILE cannot be raised to {HTTPS_CLIENTS + 500}")
+    fds = 2 * HTTPS_CLIENTS + 500  # (the server inherits it: a socket and a file per download)
+    if raise_nofile(fds) < fds:
+        pytest.skip(f"RLIMIT_NOFILE cannot be raised to {fds}")
     body = pattern(HTTPS_FILE, seed=5)
     (tmp_path / "big.bin").write_bytes(body)
     digest = hashlib.sha256(body).digest() + len(body).to_bytes(8, "big")
@@ -482,7 +481,9 @@ def test_a_thousand_https_downloads_from_serve_stay_bounded(
 
     try:
         before = rss(pid)
-        results = uvloop.run(run()) if hasattr(uvloop, "run") else asyncio.run(run())
+        # (Stock asyncio: uvloop 0.23's TLS client drops what it has buffered, unread, when the
+        # server's close_notify comes while its reading is paused: short bodies from nginx too.)
+        results = asyncio.run(run())
         after = rss(pid)
         hwm = _status(pid)["VmHWM"]
         bound = HTTPS_CLIENTS * (BODY_MIN + 96 * 1024) + BODY_BUDGET + 32 * MiB

@@ -32,6 +32,10 @@ from ._tls import HANDSHAKE_TIMEOUT, TLSTransport
 
 __all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
 
+#: At a stop, the TLS connections still lingering (see ``_tls``) get this long to end, then close.
+LINGER_AT_STOP = 0.5
+LINGER_AT_STOP_STEPS = 10
+
 #: The listen queue (the kernel caps it at ``net.core.somaxconn``).
 BACKLOG = 4096
 
@@ -104,6 +108,9 @@ class Listener:
         # began. TLS ones (our own transport, see _tls) in their handshake.
         self._setups: dict[asyncio.Task[None], list[bool]] = {}
         self._tls_setups: set[TLSTransport] = set()
+        # TLS connections closed, reading what their clients still send (see _tls); closed by
+        # wait_closed.
+        self._lingering: set[TLSTransport] = set()
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
         sock.setblocking(False)
@@ -150,6 +157,7 @@ class Listener:
                     self._factory,
                     handshake_timeout=self._handshake_timeout,
                     on_ready=self._tls_ready,
+                    lingering=self._lingering,
                 )
             except (OSError, ValueError):  # reset before its set-up began: nothing to set up
                 conn.close()
@@ -211,3 +219,9 @@ class Listener:
     async def wait_closed(self) -> None:
         if self._setups:
             await asyncio.wait(list(self._setups))
+        for _ in range(LINGER_AT_STOP_STEPS):  # the lingering close of the last answers, briefly
+            if not self._lingering:
+                break
+            await asyncio.sleep(LINGER_AT_STOP / LINGER_AT_STOP_STEPS)
+        for transport in list(self._lingering):
+            transport.end_linger()

@@ -19,8 +19,11 @@ control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``,
   to ``READS_PER_WAKEUP`` per wakeup, and a record already decrypted (``pending()``) is read in
   the next iteration: the socket does not say it is readable for those.
 * **End**: the peer's ``close_notify`` or end of stream is ``eof_received`` (then closed unless
-  the protocol keeps it open); ``close()`` sends what waits, then our ``close_notify``, and closes
-  the socket without waiting for the peer's (nginx does the same); ``abort()`` closes at once.
+  the protocol keeps it open); ``close()`` sends what waits, then our ``close_notify`` and our
+  end of stream, and reads and drops what the client still sends (its own ``close_notify``) until
+  its end, for ``LINGER`` seconds at most: closed with unread bytes, the socket would answer them
+  with a reset, and a client still reading the answer would lose its tail. ``abort()`` closes
+  at once.
   ``connection_lost`` is called once, in a later iteration of the loop.
 * **File bodies** (:class:`TLSBody`): the file read into a buffer of the transfer's own with one
   ``RWF_NOWAIT`` read per chunk (a cold chunk is read in the cold pool), then ``SSL_write`` of
@@ -63,6 +66,10 @@ __all__ = (
 
 #: A handshake not done in this many seconds is dropped (asyncio's ``ssl_handshake_timeout``).
 HANDSHAKE_TIMEOUT = 60.0
+#: A closed connection reads what its client still sends this long at most (nginx's
+#: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
+#: client to read the end of the answer from the socket buffers.
+LINGER = 30.0
 #: Bytes waiting for the socket above which the protocol is paused, and below which resumed.
 HIGH_WATER = 64 * 1024
 LOW_WATER = 16 * 1024
@@ -121,8 +128,10 @@ class TLSTransport(asyncio.Transport):
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         on_ready: Callable[[TLSTransport], None] | None = None,
+        lingering: set[TLSTransport] | None = None,
     ) -> None:
         super().__init__()
+        self._lingering = lingering  # where a closed connection waits for its client's end
         self._loop = loop
         raw.setblocking(False)
         self._sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
@@ -440,10 +449,54 @@ class TLSTransport(asyncio.Transport):
         self._end(exc if isinstance(exc, Exception) else None)
 
     def _finish(self) -> None:
-        """Everything written: our ``close_notify`` (without waiting for the peer's), then close."""
+        """Everything written: our ``close_notify``, then a lingering close (see :meth:`_linger`)."""
         with contextlib.suppress(OSError, ValueError):
             self._sock.unwrap()  # (sends close_notify; then waits for the peer's: WantRead)
-        self._end(None)
+        if self._lingering is None:
+            self._end(None)
+            return
+        try:
+            socket.socket.shutdown(self._sock, socket.SHUT_WR)  # our FIN, after all we wrote
+        except OSError:
+            self._end(None)
+            return
+        self._closing = self._closed = True
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._fd)
+        if self._reading:
+            self._loop.remove_reader(self._fd)
+        self._reading = True
+        self._loop.add_reader(self._fd, self._linger)
+        self._timer = self._loop.call_later(LINGER, self.end_linger)
+        self._lingering.add(self)
+        self._pending = None
+        self._queue.clear()
+        self._buffered = 0
+        self._loop.call_soon(self._lost, None)
+
+    def _linger(self) -> None:
+        """Read and drop what the client still sends (its ``close_notify``) until its end of
+        stream: a socket closed with unread bytes answers them with a reset, and a client that
+        has not read all of the answer yet (a paused reader) then loses its tail."""
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                if not socket.socket.recv(self._sock, READ_SIZE):
+                    break
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                break
+        self.end_linger()
+
+    def end_linger(self) -> None:
+        """Close a lingering socket now (its client's end came, LINGER ran out, or a stop)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._lingering is not None:
+            self._lingering.discard(self)
+        self._release_socket()
 
     def _end(self, exc: Exception | None) -> None:
         if self._closed:
@@ -459,6 +512,8 @@ class TLSTransport(asyncio.Transport):
         self._loop.call_soon(self._lost, exc)
 
     def _release_socket(self) -> None:
+        if self._sock.fileno() < 0:
+            return
         if self._reading:
             self._reading = False
             self._loop.remove_reader(self._fd)
