@@ -215,3 +215,30 @@ async def test_the_engine_runs_tls_on_its_own_transport(tmp_path: Path, tls: Any
             )
         finally:
             await _close(writer)
+
+
+async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path, tls: Any) -> None:
+    """After ``Connection: close`` the server sends its close_notify and end of stream, and keeps
+    reading until the client's end: closed at once, a client's late close_notify would be answered
+    with a reset, and a client still reading the answer would lose its tail. (The client is a
+    blocking socket in a thread: asyncio's and uvloop's close as soon as the close_notify comes.)"""
+    async with serving(tmp_path, tls=tls) as site:
+        listener = site.server
+
+        def connect() -> ssl.SSLSocket:
+            raw = socket.create_connection((site.host, site.port))
+            return tls[1].wrap_socket(raw, server_hostname="localhost")  # (the handshake blocks)
+
+        client = await asyncio.to_thread(connect)
+        try:
+            await asyncio.to_thread(client.sendall, get("/small.txt", "Connection: close\r\n"))
+            got = b""
+            while len(got) < 4096 or b"\r\n\r\n" not in got:
+                got += await asyncio.to_thread(client.recv, 65536)
+            await until(lambda: bool(listener._lingering))
+            assert not engine()._engines[site.server].connections  # the protocol is done with it
+            await asyncio.sleep(0.2)
+            assert listener._lingering  # still waiting for the client's end
+        finally:
+            client.close()
+        await until(lambda: not listener._lingering)  # the client's end came: closed
