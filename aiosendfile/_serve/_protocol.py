@@ -868,13 +868,11 @@ class HttpProtocol(asyncio.Protocol):
         if outlet is False or self.transport.get_write_buffer_size():
             return False
         assert isinstance(outlet, Outlet)
-        self.sending = True
-        self.since = self.engine.now
 
         def done(sent: int, exc: Exception | None) -> None:
             self._owned_done(x, sent, exc)
 
-        transfer = self.owned = Transfer(
+        transfer = Transfer(
             outlet,
             head,
             body.fd,
@@ -887,13 +885,7 @@ class HttpProtocol(asyncio.Protocol):
             warm_to,
             self.engine,
         )
-        self.starting = True
-        try:
-            transfer.run()
-        finally:
-            self.starting = False
-        if self.owned is transfer:  # still going: from the loop (the socket was full, a chunk went)
-            self._update_reading()
+        self._run_owned(transfer)
         return True
 
     def _own_tls(
@@ -908,15 +900,19 @@ class HttpProtocol(asyncio.Protocol):
             fd, closing = body.source, body.closing
             segments = [(part_head, r.start, r.length) for part_head, r in body.parts]
             segments[0] = (head + segments[0][0], *segments[0][1:])
-        self.sending = True
-        self.since = self.engine.now
 
         def done(body_sent: int, exc: Exception | None) -> None:
             self._owned_done(x, sent + body_sent, exc)
 
         transport = self.transport
         assert isinstance(transport, TLSTransport)
-        transfer = self.owned = TLSBody(transport, fd, segments, closing, done, self._progress, ans.close)
+        self._run_owned(TLSBody(transport, fd, segments, closing, done, self._progress, ans.close))
+
+    def _run_owned(self, transfer: Transfer | TLSBody) -> None:
+        """Start *transfer* (``_own``'s or ``_own_tls``'s) as this connection's body in flight."""
+        self.owned = transfer
+        self.sending = True
+        self.since = self.engine.now
         self.starting = True
         try:
             transfer.run()
