@@ -452,15 +452,17 @@ class TLSTransport(asyncio.Transport):
         """Everything written: our ``close_notify``, then a lingering close (see :meth:`_linger`)."""
         with contextlib.suppress(OSError, ValueError):
             self._sock.unwrap()  # (sends close_notify; then waits for the peer's: WantRead)
-        if self._lingering is None:
-            self._end(None)
-            return
-        try:
-            socket.socket.shutdown(self._sock, socket.SHUT_WR)  # our FIN, after all we wrote
-        except OSError:
-            self._end(None)
-            return
-        self._closing = self._closed = True
+        linger = self._lingering is not None
+        if linger:
+            try:
+                socket.socket.shutdown(self._sock, socket.SHUT_WR)  # our FIN, after all we wrote
+            except OSError:
+                linger = False
+        self._end(None, linger=linger)
+
+    def _start_linger(self) -> None:
+        """Watch the closed connection's socket for what its client still sends (see _linger)."""
+        assert self._lingering is not None
         if self._writing:
             self._writing = False
             self._loop.remove_writer(self._fd)
@@ -470,10 +472,6 @@ class TLSTransport(asyncio.Transport):
         self._loop.add_reader(self._fd, self._linger)
         self._timer = self._loop.call_later(LINGER, self.end_linger)
         self._lingering.add(self)
-        self._pending = None
-        self._queue.clear()
-        self._buffered = 0
-        self._loop.call_soon(self._lost, None)
 
     def _linger(self) -> None:
         """Read and drop what the client still sends (its ``close_notify``) until its end of
@@ -498,14 +496,19 @@ class TLSTransport(asyncio.Transport):
             self._lingering.discard(self)
         self._release_socket()
 
-    def _end(self, exc: Exception | None) -> None:
+    def _end(self, exc: Exception | None, *, linger: bool = False) -> None:
+        """The connection is over for its protocol (``connection_lost`` next): its socket closed,
+        or with *linger* kept open a while for what the client still sends."""
         if self._closed:
             return
         if self._handshaking:
             self._drop()
             return
         self._closing = self._closed = True
-        self._release_socket()
+        if linger:
+            self._start_linger()
+        else:
+            self._release_socket()
         self._pending = None
         self._queue.clear()
         self._buffered = 0
