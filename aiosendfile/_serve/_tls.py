@@ -311,7 +311,7 @@ class TLSTransport(asyncio.Transport):
         if self._pending is None and not self._queue:
             self._pending = data
             self._buffered = len(data)
-            if self._send():
+            if self._send() or self._closed:  # (whole, or the connection failed: nothing kept)
                 return
             if type(data) is not bytes:  # the caller may reuse its buffer: OpenSSL needs these bytes
                 self._pending = bytes(data)
