@@ -9,6 +9,7 @@ tests'; here it only has to arrive intact.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import errno
@@ -615,9 +616,8 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
 ) -> None:
     """With the budget spent at once, each iteration answers one request: the first read is
     answered, the others wait and are answered in the following iterations, each whole. A held
-    read leaves reading on (an end of stream waits in eof_received), except over TLS, where
-    the end of stream cannot wait (a close_notify stays unread until the answer is out); a
-    backlog pauses it always. Reading is on for all once all is answered."""
+    read leaves reading on, over TLS too (an end of stream waits in eof_received); a backlog
+    pauses it. Reading is on for all once all is answered."""
     mod = engine()
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     root = build(tmp_path / "www")
@@ -641,7 +641,7 @@ async def test_requests_past_the_iterations_budget_wait_for_the_next_iteration(
         for p, data in zip(protocols, [get("/small.txt"), get("/small.txt"), flood], strict=True):
             p.data_received(data)
         assert [bool(t.data) for t in transports] == [True, False, False]
-        assert [t.reading for t in transports] == [True, not tls, False]
+        assert [t.reading for t in transports] == [True, True, False]
         answered = []
         for _ in range(50):
             await asyncio.sleep(0)
@@ -797,34 +797,74 @@ async def test_end_of_stream_waits_for_the_answers_over_a_unix_socket(
     assert [[a.body for a in got] for got in answers] == [[small], [small], [small], [big]]
 
 
-async def test_end_of_stream_over_tls_closes_quietly_while_requests_wait(
+def _ask_then_end(host: str, port: int, ctx: ssl.SSLContext, request: bytes, close_notify: bool) -> bytes:
+    """(A blocking TLS client, for a thread.) Send *request*, then end: our ``close_notify``
+    (*close_notify*) or a bare end of stream, with no ``close_notify`` (a half-close); what the
+    server answers, to its end."""
+    raw = socket.create_connection((host, port), timeout=20)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.sendall(request)
+        if close_notify:
+            tls.setblocking(False)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.unwrap()  # (sends close_notify; the server's comes after its answer)
+            tls.setblocking(True)
+            tls.settimeout(20)
+        else:
+            socket.socket.shutdown(tls, socket.SHUT_WR)
+        got = b""
+        while True:
+            try:
+                chunk = tls.recv(65536)
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                break
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+@pytest.mark.parametrize("close_notify", [True, False], ids=["close_notify", "half_close"])
+async def test_end_of_stream_over_tls_waits_for_the_answers(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    tls_server_ctx: ssl.SSLContext,
+    tls_ca: Any,
     tls_client_ctx: ssl.SSLContext,
+    close_notify: bool,
 ) -> None:
-    """Over TLS the client's close_notify ends the connection at once even while its requests
-    wait for a turn (asyncio's TLS transport drops what is written after it): closed, no
-    warning from the transport, and the server goes on answering others."""
+    """Over TLS as over TCP: clients that send a request then end (a ``close_notify``, or a bare
+    half-close: the context ``serve`` makes lets OpenSSL take it as an end of stream), with the
+    iteration's budget spent at once, get every answer whole in its turn, then the server's end;
+    nothing is logged, and the server goes on answering others."""
+    from aiosendfile._cli._serve import tls_context
+
+    cert = tls_ca.issue_cert("localhost", "127.0.0.1")
+    with cert.private_key_pem.tempfile() as key, cert.cert_chain_pems[0].tempfile() as chain:
+        server_ctx = tls_context(argparse.Namespace(tls_cert=chain, tls_key=key))
     mod = engine()
-    async with serving(tmp_path, tls=(tls_server_ctx, tls_client_ctx)) as site:
+    async with serving(tmp_path, tls=(server_ctx, tls_client_ctx)) as site:
         eng = mod._engines[site.server]
         small = await _warmed(site)
+        big = (site.root / "big.bin").read_bytes()
         monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
-        conns = [await site.open() for _ in range(4)]
-        await _holding(eng, 4)
+        targets = ["/small.txt", "/small.txt", "/small.txt", "/big.bin"]
         with caplog.at_level(logging.WARNING):
-            for _, writer in conns:
-                writer.write(get("/small.txt"))
-                writer.close()  # (close_notify, then the end of stream)
+            raws = await asyncio.gather(
+                *(
+                    asyncio.to_thread(
+                        _ask_then_end, site.host, site.port, tls_client_ctx, get(t), close_notify
+                    )
+                    for t in targets
+                )
+            )
             await _holding(eng, 0)
             assert not eng.connections
             monkeypatch.setattr(mod, "ITERATION_BUDGET", 0.0005)
             assert (await site.exchange(get("/small.txt", "Connection: close\r\n"))).endswith(small)
-        for _, writer in conns:
-            await _close(writer)
-    assert not [r for r in caplog.records if "eof_received" in r.getMessage()]
+    answers = [split_answers(raw, ["GET"]) for raw in raws]
+    assert [[a.body for a in got] for got in answers] == [[small], [small], [small], [big]]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_a_connection_that_ends_is_closed_once(
@@ -846,35 +886,6 @@ async def test_a_connection_that_ends_is_closed_once(
         conn.expire(eng.now, eng.config)
         await _close(writer)
         await _holding(eng, 0)
-
-
-async def test_end_of_stream_over_tls_drops_what_waits_unanswered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Over TLS the transport closes at the end of stream and drops later writes: a read held for
-    a turn when it comes is not answered into the void (nor would it be logged), the connection
-    is done."""
-    mod = engine()
-    monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
-    root = build(tmp_path / "www")
-    eng = mod.Engine(mod.ServeConfig(str(root)), asyncio.get_running_loop())
-    try:
-        other, held = eng.protocol(), eng.protocol()
-        other.connection_made(_Transport(tls=True))
-        held.connection_made(t := _Transport(tls=True))
-        await asyncio.sleep(0)
-        other.data_received(b"\r\n")  # (opens this iteration's window and spends it)
-        held.data_received(get("/small.txt"))
-        assert held.held is not None
-        assert not t.reading
-        assert held.eof_received() is None
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert t.data == b""
-        for p in (other, held):
-            p.connection_lost(None)
-    finally:
-        eng.stop()
 
 
 async def test_a_slow_head_gets_408_also_while_the_iterations_budget_is_spent(

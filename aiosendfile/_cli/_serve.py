@@ -239,8 +239,12 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
-    """The server's TLS context from ``--tls-cert``/``--tls-key`` (OSError or SSLError if unusable)."""
+    """The server's TLS context from ``--tls-cert``/``--tls-key`` (OSError or SSLError if unusable).
+    A client's end of stream with no ``close_notify`` after a whole request (a half-close) is an
+    end of stream, as nginx has it, not a fatal error that drops the answers still owed: HTTP
+    frames what it reads."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.options |= getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)  # (OpenSSL 3)
     context.load_cert_chain(args.tls_cert, args.tls_key)
     return context
 

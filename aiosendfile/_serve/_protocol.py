@@ -224,7 +224,6 @@ class HttpProtocol(asyncio.Protocol):
         "starting",
         "task",
         "te",
-        "tls",
         "transport",
         "url",
         "version",
@@ -264,7 +263,6 @@ class HttpProtocol(asyncio.Protocol):
         self.backlog = b""  # a read not parsed yet past backlog_at (while MAX_PENDING requests wait)
         self.backlog_at = 0
         self.held: bytes | None = None  # a read waiting, as it came, for a turn (see _hold)
-        self.tls = False  # over TLS (see eof_received)
         self.budget = TURN_BUDGET  # requests this turn may still answer
         self.scheduled = False  # a next turn is scheduled (call_soon, or in the engine's waiting queue)
         self.out: list[bytes] = []
@@ -283,7 +281,6 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        self.tls = transport.get_extra_info("sslcontext") is not None
         self.engine.connections.add(self)
         if self.engine.log is not None:
             peer = transport.get_extra_info("peername")
@@ -312,17 +309,10 @@ class HttpProtocol(asyncio.Protocol):
         self.engine.lost(self)
 
     def eof_received(self) -> bool | None:
-        """The client's end of stream (a half-close: ``nc``, health checks). What it sent before
-        and is still to be answered (a read held for a turn, a backlog, requests waiting, a body
-        in flight) is answered first, then the connection closes, as nginx does; with nothing to
-        answer it closes now. Over TLS it closes now in any case: asyncio's TLS transport (and
-        uvloop's) discards what is written after the peer's end of stream, and warns if asked
-        to stay open; what waits is dropped, not answered into the void (nor logged). (A read
-        held for a turn pauses reading over TLS, so a close_notify after it is read only once
-        it is answered.)"""
-        if self.tls:
-            self.dead = True
-            return None
+        """The client's end of stream (a half-close: ``nc``, health checks; over TLS its
+        ``close_notify``). What it sent before and is still to be answered (a read held for a
+        turn, a backlog, requests waiting, a body in flight) is answered first, then the
+        connection closes, as nginx does; with nothing to answer it closes now."""
         if self.held is None and not self.backlog and not self.pending and not self.busy:
             return None
         self.ended = True
@@ -354,8 +344,7 @@ class HttpProtocol(asyncio.Protocol):
         is held as it came (its turn takes the common path, heads memo included); any other joins
         the backlog, which pauses reading. Reading goes on while a read is held (pausing and
         resuming would cost two ``epoll_ctl`` per request when the loop is saturated): an end of
-        stream read meanwhile waits for the answer (``eof_received``). Over TLS, where it cannot
-        wait, a held read pauses reading."""
+        stream read meanwhile waits for the answer (``eof_received``)."""
         if not self.in_request:  # (a head's later bytes do not restart its header timeout)
             self.since = self.engine.now
         held = self.held
@@ -364,7 +353,7 @@ class HttpProtocol(asyncio.Protocol):
         else:  # (the transport delivered once more after the pause, or a large read)
             self.held = None
             self._to_backlog(data if held is None else held + data)
-        self._update_reading()
+            self._update_reading()
         if not self.scheduled:
             self.scheduled = True
             self.engine.wait_turn(self)
@@ -1046,8 +1035,7 @@ class HttpProtocol(asyncio.Protocol):
         if held is not None:
             self.held = None
             if self.transport is not None and not self.dead:
-                self._receive(held)
-                self._update_reading()
+                self._receive(held)  # (as data_received's: what pauses reading pauses it)
                 return
         self.budget = TURN_BUDGET
         self._resume()
@@ -1205,7 +1193,6 @@ class HttpProtocol(asyncio.Protocol):
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
-            or (self.tls and self.held is not None)
         )
         if paused != self.read_paused:
             self.read_paused = paused

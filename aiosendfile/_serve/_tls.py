@@ -309,12 +309,16 @@ class TLSTransport(asyncio.Transport):
         if self._closing or self._closed or not data:
             return
         if self._pending is None and not self._queue:
-            self._pending = data
-            self._buffered = len(data)
-            if self._send() or self._closed:  # (whole, or the connection failed: nothing kept)
+            try:
+                self._write(data)
+                return  # (the common case: whole, at once)
+            except (OSError, ValueError) as exc:
+                self._write_failed(exc)
+            if self._closed:  # (the connection failed: nothing kept)
                 return
-            if type(data) is not bytes:  # the caller may reuse its buffer: OpenSSL needs these bytes
-                self._pending = bytes(data)
+            # The caller may reuse its buffer: OpenSSL needs these bytes again.
+            self._pending = data if type(data) is bytes else bytes(data)
+            self._buffered = len(data)
         else:
             self._queue.append(bytes(data))
             self._buffered += len(data)
@@ -345,19 +349,23 @@ class TLSTransport(asyncio.Transport):
         pending = self._pending
         try:
             self._write(pending)
-        except ssl.SSLWantWriteError:
-            self._watch_write(True)
-            return False
-        except ssl.SSLWantReadError:  # (a renegotiation) go on once the socket is readable
-            self._write_wants_read = True
-            self._watch_read(True)
-            return False
         except (OSError, ValueError) as exc:
-            self._fatal(exc)
+            self._write_failed(exc)
             return False
         self._pending = None
         self._buffered -= len(pending)
         return True
+
+    def _write_failed(self, exc: OSError | ValueError) -> None:
+        """``SSL_write`` did not take a write: wait for what OpenSSL asks (then give it the same
+        bytes again), or the connection fails."""
+        if isinstance(exc, ssl.SSLWantWriteError):
+            self._watch_write(True)
+        elif isinstance(exc, ssl.SSLWantReadError):  # (a renegotiation) go on once readable
+            self._write_wants_read = True
+            self._watch_read(True)
+        else:
+            self._fatal(exc)
 
     def _flush(self) -> None:
         while True:
