@@ -454,7 +454,7 @@ def test_help_is_written_for_users() -> None:
         assert ":mod:" not in done.stdout
         assert "_cli" not in done.stdout  # no private module names
     assert "aiosendfile serve ./public" in top.stdout
-    for option in ("--show-index", "--show-dotfiles", "--follow-symlinks", "--workers", "--loop", "--port"):
+    for option in ("--no-listing", "--show-dotfiles", "--follow-symlinks", "--workers", "--loop", "--port"):
         assert option in serve.stdout
     assert "default: 8000" in serve.stdout
     assert "default: 127.0.0.1" in serve.stdout
@@ -473,7 +473,7 @@ def test_serve_hides_dotfiles_unless_asked_and_lists_raw_names(
     (served / ".git" / "config").write_text("secret")
     with open(os.fsencode(served) + b"/raw-\xff.txt", "wb") as f:
         f.write(b"raw")
-    server = server_factory(str(served), "--port", "0", "--show-index")
+    server = server_factory(str(served), "--port", "0")
     assert server.get("/.env")[0] == 404
     assert server.get("/.git/config")[0] == 404
     status, headers, body = server.get("/")
@@ -487,3 +487,27 @@ def test_serve_hides_dotfiles_unless_asked_and_lists_raw_names(
     shown = server_factory(str(served), "--port", "0", "--show-dotfiles")
     assert shown.get("/.env")[::2] == (200, b"TOKEN=secret")
     assert shown.interrupt() == 0
+
+
+def test_serve_lists_a_directory_by_default_and_not_under_no_listing(
+    served: Path, server_factory: type[Server]
+) -> None:
+    """A directory without index.html is listed, as http.server, miniserve and dufs do (also with
+    the old ``--show-index``, which changes nothing now); ``--no-listing`` answers 403. A
+    directory with an index.html answers it either way."""
+    (served / "docs").mkdir()
+    (served / "docs" / "index.html").write_text("<p>docs</p>")
+    (served / "a.txt").write_text("a")
+    for options in ([], ["--show-index"]):
+        server = server_factory(str(served), "--port", "0", *options)
+        status, headers, body = server.get("/")
+        assert status == 200
+        assert headers["Content-Type"] == "text/html; charset=utf-8"
+        assert b'<a href="a.txt">a.txt</a>' in body
+        assert b'<a href="docs/">docs/</a>' in body
+        assert server.get("/docs/")[::2] == (200, b"<p>docs</p>")
+        assert server.interrupt() == 0
+    closed = server_factory(str(served), "--port", "0", "--no-listing")
+    assert closed.get("/")[0] == 403
+    assert closed.get("/docs/")[::2] == (200, b"<p>docs</p>")
+    assert closed.interrupt() == 0

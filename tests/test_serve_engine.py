@@ -451,8 +451,9 @@ def heads_of(site: Site) -> Any:
 async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same plain request three times on one connection: parsed once, answered three times
-    alike, logged three times alike (the Referer and User-Agent come back from the memo)."""
+    """The same plain request three times on one connection (``Accept: */*`` is plain: only JSON
+    in it is read): parsed once, answered three times alike, logged three times alike (the
+    Referer and User-Agent come back from the memo)."""
     from aiosendfile._serve import _protocol
 
     fed: list[bytes] = []
@@ -464,7 +465,7 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
 
     monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
     log = io.StringIO()
-    plain = get("/small.txt", "Referer: http://r/\r\nUser-Agent: ua\r\n")
+    plain = get("/small.txt", "Referer: http://r/\r\nUser-Agent: ua\r\nAccept: */*\r\n")  # (curl's)
     async with serving(tmp_path, access_log=log) as site:
         small = (site.root / "small.txt").read_bytes()
         reader, writer = await site.open()
@@ -487,6 +488,7 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
     [
         (get("/small.txt") * 2, ["GET", "GET"]),
         (get("/small.txt", "Range: bytes=0-1\r\n"), ["GET"]),
+        (get("/small.txt", "Accept: application/json\r\n"), ["GET"]),  # (a listing's JSON)
         (get("/small.txt", "Connection: close\r\n"), ["GET"]),
         (get("/small.txt", version="1.0"), ["GET"]),
         (get("/small.txt")[:-2] + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", ["GET"]),
@@ -494,7 +496,7 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
         (get("/small.txt", "X-Long: " + "x" * 2100 + "\r\n"), ["GET"]),
         (get("/small.txt", method="POST"), ["POST"]),
     ],
-    ids=["pipelined", "range", "close", "http10", "chunked", "expect", "long", "post"],
+    ids=["pipelined", "range", "json", "close", "http10", "chunked", "expect", "long", "post"],
 )
 async def test_what_the_heads_memo_never_holds(site: Site, data: bytes, methods: list[str]) -> None:
     """Two requests in one read, a request with fields the core reads, one that closes, one with a

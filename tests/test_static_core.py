@@ -302,7 +302,10 @@ def test_resolve_listing() -> None:
     policy = DirectoryPolicy(ROOT, listings=True)
     got = _resolve(fs, req("GET", b"/sub/"), policy)
     assert isinstance(got, Answer)
-    assert (got.status, got.fields) == (200, [("Content-Type", "text/html; charset=utf-8")])
+    assert (got.status, got.fields) == (
+        200,
+        [("Content-Type", "text/html; charset=utf-8"), ("Vary", "Accept")],
+    )
     assert isinstance(got.body, bytes)
     assert got.length == len(got.body)
     assert b"<title>Index of /sub/</title>" in got.body
@@ -774,7 +777,11 @@ def test_bytes_headers_keep_only_what_the_core_reads() -> None:
     assert h.get("Accept-Encoding") is None
     assert list(h.getall("Accept-Encoding", ())) == []
     wanted = {b"range", b"if-range", b"if-match", b"if-none-match", b"if-modified-since"}
-    assert wanted | {b"if-unmodified-since", b"accept-encoding"} == h.WANTED
+    assert wanted | {b"if-unmodified-since", b"accept-encoding", b"accept"} == h.WANTED
+    # Accept is kept only when it names JSON (a listing's only use of it): */* is no field
+    assert "Accept" not in BytesHeaders([(b"Accept", b"*/*")])
+    assert not BytesHeaders([(b"Accept", b"text/html,*/*;q=0.8")])
+    assert BytesHeaders([(b"accept", b"Application/JSON")]).get("Accept") == "Application/JSON"
     # Both If-None-Match lines count (RFC 9110 list field)
     assert _http.evaluate_preconditions("GET", h, '"b"', 0) == 304
 

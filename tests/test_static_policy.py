@@ -1,4 +1,4 @@
-"""Static directory policy: dotfiles hidden by default, and nginx-autoindex-like listings.
+"""Static directory policy: dotfiles hidden by default, and listings (a page, or JSON).
 
 Runs the plugin's StaticResource both ways it is mounted: in an Application
 under a prefix (``add_static``) and at the root of aiohttp's low-level server;
@@ -13,12 +13,14 @@ import asyncio
 import calendar
 import contextlib
 import html
+import json
 import os
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from aiohttp import web
@@ -37,10 +39,12 @@ class Mounted:
     host: str
     port: int
 
-    async def get(self, target: str) -> tuple[int, dict[str, str], bytes]:
-        """GET ``base + target``, sent exactly as written; status, headers (lower-case names), body."""
+    async def get(self, target: str, extra: str = "") -> tuple[int, dict[str, str], bytes]:
+        """GET ``base + target``, sent exactly as written (*extra*: header lines, each ending in
+        CRLF); status, headers (lower-case names), body."""
         reader, writer = await asyncio.open_connection(self.host, self.port)
-        writer.write(f"GET {self.base}{target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        head = f"GET {self.base}{target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n"
+        writer.write(head.encode("latin-1"))
         data = await reader.read()
         writer.close()
         with contextlib.suppress(ConnectionError):
@@ -170,10 +174,11 @@ async def test_listing_leaves_dotfiles_out_unless_shown(mount: Any) -> None:
 
 
 def links(body: bytes) -> list[tuple[str, str]]:
-    """(href, shown text) of each link, in order."""
+    """(href, shown text) of each entry's link (the table's body), in order."""
+    rows = body.decode("utf-8").partition("<tbody>")[2].partition("</tbody>")[0]
     return [
         (html.unescape(href), html.unescape(text))
-        for href, text in re.findall(r'<a href="([^"]*)">([^<]*)</a>', body.decode("utf-8"))
+        for href, text in re.findall(r'<a href="([^"]*)">([^<]*)</a>', rows)
     ]
 
 
@@ -195,10 +200,20 @@ async def test_listing_is_sorted_with_parent_sizes_and_dates(mount: Any) -> None
         "space name.txt",
     ], names
     page = body.decode()
-    assert re.search(r'href="a.txt">a.txt</a></td><td>24-Nov-2026 03:21</td><td class="size">1</td>', page)
-    assert re.search(r'href="Big.bin">Big.bin</a></td><td>[^<]+</td><td class="size">3.0M</td>', page)
+    date = '<td class="date">'
+    assert (
+        f'href="a.txt">a.txt</a></td>{date}24-Nov-2026 03:21</td><td class="size" title="1 bytes">1</td>'
+        in page
+    )
     assert re.search(
-        r'href="zeta/">zeta/</a></td><td>\d\d-\w\w\w-\d{4} \d\d:\d\d</td><td class="size">-</td>', page
+        r'href="Big.bin">Big.bin</a></td><td class="date">[^<]+</td>'
+        r'<td class="size" title="3145728 bytes">3.0M</td>',
+        page,
+    )
+    assert re.search(
+        r'href="zeta/">zeta/</a></td><td class="date">\d\d-\w\w\w-\d{4} \d\d:\d\d</td>'
+        r'<td class="size">-</td>',
+        page,
     )
     assert "&lt;odd &amp; &quot;name&quot;&gt;.txt" in page  # escaped as text...
     assert 'href="%3Codd%20%26%20%22name%22%3E.txt"' in page  # ...and quoted as a link
@@ -206,7 +221,7 @@ async def test_listing_is_sorted_with_parent_sizes_and_dates(mount: Any) -> None
     status, _, body = await s.get("/sub/")
     assert status == 200
     assert links(body) == [("../", "../"), ("deeper/", "deeper/"), ("b.txt", "b.txt")]
-    assert b'<td class="size">1.5K</td>' in body
+    assert b'<td class="size" title="1536 bytes">1.5K</td>' in body
 
 
 async def test_every_listed_link_fetches_its_entry(mount: Any) -> None:
@@ -267,3 +282,129 @@ async def test_listing_leaves_out_what_cannot_be_fetched(mount: Any, tmp_path: P
     assert "link-out" in names
     assert "dir-out/" in names
     assert (await followed.get("/link-out"))[::2] == (200, b"o" * 12345)
+
+
+# -- the listing as people and programs use it ---------------------------------------------------
+
+
+async def test_listing_sorts_by_each_column_either_way_directories_first(mount: Any, tmp_path: Path) -> None:
+    """The headings are links (no script): ``?sort=size|date|name&order=asc|desc``; directories
+    stay first in every order; the current column's heading links to the other way."""
+    public = tmp_path / "public"
+    for name, size, day in (("small.txt", 10, 1), ("mid.txt", 500, 3), ("large.txt", 90000, 2)):
+        (public / "sub" / name).write_bytes(b"x" * size)
+        stamp = calendar.timegm((2026, 1, day, 0, 0, 0))
+        os.utime(public / "sub" / name, (stamp, stamp))
+    s = await mount(show_index=True)
+
+    async def names(query: str) -> list[str]:
+        status, _, body = await s.get("/sub/" + query)
+        assert status == 200
+        return [text for _, text in links(body) if text != "../"]
+
+    files = ["b.txt", "large.txt", "mid.txt", "small.txt"]
+    assert await names("") == ["deeper/", *files]
+    assert await names("?sort=name&order=desc") == ["deeper/", *reversed(files)]
+    assert await names("?sort=size") == ["deeper/", "small.txt", "mid.txt", "b.txt", "large.txt"]
+    assert await names("?sort=size&order=desc") == ["deeper/", "large.txt", "b.txt", "mid.txt", "small.txt"]
+    assert (await names("?sort=date"))[1:4] == ["small.txt", "large.txt", "mid.txt"]  # (b.txt: now)
+    assert await names("?sort=bogus&order=sideways&x=1") == ["deeper/", *files]  # defaults
+    _, _, body = await s.get("/sub/?sort=size")
+    assert b'<a href="?sort=size&amp;order=desc">Size</a>' in body  # the other way
+    assert b'<a href="?sort=name&amp;order=asc">Name</a>' in body
+
+
+async def test_listing_breadcrumbs_link_each_level_relatively(mount: Any) -> None:
+    """``Index of /sub/deeper/``: ``/``, ``sub`` and ``deeper`` are links, each relative (right
+    behind a proxy that mounts the server under a prefix); a viewport for phones."""
+    s = await mount(show_index=True)
+    status, _, body = await s.get("/sub/deeper/")
+    assert status == 200
+    page = body.decode()
+    heading = page.partition("<h1>")[2].partition("</h1>")[0]
+    crumbs = re.findall(r'<a href="([^"]*)">([^<]*)</a>', heading)
+    levels = [p for p in f"{s.base}/sub/deeper/".split("/") if p]
+    assert [text for _, text in crumbs] == ["/", *levels]
+    ups = len(levels)
+    assert [href for href, _ in crumbs] == ["../" * ups, *["../" * (ups - i - 1) or "./" for i in range(ups)]]
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+
+
+async def test_listing_as_json(mount: Any) -> None:
+    """``?json`` (or an ``Accept`` that prefers JSON) answers the same listing as JSON: name,
+    href (what fetches it, the raw bytes percent-encoded), type, size, mtime; ``Vary: Accept``.
+    A browser's ``Accept`` gets the page."""
+    s = await mount(show_index=True)
+    status, headers, body = await s.get("/?json")
+    assert status == 200
+    assert headers["content-type"] == "application/json"
+    assert headers["vary"] == "Accept"
+    got = json.loads(body)
+    assert got["path"] == f"{s.base}/"
+    entries = {e["name"]: e for e in got["entries"]}
+    assert [e["name"] for e in got["entries"]][:3] == ["link-to-git", "sub", "zeta"]  # directories first
+    assert entries["a.txt"] == {
+        "name": "a.txt",
+        "href": "a.txt",
+        "type": "file",
+        "size": 1,
+        "mtime": calendar.timegm((2026, 11, 24, 3, 21, 0)),
+    }
+    assert entries["sub"]["type"] == "dir"
+    assert entries["sub"]["size"] is None
+    assert entries["sub"]["href"] == "sub/"
+    assert entries['<odd & "name">.txt']["href"] == "%3Codd%20%26%20%22name%22%3E.txt"
+    assert entries["caf\ufffd-\ufffd.txt"]["href"] == "caf%E9-%FF.txt"
+    assert ".env" not in entries
+    for entry in got["entries"]:
+        assert (await s.get("/" + entry["href"]))[0] == 200, entry
+    as_json = "Accept: application/json\r\n"
+    status, headers, body = await s.get("/", as_json)
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == got
+    browser = "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n"
+    for extra in (browser, "Accept: */*\r\n", "Accept: application/json;q=0.5, text/html\r\n", ""):
+        status, headers, body = await s.get("/", extra)
+        assert headers["content-type"] == "text/html; charset=utf-8", extra
+        assert headers["vary"] == "Accept"
+        assert body.startswith(b"<!DOCTYPE html>")
+    assert json.loads((await s.get("/sub/?json&sort=size&order=desc"))[2])["entries"][0]["name"] == "deeper"
+
+
+HOSTILE_NAMES = [  # (a name holds no "/")
+    "<script>alert(1).txt",
+    '"><img src=x onerror=alert(2)>.txt',
+    "<svg onload=alert(3)>",
+    "';alert(4);'.txt",
+    "javascript:alert(5)",
+    "&lt;b&gt;not bold",
+]
+
+
+async def test_no_markup_or_script_from_a_name_ever_runs(mount: Any, tmp_path: Path) -> None:
+    """Names holding markup, quotes, entities or a ``javascript:`` scheme show as text and link
+    to themselves (percent-encoded, relative): the page has no element nor attribute a name
+    made; the JSON gives the names back exactly."""
+    public = tmp_path / "public"
+    (public / "evil").mkdir()
+    for name in HOSTILE_NAMES:
+        (public / "evil" / name).write_text("x")
+    (public / "evil" / "<i>dir").mkdir()
+    s = await mount(show_index=True)
+    for target in ("/evil/", "/evil/%3Ci%3Edir/"):
+        _, _, body = await s.get(target)
+        page = body.decode()
+        assert "<script" not in page
+        assert "<img" not in page
+        assert "<svg" not in page
+        assert "<i>" not in page
+        assert "<b>" not in page
+    _, _, body = await s.get("/evil/")
+    shown = dict((text, href) for href, text in links(body))
+    for name in HOSTILE_NAMES:
+        assert name in shown, name
+        href = shown[name]
+        assert href == quote(name), href  # relative, percent-encoded: never a scheme
+        assert (await s.get("/evil/" + href))[::2] == (200, b"x")
+    got = json.loads((await s.get("/evil/?json"))[2])
+    assert sorted(e["name"] for e in got["entries"]) == sorted([*HOSTILE_NAMES, "<i>dir"])

@@ -143,8 +143,8 @@ class StaticResource(web.StaticResource):
                 headers = CIMultiDict(found.fields)
                 rendering.headers = headers
             return web.Response(body=entry.body, headers=headers.copy())  # aiohttp adds to its copy
-        if found.status == 200:  # a listing
-            return web.Response(body=found.body, content_type="text/html", charset="utf-8")
+        if found.status == 200:  # a listing (a page or JSON)
+            return web.Response(body=found.body, headers=CIMultiDict(found.fields))
         raise _http_error(found)
 
     def _file_response(

@@ -69,8 +69,9 @@ _SERVE_DESCRIPTION = """\
 Serve the files in DIRECTORY over HTTP (GET and HEAD), zero-copy with
 sendfile(2). Ranges, conditional requests (ETag, Last-Modified) and
 pre-compressed siblings (a.js.br, a.js.gz, chosen by Accept-Encoding) are
-supported. A directory answers with its index.html, or with a listing under
---show-index, else 403.
+supported. A directory answers with its index.html, else with a listing
+(sortable by name, date or size; as JSON with ?json or Accept:
+application/json), or 403 under --no-listing.
 
 Hidden by default: any path with a component starting with "." (/.env,
 /.git/config) gets 404 and is not listed; only /.well-known/ is served.
@@ -97,7 +98,7 @@ later, then twice as late each time a new one dies within 30 s (up to 10 s)."""
 _SERVE_EPILOG = """\
 examples:
   aiosendfile serve                          the current directory on 127.0.0.1:8000
-  aiosendfile serve ./public --show-index    list folders that have no index.html
+  aiosendfile serve ./public --no-listing    403 for folders that have no index.html
   aiosendfile serve site --host 0.0.0.0 --port 8080 --workers 4
                                              every interface, 4 processes
 
@@ -173,10 +174,13 @@ def add_serve_command(commands: Any) -> None:
         help="log every request to stderr; never blocks serving (default: off)",
     )
     serve.add_argument(
-        "--show-index",
-        action="store_true",
-        help="list a directory that has no index.html (default: 403)",
+        "--no-listing",
+        dest="listing",
+        action="store_false",
+        help="answer 403 for a directory that has no index.html (default: a listing)",
     )
+    # (Listings were off by default before: the old switch is still taken, and changes nothing.)
+    serve.add_argument("--show-index", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument(
         "--show-dotfiles",
         action="store_true",
@@ -618,7 +622,7 @@ async def _serve_until(
 
     config = ServeConfig(
         directory,
-        show_index=args.show_index,
+        show_index=args.listing,
         follow_symlinks=args.follow_symlinks,
         show_dotfiles=args.show_dotfiles,
         access_log=sys.stderr if args.access_log else None,

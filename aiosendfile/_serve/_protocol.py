@@ -66,16 +66,29 @@ from ._tls import TLSBody, TLSTransport
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
 
-__all__ = ("AGENT", "CORE", "EXPECT", "HOST", "REFERER", "TE", "Head", "HttpProtocol", "header_kinds")
+__all__ = (
+    "ACCEPT",
+    "AGENT",
+    "CORE",
+    "EXPECT",
+    "HOST",
+    "REFERER",
+    "TE",
+    "Head",
+    "HttpProtocol",
+    "header_kinds",
+)
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-HOST, CORE, EXPECT, REFERER, AGENT, TE = 0, 1, 2, 3, 4, 5
+HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT = 0, 1, 2, 3, 4, 5, 6
 
 
 def header_kinds(logging: bool) -> dict[bytes, int]:
-    """The request headers a connection keeps (lowercase name → what for): the core's, ``Expect``,
-    ``Host``, ``Transfer-Encoding``, and with an access log ``Referer`` and ``User-Agent``."""
+    """The request headers a connection keeps (lowercase name → what for): the core's (``Accept``
+    only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
+    ``Referer`` and ``User-Agent``."""
     kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
+    kinds[b"accept"] = ACCEPT
     kinds[b"expect"] = EXPECT
     kinds[b"host"] = HOST
     kinds[b"transfer-encoding"] = TE
@@ -466,7 +479,9 @@ class HttpProtocol(asyncio.Protocol):
             self.hosts += 1
         elif kind == TE:
             self.te = value if self.te is None else self.te + b"," + value
-        elif kind == CORE:
+        elif kind in (CORE, ACCEPT):
+            if kind == ACCEPT and b"json" not in value.lower():
+                return  # (only a listing reads Accept, for JSON: curl's */* keeps a request plain)
             if self.fields is None:
                 self.fields = [(name, value)]
             else:

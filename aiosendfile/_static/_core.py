@@ -35,7 +35,7 @@ from ._answer import Answer, FileRange, Multipart, error
 from ._answers import Decided
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
 from ._hot import HotEntry
-from ._listing import listing_html
+from ._listing import listing, view_of
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
 from ._policy import ENCODINGS, DirectoryPolicy
@@ -164,7 +164,8 @@ def _directory(
     if policy.listings:
         root = None if policy.follow_symlinks else policy.root
         shown = unquote_to_bytes(raw)
-        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles)
+        view = view_of(req.raw_query, req.headers.get("Accept"))
+        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles, view)
         page = _listing.listings.get(key, st)
         if page is None:
             try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
@@ -173,9 +174,10 @@ def _directory(
                 return error(403, req.method)
             except (OSError, OutsideRoot):  # removed meanwhile; swapped for a symlink out
                 return error(404, req.method)
-            page = listing_html(shown, real == policy.root, entries, policy.dotfiles)
+            page = listing(shown, real == policy.root, entries, policy.dotfiles, view)
             _listing.listings.put(key, st, page, len(shown) + len(path))
-        fields = [("Content-Type", "text/html; charset=utf-8")]
+        kind = "application/json" if view.json else "text/html; charset=utf-8"
+        fields = [("Content-Type", kind), ("Vary", "Accept")]
         return Answer(200, fields, len(page), head_only=req.method == "HEAD", body=page, path=path)
     return error(403, req.method)
 

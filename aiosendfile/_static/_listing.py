@@ -1,36 +1,48 @@
-"""A directory listing page, nginx-autoindex style, and the cache of the pages built recently.
+"""A directory listing, as a page people use or as JSON, and the cache of those built recently.
 
-The page is pure (the entries come from the file system port). Building one can take ten
-thousand ``stat`` calls, so the core keeps the pages it built in :data:`listings` for
-``LISTING_SECONDS``, checked against the directory's own ``stat`` (an entry added, removed or
-renamed changes its mtime), bounded by entries and bytes (page and key); a door builds a page in
-its pool, never on the loop (``_fs.DecideInPool``).
+Pure (the entries come from the file system port). Building one can take ten thousand ``stat``
+calls, so the core keeps what it built in :data:`listings` for ``LISTING_SECONDS``, checked
+against the directory's own ``stat`` (an entry added, removed or renamed changes its mtime),
+bounded by entries and bytes (page and key); a door builds one in its pool, never on the loop
+(``_fs.DecideInPool``).
 
-A parent link except at the root; directories first and with a trailing ``/``, then files, each
-sorted by name (bytes), with a size (``-`` for directories, ``ls -h`` style otherwise) and a UTC
-modification date. Only what a request could fetch is listed: no dotfile unless they are served,
-no name with a backslash (the scan already left out broken symlinks and symlinks out of the root).
-Names are escaped, links percent-encoded from the name's bytes.
+The page: breadcrumbs (each a relative link, right behind a proxy's prefix too), a parent link
+except at the root, directories first, then files; name, UTC modification date and size
+(``ls -h`` style, the exact bytes in its tooltip); column headings that sort by name, date or
+size, either way (``?sort=size&order=desc``: links, no script); a viewport for phones. Only what
+a request could fetch is listed: no dotfile unless they are served, no name with a backslash
+(the scan already left out broken symlinks and symlinks out of the root). Every name is escaped
+as text and percent-encoded from its bytes as a link: no markup in a name ever runs.
+
+The JSON (``?json``, or an ``Accept`` that prefers ``application/json``): the path and the
+entries in the same order, each with its ``name`` (U+FFFD for bytes that are not UTF-8), its
+``href`` (the name's bytes percent-encoded: what fetches it), ``type`` (``dir``/``file``),
+``size`` (bytes; null for a directory) and ``mtime`` (seconds since the epoch, UTC).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
 import stat
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 __all__ = (
     "LISTINGS_MAX_BYTES",
     "LISTINGS_MAX_ENTRIES",
+    "DEFAULT_VIEW",
     "LISTING_SECONDS",
     "Listings",
+    "View",
+    "listing",
     "listing_html",
-    "listings",
+    "listing_json",
+    "view_of",
 )
 
 #: A page built this recently is served again while its directory's stat is unchanged (a file in
@@ -41,42 +53,182 @@ LISTINGS_MAX_ENTRIES = 64
 LISTINGS_MAX_BYTES = 16 * 1024 * 1024
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_SORTS = ("name", "date", "size")
+_HEADINGS = (("name", "Name", ""), ("date", "Last modified (UTC)", "date"), ("size", "Size", "size"))
+
+_STYLE = (
+    "body{font:15px/1.4 system-ui,sans-serif;margin:1em auto;max-width:60em;padding:0 .6em;"
+    "color:#222;background:#fff}"
+    "h1{font-size:1.2em;font-weight:600;overflow-wrap:anywhere}h1 a{text-decoration:none}"
+    "table{border-collapse:collapse;width:100%}"
+    "th,td{padding:.3em .6em .3em 0;text-align:left;vertical-align:top}"
+    "th{border-bottom:1px solid #ccc;white-space:nowrap}th a{color:inherit}"
+    "td:first-child{overflow-wrap:anywhere}tbody tr:hover{background:#f3f6fa}"
+    ".date,.size{white-space:nowrap}.size{text-align:right}a{color:#0550ae}"
+    "@media (max-width:36em){.date{display:none}}"
+    "@media (prefers-color-scheme:dark){body{color:#ddd;background:#161616}a{color:#79b8ff}"
+    "th{border-color:#444}tbody tr:hover{background:#222}}"
+)
 
 
-def listing_html(
-    shown_path: bytes, at_root: bool, entries: list[tuple[str, os.stat_result]], dotfiles: bool
-) -> bytes:
-    """The page for a directory requested as *shown_path* (the decoded request path's bytes)."""
-    title = html.escape(f"Index of {_display(shown_path)}")
-    rows = []
-    if not at_root:
-        rows.append('<tr><td><a href="../">../</a></td><td></td><td class="size"></td></tr>')
+class View(NamedTuple):
+    """How a listing is asked for: as JSON or a page, sorted by which column, which way."""
+
+    json: bool = False
+    sort: str = "name"
+    descending: bool = False
+
+
+#: A page, by name, A to Z.
+DEFAULT_VIEW = View()
+
+
+def view_of(raw_query: bytes, accept: str | None) -> View:
+    """The view a request asks for: ``json`` in the query or an ``Accept`` preferring JSON to
+    HTML; ``sort`` (name, date, size) and ``order`` (asc, desc) from the query. Anything else in
+    the query is ignored, as an unknown value is (the default stays)."""
+    as_json = accept is not None and _prefers_json(accept)
+    sort, descending = "name", False
+    if raw_query:
+        for pair in raw_query.split(b"&"):
+            name, _, value = pair.partition(b"=")
+            if name == b"json":
+                as_json = True
+            elif name == b"sort" and value.decode("latin-1") in _SORTS:
+                sort = value.decode("latin-1")
+            elif name == b"order" and value in (b"asc", b"desc"):
+                descending = value == b"desc"
+    return View(as_json, sort, descending)
+
+
+def _prefers_json(accept: str) -> bool:
+    """Whether ``application/json`` has a higher weight in *accept* than ``text/html`` (and than
+    ``*/*`` when HTML is not named): browsers name HTML; ``curl -H 'Accept: application/json'``
+    and API clients name JSON."""
+    weights: dict[str, float] = {}
+    for item in accept.split(","):
+        media, *params = item.split(";")
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        weights[media.strip().lower()] = max(q, weights.get(media.strip().lower(), 0.0))
+    json_q = weights.get("application/json", 0.0)
+    html_q = weights.get("text/html", weights.get("text/*", weights.get("*/*", 0.0)))
+    return json_q > 0 and json_q > html_q
+
+
+def _shown(
+    entries: list[tuple[str, os.stat_result]], dotfiles: bool, view: View
+) -> list[tuple[bytes, bool, os.stat_result]]:
+    """(name's bytes, is a directory, stat) of what is listed, in *view*'s order (directories
+    first either way)."""
     shown = []
     for name, st in entries:
         if name.startswith(".") and not dotfiles:
             continue
         if "\\" in name:  # refused by the path rules: nothing to fetch
             continue
-        is_dir = stat.S_ISDIR(st.st_mode)
-        shown.append((not is_dir, os.fsencode(name), is_dir, st))
-    shown.sort(key=lambda e: e[:2])
-    for _, raw, is_dir, st in shown:
+        shown.append((os.fsencode(name), stat.S_ISDIR(st.st_mode), st))
+    if view.sort == "size":
+        shown.sort(key=lambda e: (0 if e[1] else e[2].st_size, e[0]))
+    elif view.sort == "date":
+        shown.sort(key=lambda e: (e[2].st_mtime, e[0]))
+    else:
+        shown.sort(key=lambda e: e[0])
+    if view.descending:
+        shown.reverse()
+    shown.sort(key=lambda e: not e[1])  # (stable: directories first, each group in its order)
+    return shown
+
+
+def listing(
+    shown_path: bytes,
+    at_root: bool,
+    entries: list[tuple[str, os.stat_result]],
+    dotfiles: bool,
+    view: View = DEFAULT_VIEW,
+) -> bytes:
+    """The listing of a directory requested as *shown_path* (the decoded request path's bytes),
+    as *view* asks for it."""
+    if view.json:
+        return listing_json(shown_path, entries, dotfiles, view)
+    return listing_html(shown_path, at_root, entries, dotfiles, view)
+
+
+def listing_json(
+    shown_path: bytes, entries: list[tuple[str, os.stat_result]], dotfiles: bool, view: View = DEFAULT_VIEW
+) -> bytes:
+    """The listing as JSON (see the module docstring)."""
+    items = [
+        {
+            "name": _display(raw),
+            "href": quote(raw) + ("/" if is_dir else ""),
+            "type": "dir" if is_dir else "file",
+            "size": None if is_dir else st.st_size,
+            "mtime": int(st.st_mtime),
+        }
+        for raw, is_dir, st in _shown(entries, dotfiles, view)
+    ]
+    return json.dumps({"path": _display(shown_path), "entries": items}, ensure_ascii=False).encode()
+
+
+def listing_html(
+    shown_path: bytes,
+    at_root: bool,
+    entries: list[tuple[str, os.stat_result]],
+    dotfiles: bool,
+    view: View = DEFAULT_VIEW,
+) -> bytes:
+    """The page (see the module docstring)."""
+    title = html.escape(f"Index of {_display(shown_path)}")
+    rows = []
+    if not at_root:
+        rows.append('<tr><td><a href="../">../</a></td><td class="date"></td><td class="size"></td></tr>')
+    for raw, is_dir, st in _shown(entries, dotfiles, view):
         slash = "/" if is_dir else ""
         href = html.escape(quote(raw) + slash)
-        size = "-" if is_dir else _human_size(st.st_size)
+        if is_dir:
+            size = '<td class="size">-</td>'
+        else:
+            size = f'<td class="size" title="{st.st_size} bytes">{_human_size(st.st_size)}</td>'
         rows.append(
             f'<tr><td><a href="{href}">{html.escape(_display(raw) + slash)}</a></td>'
-            f'<td>{_listing_date(st.st_mtime)}</td><td class="size">{size}</td></tr>'
+            f'<td class="date">{_listing_date(st.st_mtime)}</td>{size}</tr>'
         )
+    headings = []
+    for sort, label, css in _HEADINGS:
+        descending = sort == view.sort and not view.descending  # (a second click turns it)
+        mark = (" \u25be" if view.descending else " \u25b4") if sort == view.sort else ""
+        order = "desc" if descending else "asc"
+        cls = f' class="{css}"' if css else ""
+        headings.append(f'<th{cls}><a href="?sort={sort}&amp;order={order}">{label}</a>{mark}</th>')
     page = (
-        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-        f"<title>{title}</title>\n<style>td{{padding:0 1em 0 0}}.size{{text-align:right}}</style>"
-        f"</head>\n<body><h1>{title}</h1>\n<table>\n"
-        "<tr><th>Name</th><th>Last modified (UTC)</th><th class='size'>Size</th></tr>\n"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{title}</title>\n<style>{_STYLE}</style>\n"
+        f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n<table>\n"
+        f"<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
-        + "\n</table></body></html>\n"
+        + "\n</tbody></table>\n</body></html>\n"
     )
     return page.encode()
+
+
+def _breadcrumbs(shown_path: bytes) -> str:
+    """``/a/b/`` as links to ``/``, ``/a/`` and ``/a/b/``, each relative (``../../``, ``../``,
+    ``./``): right wherever the server is mounted."""
+    parts = [p for p in shown_path.split(b"/") if p]
+    up = len(parts)
+    crumbs = [f'<a href="{"../" * up or "./"}">/</a>']
+    for i, part in enumerate(parts):
+        href = "../" * (up - i - 1) or "./"
+        crumbs.append(f'<a href="{href}">{html.escape(_display(part))}</a>/')
+    return "".join(crumbs)
 
 
 def _display(raw: bytes) -> str:

@@ -24,8 +24,10 @@ class BytesHeaders:
     """
 
     #: The lowercase names the core reads: a door may filter on them in its header callback.
+    #: ``Accept`` only matters to a listing, and only when it names JSON (:meth:`add`).
     WANTED = frozenset(
         {
+            b"accept",
             b"range",
             b"if-range",
             b"if-match",
@@ -46,7 +48,7 @@ class BytesHeaders:
     def add(self, name: bytes, value: bytes) -> None:
         """Keep one field line, if the core reads that field."""
         key = name.lower()
-        if key in self.WANTED:
+        if key in self.WANTED and (key != b"accept" or b"json" in value.lower()):
             self._fields.setdefault(key.decode("latin-1"), []).append(value.decode("latin-1"))
 
     def get(self, name: str, default: str | None = None) -> str | None:
