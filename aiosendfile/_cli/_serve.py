@@ -191,11 +191,93 @@ def add_serve_command(commands: Any) -> None:
         action="store_true",
         help="serve symlinks that point outside DIRECTORY (default: 404)",
     )
+    serve.add_argument(
+        "--auth",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="ask for this user and password (HTTP Basic); repeatable; the password may be a hash "
+        "from 'aiosendfile hash-password USER'",
+    )
+    serve.add_argument(
+        "--auth-file",
+        metavar="FILE",
+        help="users from FILE, one USER:HASH a line (from 'aiosendfile hash-password USER')",
+    )
+    serve.add_argument(
+        "--public-read",
+        action="store_true",
+        help="with --auth/--auth-file: GET and HEAD need no password (only uploads will)",
+    )
     serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     serve.add_argument(
         "--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM; default: in FILE)"
     )
     serve.set_defaults(run=serve_command)
+    hasher = commands.add_parser(
+        "hash-password",
+        help="print a USER:HASH line for serve --auth-file",
+        description="Read a password (asked twice on a terminal, else one line from stdin) and "
+        "print USER:HASH, a salted scrypt hash, for serve --auth-file or --auth.",
+    )
+    hasher.add_argument("user", metavar="USER", help="the user name (no ':')")
+    hasher.set_defaults(run=hash_password_command)
+
+
+def hash_password_command(args: argparse.Namespace) -> int:
+    from .._serve._auth import AuthError, hash_password, parse_entry
+
+    prog = "aiosendfile hash-password"
+    if ":" in args.user:
+        return fail(prog, f"cannot use user {args.user!r}: a user name holds no ':'", 2)
+    try:
+        parse_entry(f"{args.user}:x")
+    except AuthError as exc:
+        return fail(prog, f"cannot use user {args.user!r}: {exc}", 2)
+    if sys.stdin is not None and sys.stdin.isatty():
+        import getpass
+
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            return fail(prog, "the passwords differ", 2)
+    else:
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+        password = line[:-1] if line.endswith("\n") else line
+    if not password:
+        return fail(prog, "the password is empty", 2)
+    print(f"{args.user}:{hash_password(password)}")
+    return 0
+
+
+def _users(args: argparse.Namespace) -> tuple[tuple[bytes, Any], ...]:
+    """The users of ``--auth`` and ``--auth-file`` (AuthError saying which cannot be used, and why)."""
+    from .._serve._auth import AuthError, parse_entry, read_auth_file
+
+    users = {}
+    if args.auth_file:
+        try:
+            users.update(read_auth_file(args.auth_file))
+        except (AuthError, OSError, UnicodeDecodeError) as exc:
+            words = in_words(exc) if isinstance(exc, OSError) else str(exc)
+            raise AuthError(f"--auth-file {args.auth_file}: {words}") from None
+    for entry in args.auth:
+        try:
+            user, secret = parse_entry(entry)
+        except AuthError as exc:  # (the password is not repeated)
+            raise AuthError(f"--auth {entry.partition(':')[0]}:...: {exc}") from None
+        users[user] = secret
+    return tuple(users.items())
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -207,6 +289,12 @@ def serve_command(args: argparse.Namespace) -> int:
     _, loop_name = loop_factory(args.loop)
     if args.tls_key and not args.tls_cert:
         return fail(PROG, "--tls-key needs --tls-cert", 2)
+    try:
+        args.users = _users(args)
+    except ValueError as exc:  # (an AuthError, or an OSError's words: what, and where)
+        return fail(PROG, f"cannot use {exc}", 2)
+    if args.public_read and not args.users:
+        return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
     if args.tls_cert:
         try:
             tls_context(args)  # checked here, so that a bad file shows before anything starts
@@ -232,6 +320,16 @@ def serve_command(args: argparse.Namespace) -> int:
         from .._serve._tls import tls_path
 
         banner += f"\n{tls_path()}"
+    if args.users:
+        n = len(args.users)
+        who = f"{n} user{'s' if n > 1 else ''}"
+        reads = "GET and HEAD are open (--public-read)" if args.public_read else "every request needs one"
+        banner += f"\npasswords (HTTP Basic): {who}; {reads}"
+        if not args.tls_cert and not _is_loopback(host):
+            banner += (
+                "\nwarning: over plain HTTP on a non-loopback address, passwords cross the network in"
+                " clear text: add --tls-cert FILE"
+            )
     if not multi:
         print(banner, flush=True)
         _run_server(args, directory, sock, worker=False)
@@ -626,6 +724,8 @@ async def _serve_until(
         follow_symlinks=args.follow_symlinks,
         show_dotfiles=args.show_dotfiles,
         access_log=sys.stderr if args.access_log else None,
+        auth=args.users,
+        public_read=args.public_read,
     )
     if args.access_log:
         _stderr()  # made here, so that its dropped-lines note starts with PROG

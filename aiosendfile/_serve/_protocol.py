@@ -42,6 +42,7 @@ import concurrent.futures
 import contextlib
 import functools
 import io
+import math
 import os
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -53,12 +54,13 @@ from .._api import sendfile
 from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
-from .._static._answer import Answer, FileRange, Multipart
+from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer, decide, route
 from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request
+from ._auth import ALLOWED, MISSING, REALM, SLOW
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._tls import TLSBody, TLSTransport
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
 __all__ = (
     "ACCEPT",
     "AGENT",
+    "AUTH",
     "CORE",
     "EXPECT",
     "HOST",
@@ -80,18 +83,21 @@ __all__ = (
 )
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT = 0, 1, 2, 3, 4, 5, 6
+HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH = 0, 1, 2, 3, 4, 5, 6, 7
 
 
-def header_kinds(logging: bool) -> dict[bytes, int]:
+def header_kinds(logging: bool, auth: bool = False) -> dict[bytes, int]:
     """The request headers a connection keeps (lowercase name → what for): the core's (``Accept``
     only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
-    ``Referer`` and ``User-Agent``."""
+    ``Referer`` and ``User-Agent``; with authentication ``Authorization`` (a request with it stays
+    plain: the heads memo keys on the whole read, credentials included)."""
     kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
     kinds[b"accept"] = ACCEPT
     kinds[b"expect"] = EXPECT
     kinds[b"host"] = HOST
     kinds[b"transfer-encoding"] = TE
+    if auth:
+        kinds[b"authorization"] = AUTH
     if logging:
         kinds[b"referer"] = REFERER
         kinds[b"user-agent"] = AGENT
@@ -132,7 +138,7 @@ class Exchange:
     and the answer's status.
     """
 
-    __slots__ = ("fields", "log", "method", "mode", "raw", "request", "status", "url")
+    __slots__ = ("auth", "fields", "log", "method", "mode", "raw", "request", "status", "url")
 
     raw: bytes
     request: Request
@@ -151,6 +157,7 @@ class Exchange:
         self.fields = fields
         self.log = log
         self.status = 200  # the answer's (set when one is rendered or refused; a memoised one is a 200)
+        self.auth: tuple[float, bytes | None] | None = None  # not allowed yet: the gate's verdict, the value
         # Set by _decide, before anything reads them: raw (the target's path, raw) and request.
 
 
@@ -200,6 +207,7 @@ class HttpProtocol(asyncio.Protocol):
 
     __slots__ = (
         "agent",
+        "authorization",
         "backlog",
         "backlog_at",
         "budget",
@@ -255,6 +263,7 @@ class HttpProtocol(asyncio.Protocol):
         self.fields: list[tuple[bytes, bytes]] | None = None
         self.expect: bytes | None = None
         self.referer: bytes | None = None
+        self.authorization: bytes | None = None  # the request's Authorization value (with a gate)
         self.agent: bytes | None = None
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
@@ -295,7 +304,7 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.engine.connections.add(self)
-        if self.engine.log is not None:
+        if self.engine.log is not None or self.engine.gate is not None:  # (logged; locked out by address)
             peer = transport.get_extra_info("peername")
             if isinstance(peer, tuple) and peer:
                 self.peer = str(peer[0])
@@ -490,6 +499,8 @@ class HttpProtocol(asyncio.Protocol):
             self.expect = value
         elif kind == REFERER:
             self.referer = value
+        elif kind == AUTH:  # (twice: neither counts, as nginx refuses a second one)
+            self.authorization = value if self.authorization is None else b""
         else:
             self.agent = value
 
@@ -532,7 +543,17 @@ class HttpProtocol(asyncio.Protocol):
         method = parser.get_method()
         x = Exchange(method, url, mode, fields, log)
         self.completed += 1
-        self.parsed = x if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD else None
+        gate = self.engine.gate
+        if gate is not None:  # (before anything is answered, or memoised: the memos learn allowed reads only)
+            value, self.authorization = self.authorization, None
+            verdict = gate.check(method, value, self.peer, self.engine.loop.time())
+            if verdict != ALLOWED:
+                x.auth = (verdict, value)
+        self.parsed = (
+            x
+            if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD and x.auth is None
+            else None
+        )
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append(x)
             if len(self.pending) >= MAX_PENDING:
@@ -544,10 +565,61 @@ class HttpProtocol(asyncio.Protocol):
     # -- answering --------------------------------------------------------------------------
 
     def _respond(self, x: Exchange) -> None:
+        if x.auth is not None:
+            self._authorize(x)
+            return
         method = x.method
         if x.fields is None and method in _GET_HEAD and self._known(x, x.url, x.mode, method == _GET):
             return
         self._decide(x)
+
+    def _authorize(self, x: Exchange) -> None:
+        """*x* is not allowed yet: check its credentials in the gate's thread (``Gate.verify``;
+        reading paused meanwhile, what follows waits), or refuse it (401, or 429 while its
+        address is locked out)."""
+        verdict, value = x.auth  # type: ignore[misc]
+        gate = self.engine.gate
+        if verdict != SLOW or value is None:
+            self._refuse(x, verdict)
+            return
+        if value in gate.verified:  # type: ignore[union-attr]  # (passed meanwhile: pipelined behind it)
+            x.auth = None
+            self._respond(x)
+            return
+        self.busy = True
+        self._update_reading()
+        job = gate.submit(value)  # type: ignore[union-attr]
+        job.add_done_callback(functools.partial(self._verified, x, value))
+
+    def _verified(self, x: Exchange, value: bytes, job: concurrent.futures.Future[bool]) -> None:
+        """(In the gate's thread.) Hand the verdict to the loop (unless the loop is gone)."""
+        with contextlib.suppress(RuntimeError):
+            self.engine.loop.call_soon_threadsafe(self._authorized, x, value, job)
+
+    def _authorized(self, x: Exchange, value: bytes, job: concurrent.futures.Future[bool]) -> None:
+        self.busy = False
+        self.budget = TURN_BUDGET
+        ok = not job.cancelled() and job.exception() is None and job.result()
+        engine = self.engine
+        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
+        if self.transport is None:
+            return
+        if ok:
+            x.auth = None
+            self._respond(x)
+        else:
+            self._refuse(x, MISSING)
+        self._resume()
+
+    def _refuse(self, x: Exchange, verdict: float) -> None:
+        """401 with a Basic challenge, or 429 for the seconds *verdict* says (kept alive: a browser
+        asks again on the same connection)."""
+        method = x.method.decode("latin-1")
+        if verdict == MISSING:
+            challenge = f'Basic realm="{REALM}", charset="UTF-8"'
+            self._render(x, error(401, method, ("WWW-Authenticate", challenge)))
+        else:
+            self._render(x, error(429, method, ("Retry-After", str(math.ceil(verdict)))))
 
     def _known(self, x: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
         """Answer a plain GET (*get*) or HEAD of *url* if its path is memoised: a hot file's bytes

@@ -31,6 +31,7 @@ from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
+from ._auth import Gate, Secret
 from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
 from ._protocol import Exchange, Head, HttpProtocol, header_kinds
@@ -87,6 +88,8 @@ class ServeConfig:
     send_timeout: float = 60.0  # a file body that makes no progress this long is aborted (nginx)
     max_request_line: int = 8190  # longer request target: 414; a longer header field: 431
     max_header_bytes: int = 16384  # larger header fields together: 431
+    auth: tuple[tuple[bytes, Secret], ...] = ()  # users who may come in (HTTP Basic); none: anyone
+    public_read: bool = False  # with auth: GET and HEAD need none
 
 
 class Engine:
@@ -104,7 +107,9 @@ class Engine:
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         self.clock = Clock()
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
-        self.wanted = header_kinds(self.log is not None)
+        #: who may come in (``_auth``): None without ``auth``
+        self.gate = Gate(dict(config.auth), config.public_read) if config.auth else None
+        self.wanted = header_kinds(self.log is not None, self.gate is not None)
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.answers: Memo[bytes, Known] = Memo(max_entries=ANSWERS_ENTRIES)
         #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.
@@ -208,6 +213,8 @@ class Engine:
             conn.expire(now, config)
 
     def stop(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
