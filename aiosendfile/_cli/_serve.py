@@ -116,6 +116,18 @@ def _workers(text: str) -> int:
     return int(value)
 
 
+def _size(text: str) -> int:
+    """``--max-upload-size``: bytes, or a number with K, M or G (powers of 1024)."""
+    value = text.strip().upper().removesuffix("B")
+    scale = 1
+    if value[-1:] in ("K", "M", "G", "T"):
+        scale = 1024 ** ("KMGT".index(value[-1]) + 1)
+        value = value[:-1]
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"a size in bytes (or with K, M, G), not {text!r}")
+    return int(value) * scale
+
+
 def _directory(text: str) -> str:
     """DIRECTORY: an existing directory this process can list and open files in; its absolute path.
 
@@ -190,6 +202,20 @@ def add_serve_command(commands: Any) -> None:
         "--follow-symlinks",
         action="store_true",
         help="serve symlinks that point outside DIRECTORY (default: 404)",
+    )
+    serve.add_argument(
+        "--upload",
+        action="store_true",
+        help="let PUT write files (each appears whole, or not at all; needs --auth off loopback)",
+    )
+    serve.add_argument(
+        "--overwrite", action="store_true", help="with --upload: PUT may replace a file (default: 409)"
+    )
+    serve.add_argument(
+        "--max-upload-size",
+        type=_size,
+        metavar="SIZE",
+        help="with --upload: refuse larger bodies with 413 (bytes, or with K, M, G; default: no limit)",
     )
     serve.add_argument(
         "--auth",
@@ -295,6 +321,8 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, f"cannot use {exc}", 2)
     if args.public_read and not args.users:
         return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
+    if (args.overwrite or args.max_upload_size is not None) and not args.upload:
+        return fail(PROG, "--overwrite and --max-upload-size go with --upload", 2)
     if args.tls_cert:
         try:
             tls_context(args)  # checked here, so that a bad file shows before anything starts
@@ -310,6 +338,9 @@ def serve_command(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(PROG, f"cannot listen on {args.host}:{args.port}: {in_words(exc)}")
     host, port = sock.getsockname()[:2]
+    if args.upload and not args.users and not _is_loopback(host):
+        sock.close()
+        return fail(PROG, f"--upload on {host} lets anyone write files: add --auth USER:PASSWORD", 2)
     scheme = "https" if args.tls_cert else "http"
     url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}/"
     banner = (
@@ -320,6 +351,9 @@ def serve_command(args: argparse.Namespace) -> int:
         from .._serve._tls import tls_path
 
         banner += f"\n{tls_path()}"
+    if args.upload:
+        limit = "" if args.max_upload_size is None else f", up to {args.max_upload_size} bytes"
+        banner += f"\nuploads: PUT writes files{', replacing' if args.overwrite else ''}{limit}"
     if args.users:
         n = len(args.users)
         who = f"{n} user{'s' if n > 1 else ''}"
@@ -726,6 +760,9 @@ async def _serve_until(
         access_log=sys.stderr if args.access_log else None,
         auth=args.users,
         public_read=args.public_read,
+        upload=args.upload,
+        overwrite=args.overwrite,
+        max_upload_size=args.max_upload_size,
     )
     if args.access_log:
         _stderr()  # made here, so that its dropped-lines note starts with PROG

@@ -64,6 +64,7 @@ from ._auth import ALLOWED, MISSING, REALM, SLOW
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._tls import TLSBody, TLSTransport
+from ._upload import DISCARD_MAX, Receiving, Upload, UploadRefused, status_of, upload_target
 
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
@@ -72,6 +73,7 @@ __all__ = (
     "ACCEPT",
     "AGENT",
     "AUTH",
+    "LENGTH",
     "CORE",
     "EXPECT",
     "HOST",
@@ -83,10 +85,10 @@ __all__ = (
 )
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH = 0, 1, 2, 3, 4, 5, 6, 7
+HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH, LENGTH = 0, 1, 2, 3, 4, 5, 6, 7, 8
 
 
-def header_kinds(logging: bool, auth: bool = False) -> dict[bytes, int]:
+def header_kinds(logging: bool, auth: bool = False, uploads: bool = False) -> dict[bytes, int]:
     """The request headers a connection keeps (lowercase name → what for): the core's (``Accept``
     only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
     ``Referer`` and ``User-Agent``; with authentication ``Authorization`` (a request with it stays
@@ -98,6 +100,8 @@ def header_kinds(logging: bool, auth: bool = False) -> dict[bytes, int]:
     kinds[b"transfer-encoding"] = TE
     if auth:
         kinds[b"authorization"] = AUTH
+    if uploads:
+        kinds[b"content-length"] = LENGTH
     if logging:
         kinds[b"referer"] = REFERER
         kinds[b"user-agent"] = AGENT
@@ -121,6 +125,13 @@ PARSE_SLICE = 8 * 1024
 _READ_ALLOWANCE = 256 * 1024
 
 _GET, _HEAD = b"GET", b"HEAD"
+
+
+def _challenge() -> tuple[str, str]:
+    """A 401's ``WWW-Authenticate`` field."""
+    return ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
+
+
 _GET_HEAD = (_GET, _HEAD)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -195,11 +206,13 @@ def _look(request: Request, policy: DirectoryPolicy) -> None:
 
 
 class _Stop(Exception):
-    """Raised in a parser callback to stop parsing: answer *status* (None: nothing more), then close."""
+    """Raised in a parser callback to stop parsing: answer *status* (None: nothing more), with the
+    *extra* fields, then close."""
 
-    def __init__(self, status: int | None) -> None:
+    def __init__(self, status: int | None, *extra: tuple[str, str]) -> None:
         super().__init__(status)
         self.status = status
+        self.extra = extra
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -213,6 +226,7 @@ class HttpProtocol(asyncio.Protocol):
         "budget",
         "busy",
         "completed",
+        "continue_owed",
         "dead",
         "ended",
         "engine",
@@ -223,6 +237,8 @@ class HttpProtocol(asyncio.Protocol):
         "hosts",
         "in_head",
         "in_request",
+        "landing",
+        "length",
         "max_head",
         "max_url",
         "out",
@@ -238,6 +254,7 @@ class HttpProtocol(asyncio.Protocol):
         "pending",
         "plain",
         "read_paused",
+        "receiving",
         "referer",
         "scheduled",
         "sending",
@@ -264,6 +281,10 @@ class HttpProtocol(asyncio.Protocol):
         self.expect: bytes | None = None
         self.referer: bytes | None = None
         self.authorization: bytes | None = None  # the request's Authorization value (with a gate)
+        self.length: bytes | None = None  # the request's Content-Length value (with uploads)
+        self.continue_owed = False  # a PUT's Expect: 100-continue, answered once it may come
+        self.receiving: Receiving | None = None  # a PUT body on its way to a file (with uploads)
+        self.landing: Receiving | None = None  # a PUT body all there, being written and named
         self.agent: bytes | None = None
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
@@ -326,6 +347,10 @@ class HttpProtocol(asyncio.Protocol):
         if self.owned is not None:
             self.owned.stop()  # (closes the body's file once no pool thread sends from it)
             self.owned = None
+        for r in (self.receiving, self.landing):
+            if r is not None:
+                r.drop()  # (nothing stays: its temporary file goes)
+        self.receiving = self.landing = None
         if isinstance(self.outlet, Outlet):
             self.outlet.close()
         self.engine.lost(self)
@@ -450,7 +475,7 @@ class HttpProtocol(asyncio.Protocol):
             stop = exc.__context__
             if not isinstance(stop, _Stop):
                 raise
-            self._fail(stop.status)
+            self._fail(stop.status, stop.extra)
         except httptools.HttpParserUpgrade:
             self.dead = True  # the upgrade request was answered; what follows is not HTTP
         except httptools.HttpParserError:
@@ -501,6 +526,8 @@ class HttpProtocol(asyncio.Protocol):
             self.referer = value
         elif kind == AUTH:  # (twice: neither counts, as nginx refuses a second one)
             self.authorization = value if self.authorization is None else b""
+        elif kind == LENGTH:
+            self.length = value
         else:
             self.agent = value
 
@@ -523,6 +550,9 @@ class HttpProtocol(asyncio.Protocol):
             self.plain = False
             expect, self.expect = self.expect, None
             self._expect(expect)
+        length, self.length = self.length, None
+        if self.engine.uploads is not None and self.parser.get_method() == b"PUT":
+            self._begin_upload(length)
 
     def on_message_complete(self) -> None:
         self.in_request = False
@@ -543,6 +573,10 @@ class HttpProtocol(asyncio.Protocol):
         method = parser.get_method()
         x = Exchange(method, url, mode, fields, log)
         self.completed += 1
+        receiving = self.receiving
+        if receiving is not None:  # a PUT's body is all there: it lands, then the answer
+            self._upload_complete(receiving, x)
+            return
         gate = self.engine.gate
         if gate is not None:  # (before anything is answered, or memoised: the memos learn allowed reads only)
             value, self.authorization = self.authorization, None
@@ -611,13 +645,221 @@ class HttpProtocol(asyncio.Protocol):
             self._refuse(x, MISSING)
         self._resume()
 
+    # -- uploads (PUT, with uploads on: see _upload) -------------------------------------------------
+
+    def on_body(self, body: bytes) -> None:
+        r = self.receiving
+        if r is None:
+            return  # (a GET's body, or a refused method's: read and dropped)
+        r.got += len(body)
+        self.since = self.engine.now  # progress: a body that stops is cut at header_timeout
+        if r.refused is not None:
+            return  # (dropped: see _upload_refused)
+        limit = self.engine.uploads.max_size  # type: ignore[union-attr]
+        if limit is not None and r.got > limit:  # (a chunked body: its length comes as it goes)
+            self._abort_upload(r.refuse(413))
+            raise _Stop(413)
+        r.chunks.append(body)
+        r.buffered += len(body)
+        if r.full():
+            self._update_reading()
+        self._upload_pump(r)
+
+    def _begin_upload(self, length: bytes | None) -> None:
+        """A PUT head is complete: refuse it now (the size it announces, its credentials) or find
+        its place in the pool (after checking a hashed password in the gate's thread); its body
+        waits in memory meanwhile (``_upload.BUFFER``: reading pauses above). Its answer comes
+        once the file has its name (``landing``): requests read behind it wait."""
+        engine = self.engine
+        uploads = engine.uploads
+        assert uploads is not None
+        if self.busy or self.pending or self.landing is not None:
+            # Pipelined behind answers not given yet: those are given, then the connection closes
+            # without reading this one (a client retries an unanswered PUT: it is idempotent).
+            raise _Stop(None)
+        size = None
+        if length is not None:
+            size = int(length)  # (httptools checked its digits and framing)
+        if size is not None and uploads.max_size is not None and size > uploads.max_size:
+            raise _Stop(413)  # (before the body is read; no 100 Continue)
+        verdict, value = ALLOWED, None
+        gate = engine.gate
+        if gate is not None:
+            value, self.authorization = self.authorization, None
+            verdict = gate.check(b"PUT", value, self.peer, engine.loop.time())
+            if verdict == MISSING:
+                raise _Stop(401, _challenge())
+            if verdict != ALLOWED and verdict != SLOW:
+                raise _Stop(429, ("Retry-After", str(math.ceil(verdict))))
+        url = self.url
+        if url[:1] == b"/":
+            raw = url.partition(b"?")[0]
+        else:
+            try:
+                raw = httptools.parse_url(url).path or b"/"
+            except httptools.HttpParserInvalidURLError:
+                raise _Stop(400) from None
+        try:
+            target = upload_target(raw, engine.policy)
+        except UploadRefused as exc:
+            raise _Stop(exc.status) from None
+        r = self.receiving = Receiving(Upload(target, engine.policy, uploads.overwrite), size)
+        if verdict == SLOW:
+            assert gate is not None
+            assert value is not None
+            job = gate.submit(value)
+            job.add_done_callback(functools.partial(self._upload_back, self._upload_verified, r, value))
+        else:
+            self._upload_open(r)
+
+    def _upload_back(self, then: Any, *args: Any) -> None:
+        """(In a pool thread.) Hand a job's end to the loop (unless the loop is gone)."""
+        with contextlib.suppress(RuntimeError):
+            self.engine.loop.call_soon_threadsafe(then, *args)
+
+    def _upload_verified(self, r: Receiving, value: bytes, job: concurrent.futures.Future[bool]) -> None:
+        ok = not job.cancelled() and job.exception() is None and job.result()
+        engine = self.engine
+        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
+        if self.transport is None or r.refused is not None:
+            return
+        if not ok:
+            self._upload_refused(r, 401, _challenge())
+            return
+        self._upload_open(r)
+
+    def _upload_open(self, r: Receiving) -> None:
+        assert r.upload is not None
+        r.working = True
+        job = self.engine.executor.submit(r.upload.open)
+        job.add_done_callback(functools.partial(self._upload_back, self._upload_opened, r))
+
+    def _upload_opened(self, r: Receiving, job: concurrent.futures.Future[None]) -> None:
+        r.working = False
+        exc = job.exception() if not job.cancelled() else UploadRefused(500)
+        if self.transport is None or r.refused is not None:  # (gone, or refused meanwhile)
+            self._abort_upload(r.upload)  # (whatever open made)
+            r.upload = None
+            return
+        if exc is not None:
+            status = exc.status if isinstance(exc, UploadRefused) else 500
+            self._abort_upload(r.upload)
+            r.upload = None
+            self._upload_refused(r, status)
+            return
+        r.opened = True
+        if self.continue_owed:
+            self.continue_owed = False
+            self._put(_CONTINUE)
+            self._flush()
+        self._upload_pump(r)
+
+    def _upload_pump(self, r: Receiving) -> None:
+        """Write what waits (one write at a time, in order); once the body is all written, give
+        the file its name."""
+        if r.working or not r.opened or r.refused is not None or r.upload is None:
+            return
+        pool = self.engine.executor
+        if r.chunks:
+            data = r.chunks[0] if len(r.chunks) == 1 else b"".join(r.chunks)
+            r.chunks.clear()
+            r.working = True
+            job = pool.submit(r.upload.write, data)
+            job.add_done_callback(functools.partial(self._upload_back, self._upload_written, r, len(data)))
+        elif r.done is not None:
+            r.working = True
+            landed = pool.submit(r.upload.commit, r.got)
+            landed.add_done_callback(functools.partial(self._upload_back, self._upload_committed, r))
+
+    def _upload_written(self, r: Receiving, n: int, job: concurrent.futures.Future[None]) -> None:
+        r.working = False
+        if self.transport is None or r.refused is not None:
+            self._abort_upload(r.upload)
+            r.upload = None
+            return
+        exc = job.exception() if not job.cancelled() else OSError("cancelled")
+        if exc is not None:
+            self._upload_refused(r, status_of(exc) if isinstance(exc, OSError) else 500)
+            return
+        r.buffered -= n
+        self._update_reading()
+        self._upload_pump(r)
+
+    def _upload_committed(self, r: Receiving, job: concurrent.futures.Future[bool]) -> None:
+        r.working = False
+        upload, r.upload = r.upload, None
+        exc = job.exception() if not job.cancelled() else UploadRefused(500)
+        if exc is not None:
+            self._abort_upload(upload)  # (a hidden temporary file left by a failed link)
+        if self.transport is None:
+            return
+        x = r.done
+        assert isinstance(x, Exchange)
+        self.landing = None
+        self.busy = False
+        self.budget = TURN_BUDGET
+        if exc is not None:
+            status = exc.status if isinstance(exc, UploadRefused) else 500
+            self._render(x, error(status, "PUT"))
+        elif job.result():
+            self._render(x, error(201, "PUT"))
+        else:
+            self._render(x, Answer(204, [], None))
+        self._resume()
+
+    def _upload_complete(self, r: Receiving, x: Exchange) -> None:
+        """(on_message_complete of a PUT.) The body is all there: answer a refusal now, else the
+        answer comes once the file has its name; requests behind it wait."""
+        r.done = x
+        self.receiving = None
+        if r.refused is not None:
+            status, extra = r.refused
+            if self.busy or self.pending or self.write_paused:
+                self.pending.append(error_response(status, self.engine.clock, mode=x.mode, extra=extra))
+            else:
+                self._render(x, error(status, "PUT", *extra))
+            return
+        self.landing = r
+        self.busy = True
+        self._update_reading()
+        self._upload_pump(r)
+
+    def _upload_refused(self, r: Receiving, status: int, *extra: tuple[str, str]) -> None:
+        """Refused before its body is all there: what came is dropped, and the answer waits for
+        the rest (read and dropped, so that the client reads the answer, not a reset), unless
+        the client waits for 100 Continue or more than ``DISCARD_MAX`` is to come: then now,
+        and the connection closes."""
+        self._abort_upload(r.refuse(status, *extra))
+        self.continue_owed, owed = False, self.continue_owed
+        if r.done is not None:
+            x = r.done
+            assert isinstance(x, Exchange)
+            self.landing = None
+            self.busy = False
+            self._render(x, error(status, "PUT", *extra))
+            self._resume()
+            return
+        to_come = None if r.length is None else r.length - r.got
+        if owed or to_come is None or to_come > DISCARD_MAX:
+            self.receiving = None
+            self._fail(status, extra)
+            if self.out:
+                self._flush()
+            if not self.busy:
+                self._close()
+            return
+        self._update_reading()
+
+    def _abort_upload(self, upload: Upload | None) -> None:
+        if upload is not None:
+            self.engine.executor.submit(upload.abort)
+
     def _refuse(self, x: Exchange, verdict: float) -> None:
         """401 with a Basic challenge, or 429 for the seconds *verdict* says (kept alive: a browser
         asks again on the same connection)."""
         method = x.method.decode("latin-1")
         if verdict == MISSING:
-            challenge = f'Basic realm="{REALM}", charset="UTF-8"'
-            self._render(x, error(401, method, ("WWW-Authenticate", challenge)))
+            self._render(x, error(401, method, _challenge()))
         else:
             self._render(x, error(429, method, ("Retry-After", str(math.ceil(verdict)))))
 
@@ -1144,6 +1386,9 @@ class HttpProtocol(asyncio.Protocol):
         if method in _GET_HEAD:
             self._emit(_CONTINUE)
             return
+        if method == b"PUT" and self.engine.uploads is not None:
+            self.continue_owed = True  # (once authenticated, and the size and the place allow it)
+            return
         # The final answer (405) now, without 100 (Continue): the body is not read, so close after.
         log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
         self.dead = True
@@ -1162,14 +1407,14 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self._put(data)
 
-    def _fail(self, status: int | None) -> None:
-        """Stop reading; answer *status* after what is in hand, then close."""
+    def _fail(self, status: int | None, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        """Stop reading; answer *status* (with the *extra* fields) after what is in hand, then close."""
         if self.dead:
             return
         self.dead = True
         self._update_reading()
         if status is not None:
-            self._emit(error_response(status, self.engine.clock))
+            self._emit(error_response(status, self.engine.clock, extra=extra))
             if self.engine.log is not None:  # (a request the parser refused: no method, no target)
                 unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None))
                 unparsed.status = status
@@ -1280,6 +1525,7 @@ class HttpProtocol(asyncio.Protocol):
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
+            or (self.receiving is not None and self.receiving.full())
         )
         if paused != self.read_paused:
             self.read_paused = paused

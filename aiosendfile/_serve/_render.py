@@ -37,10 +37,18 @@ def head_of(answer: Answer) -> bytes:
     return head
 
 
-def error_response(status: int, clock: Clock, *, body: bool = True, mode: int = CLOSE) -> bytes:
-    """A whole response for an error the protocol finds itself (400, 408, 414, 431, 417, 500),
-    rendered from the core's error answer, so its text and fields are the core's."""
-    answer = error(status, "GET" if body else "HEAD")
+def error_response(
+    status: int,
+    clock: Clock,
+    *,
+    body: bool = True,
+    mode: int = CLOSE,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> bytes:
+    """A whole response for an error the protocol finds itself (400, 408, 414, 431, 417, 500; an
+    upload's 401, 413, 429 with their *extra* fields), rendered from the core's error answer, so
+    its text and fields are the core's."""
+    answer = error(status, "GET" if body else "HEAD", *extra)
     text = answer.body if body else b""
     assert isinstance(text, bytes)
     return head_of(answer) + clock.tails[mode] + text

@@ -22,7 +22,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from .._options import default_cold_executor
 from .._outlet import Turn
@@ -36,7 +36,7 @@ from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
 from ._protocol import Exchange, Head, HttpProtocol, header_kinds
 
-__all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "shutdown", "start_server")
+__all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
 
 #: What the engine keeps of a plain 200 (the core's ``Decided``, with its rendering): the file's
 #: identity, its path, the rendered head (without the per-second tail), and whether it is small
@@ -90,6 +90,16 @@ class ServeConfig:
     max_header_bytes: int = 16384  # larger header fields together: 431
     auth: tuple[tuple[bytes, Secret], ...] = ()  # users who may come in (HTTP Basic); none: anyone
     public_read: bool = False  # with auth: GET and HEAD need none
+    upload: bool = False  # PUT writes files (see _upload)
+    overwrite: bool = False  # ... and may replace one
+    max_upload_size: int | None = None  # bytes; a larger body is refused (413)
+
+
+class Uploads(NamedTuple):
+    """What ``PUT`` may do (the engine's, when uploads are on)."""
+
+    overwrite: bool
+    max_size: int | None
 
 
 class Engine:
@@ -109,7 +119,9 @@ class Engine:
         self.log = AccessLog(config.access_log) if config.access_log is not None else None
         #: who may come in (``_auth``): None without ``auth``
         self.gate = Gate(dict(config.auth), config.public_read) if config.auth else None
-        self.wanted = header_kinds(self.log is not None, self.gate is not None)
+        #: what PUT may do: None without ``upload``
+        self.uploads = Uploads(config.overwrite, config.max_upload_size) if config.upload else None
+        self.wanted = header_kinds(self.log is not None, self.gate is not None, self.uploads is not None)
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.answers: Memo[bytes, Known] = Memo(max_entries=ANSWERS_ENTRIES)
         #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.

@@ -125,7 +125,7 @@ async def raw_unix(path: str, data: bytes, timeout: float = 20) -> bytes:
 
 def _body_length(head: bytes, method: bytes) -> int:
     status = int(head.split(b" ", 2)[1])
-    if method == b"HEAD" or status == 304 or 100 <= status < 200:
+    if method == b"HEAD" or status in (204, 304) or 100 <= status < 200:
         return 0
     m = re.search(rb"\r\ncontent-length:[ \t]*(\d+)", head, re.IGNORECASE)
     if m is None:
