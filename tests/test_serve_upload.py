@@ -107,6 +107,40 @@ async def test_put_writes_the_body_byte_exact_then_409_unless_overwrite(
     assert _left(public / "sub") == ["big.bin", "chunked", "empty", "new", "one"]
 
 
+async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
+    public: Path, transport: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TCP, all but what came with the head moves socket → pipe → file with ``splice``
+    (counted on the pipe → file leg); over TLS none can (the bytes are decrypted in userspace).
+    Both land byte-exact, and the connection goes on."""
+    from aiosendfile import _platform
+
+    spliced = [0]
+    real = _platform.splice_once
+
+    def counting(src: int, dst: int, count: int, offset_dst: int | None = None) -> int:
+        n = real(src, dst, count, offset_dst)
+        if offset_dst is not None:
+            spliced[0] += n
+        return n
+
+    monkeypatch.setattr(_platform, "splice_once", counting)
+    body = os.urandom(8 * 2**20 + 11)
+    async with native_site(public, upload=True, **transport) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(_put("/sub/zero", body) + b"GET /sub/zero HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).endswith(body)
+        finally:
+            writer.close()
+    assert (public / "sub" / "zero").read_bytes() == body
+    if transport:
+        assert spliced[0] == 0
+    elif _platform.HAS_SPLICE:
+        assert spliced[0] >= len(body) - 2 * 2**20, spliced[0]
+
+
 @pytest.mark.parametrize(
     ("path", "status"),
     [

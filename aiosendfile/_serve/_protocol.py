@@ -54,6 +54,8 @@ from .._api import sendfile
 from .._errors import SendfileError
 from .._options import DEFAULT_OPTIONS
 from .._outlet import MAX_CHUNK, PROBED_COLD, READ_MAX, Outlet, Transfer
+from .._sink import FileSink
+from .._splice import splice_to_file
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer, decide, route
 from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
@@ -64,7 +66,7 @@ from ._auth import ALLOWED, MISSING, REALM, SLOW
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._tls import TLSBody, TLSTransport
-from ._upload import DISCARD_MAX, Receiving, Upload, UploadRefused, status_of, upload_target
+from ._upload import DISCARD_MAX, SPLICE_AT, Receiving, Upload, UploadRefused, status_of, upload_target
 
 if TYPE_CHECKING:
     from ._server import Engine, ServeConfig
@@ -228,6 +230,7 @@ class HttpProtocol(asyncio.Protocol):
         "completed",
         "continue_owed",
         "dead",
+        "discard",
         "ended",
         "engine",
         "expect",
@@ -259,6 +262,7 @@ class HttpProtocol(asyncio.Protocol):
         "scheduled",
         "sending",
         "since",
+        "splicing",
         "starting",
         "task",
         "te",
@@ -285,6 +289,8 @@ class HttpProtocol(asyncio.Protocol):
         self.continue_owed = False  # a PUT's Expect: 100-continue, answered once it may come
         self.receiving: Receiving | None = None  # a PUT body on its way to a file (with uploads)
         self.landing: Receiving | None = None  # a PUT body all there, being written and named
+        self.splicing = False  # a PUT body goes from the socket to its file (reading paused)
+        self.discard = 0  # bytes still to come of a body that failed half-way: dropped unparsed
         self.agent: bytes | None = None
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
@@ -380,6 +386,12 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.dead:
             return
+        if self.discard:  # the rest of a body that failed half-way into its file: dropped
+            n = min(self.discard, len(data))
+            self.discard -= n
+            if n == len(data):
+                return
+            data = data[n:]
         if self.engine.spent() and not self.busy and not self.write_paused:
             self._hold(data)
             return
@@ -703,7 +715,10 @@ class HttpProtocol(asyncio.Protocol):
             target = upload_target(raw, engine.policy)
         except UploadRefused as exc:
             raise _Stop(exc.status) from None
-        r = self.receiving = Receiving(Upload(target, engine.policy, uploads.overwrite), size)
+        keep = self.parser.should_keep_alive()
+        mode = (KEEP11 if self.version == "1.1" else KEEP10) if keep else CLOSE
+        log = (self.version, self.referer, self.agent) if engine.log is not None else None
+        r = self.receiving = Receiving(Upload(target, engine.policy, uploads.overwrite), size, mode, log)
         if verdict == SLOW:
             assert gate is not None
             assert value is not None
@@ -766,10 +781,93 @@ class HttpProtocol(asyncio.Protocol):
             r.working = True
             job = pool.submit(r.upload.write, data)
             job.add_done_callback(functools.partial(self._upload_back, self._upload_written, r, len(data)))
+        elif r.done is None and self._splice_may(r):
+            self._upload_splice(r)
         elif r.done is not None:
             r.working = True
             landed = pool.submit(r.upload.commit, r.got)
             landed.add_done_callback(functools.partial(self._upload_back, self._upload_committed, r))
+
+    def _splice_may(self, r: Receiving) -> bool:
+        """Whether the rest of *r*'s body may go zero-copy now: announced, large, on a socket the
+        kernel splices from, and nothing of it read but not parsed (no read held, no backlog)."""
+        return (
+            r.length is not None
+            and r.length - r.got >= SPLICE_AT
+            and _platform.HAS_SPLICE
+            and self.held is None
+            and self.backlog_at >= len(self.backlog)
+            and type(self.transport) is not TLSTransport
+            and self.transport.get_extra_info("socket") is not None
+            and not self.transport.is_closing()
+        )
+
+    def _upload_splice(self, r: Receiving) -> None:
+        """The rest of *r*'s body, socket → pipe → file (``splice_to_file``, as ``recvfile``), with
+        the transport's reading paused; then the request ends as the parser would end it."""
+        upload = r.upload
+        assert upload is not None
+        assert r.length is not None
+        self.splicing = True
+        self._update_reading()
+        r.working = True
+        engine = self.engine
+        sink = FileSink(
+            None, upload.fd, upload.written, r.length - r.got, engine.executor, self._upload_progress
+        )
+        sock_fd = self.transport.get_extra_info("socket").fileno()
+        task = self._start(splice_to_file(sock_fd, sink, None))
+        task.add_done_callback(functools.partial(self._upload_spliced, r, sink))
+
+    def _upload_progress(self, _got: int, _total: int) -> None:
+        self.since = self.engine.now
+
+    def _upload_spliced(self, r: Receiving, sink: FileSink, task: asyncio.Task[None]) -> None:
+        r.working = False
+        self.splicing = False
+        if self.task is task:
+            self.task = None
+        got = sink.received
+        r.got += got
+        if r.upload is not None:
+            r.upload.written += got
+        if self.transport is None or r.refused is not None:  # (gone: drop() left the abort to us)
+            self._abort_upload(r.upload)
+            r.upload = None
+            return
+        exc = task.exception() if not task.cancelled() else ConnectionError("cancelled")
+        if exc is not None and isinstance(exc, (EOFError, ConnectionError)):  # the client left mid-body
+            self._abort_upload(r.refuse(400))
+            self.receiving = None
+            self.dead = True
+            self.transport.abort()
+            return
+        # The request ends here, not in the parser (which saw its head and part of its body
+        # only): a new parser reads what comes after the body.
+        self.parser = httptools.HttpRequestParser(self)
+        self.in_request = self.in_head = False
+        url, self.url = self.url, b""
+        self.fields = self.referer = self.agent = None
+        self.authorization = None
+        x = Exchange(b"PUT", url, r.mode, None, r.log)  # type: ignore[arg-type]
+        self.completed += 1
+        if exc is not None:  # the file failed (a full disk: 507): the rest of the body is dropped
+            status = status_of(exc) if isinstance(exc, OSError) else 500
+            self._abort_upload(r.refuse(status))
+            self.receiving = None
+            assert r.length is not None
+            self.discard = r.length - r.got
+            if self.discard > DISCARD_MAX:
+                self.dead = True  # (answered now, and closed)
+            self._render(x, error(status, "PUT"))
+            if self.out:
+                self._flush()
+            self._update_reading()
+            return
+        if r.mode == CLOSE:
+            self.dead = True
+        self._upload_complete(r, x)
+        self._update_reading()
 
     def _upload_written(self, r: Receiving, n: int, job: concurrent.futures.Future[None]) -> None:
         r.working = False
@@ -824,11 +922,11 @@ class HttpProtocol(asyncio.Protocol):
         self._update_reading()
         self._upload_pump(r)
 
-    def _upload_refused(self, r: Receiving, status: int, *extra: tuple[str, str]) -> None:
+    def _upload_refused(self, r: Receiving, status: int, *extra: tuple[str, str], now: bool = False) -> None:
         """Refused before its body is all there: what came is dropped, and the answer waits for
         the rest (read and dropped, so that the client reads the answer, not a reset), unless
-        the client waits for 100 Continue or more than ``DISCARD_MAX`` is to come: then now,
-        and the connection closes."""
+        the client waits for 100 Continue, more than ``DISCARD_MAX`` is to come, or *now*: then
+        now, and the connection closes."""
         self._abort_upload(r.refuse(status, *extra))
         self.continue_owed, owed = False, self.continue_owed
         if r.done is not None:
@@ -840,7 +938,7 @@ class HttpProtocol(asyncio.Protocol):
             self._resume()
             return
         to_come = None if r.length is None else r.length - r.got
-        if owed or to_come is None or to_come > DISCARD_MAX:
+        if now or owed or to_come is None or to_come > DISCARD_MAX:
             self.receiving = None
             self._fail(status, extra)
             if self.out:
@@ -1525,6 +1623,7 @@ class HttpProtocol(asyncio.Protocol):
             or self.write_paused
             or len(self.pending) >= MAX_PENDING
             or self.backlog_at < len(self.backlog)
+            or self.splicing
             or (self.receiving is not None and self.receiving.full())
         )
         if paused != self.read_paused:

@@ -31,6 +31,7 @@ from .._static._policy import DirectoryPolicy
 __all__ = (
     "BUFFER",
     "DISCARD_MAX",
+    "SPLICE_AT",
     "Receiving",
     "Target",
     "Upload",
@@ -221,6 +222,9 @@ def _fsync_directory(path: str) -> None:
 
 #: Body bytes a connection keeps in memory on their way to the file: reading pauses above it.
 BUFFER = 256 * 1024
+#: A body with at least this much still to come (and a Content-Length, on a plain TCP or Unix
+#: socket) goes from the socket to the file with ``splice``: it never enters userspace.
+SPLICE_AT = 64 * 1024
 #: A refused upload's body is read and dropped up to this many bytes (so that the client, still
 #: sending it, reads the answer instead of a reset); a longer one is answered and closed at once.
 DISCARD_MAX = 16 * 1024 * 1024
@@ -230,11 +234,25 @@ class Receiving:
     """One PUT body on a connection: where it goes (*upload*; None when it is refused), the chunks
     waiting to be written (in order, one write at a time in the pool), and what is decided."""
 
-    __slots__ = ("buffered", "chunks", "done", "got", "length", "opened", "refused", "upload", "working")
+    __slots__ = (
+        "buffered",
+        "chunks",
+        "done",
+        "got",
+        "length",
+        "log",
+        "mode",
+        "opened",
+        "refused",
+        "upload",
+        "working",
+    )
 
-    def __init__(self, upload: Upload | None, length: int | None) -> None:
+    def __init__(self, upload: Upload | None, length: int | None, mode: int = 0, log: object = None) -> None:
         self.upload = upload
         self.length = length  # announced (Content-Length); None: chunked
+        self.mode = mode  # how the request's answer ends (keep-alive or close), and its log fields:
+        self.log = log  # what the parser gives at the message's end, when the body is spliced
         self.chunks: list[bytes] = []
         self.buffered = 0  # bytes in chunks and in the write under way
         self.got = 0  # body bytes received
