@@ -691,7 +691,10 @@ class HttpProtocol(asyncio.Protocol):
             raise _Stop(None)
         size = None
         if length is not None:
-            size = int(length)  # (httptools checked its digits and framing)
+            try:
+                size = int(length)
+            except ValueError:  # (httptools frames the body by it: this is only a second look)
+                raise _Stop(400) from None
         if size is not None and uploads.max_size is not None and size > uploads.max_size:
             raise _Stop(413)  # (before the body is read; no 100 Continue)
         verdict, value = ALLOWED, None
