@@ -722,6 +722,9 @@ class HttpProtocol(asyncio.Protocol):
         mode = (KEEP11 if self.version == "1.1" else KEEP10) if keep else CLOSE
         log = (self.version, self.referer, self.agent) if engine.log is not None else None
         r = self.receiving = Receiving(Upload(target, engine.policy, uploads.overwrite), size, mode, log)
+        if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
+            r.zero_copy = self.splicing = True
+            self._update_reading()
         if verdict == SLOW:
             assert gate is not None
             assert value is not None
@@ -784,7 +787,7 @@ class HttpProtocol(asyncio.Protocol):
             r.working = True
             job = pool.submit(r.upload.write, data)
             job.add_done_callback(functools.partial(self._upload_back, self._upload_written, r, len(data)))
-        elif r.done is None and self._splice_may(r):
+        elif r.done is None and r.zero_copy and self.held is None and self.backlog_at >= len(self.backlog):
             self._upload_splice(r)
         elif r.done is not None:
             r.working = True
@@ -792,14 +795,12 @@ class HttpProtocol(asyncio.Protocol):
             landed.add_done_callback(functools.partial(self._upload_back, self._upload_committed, r))
 
     def _splice_may(self, r: Receiving) -> bool:
-        """Whether the rest of *r*'s body may go zero-copy now: announced, large, on a socket the
-        kernel splices from, and nothing of it read but not parsed (no read held, no backlog)."""
+        """Whether *r*'s body (but what came with its head) may go zero-copy: announced, large, on
+        a socket the kernel splices from."""
         return (
             r.length is not None
-            and r.length - r.got >= SPLICE_AT
+            and r.length >= SPLICE_AT
             and _platform.HAS_SPLICE
-            and self.held is None
-            and self.backlog_at >= len(self.backlog)
             and type(self.transport) is not TLSTransport
             and self.transport.get_extra_info("socket") is not None
             and not self.transport.is_closing()
@@ -811,8 +812,6 @@ class HttpProtocol(asyncio.Protocol):
         upload = r.upload
         assert upload is not None
         assert r.length is not None
-        self.splicing = True
-        self._update_reading()
         r.working = True
         engine = self.engine
         sink = FileSink(
@@ -913,6 +912,7 @@ class HttpProtocol(asyncio.Protocol):
         answer comes once the file has its name; requests behind it wait."""
         r.done = x
         self.receiving = None
+        self.splicing = False  # (all of it came with the head: nothing to splice)
         if r.refused is not None:
             status, extra = r.refused
             if self.busy or self.pending or self.write_paused:
@@ -932,6 +932,7 @@ class HttpProtocol(asyncio.Protocol):
         now, and the connection closes."""
         self._abort_upload(r.refuse(status, *extra))
         self.continue_owed, owed = False, self.continue_owed
+        self.splicing = False  # (what is still to come is read and dropped, or the connection closes)
         if r.done is not None:
             x = r.done
             assert isinstance(x, Exchange)

@@ -246,6 +246,7 @@ class Receiving:
         "refused",
         "upload",
         "working",
+        "zero_copy",
     )
 
     def __init__(self, upload: Upload | None, length: int | None, mode: int = 0, log: object = None) -> None:
@@ -258,6 +259,7 @@ class Receiving:
         self.got = 0  # body bytes received
         self.opened = False
         self.working = False  # a job of the upload's (open, write, commit) is in the pool
+        self.zero_copy = False  # the rest of the body (after what came with the head) is spliced
         self.refused: tuple[int, tuple[tuple[str, str], ...]] | None = None  # the answer, its fields
         self.done: object | None = None  # the request, once its body is all there
 
