@@ -61,7 +61,7 @@ from .._static._core import answer, decide, route
 from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
-from .._static._request import EMPTY, BytesHeaders, Request
+from .._static._request import EMPTY, BytesHeaders, Request, accept_matters
 from ._auth import ALLOWED, MISSING, REALM, SLOW
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
@@ -127,15 +127,39 @@ PARSE_SLICE = 8 * 1024
 _READ_ALLOWANCE = 256 * 1024
 
 _GET, _HEAD = b"GET", b"HEAD"
-
-
-def _challenge() -> tuple[str, str]:
-    """A 401's ``WWW-Authenticate`` field."""
-    return ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
-
-
 _GET_HEAD = (_GET, _HEAD)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CHALLENGE = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')  # (a 401's)
+
+
+def _refusal(verdict: float) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """The answer to a request the gate did not allow (``Gate.check``'s *verdict*, MISSING or a
+    lock's seconds): 401 with a Basic challenge, or 429 with ``Retry-After``."""
+    if verdict == MISSING:
+        return 401, (_CHALLENGE,)
+    return 429, (("Retry-After", str(math.ceil(verdict))),)
+
+
+def _failure(job: concurrent.futures.Future[Any]) -> BaseException | None:
+    """What a pool job failed with (a cancelled one: CancelledError), or None."""
+    return concurrent.futures.CancelledError() if job.cancelled() else job.exception()
+
+
+def _split_target(url: bytes) -> tuple[bytes, bytes] | None:
+    """The raw path and query of a request target: origin-form (a fragment, which clients should
+    not send, is neither) or absolute-form (``http://host/path?query``); None for anything else
+    (``*``, authority-form)."""
+    if url[:1] == b"/":
+        raw, _, query = (url.partition(b"#")[0] if b"#" in url else url).partition(b"?")
+        return raw, query
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        return None
+    if not parsed.schema:
+        return None
+    return parsed.path or b"/", parsed.query or b""
+
 
 #: What the access log needs besides method and target: (HTTP version, Referer, User-Agent).
 LogFields = tuple[str, bytes | None, bytes | None]
@@ -526,8 +550,8 @@ class HttpProtocol(asyncio.Protocol):
         elif kind == TE:
             self.te = value if self.te is None else self.te + b"," + value
         elif kind in (CORE, ACCEPT):
-            if kind == ACCEPT and b"json" not in value.lower():
-                return  # (only a listing reads Accept, for JSON: curl's */* keeps a request plain)
+            if kind == ACCEPT and not accept_matters(value):
+                return
             if self.fields is None:
                 self.fields = [(name, value)]
             else:
@@ -635,19 +659,25 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = True
         self._update_reading()
         job = gate.submit(value)  # type: ignore[union-attr]
-        job.add_done_callback(functools.partial(self._verified, x, value))
+        job.add_done_callback(functools.partial(self._on_loop, self._authorized, x, value))
 
-    def _verified(self, x: Exchange, value: bytes, job: concurrent.futures.Future[bool]) -> None:
-        """(In the gate's thread.) Hand the verdict to the loop (unless the loop is gone)."""
+    def _on_loop(self, then: Any, *args: Any) -> None:
+        """(In a pool thread, or the gate's.) Hand a job's end to the loop: ``then(*args, job)``
+        (unless the loop is gone)."""
         with contextlib.suppress(RuntimeError):
-            self.engine.loop.call_soon_threadsafe(self._authorized, x, value, job)
+            self.engine.loop.call_soon_threadsafe(then, *args)
+
+    def _verdict(self, value: bytes, job: concurrent.futures.Future[bool]) -> bool:
+        """Whether the gate's check of *value* (``Gate.verify`` in *job*) passed; recorded."""
+        ok = not job.cancelled() and job.exception() is None and job.result()
+        engine = self.engine
+        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
+        return ok
 
     def _authorized(self, x: Exchange, value: bytes, job: concurrent.futures.Future[bool]) -> None:
         self.busy = False
         self.budget = TURN_BUDGET
-        ok = not job.cancelled() and job.exception() is None and job.result()
-        engine = self.engine
-        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
+        ok = self._verdict(value, job)
         if self.transport is None:
             return
         if ok:
@@ -702,20 +732,14 @@ class HttpProtocol(asyncio.Protocol):
         if gate is not None:
             value, self.authorization = self.authorization, None
             verdict = gate.check(b"PUT", value, self.peer, engine.loop.time())
-            if verdict == MISSING:
-                raise _Stop(401, _challenge())
             if verdict != ALLOWED and verdict != SLOW:
-                raise _Stop(429, ("Retry-After", str(math.ceil(verdict))))
-        url = self.url
-        if url[:1] == b"/":
-            raw = url.partition(b"?")[0]
-        else:
-            try:
-                raw = httptools.parse_url(url).path or b"/"
-            except httptools.HttpParserInvalidURLError:
-                raise _Stop(400) from None
+                status, extra = _refusal(verdict)
+                raise _Stop(status, *extra)
+        split = _split_target(self.url)
+        if split is None:
+            raise _Stop(400)
         try:
-            target = upload_target(raw, engine.policy)
+            target = upload_target(split[0], engine.policy)
         except UploadRefused as exc:
             raise _Stop(exc.status) from None
         keep = self.parser.should_keep_alive()
@@ -729,23 +753,16 @@ class HttpProtocol(asyncio.Protocol):
             assert gate is not None
             assert value is not None
             job = gate.submit(value)
-            job.add_done_callback(functools.partial(self._upload_back, self._upload_verified, r, value))
+            job.add_done_callback(functools.partial(self._on_loop, self._upload_verified, r, value))
         else:
             self._upload_open(r)
 
-    def _upload_back(self, then: Any, *args: Any) -> None:
-        """(In a pool thread.) Hand a job's end to the loop (unless the loop is gone)."""
-        with contextlib.suppress(RuntimeError):
-            self.engine.loop.call_soon_threadsafe(then, *args)
-
     def _upload_verified(self, r: Receiving, value: bytes, job: concurrent.futures.Future[bool]) -> None:
-        ok = not job.cancelled() and job.exception() is None and job.result()
-        engine = self.engine
-        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
+        ok = self._verdict(value, job)
         if self.transport is None or r.refused is not None:
             return
         if not ok:
-            self._upload_refused(r, 401, _challenge())
+            self._upload_refused(r, 401, _CHALLENGE)
             return
         self._upload_open(r)
 
@@ -753,20 +770,17 @@ class HttpProtocol(asyncio.Protocol):
         assert r.upload is not None
         r.working = True
         job = self.engine.executor.submit(r.upload.open)
-        job.add_done_callback(functools.partial(self._upload_back, self._upload_opened, r))
+        job.add_done_callback(functools.partial(self._on_loop, self._upload_opened, r))
 
     def _upload_opened(self, r: Receiving, job: concurrent.futures.Future[None]) -> None:
         r.working = False
-        exc = job.exception() if not job.cancelled() else UploadRefused(500)
-        if self.transport is None or r.refused is not None:  # (gone, or refused meanwhile)
-            self._abort_upload(r.upload)  # (whatever open made)
-            r.upload = None
+        if self._upload_gone(r):  # (whatever open made is aborted)
             return
+        exc = _failure(job)
         if exc is not None:
-            status = exc.status if isinstance(exc, UploadRefused) else 500
             self._abort_upload(r.upload)
             r.upload = None
-            self._upload_refused(r, status)
+            self._upload_refused(r, status_of(exc))
             return
         r.opened = True
         if self.continue_owed:
@@ -786,13 +800,13 @@ class HttpProtocol(asyncio.Protocol):
             r.chunks.clear()
             r.working = True
             job = pool.submit(r.upload.write, data)
-            job.add_done_callback(functools.partial(self._upload_back, self._upload_written, r, len(data)))
+            job.add_done_callback(functools.partial(self._on_loop, self._upload_written, r, len(data)))
         elif r.done is None and r.zero_copy and self.held is None and self.backlog_at >= len(self.backlog):
             self._upload_splice(r)
         elif r.done is not None:
             r.working = True
             landed = pool.submit(r.upload.commit, r.got)
-            landed.add_done_callback(functools.partial(self._upload_back, self._upload_committed, r))
+            landed.add_done_callback(functools.partial(self._on_loop, self._upload_committed, r))
 
     def _splice_may(self, r: Receiving) -> bool:
         """Whether *r*'s body (but what came with its head) may go zero-copy: announced, large, on
@@ -833,9 +847,7 @@ class HttpProtocol(asyncio.Protocol):
         r.got += got
         if r.upload is not None:
             r.upload.written += got
-        if self.transport is None or r.refused is not None:  # (gone: drop() left the abort to us)
-            self._abort_upload(r.upload)
-            r.upload = None
+        if self._upload_gone(r):
             return
         exc = task.exception() if not task.cancelled() else ConnectionError("cancelled")
         if exc is not None and isinstance(exc, (EOFError, ConnectionError)):  # the client left mid-body
@@ -854,7 +866,7 @@ class HttpProtocol(asyncio.Protocol):
         x = Exchange(b"PUT", url, r.mode, None, r.log)  # type: ignore[arg-type]
         self.completed += 1
         if exc is not None:  # the file failed (a full disk: 507): the rest of the body is dropped
-            status = status_of(exc) if isinstance(exc, OSError) else 500
+            status = status_of(exc)
             self._abort_upload(r.refuse(status))
             self.receiving = None
             assert r.length is not None
@@ -873,13 +885,11 @@ class HttpProtocol(asyncio.Protocol):
 
     def _upload_written(self, r: Receiving, n: int, job: concurrent.futures.Future[None]) -> None:
         r.working = False
-        if self.transport is None or r.refused is not None:
-            self._abort_upload(r.upload)
-            r.upload = None
+        if self._upload_gone(r):
             return
-        exc = job.exception() if not job.cancelled() else OSError("cancelled")
+        exc = _failure(job)
         if exc is not None:
-            self._upload_refused(r, status_of(exc) if isinstance(exc, OSError) else 500)
+            self._upload_refused(r, status_of(exc))
             return
         r.buffered -= n
         self._update_reading()
@@ -888,7 +898,7 @@ class HttpProtocol(asyncio.Protocol):
     def _upload_committed(self, r: Receiving, job: concurrent.futures.Future[bool]) -> None:
         r.working = False
         upload, r.upload = r.upload, None
-        exc = job.exception() if not job.cancelled() else UploadRefused(500)
+        exc = _failure(job)
         if exc is not None:
             self._abort_upload(upload)  # (a hidden temporary file left by a failed link)
         if self.transport is None:
@@ -899,8 +909,7 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False
         self.budget = TURN_BUDGET
         if exc is not None:
-            status = exc.status if isinstance(exc, UploadRefused) else 500
-            self._render(x, error(status, "PUT"))
+            self._render(x, error(status_of(exc), "PUT"))
         elif job.result():
             self._render(x, error(201, "PUT"))
         else:
@@ -952,18 +961,25 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._update_reading()
 
+    def _upload_gone(self, r: Receiving) -> bool:
+        """Whether *r* is over for this connection (the connection is gone, or *r* was refused
+        meanwhile): then its upload is aborted here (``Receiving.refuse`` and ``drop`` leave that
+        to the job that was in the pool)."""
+        if self.transport is None or r.refused is not None:
+            self._abort_upload(r.upload)
+            r.upload = None
+            return True
+        return False
+
     def _abort_upload(self, upload: Upload | None) -> None:
         if upload is not None:
             self.engine.executor.submit(upload.abort)
 
     def _refuse(self, x: Exchange, verdict: float) -> None:
-        """401 with a Basic challenge, or 429 for the seconds *verdict* says (kept alive: a browser
-        asks again on the same connection)."""
-        method = x.method.decode("latin-1")
-        if verdict == MISSING:
-            self._render(x, error(401, method, _challenge()))
-        else:
-            self._render(x, error(429, method, ("Retry-After", str(math.ceil(verdict)))))
+        """Answer *x* as the gate's *verdict* says (``_refusal``; kept alive: a browser asks again
+        on the same connection)."""
+        status, extra = _refusal(verdict)
+        self._render(x, error(status, x.method.decode("latin-1"), *extra))
 
     def _known(self, x: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
         """Answer a plain GET (*get*) or HEAD of *url* if its path is memoised: a hot file's bytes
@@ -1079,22 +1095,15 @@ class HttpProtocol(asyncio.Protocol):
 
     def _decide(self, x: Exchange) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
-        method, url = x.method, x.url
-        if url[:1] == b"/":
-            # A fragment (clients should not send one) is not part of the path or the query.
-            raw, _, query = (url.partition(b"#")[0] if b"#" in url else url).partition(b"?")
-        else:  # absolute-form: http://host/path?query; anything else is refused
-            try:
-                parsed = httptools.parse_url(url)
-            except httptools.HttpParserInvalidURLError:
-                parsed = None
-            if parsed is not None and parsed.schema:
-                raw, query = parsed.path or b"/", parsed.query or b""
-            elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
-                self._error(x, 400)
-                return
-            else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
-                raw, query = b"/", b""
+        method = x.method
+        target = _split_target(x.url)
+        if target is not None:
+            raw, query = target
+        elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
+            self._error(x, 400)
+            return
+        else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
+            raw, query = b"/", b""
         fields = x.fields
         request = x.request = Request(
             method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY

@@ -80,8 +80,13 @@ def upload_target(raw_path: bytes, policy: DirectoryPolicy) -> Target:
     return Target(os.path.join(root, *parts[:-1]), parts[-1])
 
 
-def status_of(exc: OSError) -> int:
-    """The answer for a write that failed with *exc*."""
+def status_of(exc: BaseException) -> int:
+    """The answer for an upload that failed with *exc*: a refusal's own status, a failed file
+    operation's (a full disk: 507, ...), else 500."""
+    if isinstance(exc, UploadRefused):
+        return exc.status
+    if not isinstance(exc, OSError):
+        return 500
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return 507
     if exc.errno == errno.EFBIG:
@@ -138,7 +143,7 @@ class Upload:
                 except OSError as exc:
                     if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                         raise
-            temp = os.path.join(real, f".upload-{uuid.uuid4().hex}")
+            temp = _hidden_name(real)
             self.fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             self.temp = temp
         except OSError as exc:
@@ -161,23 +166,20 @@ class Upload:
         final = os.path.join(os.path.realpath(target.parent), target.name)
         try:
             os.fsync(self.fd)
-            existed = os.path.lexists(final)
-            if self.temp is None:  # nameless: link it in (to a hidden name first, to replace)
-                if not self.overwrite:
-                    _link_nameless(self.fd, final)  # EEXIST: 409 (another upload was first)
-                    existed = False
+            if self.overwrite:  # renamed over the old file (a nameless one gets a hidden name first)
+                existed = os.path.lexists(final)
+                if self.temp is None:
+                    self.temp = _hidden_name(os.path.dirname(final))
+                    _link_nameless(self.fd, self.temp)
+                os.replace(self.temp, final)
+            else:  # linked: EEXIST if another upload took the name meanwhile (409)
+                existed = False
+                if self.temp is None:
+                    _link_nameless(self.fd, final)
                 else:
-                    temp = os.path.join(os.path.dirname(final), f".upload-{uuid.uuid4().hex}")
-                    _link_nameless(self.fd, temp)
-                    self.temp = temp
-            if self.temp is not None:
-                if self.overwrite:
-                    os.replace(self.temp, final)
-                else:
-                    os.link(self.temp, final)  # (no clobbering: EEXIST)
+                    os.link(self.temp, final)
                     os.unlink(self.temp)
-                    existed = False
-                self.temp = None
+            self.temp = None
             _fsync_directory(os.path.dirname(final))
         except OSError as exc:
             raise UploadRefused(status_of(exc)) from None
@@ -198,6 +200,11 @@ class Upload:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
+
+
+def _hidden_name(directory: str) -> str:
+    """A new hidden name in *directory* for a temporary file (a dotfile: not listed, not served)."""
+    return os.path.join(directory, f".upload-{uuid.uuid4().hex}")
 
 
 def _link_nameless(fd: int, path: str) -> None:

@@ -35,7 +35,7 @@ from ._answer import Answer, FileRange, Multipart, error
 from ._answers import Decided
 from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
 from ._hot import HotEntry
-from ._listing import listing, view_of
+from ._listing import listing_html, listing_json, view_of
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
 from ._policy import ENCODINGS, DirectoryPolicy
@@ -174,7 +174,10 @@ def _directory(
                 return error(403, req.method)
             except (OSError, OutsideRoot):  # removed meanwhile; swapped for a symlink out
                 return error(404, req.method)
-            page = listing(shown, real == policy.root, entries, policy.dotfiles, view)
+            if view.json:
+                page = listing_json(shown, entries, policy.dotfiles, view)
+            else:
+                page = listing_html(shown, real == policy.root, entries, policy.dotfiles, view)
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"
         fields = [("Content-Type", kind), ("Vary", "Accept")]

@@ -39,7 +39,6 @@ __all__ = (
     "LISTING_SECONDS",
     "Listings",
     "View",
-    "listing",
     "listing_html",
     "listing_json",
     "view_of",
@@ -144,20 +143,6 @@ def _shown(
         shown.reverse()
     shown.sort(key=lambda e: not e[1])  # (stable: directories first, each group in its order)
     return shown
-
-
-def listing(
-    shown_path: bytes,
-    at_root: bool,
-    entries: list[tuple[str, os.stat_result]],
-    dotfiles: bool,
-    view: View = DEFAULT_VIEW,
-) -> bytes:
-    """The listing of a directory requested as *shown_path* (the decoded request path's bytes),
-    as *view* asks for it."""
-    if view.json:
-        return listing_json(shown_path, entries, dotfiles, view)
-    return listing_html(shown_path, at_root, entries, dotfiles, view)
 
 
 def listing_json(

@@ -14,7 +14,13 @@ from typing import NamedTuple
 
 from ._http import HeaderView
 
-__all__ = ("EMPTY", "BytesHeaders", "HeaderView", "Request")
+__all__ = ("EMPTY", "BytesHeaders", "HeaderView", "Request", "accept_matters")
+
+
+def accept_matters(value: bytes) -> bool:
+    """Whether an ``Accept`` value is one the core reads: only a listing reads it, and only when
+    it names JSON (so that curl's ``*/*`` or a browser's list leaves a request plain)."""
+    return b"json" in value.lower()
 
 
 class BytesHeaders:
@@ -24,7 +30,7 @@ class BytesHeaders:
     """
 
     #: The lowercase names the core reads: a door may filter on them in its header callback.
-    #: ``Accept`` only matters to a listing, and only when it names JSON (:meth:`add`).
+    #: ``Accept`` only when it names JSON (:func:`accept_matters`).
     WANTED = frozenset(
         {
             b"accept",
@@ -48,7 +54,7 @@ class BytesHeaders:
     def add(self, name: bytes, value: bytes) -> None:
         """Keep one field line, if the core reads that field."""
         key = name.lower()
-        if key in self.WANTED and (key != b"accept" or b"json" in value.lower()):
+        if key in self.WANTED and (key != b"accept" or accept_matters(value)):
             self._fields.setdefault(key.decode("latin-1"), []).append(value.decode("latin-1"))
 
     def get(self, name: str, default: str | None = None) -> str | None:
