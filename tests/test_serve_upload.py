@@ -314,6 +314,14 @@ async def test_a_full_disk_is_507_and_leaves_nothing(small_disk: Path) -> None:
         finally:
             writer.close()
         assert _left(small_disk) == []
+        # The 507 is answered while the pool closes the nameless file: its blocks come back a
+        # moment later (CI saw the next upload meet the full disk once).
+        free = os.statvfs(small_disk)
+        for _ in range(100):
+            if free.f_bfree >= free.f_blocks - 8:
+                break
+            await asyncio.sleep(0.05)
+            free = os.statvfs(small_disk)
         reader, writer = await site.open()
         try:
             writer.write(_put("/fits", b"ok"))
