@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import shutil
 import signal
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -168,3 +171,19 @@ async def connect(
     connector = Connector(kind, tmp_path, tls_server_ctx, tls_client_ctx)
     yield connector
     await connector.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (mounted as root), or the test is skipped."""
+    path = tmp_path / "small"
+    path.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small tmpfs")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -289,22 +288,6 @@ async def test_two_uploads_to_one_name_never_mix(public: Path) -> None:
     assert _left(public / "sub") == ["sameFalse", "sameTrue"]
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (mounted as root), or the test is skipped."""
-    path = tmp_path / "small"
-    path.mkdir()
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small tmpfs")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode(errors='replace').strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 async def test_a_full_disk_is_507_and_leaves_nothing(small_disk: Path) -> None:
     async with native_site(small_disk, upload=True) as site:
         reader, writer = await site.open()
@@ -341,7 +324,8 @@ def test_curl_t_uploads_byte_exact_to_serve(public: Path, tmp_path: Path) -> Non
     server = Server(str(public), "--port", "0", "--upload")
     try:
         assert server.proc.stdout is not None
-        assert server.proc.stdout.readline().strip() == "uploads: PUT writes files"
+        banner = server.proc.stdout.readline().strip()
+        assert banner == "uploads: PUT and the listing's form (POST) write files"
         url = server.url + "sub/blob"
         done = subprocess.run(
             ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", str(blob), url],

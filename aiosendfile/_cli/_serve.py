@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import os
 import signal
 import socket
@@ -323,6 +324,8 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
     if (args.overwrite or args.max_upload_size is not None) and not args.upload:
         return fail(PROG, "--overwrite and --max-upload-size go with --upload", 2)
+    if args.upload and importlib.util.find_spec("python_multipart") is None:
+        return fail(PROG, "--upload needs python-multipart (pip install 'aiosendfile[serve]')", 2)
     if args.tls_cert:
         try:
             tls_context(args)  # checked here, so that a bad file shows before anything starts
@@ -353,7 +356,8 @@ def serve_command(args: argparse.Namespace) -> int:
         banner += f"\n{tls_path()}"
     if args.upload:
         limit = "" if args.max_upload_size is None else f", up to {args.max_upload_size} bytes"
-        banner += f"\nuploads: PUT writes files{', replacing' if args.overwrite else ''}{limit}"
+        verb = "write and replace" if args.overwrite else "write"
+        banner += f"\nuploads: PUT and the listing's form (POST) {verb} files{limit}"
     if args.users:
         n = len(args.users)
         who = f"{n} user{'s' if n > 1 else ''}"

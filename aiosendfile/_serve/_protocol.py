@@ -66,9 +66,19 @@ from ._auth import ALLOWED, MISSING, REALM, SLOW
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._tls import TLSBody, TLSTransport
-from ._upload import DISCARD_MAX, SPLICE_AT, Receiving, Upload, UploadRefused, status_of, upload_target
+from ._upload import (
+    DISCARD_MAX,
+    SPLICE_AT,
+    Receiving,
+    Upload,
+    UploadRefused,
+    status_of,
+    upload_directory,
+    upload_target,
+)
 
 if TYPE_CHECKING:
+    from ._form import FormUpload
     from ._server import Engine, ServeConfig
 
 __all__ = (
@@ -77,6 +87,7 @@ __all__ = (
     "AUTH",
     "LENGTH",
     "CORE",
+    "CTYPE",
     "EXPECT",
     "HOST",
     "REFERER",
@@ -87,7 +98,7 @@ __all__ = (
 )
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
-HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH, LENGTH = 0, 1, 2, 3, 4, 5, 6, 7, 8
+HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH, LENGTH, CTYPE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 
 def header_kinds(logging: bool, auth: bool = False, uploads: bool = False) -> dict[bytes, int]:
@@ -104,6 +115,7 @@ def header_kinds(logging: bool, auth: bool = False, uploads: bool = False) -> di
         kinds[b"authorization"] = AUTH
     if uploads:
         kinds[b"content-length"] = LENGTH
+        kinds[b"content-type"] = CTYPE
     if logging:
         kinds[b"referer"] = REFERER
         kinds[b"user-agent"] = AGENT
@@ -128,6 +140,7 @@ _READ_ALLOWANCE = 256 * 1024
 
 _GET, _HEAD = b"GET", b"HEAD"
 _GET_HEAD = (_GET, _HEAD)
+_UPLOADS = (b"PUT", b"POST")  # (with uploads on: a file, a form of files)
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CHALLENGE = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')  # (a 401's)
 
@@ -159,6 +172,14 @@ def _split_target(url: bytes) -> tuple[bytes, bytes] | None:
     if not parsed.schema:
         return None
     return parsed.path or b"/", parsed.query or b""
+
+
+def _back_to(raw_path: bytes) -> str:
+    """The ``Location`` of a form POST's 303: the directory it was posted to, relative (right
+    behind a proxy's prefix too): ``./`` for ``/a/b/``, ``b/`` for ``/a/b``."""
+    if raw_path.endswith(b"/"):
+        return "./"
+    return raw_path.rsplit(b"/", 1)[-1].decode("latin-1") + "/"
 
 
 #: What the access log needs besides method and target: (HTTP version, Referer, User-Agent).
@@ -253,6 +274,7 @@ class HttpProtocol(asyncio.Protocol):
         "busy",
         "completed",
         "continue_owed",
+        "ctype",
         "dead",
         "discard",
         "ended",
@@ -310,6 +332,7 @@ class HttpProtocol(asyncio.Protocol):
         self.referer: bytes | None = None
         self.authorization: bytes | None = None  # the request's Authorization value (with a gate)
         self.length: bytes | None = None  # the request's Content-Length value (with uploads)
+        self.ctype: bytes | None = None  # its Content-Type (with uploads: a form's boundary)
         self.continue_owed = False  # a PUT's Expect: 100-continue, answered once it may come
         self.receiving: Receiving | None = None  # a PUT body on its way to a file (with uploads)
         self.landing: Receiving | None = None  # a PUT body all there, being written and named
@@ -564,6 +587,8 @@ class HttpProtocol(asyncio.Protocol):
             self.authorization = value if self.authorization is None else b""
         elif kind == LENGTH:
             self.length = value
+        elif kind == CTYPE:
+            self.ctype = value
         else:
             self.agent = value
 
@@ -587,8 +612,9 @@ class HttpProtocol(asyncio.Protocol):
             expect, self.expect = self.expect, None
             self._expect(expect)
         length, self.length = self.length, None
-        if self.engine.uploads is not None and self.parser.get_method() == b"PUT":
-            self._begin_upload(length)
+        ctype, self.ctype = self.ctype, None
+        if self.engine.uploads is not None and self.parser.get_method() in _UPLOADS:
+            self._begin_upload(length, ctype)
 
     def on_message_complete(self) -> None:
         self.in_request = False
@@ -707,14 +733,16 @@ class HttpProtocol(asyncio.Protocol):
             self._update_reading()
         self._upload_pump(r)
 
-    def _begin_upload(self, length: bytes | None) -> None:
-        """A PUT head is complete: refuse it now (the size it announces, its credentials) or find
-        its place in the pool (after checking a hashed password in the gate's thread); its body
-        waits in memory meanwhile (``_upload.BUFFER``: reading pauses above). Its answer comes
-        once the file has its name (``landing``): requests read behind it wait."""
+    def _begin_upload(self, length: bytes | None, ctype: bytes | None) -> None:
+        """A PUT (or form POST) head is complete: refuse it now (the size it announces, its
+        credentials, where it goes) or find its place in the pool (after checking a hashed
+        password in the gate's thread); its body waits in memory meanwhile (``_upload.BUFFER``:
+        reading pauses above). Its answer comes once the file has its name (``landing``):
+        requests read behind it wait."""
         engine = self.engine
         uploads = engine.uploads
         assert uploads is not None
+        method = self.parser.get_method()
         if self.busy or self.pending or self.landing is not None:
             # Pipelined behind answers not given yet: those are given, then the connection closes
             # without reading this one (a client retries an unanswered PUT: it is idempotent).
@@ -731,21 +759,31 @@ class HttpProtocol(asyncio.Protocol):
         gate = engine.gate
         if gate is not None:
             value, self.authorization = self.authorization, None
-            verdict = gate.check(b"PUT", value, self.peer, engine.loop.time())
+            verdict = gate.check(method, value, self.peer, engine.loop.time())
             if verdict != ALLOWED and verdict != SLOW:
                 status, extra = _refusal(verdict)
                 raise _Stop(status, *extra)
         split = _split_target(self.url)
         if split is None:
             raise _Stop(400)
+        upload: Upload | FormUpload
         try:
-            target = upload_target(split[0], engine.policy)
+            if method == b"PUT":
+                upload = Upload(upload_target(split[0], engine.policy), engine.policy, uploads.overwrite)
+            else:
+                from ._form import FormUpload, form_boundary  # (python-multipart: with uploads only)
+
+                boundary = form_boundary(ctype)
+                if boundary is None:
+                    raise _Stop(415)  # (a form of files only: multipart/form-data)
+                directory = upload_directory(split[0], engine.policy)
+                upload = FormUpload(directory, engine.policy, uploads.overwrite, boundary, _back_to(split[0]))
         except UploadRefused as exc:
             raise _Stop(exc.status) from None
         keep = self.parser.should_keep_alive()
         mode = (KEEP11 if self.version == "1.1" else KEEP10) if keep else CLOSE
         log = (self.version, self.referer, self.agent) if engine.log is not None else None
-        r = self.receiving = Receiving(Upload(target, engine.policy, uploads.overwrite), size, mode, log)
+        r = self.receiving = Receiving(upload, size, mode, log)
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             self._update_reading()
@@ -814,6 +852,8 @@ class HttpProtocol(asyncio.Protocol):
         return (
             r.length is not None
             and r.length >= SPLICE_AT
+            and r.upload is not None
+            and r.upload.zero_copy
             and _platform.HAS_SPLICE
             and type(self.transport) is not TLSTransport
             and self.transport.get_extra_info("socket") is not None
@@ -824,7 +864,7 @@ class HttpProtocol(asyncio.Protocol):
         """The rest of *r*'s body, socket → pipe → file (``splice_to_file``, as ``recvfile``), with
         the transport's reading paused; then the request ends as the parser would end it."""
         upload = r.upload
-        assert upload is not None
+        assert isinstance(upload, Upload)
         assert r.length is not None
         r.working = True
         engine = self.engine
@@ -845,7 +885,7 @@ class HttpProtocol(asyncio.Protocol):
             self.task = None
         got = sink.received
         r.got += got
-        if r.upload is not None:
+        if isinstance(r.upload, Upload):
             r.upload.written += got
         if self._upload_gone(r):
             return
@@ -895,7 +935,7 @@ class HttpProtocol(asyncio.Protocol):
         self._update_reading()
         self._upload_pump(r)
 
-    def _upload_committed(self, r: Receiving, job: concurrent.futures.Future[bool]) -> None:
+    def _upload_committed(self, r: Receiving, job: concurrent.futures.Future[Any]) -> None:
         r.working = False
         upload, r.upload = r.upload, None
         exc = _failure(job)
@@ -910,10 +950,10 @@ class HttpProtocol(asyncio.Protocol):
         self.budget = TURN_BUDGET
         if exc is not None:
             self._render(x, error(status_of(exc), "PUT"))
-        elif job.result():
-            self._render(x, error(201, "PUT"))
         else:
-            self._render(x, Answer(204, [], None))
+            assert upload is not None
+            status, extra = upload.answer(job.result())
+            self._render(x, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
         self._resume()
 
     def _upload_complete(self, r: Receiving, x: Exchange) -> None:
@@ -971,7 +1011,7 @@ class HttpProtocol(asyncio.Protocol):
             return True
         return False
 
-    def _abort_upload(self, upload: Upload | None) -> None:
+    def _abort_upload(self, upload: Upload | FormUpload | None) -> None:
         if upload is not None:
             self.engine.executor.submit(upload.abort)
 
@@ -1497,7 +1537,7 @@ class HttpProtocol(asyncio.Protocol):
         if method in _GET_HEAD:
             self._emit(_CONTINUE)
             return
-        if method == b"PUT" and self.engine.uploads is not None:
+        if method in _UPLOADS and self.engine.uploads is not None:
             self.continue_owed = True  # (once authenticated, and the size and the place allow it)
             return
         # The final answer (405) now, without 100 (Continue): the body is not read, so close after.

@@ -113,6 +113,7 @@ class Engine:
             listings=config.show_index,
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,
+            upload_form=config.upload,
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         self.clock = Clock()

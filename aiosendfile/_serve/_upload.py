@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 import uuid
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._static._paths import checked, decode, inside
 from .._static._policy import DirectoryPolicy
@@ -36,9 +36,15 @@ __all__ = (
     "Target",
     "Upload",
     "UploadRefused",
+    "bad_name",
+    "checked_directory",
     "status_of",
+    "upload_directory",
     "upload_target",
 )
+
+if TYPE_CHECKING:
+    from ._form import FormUpload
 
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
@@ -71,13 +77,50 @@ def upload_target(raw_path: bytes, policy: DirectoryPolicy) -> Target:
     filename = full[1:]
     if not filename or filename.endswith("/"):
         raise UploadRefused(405, "a directory")
-    if not checked(filename, policy.dotfiles):
-        raise UploadRefused(404)
-    parts = filename.split("/")
-    for part in parts:
-        if part in ("", ".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in part):
-            raise UploadRefused(403, "not a name a file may have")
+    parts = _parts(filename, policy)
     return Target(os.path.join(root, *parts[:-1]), parts[-1])
+
+
+def upload_directory(raw_path: bytes, policy: DirectoryPolicy) -> str:
+    """The directory a form ``POST`` to *raw_path* writes into (UploadRefused if none may be)."""
+    root = policy.root
+    full = decode(raw_path)
+    if root is None or not full.startswith("/"):
+        raise UploadRefused(404)
+    directory = full[1:].rstrip("/")
+    return os.path.join(root, *_parts(directory, policy)) if directory else root
+
+
+def _parts(relative: str, policy: DirectoryPolicy) -> list[str]:
+    """The components of *relative* (decoded, under the root), each a name a file may have."""
+    if not checked(relative, policy.dotfiles):
+        raise UploadRefused(404)
+    parts = relative.split("/")
+    if any(bad_name(part) for part in parts):
+        raise UploadRefused(403, "not a name a file may have")
+    return parts
+
+
+def bad_name(name: str) -> bool:
+    """Whether *name* may not name a file (empty, ``.``, ``..``, a ``/``, a control character)."""
+    return name in ("", ".", "..") or "/" in name or any(ord(c) < 32 or ord(c) == 127 for c in name)
+
+
+def checked_directory(path: str, policy: DirectoryPolicy) -> str:
+    """The real path of the directory *path*, which must be one inside the root (UploadRefused:
+    409 if it is not a directory, 404 if it lies outside)."""
+    root = policy.root
+    assert root is not None
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        raise UploadRefused(409, "no such directory") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UploadRefused(409, "not a directory")
+    if not policy.follow_symlinks and not inside(real, root):
+        raise UploadRefused(404)
+    return real
 
 
 def status_of(exc: BaseException) -> int:
@@ -99,7 +142,7 @@ def status_of(exc: BaseException) -> int:
 
 
 class Upload:
-    """One upload's temporary file (see the module). Pool-thread calls, in order: :meth:`open`,
+    """One ``PUT``'s temporary file (see the module). Pool-thread calls, in order: :meth:`open`,
     :meth:`write` any number of times, then :meth:`commit` or :meth:`abort` (always one of
     them; :meth:`abort` also after a failed :meth:`commit`)."""
 
@@ -111,21 +154,15 @@ class Upload:
         self.temp: str | None = None  # the hidden temporary file's path (no O_TMPFILE)
         self.written = 0
 
-    def open(self) -> None:
-        """Check where it goes and make the temporary file (UploadRefused if it may not)."""
-        target, root = self.target, self.policy.root
-        assert root is not None
+    zero_copy = True  # (its body may go from the socket to the file with splice)
+
+    def open(self, checked: str | None = None) -> None:
+        """Check where it goes and make the temporary file (UploadRefused if it may not);
+        *checked*: the directory's real path, already checked (``checked_directory``)."""
+        target = self.target
+        real = checked or checked_directory(target.parent, self.policy)
         try:
-            real = os.path.realpath(target.parent)
-            st = os.stat(real)
-        except OSError:
-            raise UploadRefused(409, "no such directory") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise UploadRefused(409, "not a directory")
-        if not self.policy.follow_symlinks and not inside(real, root):
-            raise UploadRefused(404)
-        try:
-            there = os.lstat(target.path)
+            there = os.lstat(os.path.join(real, target.name))
         except FileNotFoundError:
             there = None
         except OSError as exc:
@@ -149,7 +186,7 @@ class Upload:
         except OSError as exc:
             raise UploadRefused(status_of(exc)) from None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Append *data* (OSError as the disk says: ENOSPC...)."""
         view = memoryview(data)
         while view:
@@ -186,6 +223,11 @@ class Upload:
         finally:
             self._close()
         return not existed
+
+    @staticmethod
+    def answer(new: bool) -> tuple[int, tuple[tuple[str, str], ...]]:
+        """The answer once :meth:`commit` returned *new*: 201 Created, or 204 for a file replaced."""
+        return (201 if new else 204), ()
 
     def abort(self) -> None:
         """Drop it: nothing stays (a hidden temporary file is removed)."""
@@ -238,8 +280,9 @@ DISCARD_MAX = 16 * 1024 * 1024
 
 
 class Receiving:
-    """One PUT body on a connection: where it goes (*upload*; None when it is refused), the chunks
-    waiting to be written (in order, one write at a time in the pool), and what is decided."""
+    """One PUT (or form POST) body on a connection: where it goes (*upload*; None when it is
+    refused), the chunks waiting to be written (in order, one write at a time in the pool), and
+    what is decided."""
 
     __slots__ = (
         "buffered",
@@ -256,7 +299,9 @@ class Receiving:
         "zero_copy",
     )
 
-    def __init__(self, upload: Upload | None, length: int | None, mode: int = 0, log: object = None) -> None:
+    def __init__(
+        self, upload: Upload | FormUpload | None, length: int | None, mode: int = 0, log: object = None
+    ) -> None:
         self.upload = upload
         self.length = length  # announced (Content-Length); None: chunked
         self.mode = mode  # how the request's answer ends (keep-alive or close), and its log fields:
@@ -273,7 +318,7 @@ class Receiving:
     def full(self) -> bool:
         return self.buffered >= BUFFER
 
-    def refuse(self, status: int, *extra: tuple[str, str]) -> Upload | None:
+    def refuse(self, status: int, *extra: tuple[str, str]) -> Upload | FormUpload | None:
         """Refused: the body is dropped from now on. The upload to abort now, or None: none, or a
         job of its is in the pool (its end aborts it: the protocol's ``_upload_*`` callbacks)."""
         self.refused = (status, extra)

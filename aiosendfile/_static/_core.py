@@ -165,7 +165,7 @@ def _directory(
         root = None if policy.follow_symlinks else policy.root
         shown = unquote_to_bytes(raw)
         view = view_of(req.raw_query, req.headers.get("Accept"))
-        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles, view)
+        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles, policy.upload_form, view)
         page = _listing.listings.get(key, st)
         if page is None:
             try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
@@ -177,7 +177,9 @@ def _directory(
             if view.json:
                 page = listing_json(shown, entries, policy.dotfiles, view)
             else:
-                page = listing_html(shown, real == policy.root, entries, policy.dotfiles, view)
+                page = listing_html(
+                    shown, real == policy.root, entries, policy.dotfiles, view, policy.upload_form
+                )
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"
         fields = [("Content-Type", kind), ("Vary", "Accept")]

@@ -68,6 +68,10 @@ _STYLE = (
     "@media (prefers-color-scheme:dark){body{color:#ddd;background:#161616}a{color:#79b8ff}"
     "th{border-color:#444}tbody tr:hover{background:#222}}"
 )
+_FORM_STYLE = (
+    "form{margin:0 0 1em;display:flex;flex-wrap:wrap;gap:.5em;align-items:center}"
+    "progress{width:12em}body.drop{outline:3px dashed #0550ae;outline-offset:-4px}"
+)
 
 
 class View(NamedTuple):
@@ -162,14 +166,68 @@ def listing_json(
     return json.dumps({"path": _display(shown_path), "entries": items}, ensure_ascii=False).encode()
 
 
+#: The upload form (``upload_form``): without script, a plain form post of the files chosen (the
+#: answer, 303, comes back to this page); with it, files dropped anywhere on the page or chosen
+#: are sent one request each, with a progress bar, then the page reloads. Names are shown with
+#: textContent: never as markup.
+_FORM = (
+    '<form id="upload" method="post" enctype="multipart/form-data">'
+    '<input type="file" name="file" multiple aria-label="Files to upload">'
+    '<button type="submit">Upload</button>'
+    '<progress hidden max="1" value="0"></progress><span id="upload-status" role="status"></span>'
+    "</form>\n"
+)
+_SCRIPT = """<script>
+(function () {
+  var form = document.getElementById("upload"), input = form.querySelector("input");
+  var bar = form.querySelector("progress"), said = document.getElementById("upload-status");
+  function send(files) {
+    var list = Array.prototype.slice.call(files), total = 0, done = 0, i = 0;
+    if (!list.length) return;
+    list.forEach(function (f) { total += f.size; });
+    bar.hidden = false;
+    function next() {
+      if (i >= list.length) { said.textContent = "Uploaded"; location.reload(); return; }
+      var file = list[i++], data = new FormData(), x = new XMLHttpRequest();
+      data.append("file", file, file.name);
+      x.open("POST", location.pathname);
+      x.upload.onprogress = function (e) {
+        bar.value = total ? Math.min(1, (done + Math.min(e.loaded, file.size)) / total) : 1;
+        said.textContent = file.name + " " + Math.round(100 * bar.value) + "%";
+      };
+      x.onload = function () {
+        if (x.status >= 400) { said.textContent = file.name + ": " + x.status + " " + x.statusText; return; }
+        done += file.size;
+        next();
+      };
+      x.onerror = function () { said.textContent = file.name + ": the upload failed"; };
+      x.send(data);
+    }
+    next();
+  }
+  form.addEventListener("submit", function (e) { e.preventDefault(); send(input.files); });
+  var body = document.body;
+  body.addEventListener("dragover", function (e) { e.preventDefault(); body.classList.add("drop"); });
+  body.addEventListener("dragleave", function () { body.classList.remove("drop"); });
+  body.addEventListener("drop", function (e) {
+    e.preventDefault();
+    body.classList.remove("drop");
+    send(e.dataTransfer.files);
+  });
+})();
+</script>
+"""
+
+
 def listing_html(
     shown_path: bytes,
     at_root: bool,
     entries: list[tuple[str, os.stat_result]],
     dotfiles: bool,
     view: View = DEFAULT_VIEW,
+    upload_form: bool = False,
 ) -> bytes:
-    """The page (see the module docstring)."""
+    """The page (see the module docstring); with *upload_form*, a form that uploads files here."""
     title = html.escape(f"Index of {_display(shown_path)}")
     rows = []
     if not at_root:
@@ -195,11 +253,14 @@ def listing_html(
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{title}</title>\n<style>{_STYLE}</style>\n"
-        f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n<table>\n"
-        f"<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
+        f"<title>{title}</title>\n<style>{_STYLE}{_FORM_STYLE if upload_form else ''}</style>\n"
+        f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n"
+        + (_FORM if upload_form else "")
+        + f"<table>\n<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
-        + "\n</tbody></table>\n</body></html>\n"
+        + "\n</tbody></table>\n"
+        + (_SCRIPT if upload_form else "")
+        + "</body></html>\n"
     )
     return page.encode()
 

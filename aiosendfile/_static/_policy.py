@@ -23,7 +23,9 @@ class DirectoryPolicy:
     inside it (unless ``follow_symlinks``); None serves a lone file (``FileResponse(path)``), where
     a symlinked pre-compressed sibling counts as absent. ``dotfiles`` serves names starting with
     ``.`` (``/.well-known/`` is always served); ``listings`` shows a directory without an index;
-    ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``.
+    ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``;
+    ``upload_form`` puts a form on listing pages that posts files to the directory (``serve
+    --upload``: the door receives them).
     """
 
     root: str | None
@@ -35,6 +37,7 @@ class DirectoryPolicy:
     hot_cache: bool = True
     inline_limit: int = DEFAULT_INLINE_LIMIT
     max_ranges: int = 16
+    upload_form: bool = False
     #: The root hot entries are checked under (None when symlinks may point anywhere).
     cache_root: str | None = field(init=False, repr=False, compare=False)
 
