@@ -81,6 +81,7 @@ VERSION_SENSITIVE = [
     "tests/test_native_clients.py",  # clients in other processes (curl, http.client, aiohttp), TLS too
     "tests/test_serve_auth.py",  # over TLS too; scrypt from hashlib (OpenSSL's)
     "tests/test_serve_upload.py",  # PUT bodies over TLS too; O_TMPFILE and linkat through os
+    "tests/test_serve_form.py",  # form bodies over TLS too (python-multipart in the pool)
     "tests/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
     "tests/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
 ]
