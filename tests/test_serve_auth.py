@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -182,13 +181,6 @@ def _get(path: str, auth: bytes | None = None, method: str = "GET") -> bytes:
 
 def _status(raw: bytes) -> int:
     return int(raw.split(b" ", 2)[1])
-
-
-@pytest.fixture(params=["tcp", "tls"])
-def transport(
-    request: pytest.FixtureRequest, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
-) -> Any:
-    return {"server_ctx": tls_server_ctx, "client_ctx": tls_client_ctx} if request.param == "tls" else {}
 
 
 async def test_nothing_is_answered_without_the_password_and_nothing_memoised_leaks(

@@ -14,11 +14,8 @@ import base64
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,9 @@ import pytest
 
 from .support.native import native_site, read_response
 from .support.processes import Server
+from .support.uploads import left as _left
+from .support.uploads import status as _status
+from .support.uploads import stopped_mid_body
 
 pytest.importorskip("httptools")
 
@@ -44,28 +44,6 @@ def _put(path: str, body: bytes | None, *extra: str, length: int | None = None) 
 def _chunked(path: str, pieces: list[bytes]) -> bytes:
     head = f"PUT {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
     return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
-
-
-def _status(raw: bytes) -> int:
-    return int(raw.split(b" ", 2)[1])
-
-
-def _left(directory: Path) -> list[str]:
-    """Names in *directory* (temporary files included: a hidden one would show here)."""
-    return sorted(os.listdir(directory))
-
-
-@pytest.fixture
-def public(tmp_path: Path) -> Path:
-    root = tmp_path / "public"
-    (root / "sub").mkdir(parents=True)
-    (root / "a-file").write_text("not a directory")
-    return root
-
-
-@pytest.fixture(params=["tcp", "tls"])
-def transport(request: pytest.FixtureRequest, tls_server_ctx: Any, tls_client_ctx: Any) -> dict[str, Any]:
-    return {"server_ctx": tls_server_ctx, "client_ctx": tls_client_ctx} if request.param == "tls" else {}
 
 
 async def test_put_writes_the_body_byte_exact_then_409_unless_overwrite(
@@ -188,6 +166,47 @@ async def test_a_body_that_never_completes_leaves_nothing(public: Path, transpor
         finally:
             writer.close()
     assert _left(public / "sub") == ["ok"]
+
+
+@pytest.mark.parametrize("size", [1000, 4 * 2**20])  # (in memory; spliced)
+async def test_a_body_slower_than_the_timeout_is_cut_and_leaves_nothing(public: Path, size: int) -> None:
+    async with native_site(public, upload=True, header_timeout=1.0) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(_put("/sub/slow", b"x" * 100, length=size))
+            raw = await asyncio.wait_for(reader.read(), 10)  # (answered 408, or closed: never a 201)
+            assert raw == b"" or _status(raw) == 408, raw
+        finally:
+            writer.close()
+        await asyncio.sleep(0.3)
+    assert _left(public / "sub") == []
+
+
+async def test_a_short_length_or_a_malformed_chunk_size_writes_only_what_was_announced(public: Path) -> None:
+    """A Content-Length shorter than the body: the file is what it announced, and the rest is read
+    as the next request (400, closed). One longer: see test_a_body_that_never_completes. A chunk
+    size that is not hexadecimal: 400, nothing written."""
+    async with native_site(public, upload=True) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(
+                _put("/sub/short", b"hello", length=5)[:-5] + b"hello, and more than announced\r\n\r\n"
+            )
+            assert _status(await read_response(reader)) == 201
+            assert _status(await read_response(reader)) == 400
+        finally:
+            writer.close()
+        for framing in (b"zz\r\nhello\r\n0\r\n\r\n", b"5\r\nhello\r\n-1\r\n\r\n", b"ffffffffffffffffff\r\n"):
+            reader, writer = await site.open()
+            try:
+                head = b"PUT /sub/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                writer.write(head + framing)
+                assert _status(await read_response(reader)) == 400
+            finally:
+                writer.close()
+        await asyncio.sleep(0.3)
+    assert (public / "sub" / "short").read_bytes() == b"hello"
+    assert _left(public / "sub") == ["short"]
 
 
 async def test_the_size_limit_is_kept_before_and_while_reading(public: Path) -> None:
@@ -348,17 +367,7 @@ def test_curl_t_uploads_byte_exact_to_serve(public: Path, tmp_path: Path) -> Non
 
 
 def test_a_server_stopped_mid_upload_leaves_nothing(public: Path) -> None:
-    server = Server(str(public), "--port", "0", "--upload")
-    try:
-        port = int(server.url.rsplit(":", 1)[1].strip("/"))
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            client.sendall(_put("/sub/half", b"x" * 500_000, length=10 * 2**20))
-            time.sleep(0.5)
-            server.proc.send_signal(signal.SIGTERM)
-            assert server.proc.wait(timeout=10) == 0
-        assert _left(public / "sub") == []
-    finally:
-        server.close()
+    stopped_mid_body(public, _put("/sub/half", b"x" * 500_000, length=10 * 2**20))
 
 
 @pytest.mark.parametrize(

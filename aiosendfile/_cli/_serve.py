@@ -207,10 +207,11 @@ def add_serve_command(commands: Any) -> None:
     serve.add_argument(
         "--upload",
         action="store_true",
-        help="let PUT write files (each appears whole, or not at all; needs --auth off loopback)",
+        help="let PUT and form posts (the listing's upload form, curl -F) write files (each appears whole, "
+        "or not at all; needs --auth off loopback)",
     )
     serve.add_argument(
-        "--overwrite", action="store_true", help="with --upload: PUT may replace a file (default: 409)"
+        "--overwrite", action="store_true", help="with --upload: an upload may replace a file (default: 409)"
     )
     serve.add_argument(
         "--max-upload-size",
