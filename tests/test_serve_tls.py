@@ -220,7 +220,8 @@ async def test_the_engine_runs_tls_on_its_own_transport(tmp_path: Path, tls: Any
 async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path, tls: Any) -> None:
     """After ``Connection: close`` the server sends its close_notify and end of stream, and keeps
     reading until the client's end: closed at once, a client's late close_notify would be answered
-    with a reset, and a client still reading the answer would lose its tail. (The client is a
+    with a reset, and a client still reading the answer would lose its tail; a client that sends
+    more meanwhile is read on, wakeup after wakeup, not cut. (The client is a
     blocking socket in a thread: asyncio's and uvloop's close as soon as the close_notify comes.)"""
     async with serving(tmp_path, tls=tls) as site:
         listener = site.server
@@ -239,6 +240,10 @@ async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path,
             assert not engine()._engines[site.server].connections  # the protocol is done with it
             await asyncio.sleep(0.2)
             assert listener._lingering  # still waiting for the client's end
+            # More than one wakeup reads (16 x 16 KiB): read on at the next, not cut with a reset.
+            await asyncio.to_thread(client.sendall, b"x" * 2**21)
+            await asyncio.sleep(0.2)
+            assert listener._lingering
         finally:
             client.close()
         await until(lambda: not listener._lingering)  # the client's end came: closed

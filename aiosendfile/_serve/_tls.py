@@ -484,7 +484,9 @@ class TLSTransport(asyncio.Transport):
     def _linger(self) -> None:
         """Read and drop what the client still sends (its ``close_notify``) until its end of
         stream: a socket closed with unread bytes answers them with a reset, and a client that
-        has not read all of the answer yet (a paused reader) then loses its tail."""
+        has not read all of the answer yet (a paused reader) then loses its tail. At most
+        ``READS_PER_WAKEUP`` reads a wakeup (a client that keeps sending waits for the next one);
+        the ``LINGER`` timer ends it in any case, as nginx's ``lingering_time``."""
         for _ in range(READS_PER_WAKEUP):
             try:
                 if not socket.socket.recv(self._sock, READ_SIZE):
@@ -493,6 +495,8 @@ class TLSTransport(asyncio.Transport):
                 return
             except OSError:
                 break
+        else:
+            return  # (more may come: the next wakeup reads on)
         self.end_linger()
 
     def end_linger(self) -> None:
