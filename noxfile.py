@@ -84,6 +84,7 @@ VERSION_SENSITIVE = [
     "tests/test_serve_form.py",  # form bodies over TLS too (python-multipart in the pool)
     "tests/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
     "tests/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
+    "tests/test_django.py",  # aiosendfile.django under four ASGI servers (Django 4.2+ on every Python)
 ]
 
 
@@ -222,6 +223,12 @@ def build(session: nox.Session) -> None:
             session.run(*pip, wheel, external=True)  # no extras: the core needs nothing else
             session.run(python, "-I", check, "--bare", "aiosendfile", external=True)
             session.run(python, "-I", "-m", "aiosendfile", "serve", "--help", external=True, silent=True)
-            session.run(*pip, f"{wheel}[aiohttp,asgi]", external=True)  # what the door modules import
-            modules = ["aiosendfile", "aiosendfile.aiohttp", "aiosendfile.asgi", "aiosendfile.uvicorn"]
+            session.run(*pip, f"{wheel}[aiohttp,asgi,django]", external=True)  # what the door modules import
+            modules = [
+                "aiosendfile",
+                "aiosendfile.aiohttp",
+                "aiosendfile.asgi",
+                "aiosendfile.uvicorn",
+                "aiosendfile.django",
+            ]
             session.run(python, "-I", check, *modules, external=True)

@@ -125,6 +125,47 @@ def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
     assert "Finished server process" in err
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_django_example_serves_static_files_and_downloads(tmp_path: Path, loop: str) -> None:
+    pytest.importorskip("django")
+    data = pattern(2_000_000)
+    (tmp_path / "static" / "css").mkdir(parents=True)
+    (tmp_path / "static" / "css" / "site.css").write_bytes(data)
+    (tmp_path / "report.pdf").write_bytes(data[:100_000])
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "django_app.py"), str(tmp_path), "--port", str(port), "--loop", loop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert "serving" in server.stdout.readline()
+        for _ in range(100):  # the banner comes before uvicorn binds
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        status, fields, body = _get(port, "/static/css/site.css")
+        assert (status, body, fields["cache-control"]) == (200, data, "max-age=60, public")
+        status, fields, body = _get(port, "/static/css/site.css", {"Range": "bytes=10-19"})
+        assert (status, body) == (206, data[10:20])
+        status, fields, body = _get(port, "/download/report.pdf")
+        assert (status, body) == (200, data[:100_000])
+        assert fields["content-disposition"] == 'attachment; filename="report.pdf"'
+        assert _get(port, "/download/..%2F..%2Fetc%2Fpasswd")[0] == 404
+        assert _get(port, "/static/missing.css")[0] == 404
+        assert _get(port, "/")[0] == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err
+
+
 def test_fastapi_example_with_a_missing_directory_says_so(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     done = run(str(EXAMPLES / "fastapi_app.py"), str(tmp_path / "missing"))

@@ -1,0 +1,126 @@
+"""Django's ASGI handler, but a ``FileResponse`` backed by a real file leaves as a file.
+
+Django's own handler (5.x) sends a ``FileResponse`` as a streaming response: its iterator is
+synchronous, so ``StreamingHttpResponse.__aiter__`` warns and reads it whole with
+``sync_to_async(list)`` first; a 1 GiB file is 1 GiB of memory before the first byte leaves.
+
+:class:`ASGIHandler` sends every other response as Django does (its own ``send_response``). A
+``FileResponse`` whose ``file_to_stream`` has a descriptor of a regular file, and a
+``Content-Length``, goes through the ASGI door's file sender (``_asgi._render.send_answer``): as
+our uvicorn protocol's ``pathsend`` (zero-copy), standard ``http.response.pathsend`` for a whole
+file (granian), ``zerocopysend``, or else body messages of at most ``chunk_size`` bytes read off
+the loop where the pages are not cached. The fields are Django's, byte for byte (cookies too); the
+bytes are the file's from its position when the response was made, as many as Django announced. A
+file that ends early aborts the response (never a short body passed off as complete). ``HEAD``
+sends the fields alone. Django closes the response (and the file) after, as always; a client that
+leaves is Django's to notice (its disconnect task cancels the send).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import os
+import stat
+from typing import Any
+
+from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
+from django.http import FileResponse, HttpResponseBase
+
+from .._asgi._render import PATHSEND, file_mode, send_answer
+from .._options import DEFAULT_FALLBACK_CHUNK
+from .._static._answer import Answer, FileRange
+
+__all__ = ("ASGIHandler", "get_asgi_application")
+
+#: The request's scope, for ``send_response`` (which Django calls without it).
+_scope: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("aiosendfile_django_scope")
+
+
+def django_headers(response: HttpResponseBase) -> list[tuple[bytes, bytes]]:
+    """The response's fields as Django's ASGI handler sends them (its case kept; cookies last)."""
+    headers = []
+    for name, value in response.items():
+        headers.append(
+            (
+                name.encode("ascii") if isinstance(name, str) else bytes(name),
+                value.encode("latin1") if isinstance(value, str) else bytes(value),
+            )
+        )
+    for cookie in response.cookies.values():
+        headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
+    return headers
+
+
+def file_body(response: HttpResponseBase) -> tuple[int, int, int, str | None] | None:
+    """(descriptor, offset, count, path) of a ``FileResponse`` backed by a regular file with a
+    ``Content-Length``; None for any other response (Django sends it)."""
+    if not isinstance(response, FileResponse):
+        return None
+    f = getattr(response, "file_to_stream", None)
+    length = response.get("Content-Length")
+    if f is None or length is None:
+        return None
+    try:
+        fd = f.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        offset = f.tell()
+        count = int(length)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if offset < 0 or count < 0:
+        return None
+    name = getattr(f, "name", None)
+    return fd, offset, count, name if isinstance(name, str) else None
+
+
+class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no type hints)
+    """Django's ``ASGIHandler`` (see the module): ``get_asgi_application()``'s, with file bodies
+    that leave as files. *chunk_size*: the body messages' size where the server takes no file."""
+
+    def __init__(self, chunk_size: int = DEFAULT_FALLBACK_CHUNK) -> None:
+        super().__init__()
+        self.file_chunk_size = chunk_size
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        token = _scope.set(scope)
+        try:
+            await super().handle(scope, receive, send)
+        finally:
+            _scope.reset(token)
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        body = file_body(response)
+        scope = _scope.get(None)
+        if body is None or scope is None:
+            await super().send_response(response, send)
+            return
+        fd, offset, count, path = body
+        mode = file_mode(scope)
+        if offset or count != os.fstat(fd).st_size:
+            mode &= ~PATHSEND  # (a standard pathsend is the whole file)
+        answer = Answer(
+            response.status_code,
+            [],
+            count,
+            head_only=scope.get("method") == "HEAD",
+            body=FileRange(fd, offset, count),
+            path=path,
+        )
+        await send_answer(
+            answer,
+            send,
+            mode,
+            django_headers(response),
+            chunk_size=self.file_chunk_size,
+        )
+
+
+def get_asgi_application() -> ASGIHandler:
+    """``django.core.asgi.get_asgi_application``, with :class:`ASGIHandler`: Django set up, then
+    the handler."""
+    import django
+
+    django.setup(set_prefix=False)
+    return ASGIHandler()

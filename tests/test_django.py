@@ -1,0 +1,255 @@
+"""``aiosendfile.django`` under real ASGI servers (processes): stock uvicorn, uvicorn with our
+protocol, hypercorn and granian, serving the project in ``support.django_site``.
+
+* ``FileResponse``: 0 B, 1 B, MiBs and (stress) a multi-GiB sparse file byte-exact, from an offset,
+  as an attachment, with a cookie; ``HEAD``; zero-copy counted in the server process under our
+  protocol; a 1 GiB body raises the server's RSS by a few MB (stock Django: the whole file); a
+  client that leaves mid-file; a file truncated mid-file (never a complete-looking short body).
+* ``StaticFiles``: whole, ranges, 304, a ``.gz`` sibling, WhiteNoise's ``Cache-Control``
+  (immutable for the manifest's hashed names), a 404 or a ``POST`` falling through to Django.
+* Differential: every response that is not a file body is Django's own, byte for byte (but
+  ``date``/``server``), under the same server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import http.client
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .support import asgi_servers
+from .support.asgi_servers import OUR_HTTPTOOLS, AsgiServer
+
+pytest.importorskip("django")
+
+SITE = "tests.support.django_site"
+SERVERS = [
+    pytest.param(("uvicorn", None), id="uvicorn"),
+    pytest.param(("uvicorn", OUR_HTTPTOOLS), id="uvicorn+ours"),
+    pytest.param(("hypercorn", None), id="hypercorn"),
+    pytest.param(("granian", None), id="granian"),
+]
+BIG = 3 * 2**20 + 7
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``files/`` for the views, ``static/`` as collectstatic leaves it (a manifest, a hashed name,
+    a ``.gz`` sibling)."""
+    root = tmp_path_factory.mktemp("django")
+    files, static = root / "files", root / "static"
+    (static / "css").mkdir(parents=True)
+    (root / "assets").mkdir()
+    (root / "assets" / "only-in-assets.txt").write_bytes(b"found by a finder\n")
+    files.mkdir()
+    (files / "empty").write_bytes(b"")
+    (files / "one").write_bytes(b"1")
+    (files / "big.bin").write_bytes(os.urandom(BIG))
+    (files / "sparse.bin").touch()
+    os.truncate(files / "sparse.bin", 2**30)
+    css = b"body { color: #123; }\n" * 200
+    (static / "css" / "site.0123456789ab.css").write_bytes(css)
+    (static / "css" / "site.0123456789ab.css.gz").write_bytes(gzip.compress(css))
+    (static / "css" / "site.css").write_bytes(css)
+    (static / "plain.txt").write_bytes(b"not hashed\n")
+    manifest = {"paths": {"css/site.css": "css/site.0123456789ab.css"}, "version": "1.1", "hash": "0"}
+    (static / "staticfiles.json").write_text(json.dumps(manifest))
+    return root
+
+
+@contextlib.contextmanager
+def serving(
+    project: Path,
+    server: tuple[str, str | None],
+    app: str = "static_ours",
+    *,
+    clean: bool = True,
+    debug: bool = False,
+) -> Iterator[AsgiServer]:
+    """The project under *server*; with *clean*, it must stop cleanly with no traceback logged."""
+    name, http = server
+    if not asgi_servers.available(name):
+        pytest.skip(f"{name} is not installed")
+    env = {"DJANGO_SETTINGS_MODULE": SITE, "AIOSENDFILE_DJANGO_ROOT": str(project)}
+    if debug:
+        env["AIOSENDFILE_DJANGO_DEBUG"] = "1"
+    if clean:
+        with asgi_servers.asgi_server(
+            f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env
+        ) as running:
+            yield running
+        return
+    running = AsgiServer(f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def _request(server: AsgiServer, target: str, method: str = "GET", **headers: str) -> tuple[int, list, bytes]:
+    connection = server.connection(timeout=60)
+    try:
+        connection.request(method, target, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.getheaders(), response.read()
+    finally:
+        connection.close()
+
+
+def _fields(headers: list[tuple[str, str]]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_file_responses_and_static_files(project: Path, server: tuple[str, str | None]) -> None:
+    files = project / "files"
+    with serving(project, server) as running:
+        for name in ("empty", "one", "big.bin"):
+            status, headers, body = _request(running, f"/file/{name}")
+            fields = _fields(headers)
+            assert (status, body) == (200, (files / name).read_bytes()), name
+            assert fields["content-length"] == str(len(body))
+            assert fields["content-disposition"] == f'inline; filename="{name}"'
+        status, headers, body = _request(running, "/file/big.bin?skip=10&attachment=1&cookie=1")
+        fields = _fields(headers)
+        assert (status, body) == (200, (files / "big.bin").read_bytes()[10:])
+        assert fields["content-length"] == str(BIG - 10)
+        assert fields["content-disposition"] == 'attachment; filename="big.bin"'
+        assert fields["set-cookie"].startswith("seen=yes")
+        status, headers, body = _request(running, "/file/big.bin", "HEAD")
+        assert (status, body, _fields(headers)["content-length"]) == (200, b"", str(BIG))
+
+        css = (project / "static" / "css" / "site.css").read_bytes()
+        status, headers, body = _request(running, "/static/css/site.0123456789ab.css")
+        fields = _fields(headers)
+        assert (status, body) == (200, css)
+        assert fields["cache-control"] == "max-age=315360000, public, immutable"
+        status, headers, body = _request(running, "/static/css/site.css")
+        assert (status, body, _fields(headers)["cache-control"]) == (200, css, "max-age=60, public")
+        status, headers, body = _request(running, "/static/css/site.css", Range="bytes=5-104")
+        assert (status, body) == (206, css[5:105])
+        etag = _fields(headers)["etag"]
+        status, headers, body = _request(running, "/static/css/site.css", **{"If-None-Match": etag})
+        assert (status, body) == (304, b"")
+        status, headers, body = _request(
+            running, "/static/css/site.0123456789ab.css", **{"Accept-Encoding": "gzip"}
+        )
+        assert _fields(headers).get("content-encoding") == "gzip"
+        assert gzip.decompress(body) == css
+        status, headers, body = _request(running, "/static/missing.css")  # (Django's own 404)
+        assert status == 404
+        assert b"Not Found" in body
+        assert _request(running, "/static/plain.txt", "POST")[0] == 404  # (no URL for it in Django)
+
+
+def test_with_debug_the_finders_serve_what_static_root_lacks(project: Path) -> None:
+    """As WhiteNoise with ``DEBUG``: a file in an app's or ``STATICFILES_DIRS``' folder is served
+    (``max-age=0``), found off the loop; without ``DEBUG`` it is Django's 404."""
+    for debug in (True, False):
+        with serving(project, ("uvicorn", OUR_HTTPTOOLS), debug=debug) as running:
+            status, headers, body = _request(running, "/static/only-in-assets.txt")
+            if debug:
+                assert (status, body) == (200, b"found by a finder\n")
+                assert _fields(headers)["cache-control"] == "max-age=0, public"
+                assert _request(running, "/static/plain.txt")[2] == b"not hashed\n"
+            else:
+                assert status == 404
+
+
+def test_zero_copy_and_bounded_memory_under_our_protocol(project: Path) -> None:
+    """Our protocol sends the file with the shim's ``sendfile`` (counted in the server process);
+    a 1 GiB body leaves the server's RSS within a few MB."""
+    with serving(project, ("uvicorn", OUR_HTTPTOOLS)) as running:
+        before = json.loads(_request(running, "/_counters")[2])["bytes"]
+        assert _sha(_request(running, "/file/big.bin")[2]) == _sha(
+            (project / "files" / "big.bin").read_bytes()
+        )
+        after = json.loads(_request(running, "/_counters")[2])["bytes"]
+        assert after - before >= BIG
+        rss = running.rss()
+        assert len(_request(running, "/file/sparse.bin")[2]) == 2**30
+        assert running.rss() - rss < 32 * 2**20
+
+
+@pytest.mark.parametrize("app", ["ours", "stock"])
+def test_a_gib_file_response_and_memory(project: Path, app: str) -> None:
+    """Under stock uvicorn (body messages): ours reads 256 KiB at a time; Django's own handler
+    reads the whole file first (its RSS grows by about the file)."""
+    with serving(project, ("uvicorn", None), app) as running:
+        rss = running.rss()
+        peak = 0
+        connection = running.connection(timeout=120)
+        try:
+            connection.request("GET", "/file/sparse.bin")
+            response = connection.getresponse()
+            got = 0
+            while chunk := response.read(1 << 20):
+                got += len(chunk)
+                peak = max(peak, running.rss())
+        finally:
+            connection.close()
+        assert got == 2**30
+        grew = peak - rss
+        if app == "ours":
+            assert grew < 32 * 2**20, grew
+        else:
+            assert grew > 512 * 2**20, grew  # (the bug ours fixes, seen in the same test)
+
+
+@pytest.mark.parametrize("server", SERVERS[:2])
+def test_every_other_response_is_djangos(project: Path, server: tuple[str, str | None]) -> None:
+    """The same requests to Django's own handler and ours: status, fields (but date and server) and
+    bytes alike; a ``FileResponse`` of a ``BytesIO`` too (no file: Django's way)."""
+    targets = ["/text", "/stream", "/status/418", "/status/201", "/memory", "/nowhere", "/file/nope"]
+    seen: dict[str, list[tuple[int, list, bytes]]] = {}
+    for app in ("stock", "ours"):
+        with serving(project, server, app) as running:
+            seen[app] = [_request(running, target) for target in targets]
+    for target, theirs, mine in zip(targets, seen["stock"], seen["ours"], strict=True):
+        strip = [(k.lower(), v) for k, v in theirs[1] if k.lower() not in ("date", "server")]
+        mine_strip = [(k.lower(), v) for k, v in mine[1] if k.lower() not in ("date", "server")]
+        assert (mine[0], mine_strip, mine[2]) == (theirs[0], strip, theirs[2]), target
+
+
+def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:
+    """Under stock uvicorn (bounded chunks): a client that leaves mid-file costs nothing lasting
+    (the next request is answered, no descriptor stays); a file truncated mid-file ends the
+    response short of its Content-Length (the client sees it incomplete)."""
+    victim = project / "files" / "victim.bin"
+    victim.write_bytes(os.urandom(64 * 2**20))
+    with serving(project, ("uvicorn", None), "ours", clean=False) as running:
+        fds = running.fd_count()
+        with running.socket() as sock:
+            sock.sendall(b"GET /file/big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.recv(65536)
+        time.sleep(0.5)
+        assert _request(running, "/file/one")[2] == b"1"
+        deadline = time.monotonic() + 10
+        while running.fd_count() > fds and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running.fd_count() <= fds
+        connection = running.connection(timeout=30)
+        try:
+            connection.request("GET", "/file/victim.bin")
+            response = connection.getresponse()
+            first = response.read(1 << 20)
+            assert len(first) == 1 << 20
+            os.truncate(victim, 2 * 2**20)
+            with pytest.raises(http.client.IncompleteRead):
+                response.read()
+        finally:
+            connection.close()
+        assert "FileTruncatedError" in running.logs()  # (logged as the error it is)
+        assert running.alive()
