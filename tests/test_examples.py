@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,17 +85,13 @@ def _get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[i
         conn.close()
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
-    data = pattern(2_000_000)
-    (tmp_path / "big.bin").write_bytes(data)
-    (tmp_path / "note.txt").write_text("hello\n")
+@contextlib.contextmanager
+def example_server(example: str, directory: Path, loop: str) -> Iterator[int]:
+    """``python examples/EXAMPLE DIRECTORY --port P --loop LOOP`` until it accepts; its port. On the
+    way out: SIGTERM, a clean exit (uvicorn re-raises SIGTERM once shut down), no traceback."""
     port = free_port()
-    example = str(EXAMPLES / "fastapi_app.py")
     server = subprocess.Popen(
-        [sys.executable, example, str(tmp_path), "--port", str(port), "--loop", loop],
+        [sys.executable, str(EXAMPLES / example), str(directory), "--port", str(port), "--loop", loop],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -108,6 +106,23 @@ def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
                 break
             except OSError:
                 time.sleep(0.1)
+        yield port
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode in (0, -signal.SIGTERM), err
+    assert "Traceback" not in err
+    assert "Finished server process" in err
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    data = pattern(2_000_000)
+    (tmp_path / "big.bin").write_bytes(data)
+    (tmp_path / "note.txt").write_text("hello\n")
+    with example_server("fastapi_app.py", tmp_path, loop) as port:
         status, _, body = _get(port, "/static/big.bin")
         assert (status, body) == (200, data)
         status, fields, body = _get(port, "/static/big.bin", {"Range": "bytes=10-19"})
@@ -117,12 +132,6 @@ def test_fastapi_example_serves_files(tmp_path: Path, loop: str) -> None:
         assert fields["content-disposition"] == 'attachment; filename="note.txt"'
         assert _get(port, "/download/..%2F..%2Fetc%2Fpasswd")[0] == 404
         assert _get(port, "/static/missing")[0] == 404
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=30)
-    assert server.returncode in (0, -signal.SIGTERM), err  # uvicorn re-raises SIGTERM once shut down
-    assert "Traceback" not in err
-    assert "Finished server process" in err
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -132,23 +141,7 @@ def test_django_example_serves_static_files_and_downloads(tmp_path: Path, loop: 
     (tmp_path / "static" / "css").mkdir(parents=True)
     (tmp_path / "static" / "css" / "site.css").write_bytes(data)
     (tmp_path / "report.pdf").write_bytes(data[:100_000])
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "django_app.py"), str(tmp_path), "--port", str(port), "--loop", loop],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        assert "serving" in server.stdout.readline()
-        for _ in range(100):  # the banner comes before uvicorn binds
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+    with example_server("django_app.py", tmp_path, loop) as port:
         status, fields, body = _get(port, "/static/css/site.css")
         assert (status, body, fields["cache-control"]) == (200, data, "max-age=60, public")
         status, fields, body = _get(port, "/static/css/site.css", {"Range": "bytes=10-19"})
@@ -159,11 +152,6 @@ def test_django_example_serves_static_files_and_downloads(tmp_path: Path, loop: 
         assert _get(port, "/download/..%2F..%2Fetc%2Fpasswd")[0] == 404
         assert _get(port, "/static/missing.css")[0] == 404
         assert _get(port, "/")[0] == 200
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=30)
-    assert server.returncode in (0, -signal.SIGTERM), err
-    assert "Traceback" not in err
 
 
 def test_fastapi_example_with_a_missing_directory_says_so(tmp_path: Path) -> None:
