@@ -164,6 +164,8 @@ def test_with_debug_the_finders_serve_what_static_root_lacks(project: Path) -> N
                 assert (status, body) == (200, b"found by a finder\n")
                 assert _fields(headers)["cache-control"] == "max-age=0, public"
                 assert _request(running, "/static/plain.txt")[2] == b"not hashed\n"
+                for target in ("/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/etc/passwd"):
+                    assert _request(running, target)[0] == 404, target  # (no traceback either)
             else:
                 assert status == 404
 

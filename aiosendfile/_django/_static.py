@@ -22,7 +22,7 @@ import asyncio
 import re
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 from .._asgi._app import FileResponse
 from .._asgi._app import StaticFiles as DirectoryApp
@@ -94,10 +94,8 @@ class StaticFiles:
         if self._files is not None and await self._try(self._files, inner, receive, send, name):
             return
         if self._debug:
-            from django.contrib.staticfiles import finders
-
-            found = await asyncio.to_thread(finders.find, unquote(name))
-            if isinstance(found, str):
+            found = await asyncio.to_thread(_find, name)
+            if found is not None:
                 response = FileResponse(found, chunk_size=self.chunk_size)
                 if await self._try(response, scope, receive, send, name):
                     return
@@ -144,10 +142,22 @@ class StaticFiles:
         return hashed
 
 
+def _find(name: str) -> str | None:
+    """The staticfiles finders' file for *name* (ASGI's path: decoded), or None (a name they
+    refuse, ``..`` out of a folder, counts as none)."""
+    from django.contrib.staticfiles import finders
+
+    try:
+        found = finders.find(name)
+    except Exception:  # (SuspiciousFileOperation from safe_join, an unreadable folder)
+        return None
+    return found if isinstance(found, str) else None
+
+
 def _storage_names(unhashed: str, name: str) -> bool:
     from django.contrib.staticfiles.storage import staticfiles_storage
 
     try:
-        return bool(staticfiles_storage.url(unquote(unhashed)).endswith(name))
+        return bool(staticfiles_storage.url(unhashed).endswith(quote(name)))
     except Exception:  # (a manifest without the name, a storage without hashes: not immutable)
         return False
