@@ -21,7 +21,7 @@ import pytest
 from aiosendfile._pair._protocol import BUSY
 
 from .support.files import pattern
-from .support.processes import aiosendfile_process, signal_while_starting
+from .support.processes import aiosendfile_process, cli_env, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -774,3 +774,45 @@ def test_a_hostile_receivers_words_cannot_drive_the_terminal(tmp_path: Path) -> 
     assert "\x07" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert "\\x1b[2J" in done.stderr
+
+
+_SIGNAL_BEFORE_THE_LOOP_RUNS = """
+import asyncio, os, signal, sys
+from aiosendfile._pair import _session
+
+loop_class = {"uvloop": __import__("uvloop").Loop, "asyncio": asyncio.SelectorEventLoop}[sys.argv[1]]
+
+
+class Loop(loop_class):
+    def add_signal_handler(self, sig, callback, *args):
+        super().add_signal_handler(sig, callback, *args)
+        if sig == signal.SIGTERM:  # (both installed: a Ctrl-C comes now)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+_session.loop_factory = lambda name: (Loop, name)
+
+
+async def forever():
+    await asyncio.sleep(3600)
+    return "not interrupted"
+
+
+sys.exit(_session.run("aiosendfile send", sys.argv[1], forever(), lambda: "interrupted"))
+"""
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_signal_as_the_handlers_are_installed_is_not_lost(loop: str) -> None:
+    """uvloop keeps a signal that comes while the loop is not running for its next wakeup: one
+    that lands between the handlers' installation and the loop's start was lost (send waited on
+    a silent receiver for ever). The handlers are installed from inside the running loop."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_BEFORE_THE_LOOP_RUNS, loop],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=cli_env(),
+    )
+    assert done.returncode == 128 + signal.SIGINT, done.stderr
+    assert done.stderr.strip() == "aiosendfile send: interrupted"

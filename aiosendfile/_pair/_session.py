@@ -96,11 +96,17 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
         for task in asyncio.all_tasks(event_loop):
             task.cancel()
 
-    outcome: str | BaseException
-    try:
-        task = event_loop.create_task(main)
+    async def with_handlers() -> str:
+        # Installed from inside the running loop: uvloop keeps a signal that comes while it is not
+        # running for its next wakeup, and a send waiting on a silent receiver has none. Until
+        # then the quiet-exit handlers (_cli._common) still end the command.
         for signum in STOP_SIGNALS:
             event_loop.add_signal_handler(signum, on_signal, signum)
+        return await main
+
+    outcome: str | BaseException
+    try:
+        task = event_loop.create_task(with_handlers())
         try:
             outcome = event_loop.run_until_complete(task)
         except (asyncio.CancelledError, TransferFailed) as exc:
@@ -111,6 +117,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
             outcome = TransferFailed(f"unexpected error: {in_words(exc)} ({type(exc).__name__})")
         finally:
             finish(event_loop)
+            main.close()  # (never started if cancelled first: no "never awaited" warning)
             for signum in STOP_SIGNALS:
                 event_loop.remove_signal_handler(signum)
     except KeyboardInterrupt:  # before our handler was installed
