@@ -12,8 +12,9 @@ file (granian), ``zerocopysend``, or else body messages of at most ``chunk_size`
 the loop where the pages are not cached. The fields are Django's, byte for byte (cookies too); the
 bytes are the file's from its position when the response was made, as many as Django announced. A
 file that ends early aborts the response (never a short body passed off as complete). ``HEAD``
-sends the fields alone. Django closes the response (and the file) after, as always; a client that
-leaves is Django's to notice (its disconnect task cancels the send).
+sends the fields alone. The response (and its file) is closed where Django closes it: after
+``send_response`` (5.0 and later), at its end (4.2; here also when sending failed). A client that
+leaves is Django's to notice (5.0 and later: its disconnect task cancels the send).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import os
 import stat
 from typing import Any
 
+import django
+from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.http import FileResponse, HttpResponseBase
 
@@ -32,6 +35,10 @@ from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 
 __all__ = ("ASGIHandler", "get_asgi_application")
+
+#: Django 4.2's ``send_response`` closes the response at its end; from 5.0 ``handle`` does (after
+#: ``send_response``, unless the client left). Ours closes it where Django's would.
+_SEND_CLOSES = django.VERSION < (5, 0)
 
 #: The request's scope, for ``send_response`` (which Django calls without it).
 _scope: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("aiosendfile_django_scope")
@@ -108,13 +115,11 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
             body=FileRange(fd, offset, count),
             path=path,
         )
-        await send_answer(
-            answer,
-            send,
-            mode,
-            django_headers(response),
-            chunk_size=self.file_chunk_size,
-        )
+        try:
+            await send_answer(answer, send, mode, django_headers(response), chunk_size=self.file_chunk_size)
+        finally:
+            if _SEND_CLOSES:
+                await sync_to_async(response.close, thread_sensitive=True)()
 
 
 def get_asgi_application() -> ASGIHandler:
