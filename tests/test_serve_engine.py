@@ -802,22 +802,51 @@ async def test_end_of_stream_waits_for_the_answers_over_a_unix_socket(
 def _ask_then_end(host: str, port: int, ctx: ssl.SSLContext, request: bytes, close_notify: bool) -> bytes:
     """(A blocking TLS client, for a thread.) Send *request*, then end: our ``close_notify``
     (*close_notify*) or a bare end of stream, with no ``close_notify`` (a half-close); what the
-    server answers, to its end."""
-    raw = socket.create_connection((host, port), timeout=20)
-    with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
-        tls.sendall(request)
+    server answers, to its end.
+
+    TLS runs over memory BIOs: OpenSSL's shutdown, called on a socket, also reads, and fails with
+    ``APPLICATION_DATA_AFTER_CLOSE_NOTIFY`` when the server's answer is already there (a race
+    the test once lost). Here it only reads what this client feeds it, after the close_notify."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with socket.create_connection((host, port), timeout=20) as raw:
+
+        def flush() -> None:
+            if data := outgoing.read():
+                raw.sendall(data)
+
+        def feed() -> bool:
+            data = raw.recv(65536)
+            if data:
+                incoming.write(data)
+            else:
+                incoming.write_eof()
+            return bool(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                feed()
+        tls.write(request)
         if close_notify:
-            tls.setblocking(False)
             with contextlib.suppress(ssl.SSLWantReadError):
-                tls.unwrap()  # (sends close_notify; the server's comes after its answer)
-            tls.setblocking(True)
-            tls.settimeout(20)
+                tls.unwrap()  # (writes close_notify; the server's comes after its answer)
+            flush()
         else:
-            socket.socket.shutdown(tls, socket.SHUT_WR)
+            flush()
+            raw.shutdown(socket.SHUT_WR)
         got = b""
         while True:
             try:
-                chunk = tls.recv(65536)
+                chunk = tls.read(65536)
+            except ssl.SSLWantReadError:
+                flush()
+                if not feed() and not incoming.pending:
+                    break
+                continue
             except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 break
             if not chunk:
