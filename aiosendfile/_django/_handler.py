@@ -59,9 +59,10 @@ def django_headers(response: HttpResponseBase) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-def file_body(response: HttpResponseBase) -> tuple[int, int, int, str | None] | None:
-    """(descriptor, offset, count, path) of a ``FileResponse`` backed by a regular file with a
-    ``Content-Length``; None for any other response (Django sends it)."""
+def file_body(response: HttpResponseBase) -> tuple[int, int, int, bool, str | None] | None:
+    """(descriptor, offset, count, whether that is the whole file, path) of a ``FileResponse``
+    backed by a regular file with a ``Content-Length``; None for any other response (Django
+    sends it)."""
     if not isinstance(response, FileResponse):
         return None
     f = getattr(response, "file_to_stream", None)
@@ -70,7 +71,8 @@ def file_body(response: HttpResponseBase) -> tuple[int, int, int, str | None] | 
         return None
     try:
         fd = f.fileno()
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
         offset = f.tell()
         count = int(length)
@@ -79,7 +81,8 @@ def file_body(response: HttpResponseBase) -> tuple[int, int, int, str | None] | 
     if offset < 0 or count < 0:
         return None
     name = getattr(f, "name", None)
-    return fd, offset, count, name if isinstance(name, str) else None
+    whole = offset == 0 and count == st.st_size
+    return fd, offset, count, whole, name if isinstance(name, str) else None
 
 
 class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no type hints)
@@ -103,9 +106,9 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
         if body is None or scope is None:
             await super().send_response(response, send)
             return
-        fd, offset, count, path = body
+        fd, offset, count, whole, path = body
         mode = file_mode(scope)
-        if offset or count != os.fstat(fd).st_size:
+        if not whole:
             mode &= ~PATHSEND  # (a standard pathsend is the whole file)
         answer = Answer(
             response.status_code,
