@@ -10,6 +10,10 @@ Contenders (``benchmarks/programs/django_site.py``), each server pinned to CPU 0
 * ``ours``: ASGI, uvicorn with ``aiosendfile.uvicorn:HttpToolsProtocol``,
   ``aiosendfile.django.StaticFiles(get_asgi_application())``.
 
+The project has ``startproject``'s middleware (sessions, auth, messages, CSRF, security,
+clickjacking; WhiteNoise's and ServeStatic's right after ``SecurityMiddleware``, as their docs
+say); ``--middleware none`` leaves only theirs.
+
 Cases: a 4 KiB and a 1 MiB static file (``/static/...``), and a 1 MiB ``FileResponse`` from a
 view (``/file/...``), all in the page cache. Every round starts each server once, checks each
 case's body once (byte-exact), then runs ``wrk -t1 -c64`` for each case (a 1 s warm-up, then
@@ -20,7 +24,7 @@ and each contender's ratio to the best ASGI peer and to WhiteNoise under gunicor
 
 Run from the repository root::
 
-    python -m benchmarks.django_files --rounds 3 --duration 5 [--json out.json]
+    python -m benchmarks.django_files --rounds 3 --duration 5 [--middleware none] [--json out.json]
 """
 
 from __future__ import annotations
@@ -63,10 +67,11 @@ def make_tree(root: Path) -> dict[str, bytes]:
     return bodies
 
 
-def start(name: str, root: Path, work: Path) -> servers.Server:
+def start(name: str, root: Path, work: Path, middleware: str) -> servers.Server:
     port = servers.free_port()
     mode = name.split("-")[0]
     env = {**servers.repo_env(), "BENCH_DJANGO_MODE": mode, "BENCH_DJANGO_ROOT": str(root)}
+    env["BENCH_DJANGO_MIDDLEWARE"] = middleware
     log = work / f"{name}.log"
     if name == "whitenoise-gunicorn":
         cmd = [sys.executable, "-m", "gunicorn", f"{SITE}:wsgi", "-b", f"127.0.0.1:{port}"]
@@ -99,15 +104,23 @@ def check(port: int, target: str, body: bytes) -> None:
 
 
 def one_round(
-    names: list[str], root: Path, work: Path, bodies: dict[str, bytes], wrk: str, duration: int
+    names: list[str],
+    cases: list[str],
+    root: Path,
+    work: Path,
+    bodies: dict[str, bytes],
+    wrk: str,
+    args: argparse.Namespace,
 ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
+    duration = args.duration
     for name in names:
-        server = start(name, root, work)
+        server = start(name, root, work, args.middleware)
         try:
             pids = process_tree(server.proc.pid)
             rows: dict[str, Any] = {}
-            for case, target in CASES.items():
+            for case in cases:
+                target = CASES[case]
                 check(server.port, target, bodies[target])
                 url = f"http://127.0.0.1:{server.port}{target}"
                 run_wrk(wrk_command(wrk, url, 1, threads=1, connections=64, cpus=CLIENT_CPU), 1)
@@ -149,11 +162,11 @@ def _ratio(rounds: list[dict[str, dict[str, Any]]], case: str, name: str, peer: 
     return f"{statistics.median(per_round):.2f}x ({peer})"
 
 
-def report(rounds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
+def report(rounds: list[dict[str, dict[str, Any]]], names: list[str], cases: list[str]) -> str:
     lines = []
     asgi_peers = [n for n in names if n in ("servestatic-uvicorn", "stock-uvicorn")]
     head = "| contender | req/s (range) | CPU us/request | peak RSS MB | x best ASGI peer | x WhiteNoise |"
-    for case in CASES:
+    for case in cases:
         lines += [f"\n{case}", head, "|---|---|---|---|---|---|"]
         medians = {n: statistics.median(r[n][case]["req_s"] for r in rounds) for n in names}
         best_peer = max(asgi_peers, key=lambda n: medians[n]) if asgi_peers else None
@@ -174,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=int, default=5)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
+    p.add_argument("--middleware", choices=("default", "none"), default="default")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     names = comma_list(p, args.contenders, CONTENDERS)
+    cases = comma_list(p, args.cases, tuple(CASES), "cases")
     wrk = servers.ensure_tools(False, "django_files")[0]
     work = Path(tempfile.mkdtemp(prefix="aiosendfile-django-bench-"))
     rounds = []
@@ -185,13 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         bodies = make_tree(root)
         for rnd in range(1, args.rounds + 1):
             print(f"round {rnd}", flush=True)
-            rounds.append(one_round(rotated(names, rnd), root, work, bodies, wrk, args.duration))
+            rounds.append(one_round(rotated(names, rnd), cases, root, work, bodies, wrk, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\nCPU: {cpu_model()}; wrk -t1 -c64, {args.duration} s a run, {args.rounds} rounds")
-    print(report(rounds, names))
+    print(
+        f"\nCPU: {cpu_model()}; wrk -t1 -c64, {args.duration} s a run, {args.rounds} rounds;"
+        f" middleware: {args.middleware}"
+    )
+    print(report(rounds, names, cases))
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_model(), "rounds": rounds}, indent=1))
+        record = {"cpu": cpu_model(), "middleware": args.middleware, "rounds": rounds}
+        args.json.write_text(json.dumps(record, indent=1))
     return 0
 
 

@@ -73,14 +73,18 @@ def serving(
     *,
     clean: bool = True,
     debug: bool = False,
+    async_middleware: bool = False,
 ) -> Iterator[AsgiServer]:
-    """The project under *server*; with *clean*, it must stop cleanly with no traceback logged."""
+    """The project under *server*; with *clean*, it must stop cleanly with no traceback logged.
+    *async_middleware* adds a middleware that can only run async."""
     name, http = server
     if not asgi_servers.available(name):
         pytest.skip(f"{name} is not installed")
     env = {"DJANGO_SETTINGS_MODULE": SITE, "AIOSENDFILE_DJANGO_ROOT": str(project)}
     if debug:
         env["AIOSENDFILE_DJANGO_DEBUG"] = "1"
+    if async_middleware:
+        env["AIOSENDFILE_DJANGO_ASYNC_MIDDLEWARE"] = "1"
     if clean:
         with asgi_servers.asgi_server(
             f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env
@@ -210,19 +214,57 @@ def test_a_gib_file_response_and_memory(project: Path, app: str) -> None:
             assert grew > 512 * 2**20, grew  # (the bug ours fixes, seen in the same test)
 
 
-@pytest.mark.parametrize("server", SERVERS[:2])
-def test_every_other_response_is_djangos(project: Path, server: tuple[str, str | None]) -> None:
+DIFFERENTIAL = [
+    ("GET", "/text"),
+    ("GET", "/stream"),
+    ("GET", "/status/418"),
+    ("GET", "/status/201"),
+    ("GET", "/memory"),
+    ("GET", "/nowhere"),
+    ("GET", "/file/nope"),
+    ("GET", "/thread"),
+    ("GET", "/closed"),
+    ("GET", "/async"),
+    ("GET", "/slash"),  # (CommonMiddleware's redirect)
+    ("POST", "/text"),  # (CsrfViewMiddleware's 403)
+    ("GET", "/boom"),  # (Django's 500)
+    ("HEAD", "/text"),
+]
+
+
+@pytest.mark.parametrize(
+    ("server", "async_middleware"),
+    [
+        pytest.param(SERVERS[0].values[0], False, id="uvicorn"),
+        pytest.param(SERVERS[1].values[0], False, id="uvicorn+ours"),
+        pytest.param(SERVERS[1].values[0], True, id="uvicorn+ours-async-middleware"),
+    ],
+)
+def test_every_other_response_is_djangos(
+    project: Path, server: tuple[str, str | None], async_middleware: bool
+) -> None:
     """The same requests to Django's own handler and ours: status, fields (but date and server) and
-    bytes alike; a ``FileResponse`` of a ``BytesIO`` too (no file: Django's way)."""
-    targets = ["/text", "/stream", "/status/418", "/status/201", "/memory", "/nowhere", "/file/nope"]
+    bytes alike, through ``startproject``'s middleware: a ``FileResponse`` of a ``BytesIO`` (no file:
+    Django's way), redirects, CSRF's 403, a failing view's 500, an async view (on the loop's thread
+    under both) and a sync view (on the thread its middleware ran on, not the loop's, its response
+    closed there too, under both); with a middleware that can only run async too."""
     seen: dict[str, list[tuple[int, list, bytes]]] = {}
     for app in ("stock", "ours"):
-        with serving(project, server, app) as running:
-            seen[app] = [_request(running, target) for target in targets]
-    for target, theirs, mine in zip(targets, seen["stock"], seen["ours"], strict=True):
+        with serving(project, server, app, clean=False, async_middleware=async_middleware) as running:
+            seen[app] = [_request(running, target, method) for method, target in DIFFERENTIAL]
+            assert "Exception in ASGI application" not in running.logs()
+    for (method, target), theirs, mine in zip(DIFFERENTIAL, seen["stock"], seen["ours"], strict=True):
         strip = [(k.lower(), v) for k, v in theirs[1] if k.lower() not in ("date", "server")]
         mine_strip = [(k.lower(), v) for k, v in mine[1] if k.lower() not in ("date", "server")]
-        assert (mine[0], mine_strip, mine[2]) == (theirs[0], strip, theirs[2]), target
+        assert (mine[0], mine_strip, mine[2]) == (theirs[0], strip, theirs[2]), (method, target)
+    answers = dict(zip(DIFFERENTIAL, seen["ours"], strict=True))
+    assert json.loads(answers["GET", "/thread"][2]) == {"same_thread": True, "main": False}
+    assert json.loads(answers["GET", "/closed"][2]) == {"closed_on_its_thread": True}
+    assert json.loads(answers["GET", "/async"][2]) == {"main": True}
+    assert answers["GET", "/boom"][0] == 500
+    assert answers["POST", "/text"][0] == 403
+    has_async_field = _fields(answers["GET", "/text"][1]).get("x-async-middleware") == "yes"
+    assert has_async_field == async_middleware
 
 
 def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:

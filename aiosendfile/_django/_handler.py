@@ -15,6 +15,15 @@ file that ends early aborts the response (never a short body passed off as compl
 sends the fields alone. The response (and its file) is closed where Django closes it: after
 ``send_response`` (5.0 and later), at its end (4.2; here also when sending failed). A client that
 leaves is Django's to notice (5.0 and later: its disconnect task cancels the send).
+
+Around the view, two changes of cost, none of behaviour:
+
+* a request's thread-sensitive code runs on a thread borrowed for the request and kept for the
+  next one (:mod:`._threads`), where Django starts and joins a thread per request;
+* a request for a sync view, in a project whose middleware can all run sync, runs its signal,
+  Django's sync middleware chain and the view in one ``sync_to_async`` call (:mod:`._one_hop`),
+  where Django's async chain makes one per sync middleware method (a dozen with ``startproject``'s
+  middleware). An async view goes through Django's async chain, as with Django's handler.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ from django.http import FileResponse, HttpResponseBase
 from .._asgi._render import PATHSEND, file_mode, send_answer
 from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
+from ._one_hop import SUPPORTED as ONE_HOP_SUPPORTED
+from ._one_hop import OneHop, sync_chain
+from ._threads import RequestThreads
 
 __all__ = ("ASGIHandler", "get_asgi_application")
 
@@ -87,18 +99,33 @@ def file_body(response: HttpResponseBase) -> tuple[int, int, int, bool, str | No
 
 class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no type hints)
     """Django's ``ASGIHandler`` (see the module): ``get_asgi_application()``'s, with file bodies
-    that leave as files. *chunk_size*: the body messages' size where the server takes no file."""
+    that leave as files. *chunk_size*: the body messages' size where the server takes no file.
+    *one_hop*: a sync view's request runs the sync middleware chain and the view in one call on
+    its thread (False: Django's async chain, a call per sync middleware method)."""
 
-    def __init__(self, chunk_size: int = DEFAULT_FALLBACK_CHUNK) -> None:
+    def __init__(self, chunk_size: int = DEFAULT_FALLBACK_CHUNK, *, one_hop: bool = True) -> None:
         super().__init__()
         self.file_chunk_size = chunk_size
+        chain = sync_chain() if one_hop and ONE_HOP_SUPPORTED else None
+        self._one_hop = OneHop(chain) if chain is not None else None
+        self._threads = RequestThreads()
 
-    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # (Django's check and words)
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         token = _scope.set(scope)
         try:
-            await super().handle(scope, receive, send)
+            async with self._threads.context():
+                await self.handle(scope, receive, send)
         finally:
             _scope.reset(token)
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        one_hop = self._one_hop
+        if one_hop is not None and one_hop.serves(scope):
+            await one_hop.handle(self, scope, receive, send)
+        else:
+            await super().handle(scope, receive, send)
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         body = file_body(response)

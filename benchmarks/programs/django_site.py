@@ -6,7 +6,11 @@
   stock Django has without WhiteNoise);
 * ``ours``: ASGI, ``aiosendfile.django``: ``StaticFiles(get_asgi_application())``.
 
-``BENCH_DJANGO_ROOT`` holds ``static/`` (``STATIC_ROOT``) and ``files/`` (the ``FileResponse`` view).
+``BENCH_DJANGO_MIDDLEWARE``: ``default`` (the default) is ``startproject``'s ``MIDDLEWARE`` and the
+apps they need (sessions, auth, messages, CSRF, security, clickjacking), with WhiteNoise's or
+ServeStatic's middleware right after ``SecurityMiddleware`` as their docs say; ``none`` is no
+middleware but theirs. ``BENCH_DJANGO_ROOT`` holds ``static/`` (``STATIC_ROOT``) and ``files/`` (the
+``FileResponse`` view).
 Entry points: ``wsgi`` and ``asgi`` (module attributes, made at import).
 """
 
@@ -23,11 +27,35 @@ SECRET_KEY = "benchmark"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = __name__
+DEFAULT_MIDDLEWARE = os.environ.get("BENCH_DJANGO_MIDDLEWARE", "default") == "default"
+#: What ``django-admin startproject`` writes (Django 5.2).
+STARTPROJECT_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 INSTALLED_APPS = ["django.contrib.staticfiles"]
-MIDDLEWARE = {
+if DEFAULT_MIDDLEWARE:
+    INSTALLED_APPS = [
+        "django.contrib.auth",
+        "django.contrib.contenttypes",
+        "django.contrib.sessions",
+        "django.contrib.messages",
+        *INSTALLED_APPS,
+    ]
+STATIC_MIDDLEWARE = {
     "whitenoise": ["whitenoise.middleware.WhiteNoiseMiddleware"],
     "servestatic": ["servestatic.middleware.ServeStaticMiddleware"],
 }.get(MODE, [])
+MIDDLEWARE = (
+    [STARTPROJECT_MIDDLEWARE[0], *STATIC_MIDDLEWARE, *STARTPROJECT_MIDDLEWARE[1:]]
+    if DEFAULT_MIDDLEWARE
+    else STATIC_MIDDLEWARE
+)
 STATIC_URL = "/static/"
 STATIC_ROOT = str(ROOT / "static")
 USE_TZ = True

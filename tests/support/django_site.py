@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,27 @@ SECRET_KEY = "tests-only"
 DEBUG = os.environ.get("AIOSENDFILE_DJANGO_DEBUG") == "1"
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = __name__
-INSTALLED_APPS = ["django.contrib.staticfiles"]
-MIDDLEWARE: list[str] = []
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+#: ``startproject``'s middleware, and a witness of the thread the request's sync code runs on.
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    f"{__name__}.ThreadWitness",
+]
+if os.environ.get("AIOSENDFILE_DJANGO_ASYNC_MIDDLEWARE") == "1":
+    MIDDLEWARE.append(f"{__name__}.async_only_middleware")
+SESSION_ENGINE = "django.contrib.sessions.backends.signed_cookies"
 STATIC_URL = "/static/"
 STATIC_ROOT = str(ROOT / "static")
 STATICFILES_DIRS = [str(ROOT / "assets")]  # (found by the finders: served with DEBUG only)
@@ -34,6 +54,36 @@ STORAGES = {
 }
 USE_TZ = True
 LOGGING_CONFIG = None
+
+# -- middleware -----------------------------------------------------------------------------------------
+
+
+def _witness_class() -> Any:
+    from django.utils.deprecation import MiddlewareMixin
+
+    class ThreadWitness(MiddlewareMixin):  # type: ignore[misc]
+        """Notes the thread ``process_request`` runs on (sync and async capable, as Django's own)."""
+
+        def process_request(self, request: Any) -> None:
+            request.witness_thread = threading.get_ident()
+
+    return ThreadWitness
+
+
+def async_only_middleware(get_response: Any) -> Any:
+    """A middleware that can only run async (then ours takes Django's async chain throughout)."""
+
+    async def middleware(request: Any) -> Any:
+        response = await get_response(request)
+        response["X-Async-Middleware"] = "yes"
+        return response
+
+    return middleware
+
+
+async_only_middleware.sync_capable = False  # type: ignore[attr-defined]  # (what Django reads)
+async_only_middleware.async_capable = True  # type: ignore[attr-defined]
+
 
 # -- views ----------------------------------------------------------------------------------------------
 
@@ -81,6 +131,44 @@ def status_view(request: Any, code: int) -> Any:
     return HttpResponse(f"status {code}", status=code)
 
 
+#: The thread ``thread_view`` ran on, and the one that closed its response (``request_finished``).
+_WITNESS: dict[str, int | None] = {}
+
+
+def _note_finished(**_kwargs: Any) -> None:
+    if "closed" in _WITNESS and _WITNESS["closed"] is None:
+        _WITNESS["closed"] = threading.get_ident()
+
+
+def thread_view(request: Any) -> Any:
+    """Whether the view runs on the thread the middleware ran on, and not on the loop's."""
+    from django.core.signals import request_finished
+    from django.http import JsonResponse
+
+    request_finished.connect(_note_finished, dispatch_uid="aiosendfile-tests-witness")
+    _WITNESS.update(view=threading.get_ident(), closed=None)
+    same = getattr(request, "witness_thread", None) == threading.get_ident()
+    return JsonResponse({"same_thread": same, "main": threading.current_thread() is threading.main_thread()})
+
+
+def closed_view(request: Any) -> Any:
+    """Whether the last ``thread_view`` response was closed on the thread its view ran on."""
+    from django.http import JsonResponse
+
+    return JsonResponse({"closed_on_its_thread": _WITNESS.get("closed") == _WITNESS.get("view")})
+
+
+async def async_view(request: Any) -> Any:
+    """An async view: on the loop's thread, as under Django's handler."""
+    from django.http import JsonResponse
+
+    return JsonResponse({"main": threading.current_thread() is threading.main_thread()})
+
+
+def boom_view(request: Any) -> Any:
+    raise RuntimeError("a view that fails (the test expects it)")
+
+
 def counters_view(request: Any) -> Any:
     """The server process's ``aiosendfile._platform.counters`` (zero-copy bytes) as JSON."""
     import dataclasses
@@ -101,13 +189,20 @@ def _urls() -> list[Any]:
         path("text", text_view),
         path("stream", stream_view),
         path("status/<int:code>", status_view),
+        path("thread", thread_view),
+        path("closed", closed_view),
+        path("async", async_view),
+        path("slash/", text_view),
+        path("boom", boom_view),
         path("_counters", counters_view),
     ]
 
 
-def __getattr__(name: str) -> Any:  # urlpatterns once Django is set up (the settings import this module)
+def __getattr__(name: str) -> Any:  # what needs Django set up (the settings import this module)
     if name == "urlpatterns":
         return _urls()
+    if name == "ThreadWitness":
+        return _witness_class()
     raise AttributeError(name)
 
 

@@ -1,0 +1,136 @@
+"""A request for a sync view in one thread call, where Django's ASGI handler makes a dozen.
+
+Django's ``ASGIHandler.handle`` (5.x) runs the ``request_started`` signal in one ``sync_to_async``
+call, then its async middleware chain: every sync middleware method (``process_request``,
+``process_response``... of ``startproject``'s seven) and the view in a call each, every call a
+round trip to the request's thread. :class:`OneHop` runs the signal, the request's making,
+Django's *sync* middleware chain (``WSGIHandler``'s) and the view in one call on that thread,
+then sends and closes the response as Django's handler does: the same middleware, code paths and
+thread as under WSGI, the same disconnect handling as Django's ASGI handler.
+
+It is used when every ``MIDDLEWARE`` entry can run sync (else Django's chain serves every
+request) and the request's view, by ``ROOT_URLCONF``, is not a coroutine function (an async view
+goes through Django's async chain and runs on the loop). A middleware that changes the URLconf
+makes that a guess; either way answers alike. Django 4.2 (past its support) keeps Django's way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import django
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers import asgi as django_asgi
+from django.core.handlers.base import BaseHandler
+from django.http import FileResponse, HttpResponseBase
+from django.urls import Resolver404, get_resolver, set_script_prefix
+from django.utils.module_loading import import_string
+
+__all__ = ("SUPPORTED", "OneHop")
+
+#: Django's ``handle`` this mirrors is 5.0's to 5.2's (4.2's sends and closes differently).
+SUPPORTED = django.VERSION >= (5, 0)
+
+#: Views whose kind is remembered (a URLconf's views are a fixed set; this bounds a strange one).
+_KINDS_KEPT = 1024
+
+
+def sync_chain() -> BaseHandler | None:
+    """Django's sync middleware chain (``WSGIHandler``'s), or None when some ``MIDDLEWARE`` entry
+    cannot run sync."""
+    for path in settings.MIDDLEWARE:
+        if not getattr(import_string(path), "sync_capable", True):
+            return None
+    handler = BaseHandler()
+    handler.load_middleware(is_async=False)
+    return handler
+
+
+class OneHop:
+    """One ``sync_to_async`` call per request for sync views (see the module)."""
+
+    def __init__(self, chain: BaseHandler) -> None:
+        self._chain = chain
+        self._kinds: dict[Any, bool] = {}
+        self._respond_on_thread = sync_to_async(self._respond, thread_sensitive=True)
+
+    def serves(self, scope: dict[str, Any]) -> bool:
+        """Whether the view ``ROOT_URLCONF`` gives the path is sync (no view: Django's 404, sync;
+        a failing URLconf: False, Django's own chain reports it)."""
+        path = scope["path"]
+        prefix = django_asgi.get_script_prefix(scope)
+        if prefix:
+            path = path.removeprefix(prefix)  # (as ASGIRequest makes path_info)
+        try:
+            func = get_resolver().resolve(path).func
+        except Resolver404:
+            return True
+        except Exception:  # (Django's chain answers it)
+            return False
+        is_async = self._kinds.get(func)
+        if is_async is None:
+            if len(self._kinds) >= _KINDS_KEPT:
+                self._kinds.clear()
+            is_async = self._kinds[func] = bool(iscoroutinefunction(func))
+        return not is_async
+
+    async def handle(self, handler: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django 5's ``ASGIHandler.handle``, with the request's sync work in one call."""
+        try:
+            body_file = await handler.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(django_asgi.get_script_prefix(scope))
+        respond = self._respond_on_thread
+
+        async def process_request() -> HttpResponseBase:
+            response, made = await respond(handler, scope, body_file)
+            if not made:  # (the request could not be made: Django's error response, as Django)
+                await handler.send_response(response, send)
+                return response
+            with contextlib.suppress(asyncio.CancelledError):  # (the client left while it was sent)
+                await handler.send_response(response, send)
+            return response
+
+        tasks = [
+            asyncio.create_task(handler.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request()),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:  # (Django's order and handling)
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=handler.__class__)
+        else:
+            await sync_to_async(response.close)()
+        body_file.close()
+
+    def _respond(self, handler: Any, scope: dict[str, Any], body_file: Any) -> tuple[HttpResponseBase, bool]:
+        """On the request's thread: the signal, the request, the chain and the view."""
+        signals.request_started.send(sender=handler.__class__, scope=scope)
+        request, error_response = handler.create_request(scope, body_file)
+        if request is None:
+            return error_response, False
+        response = self._chain.get_response(request)
+        response._handler_class = handler.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = handler.chunk_size
+        return response, True
