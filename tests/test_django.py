@@ -267,6 +267,25 @@ def test_every_other_response_is_djangos(
     assert has_async_field == async_middleware
 
 
+@pytest.mark.parametrize("app", ["ours", "stock"])
+def test_a_client_that_leaves_during_a_sync_view(project: Path, app: str) -> None:
+    """The client leaves while a sync view runs: nothing is logged as an error, the next requests
+    are answered at once on other threads (the request keeps its thread until the view is done:
+    its ``request_finished`` runs there, as under Django's handler), and it answers again once
+    done. Django's handler alike."""
+    with serving(project, ("uvicorn", OUR_HTTPTOOLS), app) as running:
+        with running.socket() as sock:
+            sock.sendall(b"GET /slow?s=1.5 HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.3)
+        started = time.monotonic()
+        for _ in range(3):
+            assert _request(running, "/thread")[0] == 200
+        assert time.monotonic() - started < 1.0
+        time.sleep(1.5)
+        assert _request(running, "/slow?s=0")[2] == b"slow\n"
+        assert "Exception in ASGI application" not in running.logs()
+
+
 def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:
     """Under stock uvicorn (bounded chunks): a client that leaves mid-file costs nothing lasting
     (the next request is answered, no descriptor stays); a file truncated mid-file ends the

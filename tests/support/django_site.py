@@ -165,6 +165,16 @@ async def async_view(request: Any) -> Any:
     return JsonResponse({"main": threading.current_thread() is threading.main_thread()})
 
 
+def slow_view(request: Any) -> Any:
+    """A sync view that takes a while (a client may leave meanwhile)."""
+    import time
+
+    from django.http import HttpResponse
+
+    time.sleep(float(request.GET.get("s", "0.5")))
+    return HttpResponse("slow\n", content_type="text/plain")
+
+
 def boom_view(request: Any) -> Any:
     raise RuntimeError("a view that fails (the test expects it)")
 
@@ -194,6 +204,7 @@ def _urls() -> list[Any]:
         path("async", async_view),
         path("slash/", text_view),
         path("boom", boom_view),
+        path("slow", slow_view),
         path("_counters", counters_view),
     ]
 
