@@ -16,7 +16,7 @@ sends the fields alone. The response (and its file) is closed where Django close
 ``send_response`` (5.0 and later), at its end (4.2; here also when sending failed). A client that
 leaves is Django's to notice (5.0 and later: its disconnect task cancels the send).
 
-Around the view, two changes of cost, none of behaviour:
+Around the view, two changes of cost (the responses stay Django's own):
 
 * a request's thread-sensitive code runs on a thread borrowed for the request and kept for the
   next one (:mod:`._threads`), where Django starts and joins a thread per request;

@@ -4,14 +4,16 @@ Django's ASGI handler enters ``ThreadSensitiveContext()`` per request: every
 ``sync_to_async(thread_sensitive=True)`` call of that request (its signals, its sync middleware, a
 sync view, ``response.close``) runs on one thread of its own, so thread-bound state (a database
 connection) stays with the request. asgiref makes that thread for the request and joins it at
-its end: a thread started and joined per request, most of what Django costs around a view.
+its end: a thread started and joined per request.
 
 :class:`RequestThreads` keeps the guarantee and drops the cost, with asgiref's public
 ``ThreadSensitiveContext(executor=...)`` (asgiref 3.13): a request borrows a one-thread executor
-for its life and gives it back. An executor still running something when its request ends (a
-sync view left running after its client went away) is not lent again: it is shut down, its
-thread ends when its work does. At most ``IDLE`` executors wait between requests; more are shut
-down. With an older asgiref, requests get Django's own context (a thread each).
+for its life and gives it back. An executor still running something when its request ends
+(work the request left behind, a task it started say) is not lent again: it is shut down, its
+thread ends when its work does. (A sync view whose client went away is not such a case: Django's
+``request_finished`` runs on the view's thread, so the request ends after the view.) At most
+``IDLE`` executors wait between requests; more are shut down. With an older asgiref, requests
+get Django's own context (a thread each).
 """
 
 from __future__ import annotations
