@@ -189,6 +189,51 @@ def test_zero_copy_and_bounded_memory_under_our_protocol(project: Path) -> None:
         assert running.rss() - rss < 32 * 2**20
 
 
+@pytest.mark.stress
+@pytest.mark.parametrize("server", SERVERS[:2])
+def test_a_multi_gib_sparse_file_response_byte_exact(project: Path, server: tuple[str, str | None]) -> None:
+    """5 GiB (past 2**32) of a sparse file as a ``FileResponse``, from an offset past 4 GiB too:
+    every byte counted and checked (zeros, then the marker written at the end), the server's
+    RSS within a few MB."""
+    huge = project / "files" / "huge.bin"
+    size = 5 * 2**30
+    with open(huge, "wb") as f:
+        f.truncate(size - 16)
+        f.seek(size - 16)
+        f.write(b"the end, 16 byte")
+    zeros = bytes(1 << 20)
+    try:
+        with serving(project, server) as running:
+            rss = running.rss()
+            for skip in (0, 2**32 + 5):
+                connection = running.connection(timeout=300)
+                try:
+                    connection.request("GET", f"/file/huge.bin?skip={skip}")
+                    response = connection.getresponse()
+                    assert response.status == 200
+                    assert int(response.getheader("Content-Length")) == size - skip
+                    digest, got, tail = hashlib.sha256(), 0, b""
+                    while chunk := response.read(1 << 20):
+                        got += len(chunk)
+                        digest.update(chunk)
+                        tail = (tail + chunk)[-16:]
+                    assert got == size - skip
+                    assert tail == b"the end, 16 byte"
+                    expected = hashlib.sha256()
+                    left = size - skip - 16
+                    while left:
+                        step = min(left, len(zeros))
+                        expected.update(zeros[:step])
+                        left -= step
+                    expected.update(b"the end, 16 byte")
+                    assert digest.hexdigest() == expected.hexdigest()
+                finally:
+                    connection.close()
+            assert running.rss() - rss < 32 * 2**20
+    finally:
+        huge.unlink()
+
+
 @pytest.mark.parametrize("app", ["ours", "stock"])
 def test_a_gib_file_response_and_memory(project: Path, app: str) -> None:
     """Under stock uvicorn (body messages): ours reads 256 KiB at a time; Django's own handler
