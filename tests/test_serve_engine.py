@@ -32,6 +32,7 @@ import pytest
 
 from .support.files import CHANGES, change_file, pattern
 from .support.raw_http import connect, read_to_eof
+from .support.tls_duplex import TLSDuplex
 from .support.waiting import until
 
 pytest.importorskip("httptools")
@@ -804,53 +805,17 @@ def _ask_then_end(host: str, port: int, ctx: ssl.SSLContext, request: bytes, clo
     (*close_notify*) or a bare end of stream, with no ``close_notify`` (a half-close); what the
     server answers, to its end.
 
-    TLS runs over memory BIOs: OpenSSL's shutdown, called on a socket, also reads, and fails with
-    ``APPLICATION_DATA_AFTER_CLOSE_NOTIFY`` when the server's answer is already there (a race
-    the test once lost). Here it only reads what this client feeds it, after the close_notify."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with socket.create_connection((host, port), timeout=20) as raw:
-
-        def flush() -> None:
-            if data := outgoing.read():
-                raw.sendall(data)
-
-        def feed() -> bool:
-            data = raw.recv(65536)
-            if data:
-                incoming.write(data)
-            else:
-                incoming.write_eof()
-            return bool(data)
-
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                flush()
-                feed()
-        tls.write(request)
+    TLS runs over memory BIOs (:class:`TLSDuplex`): OpenSSL's shutdown, called on a socket, also
+    reads, and fails with ``APPLICATION_DATA_AFTER_CLOSE_NOTIFY`` when the server's answer is
+    already there (a race the test once lost)."""
+    with TLSDuplex(socket.create_connection((host, port), timeout=20), ctx) as tls:
+        tls.sendall(request)
         if close_notify:
-            with contextlib.suppress(ssl.SSLWantReadError):
-                tls.unwrap()  # (writes close_notify; the server's comes after its answer)
-            flush()
+            tls.close_notify()  # (the server's comes after its answer)
         else:
-            flush()
-            raw.shutdown(socket.SHUT_WR)
+            tls.raw.shutdown(socket.SHUT_WR)
         got = b""
-        while True:
-            try:
-                chunk = tls.read(65536)
-            except ssl.SSLWantReadError:
-                flush()
-                if not feed() and not incoming.pending:
-                    break
-                continue
-            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
-                break
-            if not chunk:
-                break
+        while chunk := tls.recv(65536):
             got += chunk
         return got
 

@@ -9,6 +9,7 @@ taking them and sending them).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -54,6 +55,14 @@ class TLSDuplex:
             with self._lock:
                 self._tls.write(view[start : start + 2**16])
             self._flush()
+
+    def close_notify(self) -> None:
+        """Send our ``close_notify``; the peer's may come later (``recv`` reads on until it does).
+        OpenSSL's shutdown on a socket would also read, and fail on application data already
+        there (``APPLICATION_DATA_AFTER_CLOSE_NOTIFY``); here it reads nothing."""
+        with self._lock, contextlib.suppress(ssl.SSLWantReadError):
+            self._tls.unwrap()
+        self._flush()
 
     def recv(self, size: int) -> bytes:
         """Up to *size* bytes; b"" at the end (the peer's close_notify or end of stream)."""
