@@ -133,11 +133,15 @@ def status_view(request: Any, code: int) -> Any:
 
 #: The thread ``thread_view`` ran on, and the one that closed its response (``request_finished``).
 _WITNESS: dict[str, int | None] = {}
+#: Set once ``thread_view``'s response is closed: the client has its bytes before that (Django
+#: closes a response after sending it), so ``closed_view`` may run first and must wait.
+_CLOSED = threading.Event()
 
 
 def _note_finished(**_kwargs: Any) -> None:
     if "closed" in _WITNESS and _WITNESS["closed"] is None:
         _WITNESS["closed"] = threading.get_ident()
+        _CLOSED.set()
 
 
 def thread_view(request: Any) -> Any:
@@ -146,15 +150,18 @@ def thread_view(request: Any) -> Any:
     from django.http import JsonResponse
 
     request_finished.connect(_note_finished, dispatch_uid="aiosendfile-tests-witness")
+    _CLOSED.clear()
     _WITNESS.update(view=threading.get_ident(), closed=None)
     same = getattr(request, "witness_thread", None) == threading.get_ident()
     return JsonResponse({"same_thread": same, "main": threading.current_thread() is threading.main_thread()})
 
 
 def closed_view(request: Any) -> Any:
-    """Whether the last ``thread_view`` response was closed on the thread its view ran on."""
+    """Whether the last ``thread_view`` response was closed on the thread its view ran on (waiting
+    a while for it to be closed at all)."""
     from django.http import JsonResponse
 
+    _CLOSED.wait(10)
     return JsonResponse({"closed_on_its_thread": _WITNESS.get("closed") == _WITNESS.get("view")})
 
 
