@@ -131,29 +131,29 @@ def status_view(request: Any, code: int) -> Any:
     return HttpResponse(f"status {code}", status=code)
 
 
-#: The thread ``thread_view`` ran on, and the one that closed its response (``request_finished``).
+#: The thread ``thread_view`` ran on, and the one that closed its response.
 _WITNESS: dict[str, int | None] = {}
 #: Set once ``thread_view``'s response is closed: the client has its bytes before that (Django
 #: closes a response after sending it), so ``closed_view`` may run first and must wait.
 _CLOSED = threading.Event()
 
 
-def _note_finished(**_kwargs: Any) -> None:
-    if "closed" in _WITNESS and _WITNESS["closed"] is None:
-        _WITNESS["closed"] = threading.get_ident()
-        _CLOSED.set()
-
-
 def thread_view(request: Any) -> Any:
     """Whether the view runs on the thread the middleware ran on, and not on the loop's."""
-    from django.core.signals import request_finished
     from django.http import JsonResponse
 
-    request_finished.connect(_note_finished, dispatch_uid="aiosendfile-tests-witness")
+    class Witnessed(JsonResponse):  # type: ignore[misc]
+        """Notes the thread that closes it (this response's, not another request's)."""
+
+        def close(self) -> None:
+            _WITNESS["closed"] = threading.get_ident()
+            _CLOSED.set()
+            super().close()
+
     _CLOSED.clear()
     _WITNESS.update(view=threading.get_ident(), closed=None)
     same = getattr(request, "witness_thread", None) == threading.get_ident()
-    return JsonResponse({"same_thread": same, "main": threading.current_thread() is threading.main_thread()})
+    return Witnessed({"same_thread": same, "main": threading.current_thread() is threading.main_thread()})
 
 
 def closed_view(request: Any) -> Any:
