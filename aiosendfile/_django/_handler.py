@@ -23,7 +23,8 @@ Around the view, two changes of cost (the responses stay Django's own):
 * a request for a sync view, in a project whose middleware can all run sync, runs its signal,
   Django's sync middleware chain and the view in one ``sync_to_async`` call (:mod:`._one_hop`),
   where Django's async chain makes one per sync middleware method (a dozen with ``startproject``'s
-  middleware). An async view goes through Django's async chain, as with Django's handler.
+  middleware), and closes its response on that thread after sending it without waiting for the
+  close. An async view goes through Django's async chain, as with Django's handler.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
     def __init__(self, chunk_size: int = DEFAULT_FALLBACK_CHUNK, *, one_hop: bool = True) -> None:
         super().__init__()
         self.file_chunk_size = chunk_size
-        chain = sync_chain() if one_hop and ONE_HOP_SUPPORTED else None
-        self._one_hop = OneHop(chain) if chain is not None else None
         self._threads = RequestThreads()
+        chain = sync_chain() if one_hop and ONE_HOP_SUPPORTED else None
+        self._one_hop = OneHop(chain, self._threads) if chain is not None else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # (Django's check and words)

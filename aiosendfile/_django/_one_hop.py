@@ -6,7 +6,10 @@ call, then its async middleware chain: every sync middleware method (``process_r
 round trip to the request's thread. :class:`OneHop` runs the signal, the request's making,
 Django's *sync* middleware chain (``WSGIHandler``'s) and the view in one call on that thread,
 then sends and closes the response as Django's handler does: the same middleware, code paths and
-thread as under WSGI, the same disconnect handling as Django's ASGI handler.
+thread as under WSGI, the same disconnect handling as Django's ASGI handler. The close (Django's
+``request_finished``) runs on the request's thread after the response is sent, as under Django,
+but handed over (:meth:`._threads.RequestThreads.run_later`), not waited for: the response is
+complete by then, and the thread is lent again only once the close is done.
 
 It is used when every ``MIDDLEWARE`` entry can run sync (else Django's chain serves every
 request) and the request's view, by ``ROOT_URLCONF``, is not a coroutine function (an async view
@@ -31,6 +34,8 @@ from django.http import FileResponse, HttpResponseBase
 from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
 
+from ._threads import RequestThreads
+
 __all__ = ("SUPPORTED", "OneHop")
 
 #: Django's ``handle`` this mirrors is 5.0's to 5.2's (4.2's sends and closes differently).
@@ -54,8 +59,9 @@ def sync_chain() -> BaseHandler | None:
 class OneHop:
     """One ``sync_to_async`` call per request for sync views (see the module)."""
 
-    def __init__(self, chain: BaseHandler) -> None:
+    def __init__(self, chain: BaseHandler, threads: RequestThreads) -> None:
         self._chain = chain
+        self._threads = threads
         self._kinds: dict[Any, bool] = {}
         self._respond_on_thread = sync_to_async(self._respond, thread_sensitive=True)
 
@@ -119,9 +125,15 @@ class OneHop:
             response = tasks[1].result()
         except asyncio.CancelledError:
             await signals.request_finished.asend(sender=handler.__class__)
-        else:
-            await sync_to_async(response.close)()
-        body_file.close()
+            body_file.close()
+            return
+
+        def finish() -> None:  # (Django's order: the response, then the request's body)
+            response.close()
+            body_file.close()
+
+        if not self._threads.run_later(finish):
+            await sync_to_async(finish)()
 
     def _respond(self, handler: Any, scope: dict[str, Any], body_file: Any) -> tuple[HttpResponseBase, bool]:
         """On the request's thread: the signal, the request, the chain and the view."""

@@ -9,17 +9,18 @@ its end: a thread started and joined per request.
 :class:`RequestThreads` keeps the guarantee and drops the cost, with asgiref's public
 ``ThreadSensitiveContext(executor=...)`` (asgiref 3.13): a request borrows a one-thread executor
 for its life and gives it back. An executor still running something when its request ends
-(work the request left behind, a task it started say) is not lent again: it is shut down, its
-thread ends when its work does. (A sync view whose client went away is not such a case: Django's
-``request_finished`` runs on the view's thread, so the request ends after the view.) At most
-``IDLE`` executors wait between requests; more are shut down. With an older asgiref, requests
-get Django's own context (a thread each).
+(work the request left behind: a call whose caller was cancelled, the response's close handed
+over by :meth:`RequestThreads.run_later`) is not lent again until that work is done: the thread
+that finishes it gives the executor back. At most ``IDLE`` executors wait between requests; more
+are shut down. With an older asgiref, requests get Django's own context (a thread each).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,13 +37,18 @@ IDLE = 64
 _LENDS = "executor" in inspect.signature(ThreadSensitiveContext).parameters
 
 
+_log = logging.getLogger("aiosendfile.django")
+
+
 class _RequestExecutor(ThreadPoolExecutor):
-    """A one-thread executor that knows whether it is running or holding anything."""
+    """A one-thread executor that knows whether it is running or holding anything, and can say
+    when it no longer is."""
 
     def __init__(self) -> None:
         super().__init__(max_workers=1, thread_name_prefix="aiosendfile-django")
         self._lock = threading.Lock()
         self._pending = 0
+        self._on_idle: Callable[[_RequestExecutor], None] | None = None
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         with self._lock:
@@ -58,11 +64,32 @@ class _RequestExecutor(ThreadPoolExecutor):
     def _finished(self, _future: Future[Any] | None) -> None:
         with self._lock:
             self._pending -= 1
+            callback = self._on_idle if self._pending == 0 else None
+            if callback is not None:
+                self._on_idle = None
+        if callback is not None:
+            callback(self)
 
-    @property
-    def idle(self) -> bool:
+    def when_idle(self, callback: Callable[[_RequestExecutor], None]) -> None:
+        """``callback(self)`` now if nothing is pending, else on this executor's thread once the
+        last pending call is done."""
         with self._lock:
-            return self._pending == 0
+            if self._pending:
+                self._on_idle = callback
+                return
+        callback(self)
+
+
+#: The executor the current request borrowed (None outside one, or with an older asgiref).
+_lent: contextvars.ContextVar[_RequestExecutor | None] = contextvars.ContextVar(
+    "aiosendfile_django_executor", default=None
+)
+
+
+def _report(future: Future[Any]) -> None:
+    error = future.exception()
+    if error is not None:
+        _log.error("Closing a Django response failed", exc_info=error)
 
 
 class RequestThreads:
@@ -71,6 +98,8 @@ class RequestThreads:
     def __init__(self, idle: int = IDLE) -> None:
         self._idle: list[_RequestExecutor] = []
         self._keep = idle
+        self._lock = threading.Lock()  # (executors come back on their own threads too)
+        self._closed = False
 
     @contextlib.asynccontextmanager
     async def context(self) -> AsyncIterator[None]:
@@ -79,21 +108,41 @@ class RequestThreads:
             async with ThreadSensitiveContext():
                 yield
             return
-        executor = self._idle.pop() if self._idle else _RequestExecutor()
+        with self._lock:
+            executor = self._idle.pop() if self._idle else None
+        if executor is None:
+            executor = _RequestExecutor()
+        token = _lent.set(executor)
         try:
             async with ThreadSensitiveContext(executor=executor):
                 yield
         finally:
-            self._give_back(executor)
+            _lent.reset(token)
+            executor.when_idle(self._give_back)
+
+    @staticmethod
+    def run_later(fn: Callable[[], Any]) -> bool:
+        """Run *fn* on the current request's thread, after what that thread runs now, in a copy
+        of the current context, without waiting for it (an error is logged to
+        ``aiosendfile.django``); False when the request borrowed no executor (the caller runs it
+        its own way). The request's executor is not lent again before *fn* is done."""
+        executor = _lent.get()
+        if executor is None:
+            return False
+        executor.submit(contextvars.copy_context().run, fn).add_done_callback(_report)
+        return True
 
     def _give_back(self, executor: _RequestExecutor) -> None:
-        if executor.idle and len(self._idle) < self._keep:
-            self._idle.append(executor)
-        else:
-            executor.shutdown(wait=False)
+        with self._lock:
+            if not self._closed and len(self._idle) < self._keep:
+                self._idle.append(executor)
+                return
+        executor.shutdown(wait=False)
 
     def close(self) -> None:
-        """Shut the idle executors down (their threads end)."""
-        idle, self._idle = self._idle, []
+        """Shut the idle executors down (their threads end), and those given back later."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
         for executor in idle:
             executor.shutdown(wait=False)
