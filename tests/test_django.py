@@ -331,6 +331,45 @@ def test_a_client_that_leaves_during_a_sync_view(project: Path, app: str) -> Non
         assert "Exception in ASGI application" not in running.logs()
 
 
+def _flood_of_slow_views(project: Path, options: list[str]) -> tuple[int, int, list[bytes]]:
+    """40 clients at once on a sync view that sleeps 2 s: the server's threads before and while
+    they wait, and the status lines they get."""
+    env = {"DJANGO_SETTINGS_MODULE": SITE, "AIOSENDFILE_DJANGO_ROOT": str(project)}
+    running = AsgiServer(f"{SITE}:ours", http=OUR_HTTPTOOLS, loop="uvloop", env=env, options=options)
+    socks = []
+    try:
+        assert _request(running, "/thread")[0] == 200
+        before = len(os.listdir(f"/proc/{running.pid}/task"))
+        for _ in range(40):
+            sock = running.socket(timeout=30)
+            socks.append(sock)
+            sock.sendall(b"GET /slow?s=2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        time.sleep(1.0)
+        during = len(os.listdir(f"/proc/{running.pid}/task"))
+        heads = []
+        for sock in socks:
+            got = b""
+            with contextlib.suppress(OSError):
+                while b"\r\n" not in got and (chunk := sock.recv(4096)):
+                    got += chunk
+            heads.append(got.split(b"\r\n", 1)[0])
+        return before, during, heads
+    finally:
+        for sock in socks:
+            sock.close()
+        running.kill()
+
+
+def test_the_threads_a_flood_of_slow_views_gets_are_bounded_by_the_servers_limit(project: Path) -> None:
+    """A thread per request in flight (as Django's handler): a flood of requests to a slow sync
+    view gets no more threads than the server lets requests in at once (uvicorn's
+    ``--limit-concurrency``: 503 beyond it), and those let in are answered."""
+    before, during, heads = _flood_of_slow_views(project, ["--limit-concurrency", "8"])
+    assert during - before <= 8, (before, during)
+    assert heads.count(b"HTTP/1.1 200 OK") >= 4, heads
+    assert set(heads) <= {b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"}, heads
+
+
 def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:
     """Under stock uvicorn (bounded chunks): a client that leaves mid-file costs nothing lasting
     (the next request is answered, no descriptor stays); a file truncated mid-file ends the
