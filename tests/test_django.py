@@ -331,6 +331,30 @@ def test_a_client_that_leaves_during_a_sync_view(project: Path, app: str) -> Non
         assert "Exception in ASGI application" not in running.logs()
 
 
+@pytest.mark.parametrize("server", SERVERS[:2])
+@pytest.mark.parametrize("app", ["ours", "stock"])
+def test_an_endless_stream_ends_when_its_client_leaves(
+    project: Path, server: tuple[str, str | None], app: str
+) -> None:
+    """A sync view's streaming response that never ends by itself (an async iterator) stops
+    when the client leaves: stock uvicorn's ``send`` says nothing then, so it takes Django's
+    listener for the client leaving (which ours keeps for such a send). Django's handler alike."""
+    with serving(project, server, app) as running:
+        with running.socket() as sock:
+            sock.sendall(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while len(got) < 64 * 1024:
+                got += sock.recv(65536)
+            assert got.startswith(b"HTTP/1.1 200 ")
+            assert json.loads(_request(running, "/endless-state")[2])["running"] == 1
+        for _ in range(100):
+            state = json.loads(_request(running, "/endless-state")[2])
+            if state["running"] == 0:
+                break
+            time.sleep(0.05)
+        assert state == {"running": 0, "stopped": 1}
+
+
 def _flood_of_slow_views(project: Path, options: list[str]) -> tuple[int, int, list[bytes]]:
     """40 clients at once on a sync view that sleeps 2 s: the server's threads before and while
     they wait, and the status lines they get."""
@@ -368,6 +392,26 @@ def test_the_threads_a_flood_of_slow_views_gets_are_bounded_by_the_servers_limit
     assert during - before <= 8, (before, during)
     assert heads.count(b"HTTP/1.1 200 OK") >= 4, heads
     assert set(heads) <= {b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"}, heads
+
+
+def test_a_client_that_leaves_mid_file_under_our_protocol(project: Path) -> None:
+    """Our protocol sends the file whole by itself (no listener for the client leaving): a client
+    that leaves mid-file costs nothing lasting either (the next request is answered, the file is
+    closed, no descriptor stays, nothing logged as an error)."""
+    (project / "files" / "long.bin").write_bytes(os.urandom(64 * 2**20))
+    with serving(project, ("uvicorn", OUR_HTTPTOOLS), "ours") as running:
+        fds = running.fd_count()
+        with running.socket(rcvbuf=65536) as sock:
+            sock.sendall(b"GET /file/long.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.recv(65536)
+            time.sleep(0.3)
+        assert _request(running, "/file/one")[2] == b"1"
+        deadline = time.monotonic() + 10
+        while running.fd_count() > fds and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running.fd_count() <= fds
+        assert not any("long.bin" in target for target in running.fds().values())
+        assert "Exception in ASGI application" not in running.logs()
 
 
 def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:

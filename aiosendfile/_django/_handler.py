@@ -40,7 +40,7 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.http import FileResponse, HttpResponseBase
 
-from .._asgi._render import PATHSEND, file_mode, send_answer
+from .._asgi._render import OURS, PATHSEND, file_mode, send_answer
 from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from ._one_hop import SUPPORTED as ONE_HOP_SUPPORTED
@@ -127,6 +127,19 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
             await one_hop.handle(self, scope, receive, send)
         else:
             await super().handle(scope, receive, send)
+
+    def sends_alone(self, response: HttpResponseBase) -> bool:
+        """Whether sending *response* cannot outlast a client that left, with nothing listening
+        for it: not streaming (its bytes are in memory), or a file our protocol or the server's
+        ``pathsend`` sends whole (they stop when the client leaves)."""
+        if not response.streaming:
+            return True
+        body = file_body(response)
+        scope = _scope.get(None)
+        if body is None or scope is None:
+            return False
+        mode = file_mode(scope)
+        return bool(mode & OURS or (mode & PATHSEND and body[3]))
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         body = file_body(response)

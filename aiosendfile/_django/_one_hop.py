@@ -5,11 +5,14 @@ call, then its async middleware chain: every sync middleware method (``process_r
 ``process_response``... of ``startproject``'s seven) and the view in a call each, every call a
 round trip to the request's thread. :class:`OneHop` runs the signal, the request's making,
 Django's *sync* middleware chain (``WSGIHandler``'s) and the view in one call on that thread,
-then sends and closes the response as Django's handler does: the same middleware, code paths and
-thread as under WSGI, the same disconnect handling as Django's ASGI handler. The close (Django's
-``request_finished``) runs on the request's thread after the response is sent, as under Django,
-but handed over (:meth:`._threads.RequestThreads.run_later`), not waited for: the response is
-complete by then, and the thread is lent again only once the close is done.
+then sends and closes the response: the same middleware, code paths and thread as under WSGI.
+Two differences of cost from Django's ``handle``, none in what is answered:
+
+* Django's listener for the client leaving (a task per request) watches only a send that could
+  outlast the client without it (see :meth:`OneHop.handle`): a sync view cannot be cancelled.
+* The close (Django's ``request_finished``) runs on the request's thread after the response is
+  sent, as under Django, but handed over (:meth:`._threads.RequestThreads.run_later`), not waited
+  for: the response is complete by then, and the thread is lent again once the close is done.
 
 It is used when every ``MIDDLEWARE`` entry can run sync (else Django's chain serves every
 request) and the request's view, by ``ROOT_URLCONF``, is not a coroutine function (an async view
@@ -56,6 +59,25 @@ def sync_chain() -> BaseHandler | None:
     return handler
 
 
+async def _send_listening(handler: Any, response: HttpResponseBase, send: Any, receive: Any) -> None:
+    """``send_response``, cancelled when the client leaves (Django's listener and its handling)."""
+
+    async def sending() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # (the client left while it was sent)
+            await handler.send_response(response, send)
+
+    tasks = [asyncio.create_task(handler.listen_for_disconnect(receive)), asyncio.create_task(sending())]
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:  # (Django's order and handling)
+        if task.done():
+            with contextlib.suppress(RequestAborted):
+                task.result()
+        else:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 class OneHop:
     """One ``sync_to_async`` call per request for sync views (see the module)."""
 
@@ -86,52 +108,36 @@ class OneHop:
         return not is_async
 
     async def handle(self, handler: Any, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Django 5's ``ASGIHandler.handle``, with the request's sync work in one call."""
+        """Django 5's ``ASGIHandler.handle``, with the request's sync work in one call.
+
+        Django listens for the client leaving in a task of its own for the whole request, to
+        cancel the view and the send. A sync view cannot be cancelled (its thread runs on, and
+        the request's ``request_finished`` waits for it on that thread), so here the listener
+        watches the send alone, and only a send that could outlast the client without it: a
+        streaming response, but for a file our protocol or the server's ``pathsend`` sends whole
+        (they stop by themselves). A client that left during the view gets its response sent to
+        nowhere (the server drops it) and closed, where Django skips the close and sends the
+        signal itself."""
         try:
             body_file = await handler.read_body(receive)
         except RequestAborted:
             return
         set_script_prefix(django_asgi.get_script_prefix(scope))
-        respond = self._respond_on_thread
-
-        async def process_request() -> HttpResponseBase:
-            response, made = await respond(handler, scope, body_file)
-            if not made:  # (the request could not be made: Django's error response, as Django)
-                await handler.send_response(response, send)
-                return response
-            with contextlib.suppress(asyncio.CancelledError):  # (the client left while it was sent)
-                await handler.send_response(response, send)
-            return response
-
-        tasks = [
-            asyncio.create_task(handler.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request()),
-        ]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:  # (Django's order and handling)
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        try:
-            response = tasks[1].result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=handler.__class__)
-            body_file.close()
-            return
+        response, made = await self._respond_on_thread(handler, scope, body_file)
 
         def finish() -> None:  # (Django's order: the response, then the request's body)
             response.close()
             body_file.close()
 
+        try:
+            if not made or handler.sends_alone(response):
+                await handler.send_response(response, send)
+            else:
+                await _send_listening(handler, response, send, receive)
+        except asyncio.CancelledError:
+            if not self._threads.run_later(finish):
+                await sync_to_async(finish)()
+            raise
         if not self._threads.run_later(finish):
             await sync_to_async(finish)()
 

@@ -125,6 +125,36 @@ def stream_view(request: Any) -> Any:
     return StreamingHttpResponse(iter([b"one ", b"two ", b"three"]), content_type="text/plain")
 
 
+#: The endless streams running now, and how many have stopped (a client left, the send cancelled).
+_ENDLESS = {"running": 0, "stopped": 0}
+
+
+def endless_view(request: Any) -> Any:
+    """A sync view whose response streams for ever (an async iterator, as an event stream):
+    only the client leaving ends it."""
+    import asyncio
+
+    from django.http import StreamingHttpResponse
+
+    async def chunks() -> Any:
+        _ENDLESS["running"] += 1
+        try:
+            while True:
+                yield b"x" * 1024
+                await asyncio.sleep(0.01)
+        finally:
+            _ENDLESS["running"] -= 1
+            _ENDLESS["stopped"] += 1
+
+    return StreamingHttpResponse(chunks(), content_type="text/plain")
+
+
+def endless_state_view(request: Any) -> Any:
+    from django.http import JsonResponse
+
+    return JsonResponse(_ENDLESS)
+
+
 def status_view(request: Any, code: int) -> Any:
     from django.http import HttpResponse
 
@@ -212,6 +242,8 @@ def _urls() -> list[Any]:
         path("slash/", text_view),
         path("boom", boom_view),
         path("slow", slow_view),
+        path("endless", endless_view),
+        path("endless-state", endless_state_view),
         path("_counters", counters_view),
     ]
 
