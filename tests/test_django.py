@@ -394,22 +394,29 @@ def test_the_threads_a_flood_of_slow_views_gets_are_bounded_by_the_servers_limit
     assert set(heads) <= {b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"}, heads
 
 
+def _leave_mid_file(running: AsgiServer, target: str) -> None:
+    """A client reads the start of *target* and leaves; the next request is answered and the
+    server's descriptors come back to what they were."""
+    fds = running.fd_count()
+    with running.socket(rcvbuf=65536) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        sock.recv(65536)
+        time.sleep(0.3)
+    time.sleep(0.2)
+    assert _request(running, "/file/one")[2] == b"1"
+    deadline = time.monotonic() + 10
+    while running.fd_count() > fds and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running.fd_count() <= fds
+
+
 def test_a_client_that_leaves_mid_file_under_our_protocol(project: Path) -> None:
     """Our protocol sends the file whole by itself (no listener for the client leaving): a client
     that leaves mid-file costs nothing lasting either (the next request is answered, the file is
     closed, no descriptor stays, nothing logged as an error)."""
     (project / "files" / "long.bin").write_bytes(os.urandom(64 * 2**20))
     with serving(project, ("uvicorn", OUR_HTTPTOOLS), "ours") as running:
-        fds = running.fd_count()
-        with running.socket(rcvbuf=65536) as sock:
-            sock.sendall(b"GET /file/long.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-            sock.recv(65536)
-            time.sleep(0.3)
-        assert _request(running, "/file/one")[2] == b"1"
-        deadline = time.monotonic() + 10
-        while running.fd_count() > fds and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert running.fd_count() <= fds
+        _leave_mid_file(running, "/file/long.bin")
         assert not any("long.bin" in target for target in running.fds().values())
         assert "Exception in ASGI application" not in running.logs()
 
@@ -421,16 +428,7 @@ def test_a_client_that_leaves_and_a_file_cut_short(project: Path) -> None:
     victim = project / "files" / "victim.bin"
     victim.write_bytes(os.urandom(64 * 2**20))
     with serving(project, ("uvicorn", None), "ours", clean=False) as running:
-        fds = running.fd_count()
-        with running.socket() as sock:
-            sock.sendall(b"GET /file/big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-            sock.recv(65536)
-        time.sleep(0.5)
-        assert _request(running, "/file/one")[2] == b"1"
-        deadline = time.monotonic() + 10
-        while running.fd_count() > fds and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert running.fd_count() <= fds
+        _leave_mid_file(running, "/file/big.bin")
         connection = running.connection(timeout=30)
         try:
             connection.request("GET", "/file/victim.bin")
