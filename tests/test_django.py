@@ -74,9 +74,11 @@ def serving(
     clean: bool = True,
     debug: bool = False,
     async_middleware: bool = False,
+    options: tuple[str, ...] = (),
 ) -> Iterator[AsgiServer]:
     """The project under *server*; with *clean*, it must stop cleanly with no traceback logged.
-    *async_middleware* adds a middleware that can only run async."""
+    *async_middleware* adds a middleware that can only run async; *options* go to the server's
+    command line."""
     name, http = server
     if not asgi_servers.available(name):
         pytest.skip(f"{name} is not installed")
@@ -87,11 +89,13 @@ def serving(
         env["AIOSENDFILE_DJANGO_ASYNC_MIDDLEWARE"] = "1"
     if clean:
         with asgi_servers.asgi_server(
-            f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env
+            f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env, options=list(options)
         ) as running:
             yield running
         return
-    running = AsgiServer(f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env)
+    running = AsgiServer(
+        f"{SITE}:{app}", server=name, http=http, loop="uvloop", env=env, options=list(options)
+    )
     try:
         yield running
     finally:
@@ -355,40 +359,37 @@ def test_an_endless_stream_ends_when_its_client_leaves(
         assert state == {"running": 0, "stopped": 1}
 
 
-def _flood_of_slow_views(project: Path, options: list[str]) -> tuple[int, int, list[bytes]]:
+def _flood_of_slow_views(project: Path, options: tuple[str, ...]) -> tuple[int, int, list[bytes]]:
     """40 clients at once on a sync view that sleeps 2 s: the server's threads before and while
     they wait, and the status lines they get."""
-    env = {"DJANGO_SETTINGS_MODULE": SITE, "AIOSENDFILE_DJANGO_ROOT": str(project)}
-    running = AsgiServer(f"{SITE}:ours", http=OUR_HTTPTOOLS, loop="uvloop", env=env, options=options)
-    socks = []
-    try:
+    with (
+        serving(project, ("uvicorn", OUR_HTTPTOOLS), "ours", clean=False, options=options) as running,
+        contextlib.ExitStack() as socks,
+    ):
         assert _request(running, "/thread")[0] == 200
         before = len(os.listdir(f"/proc/{running.pid}/task"))
+        clients = []
         for _ in range(40):
-            sock = running.socket(timeout=30)
-            socks.append(sock)
+            sock = socks.enter_context(running.socket(timeout=30))
             sock.sendall(b"GET /slow?s=2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            clients.append(sock)
         time.sleep(1.0)
         during = len(os.listdir(f"/proc/{running.pid}/task"))
         heads = []
-        for sock in socks:
+        for sock in clients:
             got = b""
             with contextlib.suppress(OSError):
                 while b"\r\n" not in got and (chunk := sock.recv(4096)):
                     got += chunk
             heads.append(got.split(b"\r\n", 1)[0])
         return before, during, heads
-    finally:
-        for sock in socks:
-            sock.close()
-        running.kill()
 
 
 def test_the_threads_a_flood_of_slow_views_gets_are_bounded_by_the_servers_limit(project: Path) -> None:
     """A thread per request in flight (as Django's handler): a flood of requests to a slow sync
     view gets no more threads than the server lets requests in at once (uvicorn's
     ``--limit-concurrency``: 503 beyond it), and those let in are answered."""
-    before, during, heads = _flood_of_slow_views(project, ["--limit-concurrency", "8"])
+    before, during, heads = _flood_of_slow_views(project, ("--limit-concurrency", "8"))
     assert during - before <= 8, (before, during)
     assert heads.count(b"HTTP/1.1 200 OK") >= 4, heads
     assert set(heads) <= {b"HTTP/1.1 200 OK", b"HTTP/1.1 503 Service Unavailable"}, heads

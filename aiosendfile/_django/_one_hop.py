@@ -129,17 +129,19 @@ class OneHop:
             response.close()
             body_file.close()
 
+        async def close() -> None:  # (awaited where the request borrowed no thread of ours)
+            if not self._threads.run_later(finish):
+                await sync_to_async(finish)()
+
         try:
             if not made or handler.sends_alone(response):
                 await handler.send_response(response, send)
             else:
                 await _send_listening(handler, response, send, receive)
         except asyncio.CancelledError:
-            if not self._threads.run_later(finish):
-                await sync_to_async(finish)()
+            await close()
             raise
-        if not self._threads.run_later(finish):
-            await sync_to_async(finish)()
+        await close()
 
     def _respond(self, handler: Any, scope: dict[str, Any], body_file: Any) -> tuple[HttpResponseBase, bool]:
         """On the request's thread: the signal, the request, the chain and the view."""
