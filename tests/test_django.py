@@ -273,6 +273,8 @@ DIFFERENTIAL = [
     ("GET", "/file/nope"),
     ("GET", "/thread"),
     ("GET", "/closed"),
+    ("GET", "/thread-file"),  # (a file written by the request's thread under our protocol)
+    ("GET", "/closed?after=file"),
     ("GET", "/async"),
     ("GET", "/slash"),  # (CommonMiddleware's redirect)
     ("POST", "/text"),  # (CsrfViewMiddleware's 403)
@@ -308,7 +310,11 @@ def test_every_other_response_is_djangos(
         assert (mine[0], mine_strip, mine[2]) == (theirs[0], strip, theirs[2]), (method, target)
     answers = dict(zip(DIFFERENTIAL, seen["ours"], strict=True))
     assert json.loads(answers["GET", "/thread"][2]) == {"same_thread": True, "main": False}
-    assert json.loads(answers["GET", "/closed"][2]) == {"closed_on_its_thread": True}
+    assert json.loads(answers["GET", "/closed"][2]) == {"closed_on_its_thread": True, "closes": 1}
+    assert answers["GET", "/thread-file"][2] == b"1"
+    seen_by_file_view = _fields(answers["GET", "/thread-file"][1])
+    assert (seen_by_file_view["x-same-thread"], seen_by_file_view["x-main"]) == ("yes", "no")
+    assert json.loads(answers["GET", "/closed?after=file"][2]) == {"closed_on_its_thread": True, "closes": 1}
     assert json.loads(answers["GET", "/async"][2]) == {"main": True}
     assert answers["GET", "/boom"][0] == 500
     assert answers["POST", "/text"][0] == 403
@@ -419,6 +425,27 @@ def test_a_client_that_leaves_mid_file_under_our_protocol(project: Path) -> None
     with serving(project, ("uvicorn", OUR_HTTPTOOLS), "ours") as running:
         _leave_mid_file(running, "/file/long.bin")
         assert not any("long.bin" in target for target in running.fds().values())
+        assert "Exception in ASGI application" not in running.logs()
+
+
+def test_a_file_cut_short_under_our_protocol(project: Path) -> None:
+    """A file that loses its second half once its ``FileResponse`` is made: the request's thread
+    meets its end, the connection is aborted short of the ``Content-Length`` (never a body that
+    looks complete), one warning line, and the server serves on."""
+    victim = project / "files" / "cut.bin"
+    victim.write_bytes(os.urandom(4 * 2**20))
+    with serving(project, ("uvicorn", OUR_HTTPTOOLS), "ours", clean=False) as running:
+        connection = running.connection(timeout=30)
+        try:
+            connection.request("GET", "/cut/cut.bin")
+            response = connection.getresponse()
+            assert int(response.getheader("Content-Length")) == 4 * 2**20
+            with pytest.raises(http.client.IncompleteRead):
+                response.read()
+        finally:
+            connection.close()
+        assert _request(running, "/file/one")[2] == b"1"
+        assert "File body cut short" in running.logs()
         assert "Exception in ASGI application" not in running.logs()
 
 

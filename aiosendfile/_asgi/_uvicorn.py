@@ -28,23 +28,37 @@ in ASGI application" (stock uvicorn logs it for Starlette's ``StaticFiles`` as w
 also marks the request running (the door notes it): its writes vanish, as for any request whose
 client is gone. uvicorn's h11 protocol reads one request at a time, so its last is the running one.
 
+The httptools protocol also offers a request's thread the writing of a file response
+(:data:`THREAD_WRITE`, :class:`ThreadResponse`): the head as ``cycle.send`` would write it for
+``http.response.start`` (uvicorn's status lines, header checks, default headers), then the file,
+from the thread, as far as the socket takes them (:mod:`._thread_send`); the loop then completes
+the cycle as ``cycle.send`` would (its state, the access log line, keep-alive), sending what was
+left on the transport first. A response the head rules would treat otherwise (no or another
+``Content-Length``, ``Connection``, ``Transfer-Encoding``), ``HEAD``, TLS or a buffered write
+goes the usual way.
+
 ``limit_concurrency``'s 503 app, websockets and lifespan never pass through the door.
 """
 
 from __future__ import annotations
 
+import functools
+import io
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
 from uvicorn.config import Config
 from uvicorn.protocols.http import h11_impl, httptools_impl
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from uvicorn.server import ServerState
 
 from .._errors import FileTruncatedError
 from ._carry import PATHSEND, ZEROCOPYSEND, FileBody, file_body, offered, transmit
+from ._thread_send import THREAD_WRITE, ThreadSocket, ThreadWrite
 
-__all__ = ("RELIED_ON", "H11Protocol", "HttpToolsProtocol")
+__all__ = ("RELIED_ON", "THREAD_WRITE", "H11Protocol", "HttpToolsProtocol", "ThreadResponse")
 
 #: What this module relies on in uvicorn, beyond ``self.app`` being called as
 #: ``app(scope, receive, cycle.send)``: the response cycle's attributes (by protocol) and its
@@ -63,7 +77,14 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
         "on_response",
         "send",
     ),
-    "httptools cycle": ("expected_content_length", "chunked_encoding"),
+    "httptools cycle": (
+        "expected_content_length",
+        "chunked_encoding",
+        "default_headers",
+        "access_log",
+        "access_logger",
+        "waiting_for_100_continue",
+    ),
     "h11 cycle": ("conn",),
     "flow": ("write_paused", "drain"),
 }
@@ -82,12 +103,14 @@ class _Door:
     message (uvicorn awaits what ``__call__`` returns, the app what ``send`` returns).
     """
 
-    __slots__ = ("app", "carry", "running")
+    __slots__ = ("app", "carry", "running", "thread_socket")
 
-    def __init__(self, app: Any, carry: Carry) -> None:
+    def __init__(self, app: Any, carry: Carry, *, thread_writes: bool = False) -> None:
         self.app = app
         self.carry = carry
         self.running: Any = None  # the cycle of the request whose app started last
+        # THREAD_WRITE's socket for the connection (httptools cycles only), found once
+        self.thread_socket = _ConnectionSocket() if thread_writes else None
 
     def __call__(self, scope: Any, receive: Any, send: Send) -> Awaitable[None]:
         cycle = getattr(send, "__self__", None)
@@ -99,6 +122,11 @@ class _Door:
         else:
             for name in _OFFERED:
                 extensions.setdefault(name, {})
+        if (
+            self.thread_socket is not None
+        ):  # (no strong reference to the cycle: the scope would be in a cycle)
+            offer = functools.partial(ThreadResponse.open, weakref.ref(cycle), self.thread_socket)
+            scope["extensions"][THREAD_WRITE] = {"open": offer}
         carry = self.carry
         self.running = cycle
 
@@ -132,11 +160,7 @@ async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bo
     try:
         await transmit(transport, body, head, tail)
     except FileTruncatedError as exc:
-        transport.abort()
-        cycle.disconnected = True
-        scope = cycle.scope
-        method, path = scope["method"], scope["path"]
-        cycle.logger.warning("File body cut short (%s), connection aborted: %s %s", exc, method, path)
+        _cut_short(cycle, exc)
         return False
     except ConnectionError:
         transport.abort()
@@ -146,6 +170,24 @@ async def _send_body(cycle: Any, body: FileBody, head: bytes, tail: bytes) -> bo
         transport.abort()  # bytes may have gone: never leave a short body on the connection
         raise
     return True
+
+
+def _cut_short(cycle: Any, why: object) -> None:
+    """The file ended before the bytes promised: abort the connection, with one warning line."""
+    cycle.transport.abort()
+    cycle.disconnected = True
+    scope = cycle.scope
+    method, path = scope["method"], scope["path"]
+    cycle.logger.warning("File body cut short (%s), connection aborted: %s %s", why, method, path)
+
+
+def _complete(cycle: Any) -> None:
+    """The response is complete: uvicorn's cycle completion (and its protocol's)."""
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
 
 
 async def _carry_httptools(cycle: Any, message: Any) -> None:
@@ -176,11 +218,144 @@ async def _carry_httptools(cycle: Any, message: Any) -> None:
     finally:
         body.close()
     if not more_body:
-        cycle.response_complete = True
-        cycle.message_event.set()
-        if not cycle.keep_alive:
-            cycle.transport.close()
-        cycle.on_response()
+        _complete(cycle)
+
+
+class _ConnectionSocket:
+    """A connection's :class:`ThreadSocket` (None where a thread cannot write), once looked at."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self) -> None:
+        self.sock: ThreadSocket | bool | None = False
+
+
+class ThreadResponse:
+    """A file response a request's thread writes on an httptools cycle; the loop completes it.
+
+    :meth:`open` on the loop's thread, :meth:`write` on the request's, then :meth:`finish` on the
+    loop's, always, when :meth:`write` returned True (see the module).
+    """
+
+    __slots__ = ("_cycle", "_fd", "_keep_alive", "_status", "_write")
+
+    def __init__(self, cycle: Any, write: ThreadWrite) -> None:
+        self._cycle = cycle
+        self._write = write
+        self._keep_alive = cycle.keep_alive
+        self._fd = -1
+        self._status = 0
+
+    @staticmethod
+    def open(ref: weakref.ref[Any], connection: _ConnectionSocket) -> ThreadResponse | None:
+        """On the loop's thread, before the request's thread writes: None where it cannot."""
+        cycle = ref()
+        if cycle is None:
+            return None
+        sock = connection.sock
+        if sock is False:  # (a connection's transport stays what it is: looked at once)
+            sock = connection.sock = ThreadSocket.of(cycle.transport)
+        transport = cycle.transport
+        if (
+            not isinstance(sock, ThreadSocket)
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.scope["method"] == "HEAD"
+            or transport.is_closing()
+            or transport.get_write_buffer_size()
+        ):
+            return None
+        return ThreadResponse(cycle, ThreadWrite(sock))
+
+    @property
+    def complete(self) -> bool:
+        """The thread wrote the whole response (:meth:`finish` only completes the cycle)."""
+        return self._write.complete
+
+    def write(
+        self, status: int, headers: list[tuple[bytes, bytes]], fd: int, offset: int, count: int
+    ) -> bool:
+        """On the request's thread: the head for *status* and *headers*, then *count* bytes of
+        *fd* from *offset*. False: nothing was sent, the loop sends the response its own way."""
+        head = self._head(status, headers, count)
+        if head is None:
+            return False
+        self._fd, self._status = fd, status
+        return self._write.write(head, fd, offset, count)
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]], count: int) -> bytes | None:
+        """``cycle.send``'s head for ``http.response.start`` with these, or None where it would
+        do more than write it (uvicorn's header error, another framing, ``Connection``)."""
+        line = httptools_impl.STATUS_LINE.get(status)
+        if line is None:
+            return None
+        content = [line]
+        length = None
+        for name, value in self._cycle.default_headers + headers:
+            if httptools_impl.HEADER_RE.search(name) or httptools_impl.HEADER_VALUE_RE.search(value):
+                return None
+            name = name.lower()
+            if name == b"content-length":
+                if length is None:
+                    length = value
+            elif name in (b"transfer-encoding", b"connection"):
+                return None
+            content.extend([name, b": ", value, b"\r\n"])
+        try:
+            if length is None or int(length.decode()) != count:
+                return None
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not self._keep_alive:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        return b"".join(content)
+
+    async def finish(self) -> None:
+        """On the loop's thread, after :meth:`write` returned True: the cycle as ``cycle.send``
+        leaves it (its state, the access log line), what the thread left sent, completion."""
+        cycle, write = self._cycle, self._write
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        cycle.chunked_encoding = False
+        cycle.expected_content_length = 0
+        scope = cycle.scope
+        if cycle.access_log:
+            cycle.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(scope),
+                scope["method"],
+                get_path_with_query_string(scope),
+                scope["http_version"],
+                self._status,
+            )
+        if cycle.disconnected:
+            return
+        if write.error is not None:
+            cycle.transport.abort()
+            cycle.disconnected = True
+            if isinstance(write.error, ConnectionError):
+                return
+            raise write.error
+        if write.truncated:
+            _cut_short(cycle, f"the file ended {write.file_left} bytes early")
+            return
+        if write.head_left or write.file_left:
+            body = FileBody(
+                file=io.FileIO(self._fd, "rb", closefd=False),
+                ranges=[(b"", write.file_offset, write.file_left)] if write.file_left else [],
+                closing=b"",
+                length=write.file_left,
+                more_body=False,
+                owned=True,
+                position=None,
+            )
+            try:
+                if not await _send_body(cycle, body, write.head_left, b""):
+                    return
+            finally:
+                body.close()
+        _complete(cycle)
 
 
 class _Sized:
@@ -241,7 +416,7 @@ class HttpToolsProtocol(httptools_impl.HttpToolsProtocol):
         _loop: Any = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.app = self._door = _Door(self.app, _carry_httptools)
+        self.app = self._door = _Door(self.app, _carry_httptools, thread_writes=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's, and the request running is marked disconnected too (see the module docstring)."""

@@ -30,21 +30,19 @@ Around the view, two changes of cost (the responses stay Django's own):
 from __future__ import annotations
 
 import contextvars
-import io
-import os
-import stat
 from typing import Any
 
 import django
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
-from django.http import FileResponse, HttpResponseBase
+from django.http import HttpResponseBase
 
 from .._asgi._render import OURS, PATHSEND, file_mode, send_answer
 from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from ._one_hop import SUPPORTED as ONE_HOP_SUPPORTED
 from ._one_hop import OneHop, sync_chain
+from ._response import django_headers, file_body
 from ._threads import RequestThreads
 
 __all__ = ("ASGIHandler", "get_asgi_application")
@@ -55,47 +53,6 @@ _SEND_CLOSES = django.VERSION < (5, 0)
 
 #: The request's scope, for ``send_response`` (which Django calls without it).
 _scope: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("aiosendfile_django_scope")
-
-
-def django_headers(response: HttpResponseBase) -> list[tuple[bytes, bytes]]:
-    """The response's fields as Django's ASGI handler sends them (its case kept; cookies last)."""
-    headers = []
-    for name, value in response.items():
-        headers.append(
-            (
-                name.encode("ascii") if isinstance(name, str) else bytes(name),
-                value.encode("latin1") if isinstance(value, str) else bytes(value),
-            )
-        )
-    for cookie in response.cookies.values():
-        headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
-    return headers
-
-
-def file_body(response: HttpResponseBase) -> tuple[int, int, int, bool, str | None] | None:
-    """(descriptor, offset, count, whether that is the whole file, path) of a ``FileResponse``
-    backed by a regular file with a ``Content-Length``; None for any other response (Django
-    sends it)."""
-    if not isinstance(response, FileResponse):
-        return None
-    f = getattr(response, "file_to_stream", None)
-    length = response.get("Content-Length")
-    if f is None or length is None:
-        return None
-    try:
-        fd = f.fileno()
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        offset = f.tell()
-        count = int(length)
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return None
-    if offset < 0 or count < 0:
-        return None
-    name = getattr(f, "name", None)
-    whole = offset == 0 and count == st.st_size
-    return fd, offset, count, whole, name if isinstance(name, str) else None
 
 
 class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no type hints)

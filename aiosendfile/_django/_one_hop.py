@@ -13,6 +13,11 @@ Two differences of cost from Django's ``handle``, none in what is answered:
 * The close (Django's ``request_finished``) runs on the request's thread after the response is
   sent, as under Django, but handed over (:meth:`._threads.RequestThreads.run_later`), not waited
   for: the response is complete by then, and the thread is lent again once the close is done.
+* Where the server offers it (our uvicorn protocol, ``aiosendfile.thread_write``), a file
+  response is written by the request's thread itself, head and file, as a WSGI server writes it,
+  and closed there when it all went: no round trip to the loop to send it, and the request's
+  objects die young. What the socket does not take at once, the loop sends, then the close is
+  handed over as above.
 
 It is used when every ``MIDDLEWARE`` entry can run sync (else Django's chain serves every
 request) and the request's view, by ``ROOT_URLCONF``, is not a coroutine function (an async view
@@ -37,7 +42,9 @@ from django.http import FileResponse, HttpResponseBase
 from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
 
-from ._threads import RequestThreads
+from .._asgi._thread_send import THREAD_WRITE
+from ._response import django_headers, file_body
+from ._threads import RequestThreads, run_logged
 
 __all__ = ("SUPPORTED", "OneHop")
 
@@ -57,6 +64,20 @@ def sync_chain() -> BaseHandler | None:
     handler = BaseHandler()
     handler.load_middleware(is_async=False)
     return handler
+
+
+#: What a request's thread wrote of its response: part of it (the loop sends the rest, then the
+#: close is handed over), or all of it (closed on the thread).
+_PART = "part"
+_WHOLE = "whole"
+
+
+def _thread_writer(scope: dict[str, Any]) -> Any:
+    """The server's offer to write a file response from the request's thread, opened for this
+    request (on the loop's thread), or None."""
+    extensions = scope.get("extensions")
+    offer = extensions.get(THREAD_WRITE) if extensions else None
+    return offer["open"]() if offer else None
 
 
 async def _send_listening(handler: Any, response: HttpResponseBase, send: Any, receive: Any) -> None:
@@ -123,7 +144,8 @@ class OneHop:
         except RequestAborted:
             return
         set_script_prefix(django_asgi.get_script_prefix(scope))
-        response, made = await self._respond_on_thread(handler, scope, body_file)
+        writer = _thread_writer(scope)
+        response, made, written = await self._respond_on_thread(handler, scope, body_file, writer)
 
         def finish() -> None:  # (Django's order: the response, then the request's body)
             response.close()
@@ -133,6 +155,13 @@ class OneHop:
             if not self._threads.run_later(finish):
                 await sync_to_async(finish)()
 
+        if written:  # (the thread wrote the response, whole or in part: the loop completes it)
+            try:
+                await writer.finish()
+            finally:
+                if written is _PART:
+                    await close()
+            return
         try:
             if not made or handler.sends_alone(response):
                 await handler.send_response(response, send)
@@ -143,14 +172,27 @@ class OneHop:
             raise
         await close()
 
-    def _respond(self, handler: Any, scope: dict[str, Any], body_file: Any) -> tuple[HttpResponseBase, bool]:
-        """On the request's thread: the signal, the request, the chain and the view."""
+    def _respond(
+        self, handler: Any, scope: dict[str, Any], body_file: Any, writer: Any
+    ) -> tuple[HttpResponseBase, bool, object]:
+        """On the request's thread: the signal, the request, the chain and the view; with a
+        *writer*, a file response written (and, written whole, closed) here. Returns the
+        response, whether it is the view's, and what the thread wrote (None, :data:`_PART`,
+        :data:`_WHOLE`)."""
         signals.request_started.send(sender=handler.__class__, scope=scope)
         request, error_response = handler.create_request(scope, body_file)
         if request is None:
-            return error_response, False
+            return error_response, False, None
         response = self._chain.get_response(request)
         response._handler_class = handler.__class__
-        if isinstance(response, FileResponse):
-            response.block_size = handler.chunk_size
-        return response, True
+        if not isinstance(response, FileResponse):
+            return response, True, None
+        response.block_size = handler.chunk_size
+        body = file_body(response) if writer is not None else None
+        if body is None or not writer.write(response.status_code, django_headers(response), *body[:3]):
+            return response, True, None
+        if not writer.complete:
+            return response, True, _PART
+        run_logged(response.close)  # (Django's order: the response, then the request's body)
+        run_logged(body_file.close)
+        return response, True, _WHOLE

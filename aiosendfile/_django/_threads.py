@@ -28,7 +28,7 @@ from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext
 
-__all__ = ("IDLE", "RequestThreads")
+__all__ = ("IDLE", "RequestThreads", "run_logged")
 
 #: Idle executors kept between requests (each one thread): about what a burst leaves behind.
 IDLE = 64
@@ -90,6 +90,15 @@ def _report(future: Future[Any]) -> None:
     error = future.exception()
     if error is not None:
         _log.error("Closing a Django response failed", exc_info=error)
+
+
+def run_logged(close: Callable[[], Any]) -> None:
+    """``close()``, an error logged to ``aiosendfile.django`` as :meth:`RequestThreads.run_later`
+    logs it (for a close after the response went out, where nothing can report it)."""
+    try:
+        close()
+    except Exception:
+        _log.error("Closing a Django response failed", exc_info=True)
 
 
 class RequestThreads:

@@ -168,31 +168,66 @@ _WITNESS: dict[str, int | None] = {}
 _CLOSED = threading.Event()
 
 
+def _witnessed(base: type) -> type:
+    """*base*, noting the thread that closes it and how often (this response's closes, not
+    another request's)."""
+
+    class Witnessed(base):  # type: ignore[misc, valid-type]
+        def close(self) -> None:
+            _WITNESS["closed"] = threading.get_ident()
+            _WITNESS["closes"] = (_WITNESS.get("closes") or 0) + 1
+            _CLOSED.set()
+            super().close()
+
+    return Witnessed
+
+
+def _witness(request: Any) -> dict[str, bool]:
+    _CLOSED.clear()
+    _WITNESS.update(view=threading.get_ident(), closed=None, closes=0)
+    same = getattr(request, "witness_thread", None) == threading.get_ident()
+    return {"same_thread": same, "main": threading.current_thread() is threading.main_thread()}
+
+
 def thread_view(request: Any) -> Any:
     """Whether the view runs on the thread the middleware ran on, and not on the loop's."""
     from django.http import JsonResponse
 
-    class Witnessed(JsonResponse):  # type: ignore[misc]
-        """Notes the thread that closes it (this response's, not another request's)."""
+    return _witnessed(JsonResponse)(_witness(request))
 
-        def close(self) -> None:
-            _WITNESS["closed"] = threading.get_ident()
-            _CLOSED.set()
-            super().close()
 
-    _CLOSED.clear()
-    _WITNESS.update(view=threading.get_ident(), closed=None)
-    same = getattr(request, "witness_thread", None) == threading.get_ident()
-    return Witnessed({"same_thread": same, "main": threading.current_thread() is threading.main_thread()})
+def thread_file_view(request: Any) -> Any:
+    """:func:`thread_view` with a ``FileResponse`` (what it saw in its fields)."""
+    from django.http import FileResponse
+
+    seen = _witness(request)
+    response = _witnessed(FileResponse)(open(ROOT / "files" / "one", "rb"))  # noqa: SIM115
+    for name, value in seen.items():
+        response[f"X-{name.replace('_', '-')}"] = "yes" if value else "no"
+    return response
 
 
 def closed_view(request: Any) -> Any:
-    """Whether the last ``thread_view`` response was closed on the thread its view ran on (waiting
-    a while for it to be closed at all)."""
+    """Whether the last witnessed response was closed on the thread its view ran on, and how
+    often (waiting a while for it to be closed at all)."""
     from django.http import JsonResponse
 
     _CLOSED.wait(10)
-    return JsonResponse({"closed_on_its_thread": _WITNESS.get("closed") == _WITNESS.get("view")})
+    closes = _WITNESS.get("closes")
+    return JsonResponse(
+        {"closed_on_its_thread": _WITNESS.get("closed") == _WITNESS.get("view"), "closes": closes}
+    )
+
+
+def cut_view(request: Any, name: str) -> Any:
+    """A ``FileResponse`` whose file is cut to half its length once the response is made (its
+    ``Content-Length`` promises the whole)."""
+    from django.http import FileResponse
+
+    path = ROOT / "files" / name
+    response = FileResponse(open(path, "rb"))  # noqa: SIM115 - the response closes it
+    os.truncate(path, path.stat().st_size // 2)
+    return response
 
 
 async def async_view(request: Any) -> Any:
@@ -237,7 +272,9 @@ def _urls() -> list[Any]:
         path("stream", stream_view),
         path("status/<int:code>", status_view),
         path("thread", thread_view),
+        path("thread-file", thread_file_view),
         path("closed", closed_view),
+        path("cut/<str:name>", cut_view),
         path("async", async_view),
         path("slash/", text_view),
         path("boom", boom_view),
