@@ -322,6 +322,33 @@ def test_every_other_response_is_djangos(
     assert has_async_field == async_middleware
 
 
+@pytest.mark.parametrize("server", SERVERS[:2])
+def test_request_bodies_reach_the_view_as_under_djangos_handler(
+    project: Path, server: tuple[str, str | None]
+) -> None:
+    """None (a ``GET``), empty, a few bytes, 2 MB in many
+    messages (under ``DATA_UPLOAD_MAX_MEMORY_SIZE``): the view reads the same bytes under
+    Django's handler and ours."""
+    big = os.urandom(2 * 2**20 + 5)
+    cases: list[tuple[str, bytes | None]] = [("GET", None), ("POST", b""), ("POST", b"abc"), ("POST", big)]
+    seen: dict[str, list[tuple[int, dict]]] = {}
+    for app in ("stock", "ours"):
+        with serving(project, server, app) as running:
+            answers = []
+            for method, body in cases:
+                connection = running.connection(timeout=60)
+                try:
+                    connection.request(method, "/echo", body=body)
+                    response = connection.getresponse()
+                    answers.append((response.status, json.loads(response.read())))
+                finally:
+                    connection.close()
+            seen[app] = answers
+    assert seen["ours"] == seen["stock"]
+    assert [answer[1]["length"] for answer in seen["ours"]] == [0, 0, 3, len(big)]
+    assert seen["ours"][3][1]["sha256"] == _sha(big)
+
+
 @pytest.mark.parametrize("app", ["ours", "stock"])
 def test_a_client_that_leaves_during_a_sync_view(project: Path, app: str) -> None:
     """The client leaves while a sync view runs: nothing is logged as an error, the next requests

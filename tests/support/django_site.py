@@ -219,6 +219,16 @@ def closed_view(request: Any) -> Any:
     )
 
 
+def echo_view(request: Any) -> Any:
+    """The request body's length and digest (a view exempt from CSRF)."""
+    import hashlib
+
+    from django.http import JsonResponse
+
+    body = request.body
+    return JsonResponse({"length": len(body), "sha256": hashlib.sha256(body).hexdigest()})
+
+
 def cut_view(request: Any, name: str) -> Any:
     """A ``FileResponse`` whose file is cut to half its length once the response is made (its
     ``Content-Length`` promises the whole)."""
@@ -264,6 +274,7 @@ def counters_view(request: Any) -> Any:
 
 def _urls() -> list[Any]:
     from django.urls import path
+    from django.views.decorators.csrf import csrf_exempt
 
     return [
         path("file/<str:name>", file_view),
@@ -275,6 +286,7 @@ def _urls() -> list[Any]:
         path("thread-file", thread_file_view),
         path("closed", closed_view),
         path("cut/<str:name>", cut_view),
+        path("echo", csrf_exempt(echo_view)),
         path("async", async_view),
         path("slash/", text_view),
         path("boom", boom_view),
