@@ -22,9 +22,13 @@ second, the server's CPU per request (user + system of its process tree over the
 peak RSS (the largest ``VmHWM`` of its processes at the end of the round); medians over the rounds,
 and each contender's ratio to the best ASGI peer and to WhiteNoise under gunicorn.
 
+With ``--together`` every server is started once and kept up, and each round alternates among
+them case by case (wrk windows back to back): on a machine whose speed drifts from minute to
+minute, the contenders share the drift.
+
 Run from the repository root::
 
-    python -m benchmarks.django_files --rounds 3 --duration 5 [--middleware none] [--json out.json]
+    python -m benchmarks.django_files --rounds 3 --duration 5 [--together] [--middleware none]
 """
 
 from __future__ import annotations
@@ -103,6 +107,39 @@ def check(port: int, target: str, body: bytes) -> None:
         raise RuntimeError(f"{target}: {len(got)} bytes, not the file's {len(body)}")
 
 
+def measure(
+    server: servers.Server, case: str, bodies: dict[str, bytes], wrk: str, duration: int
+) -> dict[str, Any]:
+    """One case against a running server: the body checked, a 1 s warm-up, then *duration* s of
+    wrk with the server's CPU over it."""
+    target = CASES[case]
+    check(server.port, target, bodies[target])
+    url = f"http://127.0.0.1:{server.port}{target}"
+    run_wrk(wrk_command(wrk, url, 1, threads=1, connections=64, cpus=CLIENT_CPU), 1)
+    pids = process_tree(server.proc.pid)
+    before = tree_cpu(pids)
+    report = parse_wrk(
+        run_wrk(wrk_command(wrk, url, duration, threads=1, connections=64, cpus=CLIENT_CPU), duration)
+    )
+    after = tree_cpu(pids)
+    cpu = after[0] - before[0] + after[1] - before[1]
+    requests = report["requests"]
+    return {
+        "req_s": report.get("req_per_s", requests / duration),
+        "cpu_us": cpu / requests * 1e6 if requests else float("nan"),
+        "errors": report["non_2xx"] + sum((report.get("socket_errors") or {}).values()),
+    }
+
+
+def _print(name: str, rows: dict[str, dict[str, Any]], rss: float) -> None:
+    print(
+        f"  {name}: "
+        + "; ".join(f"{c} {r['req_s']:,.0f} req/s, {r['cpu_us']:.0f} us CPU" for c, r in rows.items())
+        + f"; peak RSS {rss / 2**20:.0f} MB",
+        flush=True,
+    )
+
+
 def one_round(
     names: list[str],
     cases: list[str],
@@ -112,46 +149,57 @@ def one_round(
     wrk: str,
     args: argparse.Namespace,
 ) -> dict[str, dict[str, Any]]:
+    """Each contender started, measured on every case, stopped, one after the other."""
     results: dict[str, dict[str, Any]] = {}
-    duration = args.duration
     for name in names:
         server = start(name, root, work, args.middleware)
         try:
-            pids = process_tree(server.proc.pid)
-            rows: dict[str, Any] = {}
-            for case in cases:
-                target = CASES[case]
-                check(server.port, target, bodies[target])
-                url = f"http://127.0.0.1:{server.port}{target}"
-                run_wrk(wrk_command(wrk, url, 1, threads=1, connections=64, cpus=CLIENT_CPU), 1)
-                before = tree_cpu(pids)
-                report = parse_wrk(
-                    run_wrk(
-                        wrk_command(wrk, url, duration, threads=1, connections=64, cpus=CLIENT_CPU), duration
-                    )
-                )
-                after = tree_cpu(pids)
-                cpu = after[0] - before[0] + after[1] - before[1]
-                requests = report["requests"]
-                errors = report["non_2xx"] + sum((report.get("socket_errors") or {}).values())
-                rows[case] = {
-                    "req_s": report.get("req_per_s", requests / duration),
-                    "cpu_us": cpu / requests * 1e6 if requests else float("nan"),
-                    "errors": errors,
-                }
+            rows = {case: measure(server, case, bodies, wrk, args.duration) for case in cases}
             rss = peak_rss(process_tree(server.proc.pid))
             for row in rows.values():
                 row["rss_mb"] = rss / 2**20
             results[name] = rows
         finally:
             servers.stop_server(server)
-        print(
-            f"  {name}: "
-            + "; ".join(f"{c} {r['req_s']:,.0f} req/s, {r['cpu_us']:.0f} us CPU" for c, r in rows.items())
-            + f"; peak RSS {rss / 2**20:.0f} MB",
-            flush=True,
-        )
+        _print(name, rows, rss)
     return results
+
+
+def rounds_together(
+    names: list[str],
+    cases: list[str],
+    root: Path,
+    work: Path,
+    bodies: dict[str, bytes],
+    wrk: str,
+    args: argparse.Namespace,
+) -> list[dict[str, dict[str, Any]]]:
+    """``--together``: every contender started once and kept up (idle ones cost nothing), the
+    rounds alternating among them case by case, so that a slow minute of a noisy machine falls
+    on all of them; RSS is each one's peak at the end."""
+    running: dict[str, servers.Server] = {}
+    rounds: list[dict[str, dict[str, Any]]] = []
+    try:
+        for name in names:
+            running[name] = start(name, root, work, args.middleware)
+        for rnd in range(1, args.rounds + 1):
+            print(f"round {rnd}", flush=True)
+            results: dict[str, dict[str, Any]] = {name: {} for name in names}
+            for case in cases:
+                for name in rotated(names, rnd):
+                    results[name][case] = measure(running[name], case, bodies, wrk, args.duration)
+            for name in names:
+                _print(name, results[name], peak_rss(process_tree(running[name].proc.pid)))
+            rounds.append(results)
+        for name in names:
+            rss = peak_rss(process_tree(running[name].proc.pid))
+            for results in rounds:
+                for row in results[name].values():
+                    row["rss_mb"] = rss / 2**20
+    finally:
+        for server in running.values():
+            servers.stop_server(server)
+    return rounds
 
 
 def _ratio(rounds: list[dict[str, dict[str, Any]]], case: str, name: str, peer: str | None) -> str:
@@ -190,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
     p.add_argument("--middleware", choices=("default", "none"), default="default")
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="start every contender once and alternate among them within each round",
+    )
     args = p.parse_args(argv)
     names = comma_list(p, args.contenders, CONTENDERS)
     cases = comma_list(p, args.cases, tuple(CASES), "cases")
@@ -199,14 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = work / "site"
         bodies = make_tree(root)
-        for rnd in range(1, args.rounds + 1):
-            print(f"round {rnd}", flush=True)
-            rounds.append(one_round(rotated(names, rnd), cases, root, work, bodies, wrk, args))
+        if args.together:
+            rounds = rounds_together(names, cases, root, work, bodies, wrk, args)
+        else:
+            for rnd in range(1, args.rounds + 1):
+                print(f"round {rnd}", flush=True)
+                rounds.append(one_round(rotated(names, rnd), cases, root, work, bodies, wrk, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
-        f"\nCPU: {cpu_model()}; wrk -t1 -c64, {args.duration} s a run, {args.rounds} rounds;"
-        f" middleware: {args.middleware}"
+        f"\nCPU: {cpu_model()}; wrk -t1 -c64, {args.duration} s a run, {args.rounds} rounds"
+        f"{' (servers kept up together)' if args.together else ''}; middleware: {args.middleware}"
     )
     print(report(rounds, names, cases))
     if args.json:

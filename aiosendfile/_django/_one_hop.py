@@ -146,39 +146,42 @@ class OneHop:
         set_script_prefix(django_asgi.get_script_prefix(scope))
         writer = _thread_writer(scope)
         response, made, written = await self._respond_on_thread(handler, scope, body_file, writer)
-
-        def finish() -> None:  # (Django's order: the response, then the request's body)
-            response.close()
-            body_file.close()
-
-        async def close() -> None:  # (awaited where the request borrowed no thread of ours)
-            if not self._threads.run_later(finish):
-                await sync_to_async(finish)()
-
         if written:  # (the thread wrote the response, whole or in part: the loop completes it)
             try:
                 await writer.finish()
             finally:
-                if written is _PART:
-                    await close()
+                if response is not None:  # (written in part: closed once the loop sent the rest)
+                    await self._close(response, body_file)
             return
+        assert response is not None  # (only a response written whole is not handed back)
         try:
             if not made or handler.sends_alone(response):
                 await handler.send_response(response, send)
             else:
                 await _send_listening(handler, response, send, receive)
         except asyncio.CancelledError:
-            await close()
+            await self._close(response, body_file)
             raise
-        await close()
+        await self._close(response, body_file)
+
+    async def _close(self, response: HttpResponseBase, body_file: Any) -> None:
+        """Django's close after the send, on the request's thread: handed over, or awaited where
+        the request borrowed no thread of ours."""
+
+        def finish() -> None:  # (Django's order: the response, then the request's body)
+            response.close()
+            body_file.close()
+
+        if not self._threads.run_later(finish):
+            await sync_to_async(finish)()
 
     def _respond(
         self, handler: Any, scope: dict[str, Any], body_file: Any, writer: Any
-    ) -> tuple[HttpResponseBase, bool, object]:
+    ) -> tuple[HttpResponseBase | None, bool, object]:
         """On the request's thread: the signal, the request, the chain and the view; with a
         *writer*, a file response written (and, written whole, closed) here. Returns the
-        response, whether it is the view's, and what the thread wrote (None, :data:`_PART`,
-        :data:`_WHOLE`)."""
+        response (None once written whole and closed), whether it is the view's, and what the
+        thread wrote (None, :data:`_PART`, :data:`_WHOLE`)."""
         signals.request_started.send(sender=handler.__class__, scope=scope)
         request, error_response = handler.create_request(scope, body_file)
         if request is None:
@@ -195,4 +198,6 @@ class OneHop:
             return response, True, _PART
         run_logged(response.close)  # (Django's order: the response, then the request's body)
         run_logged(body_file.close)
-        return response, True, _WHOLE
+        # Not handed back: the response is a reference cycle of Django's (its file iterator), so
+        # dropping it here lets the collector free it young, not after the hop back to the loop.
+        return None, True, _WHOLE
