@@ -10,8 +10,8 @@ to the loop, which carries on from where the thread stopped.
 The socket is reached through a duplicate of the transport's descriptor, made on the request's
 thread and checked to be the same socket (its inode, taken on the loop's thread), so a connection
 the loop closes meanwhile never sends to another's reused descriptor. Nothing else writes on the
-connection while the request's app runs and has not started its response; the loop takes the
-connection's state back (:meth:`ThreadWrite.progress`) only after the thread is done.
+connection while the request's app runs and has not started its response; the loop reads what
+the thread did (:class:`ThreadWrite`'s fields) only after the thread is done.
 """
 
 from __future__ import annotations
