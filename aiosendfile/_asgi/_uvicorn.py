@@ -122,9 +122,8 @@ class _Door:
         else:
             for name in _OFFERED:
                 extensions.setdefault(name, {})
-        if (
-            self.thread_socket is not None
-        ):  # (no strong reference to the cycle: the scope would be in a cycle)
+        if self.thread_socket is not None:
+            # (the cycle weakly: the scope holds the offer, and the cycle the scope)
             offer = functools.partial(ThreadResponse.open, weakref.ref(cycle), self.thread_socket)
             scope["extensions"][THREAD_WRITE] = {"open": offer}
         carry = self.carry

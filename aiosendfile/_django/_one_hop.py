@@ -6,7 +6,7 @@ call, then its async middleware chain: every sync middleware method (``process_r
 round trip to the request's thread. :class:`OneHop` runs the signal, the request's making,
 Django's *sync* middleware chain (``WSGIHandler``'s) and the view in one call on that thread,
 then sends and closes the response: the same middleware, code paths and thread as under WSGI.
-Two differences of cost from Django's ``handle``, none in what is answered:
+Three differences of cost from Django's ``handle``, none in what is answered:
 
 * Django's listener for the client leaving (a task per request) watches only a send that could
   outlast the client without it (see :meth:`OneHop.handle`): a sync view cannot be cancelled.

@@ -86,15 +86,9 @@ _lent: contextvars.ContextVar[_RequestExecutor | None] = contextvars.ContextVar(
 )
 
 
-def _report(future: Future[Any]) -> None:
-    error = future.exception()
-    if error is not None:
-        _log.error("Closing a Django response failed", exc_info=error)
-
-
 def run_logged(close: Callable[[], Any]) -> None:
-    """``close()``, an error logged to ``aiosendfile.django`` as :meth:`RequestThreads.run_later`
-    logs it (for a close after the response went out, where nothing can report it)."""
+    """``close()``, an error logged to ``aiosendfile.django`` (for a close after the response
+    went out, where nothing can report it)."""
     try:
         close()
     except Exception:
@@ -138,7 +132,7 @@ class RequestThreads:
         executor = _lent.get()
         if executor is None:
             return False
-        executor.submit(contextvars.copy_context().run, fn).add_done_callback(_report)
+        executor.submit(contextvars.copy_context().run, run_logged, fn)
         return True
 
     def _give_back(self, executor: _RequestExecutor) -> None:
