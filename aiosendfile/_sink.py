@@ -38,6 +38,7 @@ class FileSink:
         self.file, self.fd, self.count = file, fd, count
         self.pool, self.on_progress = pool, on_progress
         self.state = TransferState(offset, count)  # the one count of what has landed
+        self.taken = 0  # (splice) bytes taken off the socket, landed or not: where the stream is
 
     @property
     def received(self) -> int:

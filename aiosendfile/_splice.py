@@ -158,6 +158,7 @@ async def splice_to_file(sock_fd: int, sink: FileSink, lease: TransportLease | N
                 raise sink.incomplete()
             if moved > 0:
                 filling.held += moved
+                sink.taken += moved
                 since_yield += moved
             # EAGAIN means the socket is empty *or* the pipe is full: a pipe has a slot per
             # page buffer, and socket data can fill the slots well below PIPE_SIZE bytes.

@@ -331,7 +331,7 @@ async def test_the_engines_answer_cache_stays_bounded_under_100000_distinct_path
             raw = b"/" + str(i).encode() * (1 + i % 100)
             decided = Decided((1, i, 3, 4, 5), "/srv/" + str(i), 10, i % 2 == 0)
             decided.head = b"HTTP/1.1 200 OK\r\n" + b"X" * 300
-            assert engine.remember(raw[:1024], decided)
+            assert engine.remember(raw[:1024], decided, decided.head)
             assert len(answers) <= ANSWERS_ENTRIES
             assert answers.size <= MEMO_MAX_BYTES
         assert len(answers) > ANSWERS_ENTRIES // 2  # (it does hold a working set)

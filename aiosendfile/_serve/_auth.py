@@ -1,29 +1,39 @@
-"""``serve --auth``: HTTP Basic authentication, decided before anything is answered.
+"""``serve --auth``: HTTP Basic authentication, decided when each request is answered.
 
 Who may come in: users from ``--auth USER:PASSWORD`` (the password as given, or a hash) and
 ``--auth-file`` (one ``user:hash`` a line). A hash is scrypt (the standard library's
 ``hashlib.scrypt``) in the PHC string format ``$scrypt$ln=14,r=8,p=1$SALT$HASH`` (base64, no
 padding); :func:`hash_password` makes one (``aiosendfile hash-password USER`` prints the line).
 
-:class:`Gate` decides a request from its ``Authorization`` value, on the loop, without waiting:
+:class:`Gate` decides a request from its ``Authorization`` value and its client's *key* (the
+address, an IPv6 one by its /64: :func:`address_key`), at the moment the request is answered,
+never when it was parsed (a pipelined guess is judged after the failures before it):
 
+* an address whose credentials failed :data:`FREE_FAILURES` times is locked out for 1 s after
+  that failure, twice as long after each further one, up to :data:`LOCK_MAX` seconds: 429 with
+  ``Retry-After``, whatever it sends meanwhile, a right password or one that passed before too
+  (a lock that let one through would tell it is right). Its count stops growing at
+  :data:`COUNT_MAX` and is forgotten :data:`FORGET_AFTER` seconds after its last failure; a
+  success clears it. :data:`ADDRESSES_MAX` addresses are tracked, the least recently failed out
+  first. Malformed credentials count as a failure; a request with none does not (a browser's
+  first): 401;
 * a value that passed before (:data:`VERIFIED_MAX` kept, the least recently used out first) or a
   password given in clear that matches (a SHA-256 of each side compared in constant time):
   allowed;
-* no value: 401, and nothing counted against the address;
-* an address whose credentials failed :data:`FREE_FAILURES` times is locked out for 1 s after
-  that failure, twice as long after each further one, up to :data:`LOCK_MAX` seconds: 429 with
-  ``Retry-After``, whatever it sends meanwhile but a value that passed before (a new right
-  password too: a lock that let it through would tell it is right). A success clears the
-  address. :data:`ADDRESSES_MAX` addresses are tracked, the least recently failed out first,
-  each forgotten :data:`FORGET_AFTER` seconds after its last failure. Malformed credentials count
-  as a failure; a request with none does not (a browser's first);
-* anything else is checked by :meth:`Gate.verify` in the gate's own thread (scrypt takes tens of
-  milliseconds and 16 MiB: one at a time, off the loop), an unknown user against a dummy hash so
-  that the answer's time does not tell which users exist.
+* anything else is checked by :meth:`Gate.verify_later` in the gate's one thread (scrypt takes
+  tens of milliseconds and 16 MiB), an unknown user against a dummy hash so that the answer's
+  time does not tell which users exist. The thread judges the lock again just before it hashes
+  and counts the outcome before it takes the next check, so guesses queued together from many
+  connections are each judged after the ones before. The queue is bounded: at most
+  :data:`QUEUE_PER_ADDRESS` distinct values of one address (429 beyond) and :data:`QUEUE_MAX` in
+  all (503 beyond), and a value already queued for an address is not queued twice (a browser's
+  parallel connections): a flood of guesses costs the guesser, not the other users' logins.
 
-A request that is not allowed is not memoised (the engine's memos only ever learn allowed reads:
-the same bytes carry the same credentials).
+State is per process: with ``serve --workers N`` each worker counts on its own (an address may
+then have up to N times FREE_FAILURES free guesses before every worker locks it out).
+
+A request that is not allowed is not memoised (the engine's memos only ever learn allowed reads,
+and a remembered read that carried credentials is replayed only while its address is not locked).
 """
 
 from __future__ import annotations
@@ -33,24 +43,33 @@ import binascii
 import concurrent.futures
 import hashlib
 import hmac
+import ipaddress
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = (
     "ADDRESSES_MAX",
     "ALLOWED",
+    "BUSY",
+    "COUNT_MAX",
     "FORGET_AFTER",
     "FREE_FAILURES",
     "LOCK_MAX",
     "MISSING",
+    "QUEUE_MAX",
+    "QUEUE_PER_ADDRESS",
     "REALM",
     "SLOW",
     "VERIFIED_MAX",
     "AuthError",
     "Gate",
     "Secret",
+    "TrustedProxies",
+    "address_key",
     "hash_password",
     "parse_entry",
     "read_auth_file",
@@ -64,16 +83,22 @@ VERIFIED_MAX_VALUE = 1024
 #: Failures an address may have before it is locked out, and the longest lock.
 FREE_FAILURES = 5
 LOCK_MAX = 60.0
+#: An address's count of failures stops growing here: the lock is LOCK_MAX long well before.
+COUNT_MAX = FREE_FAILURES + 16
 #: Addresses tracked at most, and how long after its last failure one is forgotten.
 ADDRESSES_MAX = 4096
 FORGET_AFTER = 900.0
+#: Checks waiting for (or in) the gate's thread: distinct values of one address, and in all.
+QUEUE_PER_ADDRESS = 2
+QUEUE_MAX = 64
 #: scrypt's cost for new hashes: N = 2**14, r = 8, p = 1 (16 MiB, ~50 ms).
 LOG_N = 14
 
 #: Gate.check's verdicts besides a lock's seconds (> 0: never one of these).
 ALLOWED = 0.0
-MISSING = -1.0  # no credentials, or wrong ones checked at once: 401
-SLOW = -2.0  # to be checked with Gate.verify, off the loop
+MISSING = -1.0  # no credentials, or wrong ones: 401
+SLOW = -2.0  # to be checked with Gate.verify_later, off the loop
+BUSY = -3.0  # the gate's queue is full: 503, try again in a second
 
 
 class AuthError(ValueError):
@@ -175,43 +200,161 @@ def read_auth_file(path: str) -> dict[bytes, Secret]:
     return users
 
 
-class Gate:
-    """Decides requests by their credentials (see the module); one per engine, loop-thread only,
-    but :meth:`verify`, which runs in the gate's thread."""
+def address_key(address: str) -> str:
+    """What a client is locked out as: its IPv4 address (an IPv4-mapped IPv6 one too), the /64
+    of an IPv6 address (one host commonly holds a whole /64), anything else as it is."""
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.IPv6Address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Address(ip.packed[:8] + bytes(8))) + "/64"
 
-    def __init__(self, users: dict[bytes, Secret], public_read: bool = False) -> None:
+
+class TrustedProxies:
+    """``--trusted-proxy``: the addresses (or networks) of reverse proxies whose forwarded client
+    address (``Forwarded: for=``, else ``X-Forwarded-For``) names the client."""
+
+    def __init__(self, specs: tuple[str, ...]) -> None:
+        self.networks = tuple(ipaddress.ip_network(spec.strip(), strict=False) for spec in specs)
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def trusts(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in net for net in self.networks)
+
+    def client(self, forwarded: bytes | None, x_forwarded_for: bytes | None) -> str | None:
+        """The client a trusted proxy names: the last hop that is not itself a trusted proxy
+        (the proxy appends the address it saw; what the client sent comes before and is not
+        believed past a hop we do not trust). None if there is none to read."""
+        hops: list[str] = []
+        if forwarded is not None:
+            for element in forwarded.decode("latin-1").split(","):
+                for pair in element.split(";"):
+                    name, _, value = pair.strip().partition("=")
+                    if name.strip().lower() == "for":
+                        hops.append(_node(value.strip().strip('"')))
+        elif x_forwarded_for is not None:
+            hops = [_node(hop.strip()) for hop in x_forwarded_for.decode("latin-1").split(",")]
+        for hop in reversed(hops):
+            if not hop:
+                return None  # ("unknown", an obfuscated name: nothing to key on)
+            if not self.trusts(hop):
+                return hop
+        return None
+
+
+def _node(text: str) -> str:
+    """An address out of a forwarded hop (``[2001:db8::1]:4711``, ``192.0.2.1:80``), or ""."""
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return ""
+
+
+class Gate:
+    """Decides requests by their credentials (see the module). :meth:`check` and
+    :meth:`verify_later` on the loop; the checks it queues run in the gate's one thread; its
+    tables are shared between them under one lock."""
+
+    def __init__(
+        self,
+        users: dict[bytes, Secret],
+        public_read: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not users:
             raise ValueError("a gate needs at least one user")
         self.users = users
         self.public_read = public_read
+        self.clock = clock
         self.verified: OrderedDict[bytes, None] = OrderedDict()
-        self.failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # address → (count, last)
+        self.failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # key → (count, last)
         self._dummy = next((s for s in users.values() if s.slow), None)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._queued: dict[tuple[bytes, str], concurrent.futures.Future[float]] = {}
+        self._queued_by: dict[str, int] = {}
 
-    def check(self, method: bytes, value: bytes | None, address: str, now: float) -> float:
-        """ALLOWED, MISSING (401), SLOW (:meth:`verify` it), or the seconds of a lock (429)."""
+    def check(self, method: bytes, value: bytes | None, key: str, now: float) -> float:
+        """ALLOWED, MISSING (401), SLOW (:meth:`verify_later` it), or the seconds of a lock (429)."""
         if self.public_read and method in (b"GET", b"HEAD"):
             return ALLOWED
         if value is None:
             return MISSING
-        if value in self.verified:
-            self.verified.move_to_end(value)
-            return ALLOWED
-        locked = self.locked_for(address, now)
-        if locked:
-            return locked
+        with self._lock:
+            locked = self._locked_for(key, now)
+            if locked:
+                return locked
+            if value in self.verified:
+                self.verified.move_to_end(value)
+                return ALLOWED
         found = _credentials(value)
         secret = None if found is None else self.users.get(found[0])
         if found is None or (secret is None and self._dummy is None):  # (nothing slow to time)
-            self.record(value, False, address, now)
+            self.record(value, False, key, now)
             return MISSING
         if secret is not None and not secret.slow:
             ok = secret.matches_now(found[1])
-            self.record(value, ok, address, now)
+            self.record(value, ok, key, now)
             return ALLOWED if ok else MISSING
         return SLOW
+
+    def verify_later(self, value: bytes, key: str) -> concurrent.futures.Future[float] | float:
+        """A SLOW value checked in the gate's thread: a future of its verdict (ALLOWED, MISSING
+        or a lock's seconds: the lock is judged again just before the hash), or a verdict now
+        when the queue has no room (a lock's 1 s for a key with QUEUE_PER_ADDRESS values queued,
+        BUSY when QUEUE_MAX are)."""
+        with self._lock:
+            job = self._queued.get((value, key))
+            if job is not None:
+                return job  # (the same value from the same client: one check answers both)
+            queued = self._queued_by.get(key, 0)
+            if queued >= QUEUE_PER_ADDRESS:
+                return 1.0
+            if len(self._queued) >= QUEUE_MAX:
+                return BUSY
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aiosendfile-auth")
+            job = self._pool.submit(self._judge, value, key)
+            self._queued[value, key] = job
+            self._queued_by[key] = queued + 1
+        return job
+
+    def _judge(self, value: bytes, key: str) -> float:
+        """(In the gate's thread.) The verdict on *value* from *key*, counted before the next."""
+        try:
+            with self._lock:
+                locked = self._locked_for(key, self.clock())
+                if locked:
+                    return locked
+                if value in self.verified:  # (passed meanwhile, from another connection)
+                    return ALLOWED
+            ok = self.verify(value)
+            self.record(value, ok, key, self.clock())
+            return ALLOWED if ok else MISSING
+        finally:
+            with self._lock:
+                self._queued.pop((value, key), None)
+                left = self._queued_by.get(key, 1) - 1
+                if left > 0:
+                    self._queued_by[key] = left
+                else:
+                    self._queued_by.pop(key, None)
 
     def verify(self, value: bytes) -> bool:
         """(In the gate's thread.) Whether *value* holds a user's right password."""
@@ -225,38 +368,38 @@ class Gate:
             return False
         return secret.matches(found[1])
 
-    def submit(self, value: bytes) -> concurrent.futures.Future[bool]:
-        """:meth:`verify` in the gate's one thread."""
+    def record(self, value: bytes, ok: bool, key: str, now: float) -> None:
+        """The outcome of a check: a success is kept and clears the key; a failure counts."""
         with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aiosendfile-auth")
-            return self._pool.submit(self.verify, value)
+            failures = self.failures
+            if ok:
+                failures.pop(key, None)
+                if len(value) <= VERIFIED_MAX_VALUE:
+                    self.verified[value] = None
+                    self.verified.move_to_end(value)
+                    while len(self.verified) > VERIFIED_MAX:
+                        self.verified.popitem(last=False)
+                return
+            count, last = failures.pop(key, (0, now))
+            count = count + 1 if now - last < FORGET_AFTER else 1
+            failures[key] = (min(count, COUNT_MAX), now)
+            while len(failures) > ADDRESSES_MAX:
+                failures.popitem(last=False)
 
-    def record(self, value: bytes, ok: bool, address: str, now: float) -> None:
-        """The outcome of a check: a success is kept and clears the address; a failure counts."""
-        failures = self.failures
-        if ok:
-            failures.pop(address, None)
-            if len(value) <= VERIFIED_MAX_VALUE:
-                self.verified[value] = None
-                self.verified.move_to_end(value)
-                while len(self.verified) > VERIFIED_MAX:
-                    self.verified.popitem(last=False)
-            return
-        count, last = failures.pop(address, (0, now))
-        failures[address] = (count + 1 if now - last < FORGET_AFTER else 1, now)
-        while len(failures) > ADDRESSES_MAX:
-            failures.popitem(last=False)
+    def locked_for(self, key: str, now: float) -> float:
+        """Seconds *key* is still locked out (0.0: it is not)."""
+        with self._lock:
+            return self._locked_for(key, now)
 
-    def locked_for(self, address: str, now: float) -> float:
-        """Seconds *address* is still locked out (0.0: it is not)."""
-        held = self.failures.get(address)
+    def _locked_for(self, key: str, now: float) -> float:
+        held = self.failures.get(key)
         if held is None:
             return 0.0
         count, last = held
         if count < FREE_FAILURES:
             return 0.0
-        left = last + min(2.0 ** (count - FREE_FAILURES), LOCK_MAX) - now
+        # (the exponent is capped first: 2.0 ** 1024 raises OverflowError)
+        left = last + min(2.0 ** min(count - FREE_FAILURES, 6), LOCK_MAX) - now
         return left if left > 0 else 0.0
 
     def close(self) -> None:

@@ -21,6 +21,8 @@ the whole body, as for ``PUT``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any
 
 from python_multipart.exceptions import MultipartParseError
@@ -28,7 +30,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .._static._paths import checked
 from .._static._policy import DirectoryPolicy
-from ._upload import Target, Upload, UploadRefused, bad_name, checked_directory
+from ._upload import Target, Upload, UploadRefused, bad_name, open_directory
 
 __all__ = ("MAX_PARTS", "FormUpload", "form_boundary")
 
@@ -63,7 +65,9 @@ class FormUpload:
         self.location = location  # where the answer sends a browser: the directory's listing
         self.policy = policy
         self.overwrite = overwrite
-        self.real = ""  # the directory's real path, once open
+        self.dir_fd = -1  # the directory, once open: every part lands in it (open_directory)
+        root = policy.root or ""
+        self.relative = directory[len(root) :].strip("/") if directory.startswith(root) else directory
         self.landed: list[str] = []  # the names given, in order
         self.parts = 0
         self.ended = False
@@ -84,8 +88,8 @@ class FormUpload:
         self._parser = MultipartParser(boundary, callbacks)
 
     def open(self) -> None:
-        """Check the directory (UploadRefused if nothing may go there)."""
-        self.real = checked_directory(self.directory, self.policy)
+        """Open and check the directory (UploadRefused if nothing may go there)."""
+        self.dir_fd = open_directory(self.directory, self.policy)
 
     def write(self, data: bytes) -> None:
         """Parse *data*: file parts are written, and named once whole (UploadRefused: a malformed
@@ -104,6 +108,7 @@ class FormUpload:
         names given, in order."""
         if not self.ended:
             raise UploadRefused(400, "the form body ends before its closing boundary")
+        self._close()
         return self.landed
 
     def answer(self, _landed: list[str]) -> tuple[int, tuple[tuple[str, str], ...]]:
@@ -116,6 +121,13 @@ class FormUpload:
         part, self._part = self._part, None
         if part is not None:
             part.abort()
+        self._close()
+
+    def _close(self) -> None:
+        if self.dir_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.dir_fd)
+            self.dir_fd = -1
 
     # -- the parser's callbacks (in write) ------------------------------------------------------
 
@@ -148,9 +160,9 @@ class FormUpload:
         if not raw:
             return  # a field, or no file chosen: read and dropped
         name = self._name(raw)
-        part = Upload(Target(self.real, name), self.policy, self.overwrite)
+        part = Upload(Target(self.directory, name), self.policy, self.overwrite, dir_fd=self.dir_fd)
         try:
-            part.open(checked=self.real)
+            part.open()
         except (UploadRefused, OSError) as exc:
             part.abort()
             self._stop(exc)
@@ -163,7 +175,9 @@ class FormUpload:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
             self._stop(UploadRefused(400, "a file name that is not UTF-8"))
-        if bad_name(name) or not checked(name, self.policy.dotfiles):
+        # (held to the read rules where it lands: ``.well-known`` is a dotfile below the root)
+        where = f"{self.relative}/{name}" if self.relative else name
+        if bad_name(name) or not checked(where, self.policy.dotfiles):
             self._stop(UploadRefused(403, "not a name a file may have"))
         return name
 

@@ -62,9 +62,10 @@ from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request, accept_matters
-from ._auth import ALLOWED, MISSING, REALM, SLOW
+from ._auth import ALLOWED, BUSY, MISSING, REALM, SLOW, address_key
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
+from ._rules import same_origin
 from ._tls import TLSBody, TLSTransport
 from ._upload import (
     DISCARD_MAX,
@@ -89,9 +90,13 @@ __all__ = (
     "CORE",
     "CTYPE",
     "EXPECT",
+    "FETCH_SITE",
+    "FORWARDED",
     "HOST",
+    "ORIGIN",
     "REFERER",
     "TE",
+    "XFF",
     "Head",
     "HttpProtocol",
     "header_kinds",
@@ -99,13 +104,18 @@ __all__ = (
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
 HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH, LENGTH, CTYPE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+ORIGIN, FETCH_SITE, FORWARDED, XFF = 10, 11, 12, 13
 
 
-def header_kinds(logging: bool, auth: bool = False, uploads: bool = False) -> dict[bytes, int]:
+def header_kinds(
+    logging: bool, auth: bool = False, uploads: bool = False, proxied: bool = False
+) -> dict[bytes, int]:
     """The request headers a connection keeps (lowercase name → what for): the core's (``Accept``
     only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
     ``Referer`` and ``User-Agent``; with authentication ``Authorization`` (a request with it stays
-    plain: the heads memo keys on the whole read, credentials included)."""
+    plain: the heads memo keys on the whole read, credentials included), and behind trusted
+    proxies their ``Forwarded`` and ``X-Forwarded-For``; with uploads what a body needs and
+    what tells a browser's cross-site write (``Origin``, ``Sec-Fetch-Site``)."""
     kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
     kinds[b"accept"] = ACCEPT
     kinds[b"expect"] = EXPECT
@@ -113,9 +123,14 @@ def header_kinds(logging: bool, auth: bool = False, uploads: bool = False) -> di
     kinds[b"transfer-encoding"] = TE
     if auth:
         kinds[b"authorization"] = AUTH
+        if proxied:
+            kinds[b"forwarded"] = FORWARDED
+            kinds[b"x-forwarded-for"] = XFF
     if uploads:
         kinds[b"content-length"] = LENGTH
         kinds[b"content-type"] = CTYPE
+        kinds[b"origin"] = ORIGIN
+        kinds[b"sec-fetch-site"] = FETCH_SITE
     if logging:
         kinds[b"referer"] = REFERER
         kinds[b"user-agent"] = AGENT
@@ -146,11 +161,20 @@ _CHALLENGE = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')  # 
 
 
 def _refusal(verdict: float) -> tuple[int, tuple[tuple[str, str], ...]]:
-    """The answer to a request the gate did not allow (``Gate.check``'s *verdict*, MISSING or a
-    lock's seconds): 401 with a Basic challenge, or 429 with ``Retry-After``."""
+    """The answer to a request the gate did not allow (``Gate.check``'s *verdict*: MISSING, BUSY
+    or a lock's seconds): 401 with a Basic challenge, 503 or 429 with ``Retry-After``."""
     if verdict == MISSING:
         return 401, (_CHALLENGE,)
+    if verdict == BUSY:
+        return 503, (("Retry-After", "1"),)
     return 429, (("Retry-After", str(math.ceil(verdict))),)
+
+
+def _verdict(job: concurrent.futures.Future[float]) -> float:
+    """The gate's verdict in *job* (``Gate.verify_later``'s): MISSING if the check failed."""
+    if job.cancelled() or job.exception() is not None:
+        return MISSING
+    return job.result()
 
 
 def _failure(job: concurrent.futures.Future[Any]) -> BaseException | None:
@@ -196,7 +220,7 @@ class Exchange:
     and the answer's status.
     """
 
-    __slots__ = ("auth", "fields", "log", "method", "mode", "raw", "request", "status", "url")
+    __slots__ = ("auth", "fields", "guarded", "log", "method", "mode", "raw", "request", "status", "url")
 
     raw: bytes
     request: Request
@@ -215,12 +239,20 @@ class Exchange:
         self.fields = fields
         self.log = log
         self.status = 200  # the answer's (set when one is rendered or refused; a memoised one is a 200)
-        self.auth: tuple[float, bytes | None] | None = None  # not allowed yet: the gate's verdict, the value
+        # With a gate: the request's credentials (its Authorization value, and the client a trusted
+        # proxy names) in guarded, and in auth until the gate allows them, when it is answered.
+        self.auth: Guard | None = None
+        self.guarded: Guard | None = None
         # Set by _decide, before anything reads them: raw (the target's path, raw) and request.
 
 
-#: A plain keep-alive request as its head parses (``Engine.heads``): method, target, mode, log fields.
-Head = tuple[bytes, bytes, int, "LogFields | None"]
+#: What the gate checks of a request: its ``Authorization`` value, and the client a trusted proxy
+#: names (``TrustedProxies.client``; None: none, or no trusted proxy).
+Guard = tuple["bytes | None", "str | None"]
+
+#: A plain keep-alive request as its head parses (``Engine.heads``): method, target, mode, log
+#: fields, and its credentials (checked again each time it is replayed).
+Head = tuple[bytes, bytes, int, "LogFields | None", "Guard | None"]
 
 #: What waits in ``pending``: a request, or prebuilt bytes (a 100 Continue, an error) to write.
 Item = Exchange | bytes
@@ -272,6 +304,7 @@ class HttpProtocol(asyncio.Protocol):
         "backlog_at",
         "budget",
         "busy",
+        "client",
         "completed",
         "continue_owed",
         "ctype",
@@ -280,16 +313,21 @@ class HttpProtocol(asyncio.Protocol):
         "ended",
         "engine",
         "expect",
+        "fetch_site",
         "fields",
+        "forwarded",
         "head_size",
         "held",
+        "host",
         "hosts",
         "in_head",
         "in_request",
+        "key",
         "landing",
         "length",
         "max_head",
         "max_url",
+        "origin",
         "out",
         "out_left",
         "out_since",
@@ -302,6 +340,7 @@ class HttpProtocol(asyncio.Protocol):
         "peer",
         "pending",
         "plain",
+        "proxied",
         "read_paused",
         "receiving",
         "referer",
@@ -317,6 +356,7 @@ class HttpProtocol(asyncio.Protocol):
         "version",
         "wanted",
         "write_paused",
+        "xff",
     )
 
     def __init__(self, engine: Engine) -> None:
@@ -341,6 +381,14 @@ class HttpProtocol(asyncio.Protocol):
         self.agent: bytes | None = None
         self.head_size = 0
         self.hosts = 0  # Host fields in this request's head
+        self.host: bytes | None = None  # the first one's value
+        self.origin: bytes | None = None  # (with uploads) Origin and Sec-Fetch-Site: who writes
+        self.fetch_site: bytes | None = None
+        self.forwarded: bytes | None = None  # (behind a trusted proxy) Forwarded, X-Forwarded-For
+        self.xff: bytes | None = None
+        self.client: str | None = None  # the client they name (TrustedProxies.client)
+        self.key = "-"  # what the gate locks this connection's client out as (address_key)
+        self.proxied = False  # the peer is a trusted proxy: its requests' clients are their own
         self.te: bytes | None = None  # Transfer-Encoding, its fields joined
         self.version = "1.1"  # the HTTP version of the request being read ("1.0", "1.1")
         self.partial = 0
@@ -378,10 +426,13 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.engine.connections.add(self)
-        if self.engine.log is not None or self.engine.gate is not None:  # (logged; locked out by address)
+        engine = self.engine
+        if engine.log is not None or engine.gate is not None:  # (logged; locked out by address)
             peer = transport.get_extra_info("peername")
             if isinstance(peer, tuple) and peer:
                 self.peer = str(peer[0])
+            self.key = address_key(self.peer)
+            self.proxied = engine.trusted is not None and engine.trusted.trusts(self.peer)
         if self.engine.stopping:  # set up after the server began to stop: nothing will be read
             self.dead = True
             transport.close()
@@ -493,13 +544,26 @@ class HttpProtocol(asyncio.Protocol):
                 self.since = engine.now
                 self.budget -= 1
                 # (a plain GET with no access log: answered with no request object if memoised)
-                if head[0] != _GET or head[3] is not None or not self._known(None, head[1], head[2], True):
-                    self._respond(Exchange(head[0], head[1], head[2], None, head[3]))
+                if (
+                    head[4] is not None
+                    or head[0] != _GET
+                    or head[3] is not None
+                    or not self._known(None, head[1], head[2], True)
+                ):
+                    x = Exchange(head[0], head[1], head[2], None, head[3])
+                    x.auth = x.guarded = head[4]
+                    self._respond(x)
             else:
                 self.completed = 0
                 self._feed(data)
                 parsed, self.parsed = self.parsed, None
-                if self.completed == 1 and parsed is not None and not self.in_request and not self.dead:
+                if (
+                    self.completed == 1
+                    and parsed is not None
+                    and parsed.auth is None  # (allowed by now, if a gate had to)
+                    and not self.in_request
+                    and not self.dead
+                ):
                     engine.learn(data, parsed)
         if self.out:
             self._flush()
@@ -570,6 +634,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         if kind == HOST:
             self.hosts += 1
+            if self.host is None:
+                self.host = value
         elif kind == TE:
             self.te = value if self.te is None else self.te + b"," + value
         elif kind in (CORE, ACCEPT):
@@ -589,18 +655,36 @@ class HttpProtocol(asyncio.Protocol):
             self.length = value
         elif kind == CTYPE:
             self.ctype = value
+        elif kind == ORIGIN:  # (twice: as a cross-site one)
+            self.origin = value if self.origin is None else b"null"
+        elif kind == FETCH_SITE:
+            self.fetch_site = value if self.fetch_site is None else b"cross-site"
+        elif kind == FORWARDED:
+            self.forwarded = value if self.forwarded is None else self.forwarded + b"," + value
+        elif kind == XFF:
+            self.xff = value if self.xff is None else self.xff + b"," + value
         else:
             self.agent = value
 
     def on_headers_complete(self) -> None:
         self.in_head = False
         hosts, self.hosts = self.hosts, 0
+        host, self.host = self.host, None
+        engine = self.engine
+        if self.forwarded is not None or self.xff is not None:
+            assert engine.trusted is not None
+            self.client = engine.trusted.client(self.forwarded, self.xff)
+            self.forwarded = self.xff = None
+        else:
+            self.client = None
         te, self.te = self.te, None
         version = self.version = self.parser.get_http_version()
         if version != "1.1" and version != "1.0" and version[:2] != "1.":
             raise _Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)
         if hosts != 1 and (hosts or version == "1.1"):
             raise _Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
+        if engine.hosts is not None and not engine.hosts.allows(host):
+            raise _Stop(421)  # a name this server does not go by: DNS rebinding (_rules.HostRule)
         if te is not None:
             self.plain = False
             if version == "1.0":
@@ -613,7 +697,11 @@ class HttpProtocol(asyncio.Protocol):
             self._expect(expect)
         length, self.length = self.length, None
         ctype, self.ctype = self.ctype, None
-        if self.engine.uploads is not None and self.parser.get_method() in _UPLOADS:
+        origin, self.origin = self.origin, None
+        fetch_site, self.fetch_site = self.fetch_site, None
+        if engine.uploads is not None and self.parser.get_method() in _UPLOADS:
+            if not same_origin(origin, fetch_site, host):
+                raise _Stop(403)  # another site's page writing here (_rules.same_origin)
             self._begin_upload(length, ctype)
 
     def on_message_complete(self) -> None:
@@ -640,16 +728,12 @@ class HttpProtocol(asyncio.Protocol):
             self._upload_complete(receiving, x)
             return
         gate = self.engine.gate
-        if gate is not None:  # (before anything is answered, or memoised: the memos learn allowed reads only)
+        if gate is not None:  # (judged when answered: after the guesses before it; memoised once allowed)
             value, self.authorization = self.authorization, None
-            verdict = gate.check(method, value, self.peer, self.engine.loop.time())
-            if verdict != ALLOWED:
-                x.auth = (verdict, value)
-        self.parsed = (
-            x
-            if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD and x.auth is None
-            else None
-        )
+            client, self.client = self.client, None
+            if not (gate.public_read and method in _GET_HEAD):
+                x.auth = x.guarded = (value, client)
+        self.parsed = x if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD else None
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append(x)
             if len(self.pending) >= MAX_PENDING:
@@ -661,31 +745,43 @@ class HttpProtocol(asyncio.Protocol):
     # -- answering --------------------------------------------------------------------------
 
     def _respond(self, x: Exchange) -> None:
-        if x.auth is not None:
-            self._authorize(x)
+        if x.auth is not None and not self._authorize(x):
             return
         method = x.method
         if x.fields is None and method in _GET_HEAD and self._known(x, x.url, x.mode, method == _GET):
             return
         self._decide(x)
 
-    def _authorize(self, x: Exchange) -> None:
-        """*x* is not allowed yet: check its credentials in the gate's thread (``Gate.verify``;
-        reading paused meanwhile, what follows waits), or refuse it (401, or 429 while its
-        address is locked out)."""
-        verdict, value = x.auth  # type: ignore[misc]
+    def _key_of(self, client: str | None) -> str:
+        """What the gate counts a request's failures against: its connection's client, or the
+        client a trusted proxy names."""
+        return address_key(client) if client is not None and self.proxied else self.key
+
+    def _authorize(self, x: Exchange) -> bool:
+        """Whether *x*'s credentials let it be answered now, judged as it is answered (after the
+        answers before it, their failures counted). False: it is refused (401, 429, 503), or its
+        password is checked in the gate's thread (reading paused meanwhile, what follows waits)
+        and it goes on from there."""
         gate = self.engine.gate
-        if verdict != SLOW or value is None:
+        assert gate is not None
+        assert x.auth is not None
+        value, client = x.auth
+        key = self._key_of(client)
+        verdict = gate.check(x.method, value, key, gate.clock())
+        if verdict == SLOW:
+            assert value is not None
+            later = gate.verify_later(value, key)
+            if not isinstance(later, float):
+                self.busy = True
+                self._update_reading()
+                later.add_done_callback(functools.partial(self._on_loop, self._authorized, x))
+                return False
+            verdict = later
+        if verdict != ALLOWED:
             self._refuse(x, verdict)
-            return
-        if value in gate.verified:  # type: ignore[union-attr]  # (passed meanwhile: pipelined behind it)
-            x.auth = None
-            self._respond(x)
-            return
-        self.busy = True
-        self._update_reading()
-        job = gate.submit(value)  # type: ignore[union-attr]
-        job.add_done_callback(functools.partial(self._on_loop, self._authorized, x, value))
+            return False
+        x.auth = None
+        return True
 
     def _on_loop(self, then: Any, *args: Any) -> None:
         """(In a pool thread, or the gate's.) Hand a job's end to the loop: ``then(*args, job)``
@@ -693,24 +789,17 @@ class HttpProtocol(asyncio.Protocol):
         with contextlib.suppress(RuntimeError):
             self.engine.loop.call_soon_threadsafe(then, *args)
 
-    def _verdict(self, value: bytes, job: concurrent.futures.Future[bool]) -> bool:
-        """Whether the gate's check of *value* (``Gate.verify`` in *job*) passed; recorded."""
-        ok = not job.cancelled() and job.exception() is None and job.result()
-        engine = self.engine
-        engine.gate.record(value, ok, self.peer, engine.loop.time())  # type: ignore[union-attr]
-        return ok
-
-    def _authorized(self, x: Exchange, value: bytes, job: concurrent.futures.Future[bool]) -> None:
+    def _authorized(self, x: Exchange, job: concurrent.futures.Future[float]) -> None:
         self.busy = False
         self.budget = TURN_BUDGET
-        ok = self._verdict(value, job)
         if self.transport is None:
             return
-        if ok:
+        verdict = _verdict(job)
+        if verdict == ALLOWED:
             x.auth = None
             self._respond(x)
         else:
-            self._refuse(x, MISSING)
+            self._refuse(x, verdict)
         self._resume()
 
     # -- uploads (PUT, with uploads on: see _upload) -------------------------------------------------
@@ -755,12 +844,20 @@ class HttpProtocol(asyncio.Protocol):
                 raise _Stop(400) from None
         if size is not None and uploads.max_size is not None and size > uploads.max_size:
             raise _Stop(413)  # (before the body is read; no 100 Continue)
-        verdict, value = ALLOWED, None
+        later = None
         gate = engine.gate
         if gate is not None:
             value, self.authorization = self.authorization, None
-            verdict = gate.check(method, value, self.peer, engine.loop.time())
-            if verdict != ALLOWED and verdict != SLOW:
+            key = self._key_of(self.client)
+            verdict = gate.check(method, value, key, gate.clock())
+            if verdict == SLOW:
+                assert value is not None
+                later = gate.verify_later(value, key)
+                if isinstance(later, float):
+                    verdict, later = later, None
+                else:
+                    verdict = ALLOWED
+            if verdict != ALLOWED:
                 status, extra = _refusal(verdict)
                 raise _Stop(status, *extra)
         split = _split_target(self.url)
@@ -787,20 +884,18 @@ class HttpProtocol(asyncio.Protocol):
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             self._update_reading()
-        if verdict == SLOW:
-            assert gate is not None
-            assert value is not None
-            job = gate.submit(value)
-            job.add_done_callback(functools.partial(self._on_loop, self._upload_verified, r, value))
+        if later is not None:  # (its password is checked in the gate's thread first)
+            later.add_done_callback(functools.partial(self._on_loop, self._upload_verified, r))
         else:
             self._upload_open(r)
 
-    def _upload_verified(self, r: Receiving, value: bytes, job: concurrent.futures.Future[bool]) -> None:
-        ok = self._verdict(value, job)
+    def _upload_verified(self, r: Receiving, job: concurrent.futures.Future[float]) -> None:
+        verdict = _verdict(job)
         if self.transport is None or r.refused is not None:
             return
-        if not ok:
-            self._upload_refused(r, 401, _CHALLENGE)
+        if verdict != ALLOWED:
+            status, extra = _refusal(verdict)
+            self._upload_refused(r, status, *extra)
             return
         self._upload_open(r)
 
@@ -883,10 +978,10 @@ class HttpProtocol(asyncio.Protocol):
         self.splicing = False
         if self.task is task:
             self.task = None
-        got = sink.received
-        r.got += got
+        # (the bytes that left the socket, landed or not: the next request starts after them)
+        r.got += sink.taken
         if isinstance(r.upload, Upload):
-            r.upload.written += got
+            r.upload.written += sink.received
         if self._upload_gone(r):
             return
         exc = task.exception() if not task.cancelled() else ConnectionError("cancelled")
@@ -1242,9 +1337,11 @@ class HttpProtocol(asyncio.Protocol):
         decided = ans.decided
         if decided is not None and x.fields is None:  # a plain 200 of a whole file: kept
             head = decided.head
-            if head is None:
-                head = decided.head = head_of(ans)
-            engine.remember(x.raw, decided)
+            if head is None or engine.sandbox:  # (under --upload: rendered here, kept in the engine's memo)
+                head = head_of(ans, engine.sandbox)
+                if not engine.sandbox:
+                    decided.head = head
+            engine.remember(x.raw, decided, head)
             fd = ans.fd
             if fd is not None and x.method == _GET and isinstance(body, FileRange):
                 # A first sight of a file sent from its descriptor: as a memoised one is sent,
@@ -1269,7 +1366,7 @@ class HttpProtocol(asyncio.Protocol):
                 self._send_whole(x, x.url, x.mode, fd, size, head, 0)
                 return
         else:
-            head = head_of(ans)
+            head = head_of(ans, self.engine.sandbox)
         head += engine.clock.tails[x.mode]
         if ans.head_only or body is None:
             ans.close()
@@ -1544,6 +1641,9 @@ class HttpProtocol(asyncio.Protocol):
         log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
         self.dead = True
         x = Exchange(method, self.url, CLOSE, None, log)
+        gate = self.engine.gate
+        if gate is not None:  # (its credentials first, as for every answer: 401 before 405)
+            x.auth = x.guarded = (self.authorization, self.client)
         if self.busy or self.pending:
             self.pending.append(x)
         else:

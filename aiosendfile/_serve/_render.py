@@ -2,9 +2,10 @@
 
 A head is ``HTTP/1.1 <status> <reason>``, the answer's fields (latin-1), ``Content-Length``
 (unless the answer has none: 304), then a tail from :mod:`._date` (``Date``, ``Server``,
-``Connection``, the blank line). The reason phrases and the error bodies are aiohttp's
-(``http.HTTPStatus`` phrases; ``"<status>: <reason>"`` as ``text/plain; charset=utf-8``), so the
-doors answer byte for byte alike. The engine always answers ``HTTP/1.1``, as nginx does.
+``X-Content-Type-Options``, ``Connection``, the blank line). The reason phrases and the error
+bodies are aiohttp's (``http.HTTPStatus`` phrases; ``"<status>: <reason>"`` as ``text/plain;
+charset=utf-8``), so the doors answer byte for byte alike. The engine always answers
+``HTTP/1.1``, as nginx does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from http import HTTPStatus
 
 from .._static._answer import Answer, error
 from ._date import CLOSE, Clock
+from ._rules import SANDBOX, runs_script
 
 __all__ = ("error_response", "head_of", "status_line")
 
@@ -28,9 +30,18 @@ def status_line(status: int) -> bytes:
     return line
 
 
-def head_of(answer: Answer) -> bytes:
-    """The status line, fields and Content-Length of *answer*: its head without the tail."""
-    fields = "".join([f"{name}: {value}\r\n" for name, value in answer.fields]).encode("latin-1")
+def head_of(answer: Answer, sandbox: bool = False) -> bytes:
+    """The status line, fields and Content-Length of *answer*: its head without the tail. With
+    *sandbox* (``serve --upload``), a type that runs script gets ``Content-Security-Policy:
+    sandbox`` unless it has a policy of its own (``_rules``)."""
+    pairs = answer.fields
+    if (
+        sandbox
+        and any(n == "Content-Type" and runs_script(v) for n, v in pairs)
+        and not any(n == "Content-Security-Policy" for n, _ in pairs)
+    ):
+        pairs = [*pairs, SANDBOX]
+    fields = "".join([f"{name}: {value}\r\n" for name, value in pairs]).encode("latin-1")
     head = status_line(answer.status) + fields
     if answer.length is not None:
         head += b"Content-Length: %d\r\n" % answer.length

@@ -31,10 +31,11 @@ from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
-from ._auth import Gate, Secret
+from ._auth import Gate, Secret, TrustedProxies
 from ._date import Clock
 from ._listener import BACKLOG, Listener, listening_socket
 from ._protocol import Exchange, Head, HttpProtocol, header_kinds
+from ._rules import HostRule
 
 __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
 
@@ -93,6 +94,8 @@ class ServeConfig:
     upload: bool = False  # PUT writes files (see _upload)
     overwrite: bool = False  # ... and may replace one
     max_upload_size: int | None = None  # bytes; a larger body is refused (413)
+    hosts: HostRule | None = None  # the Host names served (421 for others); None: any
+    trusted_proxies: tuple[str, ...] = ()  # with auth: proxies whose forwarded client is locked out
 
 
 class Uploads(NamedTuple):
@@ -122,7 +125,15 @@ class Engine:
         self.gate = Gate(dict(config.auth), config.public_read) if config.auth else None
         #: what PUT may do: None without ``upload``
         self.uploads = Uploads(config.overwrite, config.max_upload_size) if config.upload else None
-        self.wanted = header_kinds(self.log is not None, self.gate is not None, self.uploads is not None)
+        #: with auth, the proxies whose forwarded client address names the client: None without
+        self.trusted = (
+            TrustedProxies(config.trusted_proxies) if config.auth and config.trusted_proxies else None
+        )
+        self.hosts = config.hosts
+        self.sandbox = config.upload  # answers of types that run script get CSP sandbox (_rules)
+        self.wanted = header_kinds(
+            self.log is not None, self.gate is not None, self.uploads is not None, self.trusted is not None
+        )
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.answers: Memo[bytes, Known] = Memo(max_entries=ANSWERS_ENTRIES)
         #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.
@@ -149,11 +160,10 @@ class Engine:
 
     # -- what connections ask ----------------------------------------------------------------
 
-    def remember(self, raw: bytes, decided: Decided) -> bool:
-        """Keep the plain 200 of *raw* (its head rendered in ``decided.head``) as a :data:`Known`,
-        charged its key, path and head; False if the key is too long (or nothing is rendered)."""
-        head = decided.head
-        if head is None or len(raw) > MEMO_MAX_KEY:
+    def remember(self, raw: bytes, decided: Decided, head: bytes) -> bool:
+        """Keep the plain 200 of *raw* (its *head* rendered) as a :data:`Known`, charged its key,
+        path and head; False if the key is too long."""
+        if len(raw) > MEMO_MAX_KEY:
             return False
         path = decided.path
         return self.answers.put(
@@ -164,9 +174,11 @@ class Engine:
         """Remember that the read *data* was exactly the plain request *x* (a parse is a function
         of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
         if len(data) <= HEADS_MAX_KEY:
-            url, log = x.url, x.log  # (the target and the logged fields are copies: charged too)
+            url, log, guarded = x.url, x.log, x.guarded  # (copies: charged too)
             logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"")
-            self.heads.put(data, (x.method, url, x.mode, log), len(data) + len(url) + logged)
+            if guarded is not None:
+                logged += len(guarded[0] or b"") + len(guarded[1] or "")
+            self.heads.put(data, (x.method, url, x.mode, log, guarded), len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
         self.answers.pop(raw)

@@ -2,18 +2,27 @@
 
 Where it goes (:func:`upload_target`, pure): the request path decoded once and held to the read
 rules (no ``..``, no dotfile unless they are served, no NUL or backslash) and to the write ones:
-no control character, no empty or dot component, a name at the end (a path ending in ``/`` is
-a directory: 405). The parent must be a directory inside the served root (a symlink out of it
-counts as outside unless symlinks are followed).
+no control or invisible formatting character (:func:`bad_name`), no empty or dot component, a
+name at the end (a path ending in ``/`` is a directory: 405). The parent must be a directory
+inside the served root (a symlink out of it counts as outside unless symlinks are followed): it is
+opened once (:func:`open_directory`) and checked by the descriptor, and every step after works
+relative to that descriptor, so a directory swapped for a symlink meanwhile changes nothing.
+
+What it may not take: a directory's name, an existing file's without ``overwrite`` (409), and,
+where the core serves pre-compressed siblings, the ``.gz``/``.br`` sibling of an existing file or
+(without ``overwrite``) a name whose sibling exists: either would make a request for one name
+answer with bytes that are not that file's. With ``overwrite``, replacing a file removes its
+siblings.
 
 How it lands (:class:`Upload`, in the cold pool: every call may wait for the disk): the body is
 written to a nameless temporary file in the target directory (Linux's ``O_TMPFILE``: nothing a
 listing or a crash could leave behind), or where the file system has none, to a hidden
 ``.upload-*`` file there, removed on any failure. Only once the body is complete and its length
 is the one announced is the file flushed to disk (``fsync``) and given its name: linked, which
-fails if the name exists (409) unless ``overwrite``, then renamed over it, atomically; the
-directory is then flushed too. Two uploads to one name never mix bytes: each has its own
-temporary file, and the last to finish wins.
+fails if the name exists (409) unless ``overwrite``, then renamed over it, atomically (the rules
+above judged again then, under the directory's ``flock``); the directory is then flushed too.
+Two uploads to one name never mix bytes: each has its own temporary file, and the last to finish
+wins.
 """
 
 from __future__ import annotations
@@ -22,8 +31,15 @@ import contextlib
 import errno
 import os
 import stat
+import unicodedata
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
+
+try:
+    import fcntl
+except ImportError:  # (Windows: no flock; the link's EEXIST still keeps a name from two uploads)
+    fcntl = None  # type: ignore[assignment]
 
 from .._static._paths import checked, decode, inside
 from .._static._policy import DirectoryPolicy
@@ -31,6 +47,7 @@ from .._static._policy import DirectoryPolicy
 __all__ = (
     "BUFFER",
     "DISCARD_MAX",
+    "SIBLINGS",
     "SPLICE_AT",
     "Receiving",
     "Target",
@@ -38,6 +55,8 @@ __all__ = (
     "UploadRefused",
     "bad_name",
     "checked_directory",
+    "open_directory",
+    "sibling_of",
     "status_of",
     "upload_directory",
     "upload_target",
@@ -101,26 +120,78 @@ def _parts(relative: str, policy: DirectoryPolicy) -> list[str]:
     return parts
 
 
+#: Unicode categories no uploaded name may hold: controls (C0, C1), formatting characters (the
+#: bidirectional overrides and isolates, zero-width ones), surrogates, private use, unassigned,
+#: line and paragraph separators. They make a listing or a terminal show another name than the
+#: file's (``evil\u202egnp.exe`` shows as ``evilexe.png``).
+_SPOOFING = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
 def bad_name(name: str) -> bool:
-    """Whether *name* may not name a file (empty, ``.``, ``..``, a ``/``, a control character)."""
-    return name in ("", ".", "..") or "/" in name or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    """Whether *name* may not name a file: empty, ``.``, ``..``, a ``/``, a control character or
+    another that shows as something else (``_SPOOFING``)."""
+    if name in ("", ".", "..") or "/" in name:
+        return True
+    if name.isascii():
+        return any(ord(c) < 32 or ord(c) == 127 for c in name)
+    return any(unicodedata.category(c) in _SPOOFING for c in name)
+
+
+#: The pre-compressed siblings the core serves in a file's place (``DirectoryPolicy.precompressed``).
+SIBLINGS = (".gz", ".br")
+
+
+def sibling_of(name: str) -> str | None:
+    """The file *name* stands in for if it is a pre-compressed sibling (``a.css.gz`` → ``a.css``)."""
+    folded = name.lower()
+    for suffix in SIBLINGS:
+        if folded.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def open_directory(path: str, policy: DirectoryPolicy) -> int:
+    """A descriptor of the directory *path*, which must be one inside the root (UploadRefused:
+    409 if it is not a directory, 404 if it lies outside). Checked by what was opened, not by
+    its name again: whatever is swapped in at *path* later, the upload lands in this directory."""
+    root = policy.root
+    assert root is not None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise UploadRefused(409, "no such directory") from None
+    try:
+        if not policy.follow_symlinks and not inside(_real_path(fd, path), root):
+            raise UploadRefused(404)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _real_path(fd: int, path: str) -> str:
+    """Where the directory *fd* (opened at *path*) is: the kernel's own path of it on Linux;
+    elsewhere ``realpath`` of *path*, and only if that names the same directory."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    real = os.path.realpath(path)
+    try:
+        st, there = os.fstat(fd), os.stat(real)
+    except OSError:
+        return ""
+    return real if (st.st_dev, st.st_ino) == (there.st_dev, there.st_ino) else ""
 
 
 def checked_directory(path: str, policy: DirectoryPolicy) -> str:
     """The real path of the directory *path*, which must be one inside the root (UploadRefused:
     409 if it is not a directory, 404 if it lies outside)."""
-    root = policy.root
-    assert root is not None
+    fd = open_directory(path, policy)
     try:
-        real = os.path.realpath(path)
-        st = os.stat(real)
-    except OSError:
-        raise UploadRefused(409, "no such directory") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise UploadRefused(409, "not a directory")
-    if not policy.follow_symlinks and not inside(real, root):
-        raise UploadRefused(404)
-    return real
+        return _real_path(fd, path) or os.path.realpath(path)
+    finally:
+        os.close(fd)
 
 
 def status_of(exc: BaseException) -> int:
@@ -144,47 +215,78 @@ def status_of(exc: BaseException) -> int:
 class Upload:
     """One ``PUT``'s temporary file (see the module). Pool-thread calls, in order: :meth:`open`,
     :meth:`write` any number of times, then :meth:`commit` or :meth:`abort` (always one of
-    them; :meth:`abort` also after a failed :meth:`commit`)."""
+    them; :meth:`abort` also after a failed :meth:`commit`).
 
-    def __init__(self, target: Target, policy: DirectoryPolicy, overwrite: bool) -> None:
+    Everything happens in the directory opened once (``open_directory``; a form's parts share
+    their form's), by name relative to its descriptor: what was checked is where it lands."""
+
+    def __init__(self, target: Target, policy: DirectoryPolicy, overwrite: bool, dir_fd: int = -1) -> None:
         self.target = target
         self.policy = policy
         self.overwrite = overwrite
         self.fd = -1
-        self.temp: str | None = None  # the hidden temporary file's path (no O_TMPFILE)
+        self.dir_fd = dir_fd
+        self.owns_dir = dir_fd < 0  # (opened by open: closed with the file)
+        self.temp: str | None = None  # the hidden temporary file's name there (no O_TMPFILE)
         self.written = 0
 
     zero_copy = True  # (its body may go from the socket to the file with splice)
 
-    def open(self, checked: str | None = None) -> None:
-        """Check where it goes and make the temporary file (UploadRefused if it may not);
-        *checked*: the directory's real path, already checked (``checked_directory``)."""
-        target = self.target
-        real = checked or checked_directory(target.parent, self.policy)
+    def open(self) -> None:
+        """Check where it goes and make the temporary file (UploadRefused if it may not; then
+        nothing of it stays open)."""
+        if self.dir_fd < 0:
+            self.dir_fd = open_directory(self.target.parent, self.policy)
         try:
-            there = os.lstat(os.path.join(real, target.name))
-        except FileNotFoundError:
-            there = None
+            self._open()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _open(self) -> None:
+        self._may_take_name()
+        try:
+            if _O_TMPFILE:
+                try:
+                    self.fd = os.open(".", _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=self.dir_fd)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                        raise
+            temp = _hidden_name()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+            self.fd = os.open(temp, flags, 0o644, dir_fd=self.dir_fd)
+            self.temp = temp
         except OSError as exc:
             raise UploadRefused(status_of(exc)) from None
+
+    def _lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.lstat(name, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise UploadRefused(status_of(exc)) from None
+
+    def _may_take_name(self) -> bool:
+        """Whether the name holds a file now (UploadRefused if the upload may not take it: a
+        directory's; a file's without ``overwrite``; a pre-compressed sibling of a file, which
+        would be served in that file's place; a file's whose siblings exist, without
+        ``overwrite``, which would be served in its place)."""
+        name = self.target.name
+        there = self._lstat(name)
         if there is not None:
             if stat.S_ISDIR(there.st_mode):
                 raise UploadRefused(409, "a directory has that name")
             if not self.overwrite:
                 raise UploadRefused(409, "a file has that name")
-        try:
-            if _O_TMPFILE:
-                try:
-                    self.fd = os.open(real, _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644)
-                    return
-                except OSError as exc:
-                    if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-                        raise
-            temp = _hidden_name(real)
-            self.fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            self.temp = temp
-        except OSError as exc:
-            raise UploadRefused(status_of(exc)) from None
+        if self.policy.precompressed:
+            base = sibling_of(name)
+            if base is not None and self._lstat(base) is not None:
+                raise UploadRefused(409, "a compressed copy of another file is not uploaded")
+            if not self.overwrite and any(self._lstat(name + suffix) is not None for suffix in SIBLINGS):
+                raise UploadRefused(409, "a compressed copy of a file has that name")
+        return there is not None
 
     def write(self, data: bytes | memoryview) -> None:
         """Append *data* (OSError as the disk says: ENOSPC...)."""
@@ -196,28 +298,37 @@ class Upload:
 
     def commit(self, size: int) -> bool:
         """The body is complete: *size* bytes, as the file holds (else UploadRefused(400)). Flush it
-        and give it its name; True if the name is new (201), False if a file was replaced (204)."""
+        and give it its name (the rules of ``_may_take_name`` judged again, under an exclusive
+        ``flock`` of the directory: uploads into one directory name their files one at a time);
+        True if the name is new (201), False if a file was replaced (204, its stale siblings
+        removed)."""
         if os.fstat(self.fd).st_size != size or self.written != size:
             raise UploadRefused(400, "the body is not the length announced")
-        target = self.target
-        final = os.path.join(os.path.realpath(target.parent), target.name)
+        name, dfd = self.target.name, self.dir_fd
         try:
             os.fsync(self.fd)
-            if self.overwrite:  # renamed over the old file (a nameless one gets a hidden name first)
-                existed = os.path.lexists(final)
-                if self.temp is None:
-                    self.temp = _hidden_name(os.path.dirname(final))
-                    _link_nameless(self.fd, self.temp)
-                os.replace(self.temp, final)
-            else:  # linked: EEXIST if another upload took the name meanwhile (409)
-                existed = False
-                if self.temp is None:
-                    _link_nameless(self.fd, final)
-                else:
-                    os.link(self.temp, final)
-                    os.unlink(self.temp)
-            self.temp = None
-            _fsync_directory(os.path.dirname(final))
+            with _locked(dfd):
+                existed = self._may_take_name()
+                if self.overwrite:  # renamed over the old file (a nameless one gets a hidden name first)
+                    if self.temp is None:
+                        self.temp = _hidden_name()
+                        _link_nameless(self.fd, self.temp, dfd)
+                    os.replace(self.temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    self.temp = None
+                    if self.policy.precompressed:
+                        for suffix in SIBLINGS:  # (what stood in for the file replaced)
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(name + suffix, dir_fd=dfd)
+                else:  # linked: EEXIST if another upload took the name meanwhile (409)
+                    existed = False
+                    if self.temp is None:
+                        _link_nameless(self.fd, name, dfd)
+                    else:
+                        os.link(self.temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                        os.unlink(self.temp, dir_fd=dfd)
+                        self.temp = None
+            with contextlib.suppress(OSError):
+                os.fsync(dfd)
         except OSError as exc:
             raise UploadRefused(status_of(exc)) from None
         finally:
@@ -231,42 +342,53 @@ class Upload:
 
     def abort(self) -> None:
         """Drop it: nothing stays (a hidden temporary file is removed)."""
-        self._close()
-        if self.temp is not None:
+        if self.temp is not None and self.dir_fd >= 0:
             with contextlib.suppress(OSError):
-                os.unlink(self.temp)
-            self.temp = None
+                os.unlink(self.temp, dir_fd=self.dir_fd)
+        self.temp = None
+        self._close()
 
     def _close(self) -> None:
         if self.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
+        if self.owns_dir and self.dir_fd >= 0 and self.temp is None:
+            with contextlib.suppress(OSError):
+                os.close(self.dir_fd)
+            self.dir_fd = -1
 
 
-def _hidden_name(directory: str) -> str:
-    """A new hidden name in *directory* for a temporary file (a dotfile: not listed, not served)."""
-    return os.path.join(directory, f".upload-{uuid.uuid4().hex}")
+@contextlib.contextmanager
+def _locked(dir_fd: int) -> Iterator[None]:
+    """An exclusive ``flock`` of a directory (across the workers too), where the platform has one."""
+    try:
+        if fcntl is None:
+            raise OSError(errno.ENOSYS, "no flock")
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        fcntl.flock(dir_fd, fcntl.LOCK_UN)
 
 
-def _link_nameless(fd: int, path: str) -> None:
-    """Give the ``O_TMPFILE`` file *fd* the name *path* (``linkat`` of ``/proc/self/fd/N`` with
-    ``AT_SYMLINK_FOLLOW``, as open(2) describes; ``os.link`` only passes the flag with a
+def _hidden_name() -> str:
+    """A new hidden name for a temporary file (a dotfile: not listed, not served)."""
+    return f".upload-{uuid.uuid4().hex}"
+
+
+def _link_nameless(fd: int, name: str, dir_fd: int) -> None:
+    """Give the ``O_TMPFILE`` file *fd* the *name* in *dir_fd* (``linkat`` of ``/proc/self/fd/N``
+    with ``AT_SYMLINK_FOLLOW``, as open(2) describes; ``os.link`` only passes the flag with a
     directory descriptor)."""
     proc = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+        os.link(str(fd), name, src_dir_fd=proc, dst_dir_fd=dir_fd, follow_symlinks=True)
     finally:
         os.close(proc)
-
-
-def _fsync_directory(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 #: Body bytes a connection keeps in memory on their way to the file: reading pauses above it.

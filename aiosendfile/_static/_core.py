@@ -47,6 +47,7 @@ __all__ = ("Located", "answer", "decide", "present_siblings", "resolve", "respon
 _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _CONDITIONAL = ("If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
 _ALLOW = ("Allow", "GET,HEAD")
+_ALLOW_UPLOADS = ("Allow", "GET,HEAD,POST,PUT")  # (serve --upload: its form posts, PUT)
 
 
 class Located(NamedTuple):
@@ -64,7 +65,7 @@ class Located(NamedTuple):
 def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
     """The path *req* names under ``policy.root``, or the error answer (405, 404)."""
     if req.method != "GET" and req.method != "HEAD":
-        return error(405, req.method, _ALLOW)
+        return error(405, req.method, _ALLOW_UPLOADS if policy.upload_form else _ALLOW)
     filename = req.rel
     if filename is None or "%" in filename:
         # Decoded from the raw bytes, as the file system names files: yarl leaves percent-escapes
@@ -183,6 +184,8 @@ def _directory(
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"
         fields = [("Content-Type", kind), ("Vary", "Accept")]
+        if not view.json:
+            fields.append(("Content-Security-Policy", _listing.LISTING_POLICY[policy.upload_form]))
         return Answer(200, fields, len(page), head_only=req.method == "HEAD", body=page, path=path)
     return error(403, req.method)
 

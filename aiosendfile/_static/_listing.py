@@ -22,6 +22,8 @@ entries in the same order, each with its ``name`` (U+FFFD for bytes that are not
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import os
@@ -33,6 +35,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 __all__ = (
+    "LISTING_POLICY",
     "LISTINGS_MAX_BYTES",
     "LISTINGS_MAX_ENTRIES",
     "DEFAULT_VIEW",
@@ -217,6 +220,28 @@ _SCRIPT = """<script>
 })();
 </script>
 """
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _policy(upload_form: bool) -> str:
+    """The page's ``Content-Security-Policy``: its own style and script, by their hashes, and
+    nothing else (no other script, no plugin, no frame around it, forms and requests to its
+    own origin only): a name shown on it cannot become markup that runs."""
+    style = _STYLE + (_FORM_STYLE if upload_form else "")
+    script = _SCRIPT[len("<script>") : -len("</script>\n")]
+    return (
+        "default-src 'none'; "
+        + (f"script-src {_sha256(script)}; connect-src 'self'; " if upload_form else "")
+        + f"style-src {_sha256(style)}; img-src 'self'; form-action 'self'; base-uri 'none'; "
+        "frame-ancestors 'none'"
+    )
+
+
+#: ``Content-Security-Policy`` of a listing page (index: with the upload form).
+LISTING_POLICY = (_policy(False), _policy(True))
 
 
 def listing_html(
