@@ -273,7 +273,7 @@ def _req(target: bytes, *headers: bytes, method: bytes = b"GET") -> bytes:
         method
         + b" "
         + target
-        + b" HTTP/1.1\r\nHost: x\r\n"
+        + b" HTTP/1.1\r\nHost: localhost\r\n"
         + b"".join(h + b"\r\n" for h in headers)
         + b"\r\n"
     )
@@ -331,15 +331,19 @@ def test_raw_pipelined_requests_are_answered_in_order_byte_exact(server: NativeP
     ("bad", "status"),
     [
         (b"NONSENSE\r\n\r\n", 400),
-        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n", 400),
-        (b"GET /" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
-        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"y" * 40_000 + b"\r\n\r\n", 431),
+        (b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nNo colon here\r\n\r\n", 400),
+        (b"GET /" + b"x" * 20_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n", 414),
+        (b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nX-Huge: " + b"y" * 40_000 + b"\r\n\r\n", 431),
         # RFC 9112 6.1: chunked framing on HTTP/1.0 is refused and the connection closed (nginx: 400)
         (b"GET /small.txt HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
         # a transfer coding we do not implement before chunked (nginx: 501)
-        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n", 501),
-        (b"GET /small.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
-        (b"GET /small.txt HTTP/2.0\r\nHost: x\r\n\r\n", 505),  # an HTTP/1.x server (nginx: 505)
+        (
+            b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n"
+            b"Transfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+        (b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        (b"GET /small.txt HTTP/2.0\r\nHost: localhost\r\n\r\n", 505),  # an HTTP/1.x server (nginx: 505)
     ],
     ids=[
         "garbage",

@@ -88,7 +88,7 @@ class Client:
 
     def head(self, target: str, agent: str = AGENT) -> tuple[int, int]:
         """Send GET *target*, read its head: (status, Content-Length)."""
-        self.sock.sendall(f"GET {target} HTTP/1.1\r\nHost: t\r\nUser-Agent: {agent}\r\n\r\n".encode())
+        self.sock.sendall(f"GET {target} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: {agent}\r\n\r\n".encode())
         while b"\r\n\r\n" not in self.buf:
             self._more()
         end = self.buf.index(b"\r\n\r\n") + 4

@@ -304,7 +304,11 @@ def test_resolve_listing() -> None:
     assert isinstance(got, Answer)
     assert (got.status, got.fields) == (
         200,
-        [("Content-Type", "text/html; charset=utf-8"), ("Vary", "Accept")],
+        [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Vary", "Accept"),
+            ("Content-Security-Policy", _listing.LISTING_POLICY[False]),
+        ],
     )
     assert isinstance(got.body, bytes)
     assert got.length == len(got.body)

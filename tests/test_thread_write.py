@@ -239,6 +239,7 @@ async def test_headers_uvicorn_would_treat_otherwise_are_left_to_the_loop(tmp_pa
             ):
                 writer = scope["extensions"][THREAD_WRITE]["open"]()
                 refused.append(await asyncio.to_thread(writer.write, 200, headers, fd, 0, 1))
+                writer.release()  # (nothing written: the response is the loop's again)
         finally:
             os.close(fd)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})

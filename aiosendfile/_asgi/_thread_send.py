@@ -8,15 +8,18 @@ hold the thread: every call is non-blocking, and what would have to wait (a full
 to the loop, which carries on from where the thread stopped.
 
 The socket is reached through a duplicate of the transport's descriptor, made on the request's
-thread and checked to be the same socket (its inode, taken on the loop's thread), so a connection
-the loop closes meanwhile never sends to another's reused descriptor. Nothing else writes on the
-connection while the request's app runs and has not started its response; the loop reads what
-the thread did (:class:`ThreadWrite`'s fields) only after the thread is done.
+thread and checked to be the same socket (a socket, its device and inode, taken on the loop's
+thread), so a connection the loop closes meanwhile never sends to another's reused descriptor.
+Nothing else writes on the connection while the thread may: the server marks the response
+started when it offers the write, until the loop gives it back (nothing written) or completes
+it; the loop reads what the thread did (:class:`ThreadWrite`'s fields) only after the thread is
+done.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 from .. import _platform
@@ -27,19 +30,30 @@ __all__ = ("THREAD_WRITE", "ThreadSocket", "ThreadWrite")
 #: The extension a server offering this lists: ``scope["extensions"][THREAD_WRITE]["open"]()``,
 #: on the loop's thread, gives an object with ``write(status, headers, fd, offset, count)`` (on
 #: the request's thread; False: nothing sent), ``complete`` and ``await finish()`` (on the loop's,
-#: whenever ``write`` returned True), or None where the thread cannot write.
+#: whenever ``write`` returned True, else ``release()``: the response is the loop's to send), or
+#: None where the thread cannot write.
 THREAD_WRITE = "aiosendfile.thread_write"
 
 
 class ThreadSocket:
-    """A connection's socket as a request's thread reaches it: its descriptor and its inode,
-    taken on the loop's thread (once a connection: :meth:`of`)."""
+    """A connection's socket as a request's thread reaches it: its descriptor and the identity
+    of what it names (device and inode), taken on the loop's thread (once a connection:
+    :meth:`of`). The thread writes only if a duplicate of the descriptor still names that socket:
+    a number closed and reused meanwhile (a file, another socket) is left alone."""
 
-    __slots__ = ("fd", "ino")
+    __slots__ = ("fd", "identity")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.ino = os.fstat(fd).st_ino
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise TypeError("not a socket")
+        self.identity = (st.st_dev, st.st_ino)
+
+    def names(self, fd: int) -> bool:
+        """Whether *fd* is this socket."""
+        st = os.fstat(fd)
+        return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self.identity
 
     @staticmethod
     def of(transport: Any) -> ThreadSocket | None:
@@ -85,7 +99,7 @@ class ThreadWrite:
         except OSError:
             return False
         try:
-            if os.fstat(out).st_ino != sock.ino:
+            if not sock.names(out):
                 return False
             self.attempted = True
             self._write(out, memoryview(head), fd, offset, count)

@@ -233,7 +233,7 @@ class ThreadResponse:
     """A file response a request's thread writes on an httptools cycle; the loop completes it.
 
     :meth:`open` on the loop's thread, :meth:`write` on the request's, then :meth:`finish` on the
-    loop's, always, when :meth:`write` returned True (see the module).
+    loop's, always, when :meth:`write` returned True, else :meth:`release` (see the module).
     """
 
     __slots__ = ("_cycle", "_fd", "_keep_alive", "_status", "_write")
@@ -264,7 +264,17 @@ class ThreadResponse:
             or transport.get_write_buffer_size()
         ):
             return None
+        # Claimed for the thread now: until release() (nothing was written), the cycle refuses
+        # another start, and uvicorn, should the request end in an error or be cancelled while
+        # the thread writes, closes the connection instead of writing a 500 into its stream.
+        cycle.response_started = True
         return ThreadResponse(cycle, ThreadWrite(sock))
+
+    def release(self) -> None:
+        """On the loop's thread: the thread wrote nothing (:meth:`write` False, or never called):
+        the response is the loop's to send, its own way."""
+        if not self._write.attempted:
+            self._cycle.response_started = False
 
     @property
     def complete(self) -> bool:

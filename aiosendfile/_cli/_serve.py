@@ -237,6 +237,23 @@ def add_serve_command(commands: Any) -> None:
         action="store_true",
         help="with --auth/--auth-file: GET and HEAD need no password (only uploads will)",
     )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable; .example.org: it and its subdomains; "
+        "'*': any); by default only IP addresses, localhost, this machine's name and --host are "
+        "answered, others get 421 (DNS rebinding)",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="with --auth: a reverse proxy (an address or a network, repeatable) whose Forwarded or "
+        "X-Forwarded-For names the client that failed passwords are counted against",
+    )
     serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     serve.add_argument(
         "--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM; default: in FILE)"
@@ -323,6 +340,14 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, f"cannot use {exc}", 2)
     if args.public_read and not args.users:
         return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
+    if args.trusted_proxy and not args.users:
+        return fail(PROG, "--trusted-proxy goes with --auth or --auth-file (whose lockout it keys)", 2)
+    try:
+        from .._serve._auth import TrustedProxies
+
+        TrustedProxies(tuple(args.trusted_proxy))
+    except ValueError as exc:
+        return fail(PROG, f"cannot use --trusted-proxy: {exc}", 2)
     if (args.overwrite or args.max_upload_size is not None) and not args.upload:
         return fail(PROG, "--overwrite and --max-upload-size go with --upload", 2)
     if args.upload and importlib.util.find_spec("python_multipart") is None:
@@ -755,6 +780,7 @@ def _settle_heap() -> None:
 async def _serve_until(
     args: argparse.Namespace, directory: str, sock: socket.socket, stop: asyncio.Event
 ) -> None:
+    from .._serve._rules import HostRule
     from .._serve._server import ServeConfig, shutdown, start_server
 
     config = ServeConfig(
@@ -768,6 +794,8 @@ async def _serve_until(
         upload=args.upload,
         overwrite=args.overwrite,
         max_upload_size=args.max_upload_size,
+        hosts=HostRule((args.host, *args.allow_host)),
+        trusted_proxies=tuple(args.trusted_proxy),
     )
     if args.access_log:
         _stderr()  # made here, so that its dropped-lines note starts with PROG

@@ -145,7 +145,16 @@ class OneHop:
             return
         set_script_prefix(django_asgi.get_script_prefix(scope))
         writer = _thread_writer(scope)
-        response, made, written = await self._respond_on_thread(handler, scope, body_file, writer)
+        try:
+            response, made, written = await self._respond_on_thread(handler, scope, body_file, writer)
+        except asyncio.CancelledError:
+            raise  # (the thread may be writing: the cycle stays claimed, the server closes it)
+        except BaseException:
+            if writer is not None:
+                writer.release()
+            raise
+        if not written and writer is not None:
+            writer.release()  # (nothing written from the thread: the response is sent below)
         if written:  # (the thread wrote the response, whole or in part: the loop completes it)
             try:
                 await writer.finish()

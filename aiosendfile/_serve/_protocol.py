@@ -844,7 +844,7 @@ class HttpProtocol(asyncio.Protocol):
                 raise _Stop(400) from None
         if size is not None and uploads.max_size is not None and size > uploads.max_size:
             raise _Stop(413)  # (before the body is read; no 100 Continue)
-        later = None
+        later: concurrent.futures.Future[float] | None = None
         gate = engine.gate
         if gate is not None:
             value, self.authorization = self.authorization, None
@@ -852,11 +852,11 @@ class HttpProtocol(asyncio.Protocol):
             verdict = gate.check(method, value, key, gate.clock())
             if verdict == SLOW:
                 assert value is not None
-                later = gate.verify_later(value, key)
-                if isinstance(later, float):
-                    verdict, later = later, None
+                queued = gate.verify_later(value, key)
+                if isinstance(queued, float):
+                    verdict = queued
                 else:
-                    verdict = ALLOWED
+                    verdict, later = ALLOWED, queued
             if verdict != ALLOWED:
                 status, extra = _refusal(verdict)
                 raise _Stop(status, *extra)
