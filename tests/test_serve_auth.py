@@ -126,7 +126,11 @@ def test_a_hostile_peer_cannot_grow_the_gates_memory() -> None:
     good = basic("bob", "pw")
     for i in range(_auth.VERIFIED_MAX * 2):
         gate.check(b"GET", good + b" " * i, "x", 0.0)  # (spaces around the token: the same password)
-    assert len(gate.verified) == _auth.VERIFIED_MAX
+    assert list(gate.verified) == [good]  # (only its canonical spelling is kept)
+    many = Gate(users(**{f"u{i}": "pw" for i in range(_auth.VERIFIED_MAX * 2)}))
+    for i in range(_auth.VERIFIED_MAX * 2):
+        many.check(b"GET", basic(f"u{i}", "pw"), "x", 0.0)
+    assert len(many.verified) == _auth.VERIFIED_MAX
     assert all(len(v) <= _auth.VERIFIED_MAX_VALUE for v in gate.verified)
     gate.record(b"Basic " + b"A" * 4096, True, "x", 0.0)
     assert b"Basic " + b"A" * 4096 not in gate.verified

@@ -171,11 +171,39 @@ def test_a_trusted_proxy_names_the_client_and_no_one_else_does() -> None:
     assert proxies.trusts("::1")
     assert not proxies.trusts("192.0.2.1")
     # (the rightmost hop the proxies did not add: what a client wrote before it is not believed)
-    assert proxies.client(None, b"6.6.6.6, 192.0.2.1, 10.0.0.2") == "192.0.2.1"
-    assert proxies.client(b'for="[2001:db8::1]:4711";proto=https', None) == "2001:db8::1"
-    assert proxies.client(b"for=192.0.2.9, for=10.0.0.1", b"1.1.1.1") == "192.0.2.9"  # (Forwarded first)
-    assert proxies.client(None, b"unknown") is None
-    assert proxies.client(None, b"10.0.0.1") is None
+    assert proxies.client(b"6.6.6.6, 192.0.2.1, 10.0.0.2") == "192.0.2.1"
+    assert proxies.client(b"[2001:db8::1]:4711") == "2001:db8::1"
+    assert proxies.client(b"unknown") is None
+    assert proxies.client(b"10.0.0.1") is None
+
+
+def test_one_accounts_password_does_not_reset_the_lock_for_guesses_at_another() -> None:
+    gate = Gate(dict(clear_users(mallory="mine", admin="secret")))
+    own = basic("mallory", "mine").encode()
+    for n in range(_auth.FREE_FAILURES - 1):
+        assert gate.check(b"GET", basic("admin", f"guess{n}").encode(), "a", 0.0) == MISSING
+    assert gate.check(b"GET", own, "a", 0.0) == ALLOWED
+    assert gate.check(b"GET", b"basic  " + own[6:], "a", 0.0) == ALLOWED  # (a variant: not kept)
+    assert list(gate.verified) == [own]
+    assert gate.check(b"GET", basic("admin", "guess").encode(), "a", 0.0) == MISSING
+    assert gate.check(b"GET", basic("admin", "secret").encode(), "a", 0.1) > 0  # locked
+
+
+async def test_behind_a_trusted_proxy_the_lock_keys_on_its_x_forwarded_for(public: Path) -> None:
+    """Only ``X-Forwarded-For`` names the client (a ``Forwarded`` the client wrote is not read),
+    and only from the trusted proxy's connections."""
+    right = "Authorization: " + basic("bob", "pw")
+    async with native_site(public, auth=clear_users(bob="pw"), trusted_proxies=("127.0.0.1",)) as site:
+        for n in range(_auth.FREE_FAILURES):
+            raw = await exchange(
+                site, get("/a-file", "X-Forwarded-For: 192.0.2.1", f"Authorization: {basic('bob', str(n))}")
+            )
+            assert status(raw) == 401
+        assert status(await exchange(site, get("/a-file", "X-Forwarded-For: 192.0.2.1", right))) == 429
+        spoofed = get("/a-file", "Forwarded: for=198.51.100.7", "X-Forwarded-For: 6.6.6.6, 192.0.2.1", right)
+        assert status(await exchange(site, spoofed)) == 429
+        assert status(await exchange(site, get("/a-file", "X-Forwarded-For: 192.0.2.2", right))) == 200
+        assert status(await exchange(site, get("/a-file", right))) == 200  # (the proxy itself)
 
 
 @pytest.mark.parametrize("users", [clear_users, hashed_users], ids=["clear", "hashed"])

@@ -251,7 +251,7 @@ def add_serve_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="ADDR",
-        help="with --auth: a reverse proxy (an address or a network, repeatable) whose Forwarded or "
+        help="with --auth: a reverse proxy (an address or a network, repeatable) whose "
         "X-Forwarded-For names the client that failed passwords are counted against",
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")

@@ -13,8 +13,9 @@ never when it was parsed (a pipelined guess is judged after the failures before 
   that failure, twice as long after each further one, up to :data:`LOCK_MAX` seconds: 429 with
   ``Retry-After``, whatever it sends meanwhile, a right password or one that passed before too
   (a lock that let one through would tell it is right). Its count stops growing at
-  :data:`COUNT_MAX` and is forgotten :data:`FORGET_AFTER` seconds after its last failure; a
-  success clears it. :data:`ADDRESSES_MAX` addresses are tracked, the least recently failed out
+  :data:`COUNT_MAX` and is forgotten :data:`FORGET_AFTER` seconds after its last failure (a
+  success does not clear it: one account's password would reset the lock for guesses at
+  another's). :data:`ADDRESSES_MAX` addresses are tracked, the least recently failed out
   first. Malformed credentials count as a failure; a request with none does not (a browser's
   first): 401;
 * a value that passed before (:data:`VERIFIED_MAX` kept, the least recently used out first) or a
@@ -27,7 +28,9 @@ never when it was parsed (a pipelined guess is judged after the failures before 
   connections are each judged after the ones before. The queue is bounded: at most
   :data:`QUEUE_PER_ADDRESS` distinct values of one address (429 beyond) and :data:`QUEUE_MAX` in
   all (503 beyond), and a value already queued for an address is not queued twice (a browser's
-  parallel connections): a flood of guesses costs the guesser, not the other users' logins.
+  parallel connections): a flood of guesses from one client costs that client, and a value that
+  passed before is allowed without the queue (guessers spread over many addresses can still
+  keep new logins waiting: 503 with ``Retry-After``).
 
 State is per process: with ``serve --workers N`` each worker counts on its own (an address may
 then have up to N times FREE_FAILURES free guesses before every worker locks it out).
@@ -215,8 +218,10 @@ def address_key(address: str) -> str:
 
 
 class TrustedProxies:
-    """``--trusted-proxy``: the addresses (or networks) of reverse proxies whose forwarded client
-    address (``Forwarded: for=``, else ``X-Forwarded-For``) names the client."""
+    """``--trusted-proxy``: the addresses (or networks) of reverse proxies whose
+    ``X-Forwarded-For`` names the client. Only that header: every common proxy appends to it
+    (nginx's ``$proxy_add_x_forwarded_for``, Caddy, Traefik, HAProxy's ``forwardfor``), and one
+    that does not touch ``Forwarded`` passes on whatever the client wrote there."""
 
     def __init__(self, specs: tuple[str, ...]) -> None:
         self.networks = tuple(ipaddress.ip_network(spec.strip(), strict=False) for spec in specs)
@@ -233,19 +238,11 @@ class TrustedProxies:
             ip = ip.ipv4_mapped
         return any(ip in net for net in self.networks)
 
-    def client(self, forwarded: bytes | None, x_forwarded_for: bytes | None) -> str | None:
+    def client(self, x_forwarded_for: bytes) -> str | None:
         """The client a trusted proxy names: the last hop that is not itself a trusted proxy
         (the proxy appends the address it saw; what the client sent comes before and is not
         believed past a hop we do not trust). None if there is none to read."""
-        hops: list[str] = []
-        if forwarded is not None:
-            for element in forwarded.decode("latin-1").split(","):
-                for pair in element.split(";"):
-                    name, _, value = pair.strip().partition("=")
-                    if name.strip().lower() == "for":
-                        hops.append(_node(value.strip().strip('"')))
-        elif x_forwarded_for is not None:
-            hops = [_node(hop.strip()) for hop in x_forwarded_for.decode("latin-1").split(",")]
+        hops = [_node(hop.strip()) for hop in x_forwarded_for.decode("latin-1").split(",")]
         for hop in reversed(hops):
             if not hop:
                 return None  # ("unknown", an obfuscated name: nothing to key on)
@@ -255,7 +252,8 @@ class TrustedProxies:
 
 
 def _node(text: str) -> str:
-    """An address out of a forwarded hop (``[2001:db8::1]:4711``, ``192.0.2.1:80``), or ""."""
+    """An address out of a forwarded hop (``2001:db8::1``, ``[2001:db8::1]:4711``,
+    ``192.0.2.1:80``), or ""."""
     if text.startswith("["):
         text = text[1:].partition("]")[0]
     elif text.count(":") == 1:
@@ -305,12 +303,17 @@ class Gate:
                 return ALLOWED
         found = _credentials(value)
         secret = None if found is None else self.users.get(found[0])
-        if found is None or (secret is None and self._dummy is None):  # (nothing slow to time)
-            self.record(value, False, key, now)
-            return MISSING
-        if secret is not None and not secret.slow:
-            ok = secret.matches_now(found[1])
-            self.record(value, ok, key, now)
+        if (
+            found is None
+            or (secret is None and self._dummy is None)
+            or (secret is not None and not secret.slow)
+        ):
+            with self._lock:  # (judged and counted at once: no other check slips in between)
+                locked = self._locked_for(key, now)
+                if locked:
+                    return locked
+                ok = secret is not None and found is not None and secret.matches_now(found[1])
+                self._record(value, ok, key, now)
             return ALLOWED if ok else MISSING
         return SLOW
 
@@ -345,7 +348,12 @@ class Gate:
                 if value in self.verified:  # (passed meanwhile, from another connection)
                     return ALLOWED
             ok = self.verify(value)
-            self.record(value, ok, key, self.clock())
+            with self._lock:  # (the lock again: failures counted meanwhile by other checks)
+                now = self.clock()
+                locked = self._locked_for(key, now)
+                self._record(value, ok, key, now)
+            if locked:
+                return locked
             return ALLOWED if ok else MISSING
         finally:
             with self._lock:
@@ -369,22 +377,29 @@ class Gate:
         return secret.matches(found[1])
 
     def record(self, value: bytes, ok: bool, key: str, now: float) -> None:
-        """The outcome of a check: a success is kept and clears the key; a failure counts."""
+        """The outcome of a check: a success is kept (its value, if in its one canonical
+        spelling); a failure counts against the key."""
         with self._lock:
-            failures = self.failures
-            if ok:
-                failures.pop(key, None)
-                if len(value) <= VERIFIED_MAX_VALUE:
-                    self.verified[value] = None
-                    self.verified.move_to_end(value)
-                    while len(self.verified) > VERIFIED_MAX:
-                        self.verified.popitem(last=False)
-                return
-            count, last = failures.pop(key, (0, now))
-            count = count + 1 if now - last < FORGET_AFTER else 1
-            failures[key] = (min(count, COUNT_MAX), now)
-            while len(failures) > ADDRESSES_MAX:
-                failures.popitem(last=False)
+            self._record(value, ok, key, now)
+
+    def _record(self, value: bytes, ok: bool, key: str, now: float) -> None:
+        failures = self.failures
+        if ok:
+            # (a success does not clear the key's failures: one account's right password between
+            # guesses at another's would reset the lock; they are forgotten FORGET_AFTER on.
+            # Only the canonical spelling is kept: variants, "basic", extra spaces, would each
+            # take a place and push the others out)
+            if len(value) <= VERIFIED_MAX_VALUE and _canonical(value):
+                self.verified[value] = None
+                self.verified.move_to_end(value)
+                while len(self.verified) > VERIFIED_MAX:
+                    self.verified.popitem(last=False)
+            return
+        count, last = failures.pop(key, (0, now))
+        count = count + 1 if now - last < FORGET_AFTER else 1
+        failures[key] = (min(count, COUNT_MAX), now)
+        while len(failures) > ADDRESSES_MAX:
+            failures.popitem(last=False)
 
     def locked_for(self, key: str, now: float) -> float:
         """Seconds *key* is still locked out (0.0: it is not)."""
@@ -407,6 +422,13 @@ class Gate:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
+            self._queued.clear()  # (the cancelled checks never reach their own cleanup)
+            self._queued_by.clear()
+
+
+def _canonical(value: bytes) -> bool:
+    """Whether *value* is a Basic value as browsers and curl spell it (``Basic`` and one space)."""
+    return value.startswith(b"Basic ") and b" " not in value[6:]
 
 
 def _credentials(value: bytes) -> tuple[bytes, bytes] | None:

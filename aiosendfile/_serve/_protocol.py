@@ -91,7 +91,6 @@ __all__ = (
     "CTYPE",
     "EXPECT",
     "FETCH_SITE",
-    "FORWARDED",
     "HOST",
     "ORIGIN",
     "REFERER",
@@ -104,7 +103,7 @@ __all__ = (
 
 #: What a wanted request header is kept for (``Engine.wanted`` maps lowercase names to these).
 HOST, CORE, EXPECT, REFERER, AGENT, TE, ACCEPT, AUTH, LENGTH, CTYPE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-ORIGIN, FETCH_SITE, FORWARDED, XFF = 10, 11, 12, 13
+ORIGIN, FETCH_SITE, XFF = 10, 11, 12
 
 
 def header_kinds(
@@ -114,7 +113,7 @@ def header_kinds(
     only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
     ``Referer`` and ``User-Agent``; with authentication ``Authorization`` (a request with it stays
     plain: the heads memo keys on the whole read, credentials included), and behind trusted
-    proxies their ``Forwarded`` and ``X-Forwarded-For``; with uploads what a body needs and
+    proxies their ``X-Forwarded-For``; with uploads what a body needs and
     what tells a browser's cross-site write (``Origin``, ``Sec-Fetch-Site``)."""
     kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
     kinds[b"accept"] = ACCEPT
@@ -124,7 +123,6 @@ def header_kinds(
     if auth:
         kinds[b"authorization"] = AUTH
         if proxied:
-            kinds[b"forwarded"] = FORWARDED
             kinds[b"x-forwarded-for"] = XFF
     if uploads:
         kinds[b"content-length"] = LENGTH
@@ -315,7 +313,6 @@ class HttpProtocol(asyncio.Protocol):
         "expect",
         "fetch_site",
         "fields",
-        "forwarded",
         "head_size",
         "held",
         "host",
@@ -384,8 +381,7 @@ class HttpProtocol(asyncio.Protocol):
         self.host: bytes | None = None  # the first one's value
         self.origin: bytes | None = None  # (with uploads) Origin and Sec-Fetch-Site: who writes
         self.fetch_site: bytes | None = None
-        self.forwarded: bytes | None = None  # (behind a trusted proxy) Forwarded, X-Forwarded-For
-        self.xff: bytes | None = None
+        self.xff: bytes | None = None  # (behind a trusted proxy) X-Forwarded-For
         self.client: str | None = None  # the client they name (TrustedProxies.client)
         self.key = "-"  # what the gate locks this connection's client out as (address_key)
         self.proxied = False  # the peer is a trusted proxy: its requests' clients are their own
@@ -659,8 +655,6 @@ class HttpProtocol(asyncio.Protocol):
             self.origin = value if self.origin is None else b"null"
         elif kind == FETCH_SITE:
             self.fetch_site = value if self.fetch_site is None else b"cross-site"
-        elif kind == FORWARDED:
-            self.forwarded = value if self.forwarded is None else self.forwarded + b"," + value
         elif kind == XFF:
             self.xff = value if self.xff is None else self.xff + b"," + value
         else:
@@ -671,10 +665,10 @@ class HttpProtocol(asyncio.Protocol):
         hosts, self.hosts = self.hosts, 0
         host, self.host = self.host, None
         engine = self.engine
-        if self.forwarded is not None or self.xff is not None:
+        if self.xff is not None:
             assert engine.trusted is not None
-            self.client = engine.trusted.client(self.forwarded, self.xff)
-            self.forwarded = self.xff = None
+            self.client = engine.trusted.client(self.xff)
+            self.xff = None
         else:
             self.client = None
         te, self.te = self.te, None

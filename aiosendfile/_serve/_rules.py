@@ -45,6 +45,8 @@ def _split_host(host: str) -> str:
 
 
 def _is_ip(name: str) -> bool:
+    if "%" in name and ":" not in name:
+        return False  # (a zone belongs to an IPv6 address only)
     try:
         ipaddress.ip_address(name.partition("%")[0])
     except ValueError:

@@ -125,6 +125,9 @@ def _parts(relative: str, policy: DirectoryPolicy) -> list[str]:
 #: line and paragraph separators. They make a listing or a terminal show another name than the
 #: file's (``evil\u202egnp.exe`` shows as ``evilexe.png``).
 _SPOOFING = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+#: Letters that show as nothing (Hangul fillers, the blank Braille pattern) and slashes that are not
+#: one (a name that reads as a path).
+_LOOK_ALIKES = frozenset("\u115f\u1160\u3164\uffa0\u2800\u2044\u2215\u29f8\uff0f")
 
 
 def bad_name(name: str) -> bool:
@@ -134,7 +137,7 @@ def bad_name(name: str) -> bool:
         return True
     if name.isascii():
         return any(ord(c) < 32 or ord(c) == 127 for c in name)
-    return any(unicodedata.category(c) in _SPOOFING for c in name)
+    return any(unicodedata.category(c) in _SPOOFING or c in _LOOK_ALIKES for c in name)
 
 
 #: The pre-compressed siblings the core serves in a file's place (``DirectoryPolicy.precompressed``).
@@ -317,7 +320,7 @@ class Upload:
                     self.temp = None
                     if self.policy.precompressed:
                         for suffix in SIBLINGS:  # (what stood in for the file replaced)
-                            with contextlib.suppress(FileNotFoundError):
+                            with contextlib.suppress(OSError):  # (none; a directory: never served)
                                 os.unlink(name + suffix, dir_fd=dfd)
                 else:  # linked: EEXIST if another upload took the name meanwhile (409)
                     existed = False
