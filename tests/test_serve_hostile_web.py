@@ -560,6 +560,39 @@ async def test_a_directory_swapped_for_a_symlink_mid_form_cannot_send_a_part_out
     assert sorted(os.listdir(public / "sub-old")) == ["first", "second"]
 
 
+def test_without_proc_a_name_swapped_after_its_open_is_not_believed(
+    public: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(macOS/BSD: no ``/proc/self/fd``.) The realpath of the name is believed only while it
+    names what was opened."""
+    from aiosendfile._static import _fs
+
+    readlink = os.readlink
+
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).startswith("/proc/self/fd/"):
+            raise FileNotFoundError(path)
+        return readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", no_proc)
+    inside = os.open(public / "sub", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert _fs.opened_inside(inside, str(public / "sub"), str(public))
+    finally:
+        os.close(inside)
+    # opened through a symlink out of the root, then the name made a real directory again
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, public / "link")
+    fd = os.open(public / "link", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.unlink(public / "link")
+        os.mkdir(public / "link")
+        assert not _fs.opened_inside(fd, str(public / "link"), str(public))
+    finally:
+        os.close(fd)
+
+
 async def test_the_request_after_a_507_is_answered(small_disk: Path) -> None:
     """The probe: after a zero-copy PUT answered 507, a GET on the same connection got nothing
     until the keep-alive timeout."""

@@ -3,8 +3,9 @@
 Formatting a ``Date`` costs ~1.7 µs, more than the whole hot answer's headroom over nginx, so
 it is formatted once per second (when the engine's timer ticks into a new wall-clock second)
 and every response appends one of three prebuilt tails (each with ``X-Content-Type-Options:
-nosniff``: no browser guesses a type that runs script from a file's bytes): closing, HTTP/1.1 keep-alive (no
-``Connection`` field, as aiohttp answers) and HTTP/1.0 keep-alive (``Connection: keep-alive``).
+nosniff``: no browser guesses a type that runs script from a file's bytes): closing, HTTP/1.1
+keep-alive (no ``Connection`` field, as aiohttp answers) and HTTP/1.0 keep-alive
+(``Connection: keep-alive``).
 The access log's ``[day/Mon/year:H:M:S +0000]`` stamp is refreshed with it.
 """
 

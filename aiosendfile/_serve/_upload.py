@@ -41,7 +41,8 @@ try:
 except ImportError:  # (Windows: no flock; the link's EEXIST still keeps a name from two uploads)
     fcntl = None  # type: ignore[assignment]
 
-from .._static._paths import checked, decode, inside
+from .._static._fs import opened_inside
+from .._static._paths import checked, decode
 from .._static._policy import DirectoryPolicy
 
 __all__ = (
@@ -54,7 +55,6 @@ __all__ = (
     "Upload",
     "UploadRefused",
     "bad_name",
-    "checked_directory",
     "open_directory",
     "sibling_of",
     "status_of",
@@ -164,37 +164,12 @@ def open_directory(path: str, policy: DirectoryPolicy) -> int:
     except OSError:
         raise UploadRefused(409, "no such directory") from None
     try:
-        if not policy.follow_symlinks and not inside(_real_path(fd, path), root):
+        if not policy.follow_symlinks and not opened_inside(fd, path, root):
             raise UploadRefused(404)
     except BaseException:
         os.close(fd)
         raise
     return fd
-
-
-def _real_path(fd: int, path: str) -> str:
-    """Where the directory *fd* (opened at *path*) is: the kernel's own path of it on Linux;
-    elsewhere ``realpath`` of *path*, and only if that names the same directory."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        pass
-    real = os.path.realpath(path)
-    try:
-        st, there = os.fstat(fd), os.stat(real)
-    except OSError:
-        return ""
-    return real if (st.st_dev, st.st_ino) == (there.st_dev, there.st_ino) else ""
-
-
-def checked_directory(path: str, policy: DirectoryPolicy) -> str:
-    """The real path of the directory *path*, which must be one inside the root (UploadRefused:
-    409 if it is not a directory, 404 if it lies outside)."""
-    fd = open_directory(path, policy)
-    try:
-        return _real_path(fd, path) or os.path.realpath(path)
-    finally:
-        os.close(fd)
 
 
 def status_of(exc: BaseException) -> int:

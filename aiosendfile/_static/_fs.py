@@ -43,6 +43,7 @@ __all__ = (
     "KnownInside",
     "NotRegular",
     "open_cached",
+    "opened_inside",
     "OutsideRoot",
     "PoolFS",
     "RealFS",
@@ -147,7 +148,7 @@ class RealFS:
             if root is not None:
                 known = (root, path, st.st_dev, st.st_ino, st.st_ctime_ns)
                 if known not in self._inside:
-                    if not _opened_inside(fd, path, root):
+                    if not opened_inside(fd, path, root):
                         raise OutsideRoot(path)
                     if stat.S_ISREG(st.st_mode):
                         self._inside.add(known)
@@ -224,14 +225,22 @@ def _may(name: str, mode: int, dir_fd: int, directory: str) -> bool:
 
 
 def _real_path_of(fd: int, path: str) -> str:
-    """Where the descriptor *fd* (opened as *path*) really is: its ``/proc`` link, else realpath."""
+    """Where the descriptor *fd* (opened as *path*) really is: its ``/proc`` link; without
+    ``/proc`` (macOS/BSD) the realpath of *path*, only if it names what *fd* is (else "": a
+    path swapped since the open is nowhere we know)."""
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return os.path.realpath(path)  # no /proc (macOS/BSD): the path, checked once more
+        pass
+    real = os.path.realpath(path)
+    try:
+        st, there = os.fstat(fd), os.stat(real)
+    except OSError:
+        return ""
+    return real if (st.st_dev, st.st_ino) == (there.st_dev, there.st_ino) else ""
 
 
-def _opened_inside(fd: int, path: str, root: str) -> bool:
+def opened_inside(fd: int, path: str, root: str) -> bool:
     """Whether the file actually opened lies inside *root* (checked on the open fd: no race)."""
     return inside(_real_path_of(fd, path), root)
 
