@@ -289,7 +289,8 @@ class Gate:
         self._queued_by: dict[str, int] = {}
 
     def check(self, method: bytes, value: bytes | None, key: str, now: float) -> float:
-        """ALLOWED, MISSING (401), SLOW (:meth:`verify_later` it), or the seconds of a lock (429)."""
+        """ALLOWED, MISSING (401), SLOW (:meth:`verify_later` it), or the seconds of a lock (429).
+        Judged and counted under the gate's lock: no other check slips in between."""
         if self.public_read and method in (b"GET", b"HEAD"):
             return ALLOWED
         if value is None:
@@ -301,21 +302,22 @@ class Gate:
             if value in self.verified:
                 self.verified.move_to_end(value)
                 return ALLOWED
-        found = _credentials(value)
-        secret = None if found is None else self.users.get(found[0])
-        if (
-            found is None
-            or (secret is None and self._dummy is None)
-            or (secret is not None and not secret.slow)
-        ):
-            with self._lock:  # (judged and counted at once: no other check slips in between)
-                locked = self._locked_for(key, now)
-                if locked:
-                    return locked
-                ok = secret is not None and found is not None and secret.matches_now(found[1])
-                self._record(value, ok, key, now)
-            return ALLOWED if ok else MISSING
-        return SLOW
+            found = _credentials(value)
+            secret = None if found is None else self.users.get(found[0])
+            if found is not None and (secret.slow if secret is not None else self._dummy is not None):
+                return SLOW  # (a hash, or an unknown user timed as one)
+            ok = secret is not None and found is not None and secret.matches_now(found[1])
+            self._record(value, ok, key, now)
+        return ALLOWED if ok else MISSING
+
+    def judge(self, method: bytes, value: bytes | None, key: str) -> concurrent.futures.Future[float] | float:
+        """:meth:`check` now, and a SLOW value queued for the gate's thread
+        (:meth:`verify_later`): a verdict, or a future of one."""
+        verdict = self.check(method, value, key, self.clock())
+        if verdict != SLOW:
+            return verdict
+        assert value is not None
+        return self.verify_later(value, key)
 
     def verify_later(self, value: bytes, key: str) -> concurrent.futures.Future[float] | float:
         """A SLOW value checked in the gate's thread: a future of its verdict (ALLOWED, MISSING

@@ -62,7 +62,7 @@ from .._static._fs import POOL_FS, DecideInPool, open_cached, read_back, reopen
 from .._static._hot import hot_files, identity
 from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request, accept_matters
-from ._auth import ALLOWED, BUSY, MISSING, REALM, SLOW, address_key
+from ._auth import ALLOWED, BUSY, MISSING, REALM, address_key
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._rules import same_origin
@@ -760,17 +760,12 @@ class HttpProtocol(asyncio.Protocol):
         assert gate is not None
         assert x.auth is not None
         value, client = x.auth
-        key = self._key_of(client)
-        verdict = gate.check(x.method, value, key, gate.clock())
-        if verdict == SLOW:
-            assert value is not None
-            later = gate.verify_later(value, key)
-            if not isinstance(later, float):
-                self.busy = True
-                self._update_reading()
-                later.add_done_callback(functools.partial(self._on_loop, self._authorized, x))
-                return False
-            verdict = later
+        verdict = gate.judge(x.method, value, self._key_of(client))
+        if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
+            self.busy = True
+            self._update_reading()
+            verdict.add_done_callback(functools.partial(self._on_loop, self._authorized, x))
+            return False
         if verdict != ALLOWED:
             self._refuse(x, verdict)
             return False
@@ -838,20 +833,12 @@ class HttpProtocol(asyncio.Protocol):
                 raise _Stop(400) from None
         if size is not None and uploads.max_size is not None and size > uploads.max_size:
             raise _Stop(413)  # (before the body is read; no 100 Continue)
-        later: concurrent.futures.Future[float] | None = None
+        verdict: concurrent.futures.Future[float] | float = ALLOWED
         gate = engine.gate
         if gate is not None:
             value, self.authorization = self.authorization, None
-            key = self._key_of(self.client)
-            verdict = gate.check(method, value, key, gate.clock())
-            if verdict == SLOW:
-                assert value is not None
-                queued = gate.verify_later(value, key)
-                if isinstance(queued, float):
-                    verdict = queued
-                else:
-                    verdict, later = ALLOWED, queued
-            if verdict != ALLOWED:
+            verdict = gate.judge(method, value, self._key_of(self.client))
+            if isinstance(verdict, float) and verdict != ALLOWED:
                 status, extra = _refusal(verdict)
                 raise _Stop(status, *extra)
         split = _split_target(self.url)
@@ -878,8 +865,8 @@ class HttpProtocol(asyncio.Protocol):
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             self._update_reading()
-        if later is not None:  # (its password is checked in the gate's thread first)
-            later.add_done_callback(functools.partial(self._on_loop, self._upload_verified, r))
+        if not isinstance(verdict, float):  # (its password is checked in the gate's thread first)
+            verdict.add_done_callback(functools.partial(self._on_loop, self._upload_verified, r))
         else:
             self._upload_open(r)
 
