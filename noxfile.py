@@ -12,7 +12,7 @@ import zipfile
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typing", "docs", "build"]
+nox.options.sessions = ["tests", "django", "lint", "typing", "docs", "build"]
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 # uv makes a session's virtualenv and installs into it in seconds (pip: 15-40 s a session, and the
@@ -102,6 +102,33 @@ def tests(session: nox.Session) -> None:
     newest = session.python == INSTALLED[-1]
     # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/test_cli.py` is serial.
     session.run("pytest", *PARALLEL, *(session.posargs or ([] if newest else VERSION_SENSITIVE)))
+
+
+#: The Djangos whose own tests ``django`` runs: each LTS the ``django`` extra allows, and the newest
+#: release the session's Python can install. LTS series are left out where Django does not support
+#: the Python; "newest" is left out where it is one of the LTS series.
+DJANGOS = {"4.2": "django~=4.2.0", "5.2": "django~=5.2.0", "newest": "django"}
+DJANGO_PYTHONS = {"4.2": ("3.10", "3.11", "3.12"), "5.2": ("3.10", "3.11", "3.12", "3.13")}
+
+
+@nox.session(python=INSTALLED)
+@nox.parametrize("django", list(DJANGOS))
+def django(session: nox.Session, django: str) -> None:
+    """Django's own tests of its ASGI handler (``asgi``, ``handlers``, ``responses``,
+    ``staticfiles_tests``, from the installed Django's sdist) against ``aiosendfile.django``: no
+    test that passes with stock Django may fail (``tests/host_suites/django_suite.py``). On
+    stock asyncio, and on uvloop too with the newest Python that runs this Django."""
+    if django in DJANGO_PYTHONS and session.python not in DJANGO_PYTHONS[django]:
+        session.skip(f"Django {django} does not support Python {session.python}")
+    session.install("-e", ".[django]", "uvloop", "tblib", DJANGOS[django])  # tblib: Django's parallel runner
+    version = session.run("python", "-c", "import django; print(django.get_version())", silent=True)
+    series = ".".join(str(version).strip().split(".")[:2])
+    if django == "newest" and series in DJANGO_PYTHONS:
+        session.skip(f"the newest Django for Python {session.python} is {series}, run as such")
+    session.run("python", "-m", "tests.host_suites.django_suite", *session.posargs)
+    runs_on = [python for python in DJANGO_PYTHONS.get(django, INSTALLED) if python in INSTALLED]
+    if session.python == runs_on[-1] and not session.posargs:
+        session.run("python", "-m", "tests.host_suites.django_suite", "--loop", "uvloop")
 
 
 @nox.session

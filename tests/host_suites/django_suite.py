@@ -1,0 +1,173 @@
+"""Django's own tests of its ASGI handler, run against ``aiosendfile.django``.
+
+``python -m tests.host_suites.django_suite`` (what ``nox -s django`` runs) takes the tests of the
+installed Django from its source distribution (:mod:`._sdist`), and runs ``LABELS`` with Django's
+``runtests.py`` in a child process where the names the tests import are ours:
+``get_asgi_application`` and ``ASGIHandler`` of ``django.core.asgi`` and ``django.core.handlers.asgi`` are
+``aiosendfile.django``'s, as in a project's ``asgi.py`` (Django's own modules keep theirs:
+``ASGIStaticFilesHandler`` wraps our handler, as in a project). The child checks that the test
+modules got our names. A test that fails with ours is run again with stock Django: the run is red
+when a test that passes stock fails with ours, or when ours leaves more ``ResourceWarning``\\s
+(an unclosed file or socket) than stock. There is no skip list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ("LABELS", "main")
+
+#: Django's tests of its handlers and responses, and of the static files app our door sits beside.
+LABELS = ("asgi", "handlers", "responses", "staticfiles_tests")
+
+#: A verbose unittest line: ``test_x (asgi.tests.ASGITest.test_x) ... ok`` (3.11+; 3.10 names the
+#: class alone, the method first). A test with a docstring has its outcome on the next line, after
+#: the docstring's first line.
+_TEST = re.compile(r"^(\w+) \(([\w.]+)\)(?: \[.*?\])?(?: \.\.\. (.*))?$")
+_OUTCOME = re.compile(r" \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$")
+_KINDS = {"ok": "passed", "FAIL": "failed", "ERROR": "failed", "unexpected success": "failed"}
+
+
+def _results(output: str) -> dict[str, str]:
+    """Each test's outcome in a verbose run's output: passed, failed or skipped."""
+    results: dict[str, str] = {}
+    pending = None
+    for line in output.splitlines():
+        match = _TEST.match(line)
+        if match:
+            method, where, outcome = match.groups()
+            pending = where if where.endswith(f".{method}") else f"{where}.{method}"
+            if outcome is None:
+                continue
+            line = f" ... {outcome}"
+        found = _OUTCOME.search(line)
+        if found and pending is not None:
+            results[pending] = _KINDS.get(found.group(1), "skipped")
+            pending = None
+    return results
+
+
+def _child(which: str, tests: Path, loop: str, args: list[str]) -> int:
+    """In the child: the loop, the swap (for ``ours``), Django's ``runtests.py``, then the swap
+    checked."""
+    sys.path.insert(0, str(tests))
+    os.chdir(tests)
+    if loop == "uvloop":  # (asgiref's async_to_sync makes the tests' loops through the policy)
+        import asyncio
+
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    if which == "ours":
+        import django.contrib.staticfiles.handlers  # (imported first: Django's own keeps its base)
+        import django.core.asgi
+        import django.core.handlers.asgi
+
+        import aiosendfile.django
+
+        django.core.asgi.get_asgi_application = aiosendfile.django.get_asgi_application
+        django.core.asgi.ASGIHandler = aiosendfile.django.ASGIHandler  # (4.2's tests import it there)
+        django.core.handlers.asgi.ASGIHandler = aiosendfile.django.ASGIHandler
+    import runpy
+
+    sys.argv = [str(tests / "runtests.py"), *args]
+    try:
+        runpy.run_path(str(tests / "runtests.py"), run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    if which == "ours":
+        import aiosendfile.django
+
+        module = sys.modules.get("asgi.tests")
+        if module is None or (
+            module.get_asgi_application is not aiosendfile.django.get_asgi_application
+            or module.ASGIHandler is not aiosendfile.django.ASGIHandler
+        ):
+            print("SWAP NOT TAKEN: asgi.tests does not use aiosendfile.django's handler", file=sys.stderr)
+            return 3
+        print("swap checked: asgi.tests imported aiosendfile.django's ASGIHandler and get_asgi_application")
+    return code
+
+
+def _run(which: str, tests: Path, loop: str, labels: list[str]) -> tuple[int, dict[str, str], int, str]:
+    import multiprocessing
+
+    # The swap is made in the parent process: workers that are forked keep it, others would not.
+    parallel = "2" if multiprocessing.get_start_method() == "fork" else "1"
+    env = dict(os.environ, PYTHONWARNINGS="always::ResourceWarning")
+    command = [sys.executable, "-m", "tests.host_suites.django_suite", "--child", which]
+    command += ["--tests", str(tests), "--loop", loop]
+    command += ["--", "-v", "2", "--parallel", parallel, *labels]
+    here = Path(__file__).resolve().parents[2]
+    done = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=1800)
+    output = done.stdout + done.stderr
+    warnings = output.count("ResourceWarning: unclosed")  # (an error in runtests.py: printed, not raised)
+    return done.returncode, _results(output), warnings, output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("labels", nargs="*", default=list(LABELS))
+    parser.add_argument("--child", choices=("ours", "stock"), help=argparse.SUPPRESS)
+    parser.add_argument("--tests", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the tests' loop")
+    parser.add_argument("--verbose", action="store_true", help="print the runs' whole output")
+    args, rest = parser.parse_known_args(argv)
+    if args.child:
+        return _child(args.child, args.tests, args.loop, [a for a in rest if a != "--"] or args.labels)
+
+    import django
+
+    from ._sdist import sdist_folder
+
+    version = django.get_version()
+    tests = sdist_folder("Django", version, "tests")
+    code, ours, warnings, output = _run("ours", tests, args.loop, args.labels)
+    if args.verbose or code not in (0, 1):
+        print(output)
+    failed = sorted(name for name, kind in ours.items() if kind == "failed")
+    labels = " ".join(args.labels)
+    print(f"Django {version} ({args.loop}), {labels}, with aiosendfile.django: {_counts(ours, warnings)}")
+    if "swap checked" not in output:
+        print(output)
+        print("The swap was not checked: the run proves nothing.")
+        return 1
+    print("The test modules imported aiosendfile.django's ASGIHandler and get_asgi_application.")
+    if not ours:
+        print(output)
+        print("No test results were read from the run.")
+        return 1
+    if not failed and not warnings and code == 0:
+        return 0
+    _, stock, warnings_stock, _ = _run("stock", tests, args.loop, args.labels)
+    print(f"stock Django {version}: {_counts(stock, warnings_stock)}")
+    worse = [name for name in failed if stock.get(name) == "passed"]
+    missing = sorted(set(stock) - set(ours))
+    for name in worse:
+        print(f"FAILS WITH aiosendfile.django, PASSES STOCK: {name}")
+    for name in missing:
+        print(f"RAN STOCK, NOT WITH aiosendfile.django: {name}")
+    if warnings > warnings_stock:
+        print(f"MORE ResourceWarnings THAN STOCK: {warnings} against {warnings_stock}")
+    if worse or missing or warnings > warnings_stock:
+        print(output)
+        return 1
+    return 0
+
+
+def _counts(results: dict[str, str], warnings: int) -> str:
+    kinds = list(results.values())
+    return (
+        f"{kinds.count('passed')} passed, {kinds.count('failed')} failed, {kinds.count('skipped')} skipped, "
+        f"{warnings} ResourceWarning(s)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
