@@ -368,6 +368,52 @@ def test_a_client_that_leaves_during_a_sync_view(project: Path, app: str) -> Non
         assert "Exception in ASGI application" not in running.logs()
 
 
+@pytest.mark.parametrize("app", ["ours", "stock"])
+def test_an_async_view_a_middlewares_urlconf_picks_is_cancelled_when_its_client_leaves(
+    project: Path, app: str
+) -> None:
+    """A middleware sets ``request.urlconf`` (as django-hosts does) to a URLconf whose view is
+    async: the handler cannot tell from ``ROOT_URLCONF``, yet the view is cancelled when its
+    client leaves and the next request is answered, as under Django's handler; a client that
+    stays gets the view's answer."""
+    with serving(project, ("uvicorn", OUR_HTTPTOOLS), app) as running:
+        with running.socket() as sock:
+            sock.sendall(b"GET /alt/wait?s=5 HTTP/1.1\r\nHost: x\r\nX-Urlconf: alt\r\n\r\n")
+            for _ in range(100):
+                if json.loads(_request(running, "/alt-state")[2])["started"]:
+                    break
+                time.sleep(0.02)
+        for _ in range(150):
+            state = json.loads(_request(running, "/alt-state")[2])
+            if state["cancelled"]:
+                break
+            time.sleep(0.02)
+        assert state == {"started": 1, "finished": 0, "cancelled": 1}
+        assert _request(running, "/alt/wait?s=0", **{"X-Urlconf": "alt"})[2] == b"waited\n"
+        assert "Exception in ASGI application" not in running.logs()
+
+
+@pytest.mark.parametrize("server", SERVERS[:2])
+@pytest.mark.parametrize("app", ["ours", "stock"])
+def test_a_request_is_finished_when_the_application_returns(
+    project: Path, server: tuple[str, str | None], app: str
+) -> None:
+    """``request_finished`` (the response's close) has run once by the time the application
+    returns, for every kind of response: a server, a middleware or a test tool that accounts per
+    request sees it finished. Django's handler alike."""
+    targets = ["/text", "/stream", "/memory", "/file/one", "/file/big.bin", "/thread-file", "/status/404"]
+    targets += ["/file/missing", "/boom"]
+    with serving(project, server, f"accounted_{app}", clean=False) as running:
+        for target in targets:
+            _request(running, target)
+        for _ in range(100):  # (the client has its answer before the application returns)
+            accounts = json.loads(_request(running, "/_accounting")[2])["finished_when_returned"]
+            if len(accounts) == len(targets):
+                break
+            time.sleep(0.02)
+    assert accounts == [1] * len(targets)
+
+
 @pytest.mark.parametrize("server", SERVERS[:2])
 @pytest.mark.parametrize("app", ["ours", "stock"])
 def test_an_endless_stream_ends_when_its_client_leaves(

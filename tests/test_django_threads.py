@@ -6,7 +6,6 @@ and a bounded number kept idle. On stock asyncio and uvloop."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import threading
 
@@ -107,63 +106,14 @@ async def test_idle_threads_are_bounded() -> None:
     threads.close()
 
 
-_WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
-
-
-async def test_work_run_later_runs_on_the_requests_thread_unwaited_and_the_thread_comes_back() -> None:
-    """``run_later``: on the request's thread, in the request's context, after its work; the
-    request ends without waiting for it; meanwhile another request gets another thread; once it
-    is done, the thread is lent again (not shut down)."""
-    threads = _threads.RequestThreads()
-    release = threading.Event()
-    ran: list[tuple[int, str]] = []
-
-    def later() -> None:
-        release.wait(10)
-        ran.append((threading.get_ident(), _WHO.get()))
-
-    async with threads.context():
-        _WHO.set("the request")
-        request_thread = await ident()
-        assert threads.run_later(later)
-    assert ran == []  # (not waited for)
-    async with threads.context():
-        assert await ident() != request_thread  # (busy: not lent)
-    release.set()
-    for _ in range(100):
-        if ran:
-            break
-        await asyncio.sleep(0.05)
-    assert ran == [(request_thread, "the request")]
-    await asyncio.sleep(0.05)  # (given back by its own thread just after)
-    seen = set()
-    for _ in range(2):
-        async with threads.context():
-            seen.add(await ident())
-    assert request_thread in seen
-    threads.close()
-
-
-async def test_work_run_later_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    threads = _threads.RequestThreads()
-    done = threading.Event()
+def test_a_close_that_fails_after_the_response_went_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """``run_logged``: a close on the request's thread after the thread wrote the response
+    (nothing is left to report it to) is logged, not raised."""
 
     def fails() -> None:
-        done.set()
         raise RuntimeError("a close that fails (the test expects it)")
 
     with caplog.at_level(logging.ERROR, logger="aiosendfile.django"):
-        async with threads.context():
-            assert threads.run_later(fails)
-        assert await asyncio.to_thread(done.wait, 10)
-        for _ in range(100):
-            if caplog.records:
-                break
-            await asyncio.sleep(0.05)
+        _threads.run_logged(fails)
     assert [r.getMessage() for r in caplog.records] == ["Closing a Django response failed"]
     assert "a close that fails" in caplog.text
-    threads.close()
-
-
-async def test_run_later_outside_a_request_is_refused() -> None:
-    assert _threads.RequestThreads().run_later(lambda: None) is False

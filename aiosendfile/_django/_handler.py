@@ -23,8 +23,9 @@ Around the view, two changes of cost (the responses stay Django's own):
 * a request for a sync view, in a project whose middleware can all run sync, runs its signal,
   Django's sync middleware chain and the view in one ``sync_to_async`` call (:mod:`._one_hop`),
   where Django's async chain makes one per sync middleware method (a dozen with ``startproject``'s
-  middleware), and closes its response on that thread after sending it without waiting for the
-  close. An async view goes through Django's async chain, as with Django's handler.
+  middleware); around that call, it is Django's ``handle`` (listening for the client leaving,
+  closing the response before returning). An async view goes through Django's async chain, as
+  with Django's handler.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.http import HttpResponseBase
 
-from .._asgi._render import OURS, PATHSEND, file_mode, send_answer
+from .._asgi._render import PATHSEND, file_mode, send_answer
 from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from ._one_hop import SUPPORTED as ONE_HOP_SUPPORTED
@@ -66,7 +67,7 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
         self.file_chunk_size = chunk_size
         self._threads = RequestThreads()
         chain = sync_chain() if one_hop and ONE_HOP_SUPPORTED else None
-        self._one_hop = OneHop(chain, self._threads) if chain is not None else None
+        self._one_hop = OneHop(chain) if chain is not None else None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # (Django's check and words)
@@ -84,19 +85,6 @@ class ASGIHandler(DjangoASGIHandler):  # type: ignore[misc]  # (Django has no ty
             await one_hop.handle(self, scope, receive, send)
         else:
             await super().handle(scope, receive, send)
-
-    def sends_alone(self, response: HttpResponseBase) -> bool:
-        """Whether sending *response* cannot outlast a client that left, with nothing listening
-        for it: not streaming (its bytes are in memory), or a file our protocol or the server's
-        ``pathsend`` sends whole (they stop when the client leaves)."""
-        if not response.streaming:
-            return True
-        body = file_body(response)
-        scope = _scope.get(None)
-        if body is None or scope is None:
-            return False
-        mode = file_mode(scope)
-        return bool(mode & OURS or (mode & PATHSEND and body[3]))
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         body = file_body(response)

@@ -9,16 +9,15 @@ its end: a thread started and joined per request.
 :class:`RequestThreads` keeps the guarantee and drops the cost, with asgiref's public
 ``ThreadSensitiveContext(executor=...)`` (asgiref 3.13): a request borrows a one-thread executor
 for its life and gives it back. An executor still running something when its request ends
-(work the request left behind: a call whose caller was cancelled, the response's close handed
-over by :meth:`RequestThreads.run_later`) is not lent again until that work is done: the thread
-that finishes it gives the executor back. At most ``IDLE`` executors wait between requests; more
+(work the request left behind: a sync view still running after its client left and its caller
+was cancelled) is not lent again until that work is done: the thread that finishes it gives the
+executor back. At most ``IDLE`` executors wait between requests; more
 are shut down. With an older asgiref, requests get Django's own context (a thread each).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
 import logging
 import threading
@@ -80,12 +79,6 @@ class _RequestExecutor(ThreadPoolExecutor):
         callback(self)
 
 
-#: The executor the current request borrowed (None outside one, or with an older asgiref).
-_lent: contextvars.ContextVar[_RequestExecutor | None] = contextvars.ContextVar(
-    "aiosendfile_django_executor", default=None
-)
-
-
 def run_logged(close: Callable[[], Any]) -> None:
     """``close()``, an error logged to ``aiosendfile.django`` (for a close after the response
     went out, where nothing can report it)."""
@@ -115,25 +108,11 @@ class RequestThreads:
             executor = self._idle.pop() if self._idle else None
         if executor is None:
             executor = _RequestExecutor()
-        token = _lent.set(executor)
         try:
             async with ThreadSensitiveContext(executor=executor):
                 yield
         finally:
-            _lent.reset(token)
             executor.when_idle(self._give_back)
-
-    @staticmethod
-    def run_later(fn: Callable[[], Any]) -> bool:
-        """Run *fn* on the current request's thread, after what that thread runs now, in a copy
-        of the current context, without waiting for it (an error is logged to
-        ``aiosendfile.django``); False when the request borrowed no executor (the caller runs it
-        its own way). The request's executor is not lent again before *fn* is done."""
-        executor = _lent.get()
-        if executor is None:
-            return False
-        executor.submit(contextvars.copy_context().run, run_logged, fn)
-        return True
 
     def _give_back(self, executor: _RequestExecutor) -> None:
         with self._lock:

@@ -5,11 +5,13 @@ Set ``DJANGO_SETTINGS_MODULE=tests.support.django_site`` and ``AIOSENDFILE_DJANG
 directory holding ``files/``, served by the views, ``static/``, ``STATIC_ROOT``, and ``assets/``,
 in ``STATICFILES_DIRS``); ``AIOSENDFILE_DJANGO_DEBUG=1`` sets ``DEBUG``. Factories:
 ``stock`` (Django's own ``get_asgi_application()``), ``ours`` (``aiosendfile.django``'s handler),
-``static_ours`` (``aiosendfile.django.StaticFiles`` around ``ours``).
+``static_ours`` (``aiosendfile.django.StaticFiles`` around ``ours``), ``accounted_ours`` and
+``accounted_stock`` (noting ``request_finished`` when the application returns).
 """
 
 from __future__ import annotations
 
+import contextvars
 import io
 import os
 import threading
@@ -41,6 +43,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     f"{__name__}.ThreadWitness",
+    f"{__name__}.UrlconfByHeader",
 ]
 if os.environ.get("AIOSENDFILE_DJANGO_ASYNC_MIDDLEWARE") == "1":
     MIDDLEWARE.append(f"{__name__}.async_only_middleware")
@@ -68,6 +71,20 @@ def _witness_class() -> Any:
             request.witness_thread = threading.get_ident()
 
     return ThreadWitness
+
+
+def _urlconf_class() -> Any:
+    from django.utils.deprecation import MiddlewareMixin
+
+    class UrlconfByHeader(MiddlewareMixin):  # type: ignore[misc]
+        """``X-Urlconf: alt`` sets ``request.urlconf`` (as django-hosts does by host): a URLconf
+        whose views ``ROOT_URLCONF`` does not know."""
+
+        def process_request(self, request: Any) -> None:
+            if request.headers.get("X-Urlconf") == "alt":
+                request.urlconf = _alt_urlconf()
+
+    return UrlconfByHeader
 
 
 def async_only_middleware(get_response: Any) -> Any:
@@ -272,6 +289,57 @@ def counters_view(request: Any) -> Any:
     return JsonResponse(dataclasses.asdict(_platform.counters))
 
 
+#: What ``alt_wait_view`` (an async view) saw: started, finished or cancelled.
+_ALT = {"started": 0, "finished": 0, "cancelled": 0}
+
+
+async def alt_wait_view(request: Any) -> Any:
+    """An async view, in the URLconf a middleware sets (:class:`UrlconfByHeader`), that waits."""
+    import asyncio
+
+    from django.http import HttpResponse
+
+    _ALT["started"] += 1
+    try:
+        await asyncio.sleep(float(request.GET.get("s", "1")))
+    except asyncio.CancelledError:
+        _ALT["cancelled"] += 1
+        raise
+    _ALT["finished"] += 1
+    return HttpResponse("waited\n")
+
+
+def alt_state_view(request: Any) -> Any:
+    from django.http import JsonResponse
+
+    return JsonResponse(_ALT)
+
+
+_ALT_URLCONF: tuple[Any, ...] = ()
+
+
+def _alt_urlconf() -> tuple[Any, ...]:
+    global _ALT_URLCONF
+    if not _ALT_URLCONF:
+        from django.urls import path
+
+        _ALT_URLCONF = (path("alt/wait", alt_wait_view),)
+    return _ALT_URLCONF
+
+
+#: For each request the accounting factories served (but ``/_accounting``): how many
+#: ``request_finished`` signals it had sent when the application returned.
+_ACCOUNTS: list[int] = []
+#: The request's own count (signals run in a copy of its context, on its thread too).
+_ACCOUNT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("account", default=None)
+
+
+def accounting_view(request: Any) -> Any:
+    from django.http import JsonResponse
+
+    return JsonResponse({"finished_when_returned": _ACCOUNTS})
+
+
 def _urls() -> list[Any]:
     from django.urls import path
     from django.views.decorators.csrf import csrf_exempt
@@ -294,6 +362,8 @@ def _urls() -> list[Any]:
         path("endless", endless_view),
         path("endless-state", endless_state_view),
         path("_counters", counters_view),
+        path("alt-state", alt_state_view),
+        path("_accounting", accounting_view),
     ]
 
 
@@ -302,6 +372,8 @@ def __getattr__(name: str) -> Any:  # what needs Django set up (the settings imp
         return _urls()
     if name == "ThreadWitness":
         return _witness_class()
+    if name == "UrlconfByHeader":
+        return _urlconf_class()
     raise AttributeError(name)
 
 
@@ -331,3 +403,33 @@ def static_ours() -> Any:
     from aiosendfile.django import StaticFiles, get_asgi_application
 
     return StaticFiles(get_asgi_application())
+
+
+def _accounted(app: Any) -> Any:
+    """*app*, noting for each request the ``request_finished`` signals it had sent by the time
+    the application returned (what a server or a test tool accounting per request sees)."""
+    from django.core.signals import request_finished
+
+    def count(**kwargs: Any) -> None:
+        account = _ACCOUNT.get()
+        if account is not None:
+            account[0] += 1
+
+    request_finished.connect(count, weak=False)
+
+    async def accounted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        account = [0]
+        _ACCOUNT.set(account)
+        await app(scope, receive, send)
+        if scope.get("path") != "/_accounting":
+            _ACCOUNTS.append(account[0])
+
+    return accounted
+
+
+def accounted_ours() -> Any:
+    return _accounted(ours())
+
+
+def accounted_stock() -> Any:
+    return _accounted(stock())
