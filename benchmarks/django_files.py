@@ -14,13 +14,17 @@ The project has ``startproject``'s middleware (sessions, auth, messages, CSRF, s
 clickjacking; WhiteNoise's and ServeStatic's right after ``SecurityMiddleware``, as their docs
 say); ``--middleware none`` leaves only theirs.
 
-Cases: a 4 KiB and a 1 MiB static file (``/static/...``), and a 1 MiB ``FileResponse`` from a
-view (``/file/...``), all in the page cache. Every round starts each server once, checks each
+Cases: a 4 KiB and a 1 MiB static file (``/static/...``), a 1 MiB ``FileResponse`` from a
+view (``/file/...``), all in the page cache, and a sync view's 6-byte ``HttpResponse`` (``/hello``:
+what the handler costs around any view). Every round starts each server once, checks each
 case's body once (byte-exact), then runs ``wrk -t1 -c64`` for each case (a 1 s warm-up, then
 ``--duration`` s), the contender order rotating from round to round. Figures: requests per
 second, the server's CPU per request (user + system of its process tree over the run) and its
 peak RSS (the largest ``VmHWM`` of its processes at the end of the round); medians over the rounds,
 and each contender's ratio to the best ASGI peer and to WhiteNoise under gunicorn.
+
+``--baseline DIR`` adds ``ours-baseline``: ``ours`` importing the ``aiosendfile`` package of the
+tree *DIR* (``git worktree add DIR REV``), for a change measured before and after in one run.
 
 With ``--together`` every server is started once and kept up, and each round alternates among
 them case by case (wrk windows back to back): on a machine whose speed drifts from minute to
@@ -29,6 +33,7 @@ minute, the contenders share the drift.
 Run from the repository root::
 
     python -m benchmarks.django_files --rounds 3 --duration 5 [--together] [--middleware none]
+    python -m benchmarks.django_files --together --baseline /tmp/before --contenders ours
 """
 
 from __future__ import annotations
@@ -51,10 +56,13 @@ from benchmarks.harness.report import cpu_model
 from benchmarks.harness.wrk import parse_wrk, run_wrk, wrk_command
 
 CONTENDERS = ("whitenoise-gunicorn", "servestatic-uvicorn", "stock-uvicorn", "ours")
+#: ``--baseline DIR``'s contender: ``ours`` with the ``aiosendfile`` package of another tree.
+BASELINE = "ours-baseline"
 CASES = {
     "4KiB static": "/static/4k.bin",
     "1MiB static": "/static/1m.bin",
     "1MiB FileResponse": "/file/1m.bin",
+    "small view": "/hello",
 }
 SERVER_CPU, CLIENT_CPU = "0", "1"
 SITE = "benchmarks.programs.django_site"
@@ -65,13 +73,28 @@ def make_tree(root: Path) -> dict[str, bytes]:
     (root / "files").mkdir()
     bodies = {"/static/4k.bin": os.urandom(4096), "/static/1m.bin": os.urandom(2**20)}
     bodies["/file/1m.bin"] = bodies["/static/1m.bin"]
+    bodies["/hello"] = b"hello\n"
     (root / "static" / "4k.bin").write_bytes(bodies["/static/4k.bin"])
     (root / "static" / "1m.bin").write_bytes(bodies["/static/1m.bin"])
     (root / "files" / "1m.bin").write_bytes(bodies["/file/1m.bin"])
     return bodies
 
 
-def start(name: str, root: Path, work: Path, middleware: str) -> servers.Server:
+def _uvicorn(work: Path, baseline: Path | None) -> list[str]:
+    """The command that runs uvicorn; with *baseline*, importing that tree's ``aiosendfile`` (a
+    folder holding only a link to it, first on the path: the site module stays this tree's)."""
+    if baseline is None:
+        return [sys.executable, "-m", "uvicorn"]
+    shadow = work / "baseline-path"
+    shadow.mkdir(exist_ok=True)
+    link = shadow / "aiosendfile"
+    if not link.exists():
+        link.symlink_to((baseline / "aiosendfile").resolve())
+    code = f"import sys; sys.path.insert(0, {str(shadow)!r}); from uvicorn.main import main; main()"
+    return [sys.executable, "-c", code]
+
+
+def start(name: str, root: Path, work: Path, middleware: str, baseline: Path | None = None) -> servers.Server:
     port = servers.free_port()
     mode = name.split("-")[0]
     env = {**servers.repo_env(), "BENCH_DJANGO_MODE": mode, "BENCH_DJANGO_ROOT": str(root)}
@@ -81,9 +104,19 @@ def start(name: str, root: Path, work: Path, middleware: str) -> servers.Server:
         cmd = [sys.executable, "-m", "gunicorn", f"{SITE}:wsgi", "-b", f"127.0.0.1:{port}"]
         cmd += ["-w", "1", "-k", "gthread", "--threads", "16", "--keep-alive", "75"]
         return servers.start_server(name, cmd, port, log, cpus=SERVER_CPU, env=env, processes=2)
-    cmd = [sys.executable, "-m", "uvicorn", f"{SITE}:asgi", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--loop", "uvloop", "--lifespan", "off", "--no-access-log"]
-    cmd += ["--http", "aiosendfile.uvicorn:HttpToolsProtocol" if name == "ours" else "httptools"]
+    cmd = [*_uvicorn(work, baseline if name == BASELINE else None), f"{SITE}:asgi"]
+    cmd += [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--lifespan",
+        "off",
+        "--no-access-log",
+    ]
+    cmd += ["--http", "aiosendfile.uvicorn:HttpToolsProtocol" if mode == "ours" else "httptools"]
     return servers.start_server(name, cmd, port, log, cpus=SERVER_CPU, env=env, reraises_stop_signal=True)
 
 
@@ -152,7 +185,7 @@ def one_round(
     """Each contender started, measured on every case, stopped, one after the other."""
     results: dict[str, dict[str, Any]] = {}
     for name in names:
-        server = start(name, root, work, args.middleware)
+        server = start(name, root, work, args.middleware, args.baseline)
         try:
             rows = {case: measure(server, case, bodies, wrk, args.duration) for case in cases}
             rss = peak_rss(process_tree(server.proc.pid))
@@ -181,7 +214,7 @@ def rounds_together(
     rounds: list[dict[str, dict[str, Any]]] = []
     try:
         for name in names:
-            running[name] = start(name, root, work, args.middleware)
+            running[name] = start(name, root, work, args.middleware, args.baseline)
         for rnd in range(1, args.rounds + 1):
             print(f"round {rnd}", flush=True)
             results: dict[str, dict[str, Any]] = {name: {} for name in names}
@@ -225,6 +258,14 @@ def report(rounds: list[dict[str, dict[str, Any]]], names: list[str], cases: lis
             spread = f"{statistics.median(speeds):,.0f} ({min(speeds):,.0f}-{max(speeds):,.0f})"
             peers = f"{_ratio(rounds, case, n, best_peer)} | {_ratio(rounds, case, n, 'whitenoise-gunicorn')}"
             lines.append(f"| {n} | {spread} | {statistics.median(cpus):.0f} | {rss:.0f} | {peers} |")
+        if "ours" in names and BASELINE in names:
+            speed = [r["ours"][case]["req_s"] / r[BASELINE][case]["req_s"] for r in rounds]
+            cpu = [r["ours"][case]["cpu_us"] / r[BASELINE][case]["cpu_us"] for r in rounds]
+            lines.append(
+                f"ours / {BASELINE}: req/s {statistics.median(speed):.2f}x "
+                f"({', '.join(f'{x:.2f}' for x in speed)}), CPU per request {statistics.median(cpu):.2f}x "
+                f"({', '.join(f'{x:.2f}' for x in cpu)})"
+            )
     return "\n".join(lines)
 
 
@@ -239,12 +280,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--middleware", choices=("default", "none"), default="default")
     p.add_argument("--json", type=Path)
     p.add_argument(
+        "--baseline", type=Path, help=f"a tree whose aiosendfile {BASELINE} runs (before a change)"
+    )
+    p.add_argument(
         "--together",
         action="store_true",
         help="start every contender once and alternate among them within each round",
     )
     args = p.parse_args(argv)
-    names = comma_list(p, args.contenders, CONTENDERS)
+    names = comma_list(p, args.contenders, (*CONTENDERS, BASELINE))
+    if args.baseline is not None and BASELINE not in names:
+        names.append(BASELINE)
+    if BASELINE in names and args.baseline is None:
+        p.error(f"{BASELINE} needs --baseline DIR")
     cases = comma_list(p, args.cases, tuple(CASES), "cases")
     wrk = servers.ensure_tools(False, "django_files")[0]
     work = Path(tempfile.mkdtemp(prefix="aiosendfile-django-bench-"))

@@ -71,11 +71,17 @@ def file_view(request: Any, name: str) -> Any:
     return FileResponse(open(where, "rb"))
 
 
+def hello_view(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    return HttpResponse(b"hello\n", content_type="text/plain")
+
+
 def _urls() -> list[Any]:
     from django.urls import path, re_path
     from django.views.static import serve
 
-    urls = [path("file/<str:name>", file_view)]
+    urls = [path("file/<str:name>", file_view), path("hello", hello_view)]
     if MODE == "stock":
         urls.append(re_path(r"^static/(?P<path>.*)$", serve, {"document_root": STATIC_ROOT}))
     return urls
