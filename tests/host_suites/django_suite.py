@@ -52,6 +52,12 @@ def _results(output: str) -> dict[str, str]:
     return results
 
 
+def _unclosed(output: str) -> int:
+    """The ``ResourceWarning``\\s (a file or socket left unclosed) a run printed: runtests.py makes
+    them errors, which Python prints (an error in ``__del__`` cannot be raised)."""
+    return output.count("ResourceWarning: unclosed")
+
+
 def _child(which: str, tests: Path, loop: str, args: list[str]) -> int:
     """In the child: the loop, the swap (for ``ours``), Django's ``runtests.py``, then the swap
     checked."""
@@ -107,7 +113,7 @@ def _run(which: str, tests: Path, loop: str, labels: list[str]) -> tuple[int, di
     here = Path(__file__).resolve().parents[2]
     done = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=1800)
     output = done.stdout + done.stderr
-    warnings = output.count("ResourceWarning: unclosed")  # (an error in runtests.py: printed, not raised)
+    warnings = _unclosed(output)
     return done.returncode, _results(output), warnings, output
 
 
