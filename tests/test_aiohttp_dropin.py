@@ -427,3 +427,30 @@ async def test_cancelled_cold_read_leaves_no_thread_on_the_fd(
             assert reads == (["started", "finished"] if stage == "running" else [])
         release.set()
     assert reads == (["started", "finished"] if stage == "running" else [])  # never ran later
+
+
+# -- the status the handler asked for ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("response_class", [web.FileResponse, sf.FileResponse], ids=["aiohttp", "ours"])
+@pytest.mark.parametrize("name", ["small.txt", "big.bin"])
+async def test_the_callers_status_answers_a_whole_file(
+    tmp_path: Path, serve: Any, response_class: type, name: str
+) -> None:
+    """``FileResponse(path, status=203)``: the whole file is answered with 203, as aiohttp's
+    class answers it; a range still gets 206 and a matching ``If-None-Match`` 304."""
+    body = pattern(SMALL if name == "small.txt" else BIG)
+    (tmp_path / name).write_bytes(body)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return response_class(tmp_path / name, status=203)
+
+    app = web.Application()
+    app.router.add_get("/f", handler)
+    server = await serve(app)
+    status, headers, got = await _get(server, "/f")
+    assert (status, got) == (203, body)
+    status, _, got = await _get(server, "/f", Range="bytes=0-9")
+    assert (status, got) == (206, body[:10])
+    status, _, got = await _get(server, "/f", **{"If-None-Match": headers["ETag"]})
+    assert (status, got) == (304, b"")

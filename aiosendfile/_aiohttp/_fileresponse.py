@@ -105,7 +105,8 @@ class FileResponse(web.StreamResponse):
         self._add_file_headers(answer.fields)
         if answer.encoding is not None:
             _compat.turn_off_compression(self)  # already compressed: a middleware must not do it again
-        self.set_status(answer.status)
+        if answer.status != 200:  # (a whole file keeps the status the caller asked for, as aiohttp's)
+            self.set_status(answer.status)
         if answer.length is None:  # 304: no body, and none announced
             for name in (hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH, hdrs.CONTENT_ENCODING):
                 self.headers.popall(name, None)
