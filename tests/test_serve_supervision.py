@@ -67,9 +67,10 @@ def _kill(pid: int) -> None:
 
 
 class Client:
-    """One keep-alive connection, one request at a time, each answer read whole."""
+    """One keep-alive connection, one request at a time, each answer read whole. *timeout* only
+    turns a hang into a failure (10 s, for a loaded machine); a test of promptness passes its own."""
 
-    def __init__(self, server: Server, timeout: float = 1.0) -> None:
+    def __init__(self, server: Server, timeout: float = 10.0) -> None:
         port = int(server.url.rsplit(":", 1)[1].strip("/"))
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = bytearray()
@@ -151,7 +152,7 @@ def _requests_answered_at_once(server: Server, start: int, count: int) -> None:
     """*count* GETs on one keep-alive connection, each answered within 1 s (the client's timeout)."""
     began = time.monotonic()
     slowest = 0.0
-    with Client(server) as client:
+    with Client(server, timeout=1.0) as client:
         for n in range(start, start + count):
             sent = time.monotonic()
             try:
