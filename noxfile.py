@@ -12,7 +12,7 @@ import zipfile
 
 import nox
 
-nox.options.sessions = ["tests", "django", "lint", "typing", "docs", "build"]
+nox.options.sessions = ["tests", "django", "uvicorn", "lint", "typing", "docs", "build"]
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 # uv makes a session's virtualenv and installs into it in seconds (pip: 15-40 s a session, and the
@@ -129,6 +129,28 @@ def django(session: nox.Session, django: str) -> None:
     runs_on = [python for python in DJANGO_PYTHONS.get(django, INSTALLED) if python in INSTALLED]
     if session.python == runs_on[-1] and not session.posargs:
         session.run("python", "-m", "tests.host_suites.django_suite", "--loop", "uvloop")
+
+
+#: What uvicorn's own tests import (its dev dependency group, less the tools that are not tests).
+UVICORN_TEST_DEPS = [
+    "pytest",
+    "pytest-mock",
+    "pytest-xdist",
+    "trustme",
+    "cryptography",
+    "httpx2",
+    "a2wsgi",
+    "wsproto",
+]
+
+
+@nox.session(python=INSTALLED[-1])
+def uvicorn(session: nox.Session) -> None:
+    """uvicorn's own test suite (from the installed uvicorn's sdist) with ``aiosendfile.uvicorn``'s
+    ``HttpToolsProtocol`` and ``H11Protocol`` in place of uvicorn's: no test that passes stock may
+    fail (``tests/host_suites/uvicorn_suite.py``)."""
+    session.install("-e", ".[asgi]", "uvicorn[standard]", *UVICORN_TEST_DEPS)
+    session.run("python", "-m", "tests.host_suites.uvicorn_suite", *session.posargs)
 
 
 @nox.session

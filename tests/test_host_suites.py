@@ -3,6 +3,8 @@ unittest's verbose output, whatever the Python's format, and the verdict against
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.host_suites import django_suite
@@ -69,3 +71,27 @@ def test_a_run_whose_swap_was_not_checked_is_red(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(django_suite, "_run", lambda which, *args: (0, {"a": "passed"}, 0, "no check"))
     monkeypatch.setattr("tests.host_suites._sdist.sdist_folder", lambda *args: "unused")
     assert django_suite.main([]) == 1
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.protocols.test_http" name="test_get_request[httptools]" time="0.1"/>
+<testcase classname="tests.protocols.test_http" name="test_keepalive[h11]" time="0.1">
+  <failure message="assert 1 == 2">...</failure></testcase>
+<testcase classname="tests.test_server" name="test_boom" time="0.1">
+  <error message="fixture">...</error></testcase>
+<testcase classname="tests.protocols.test_http" name="test_zttp[zttp]" time="0">
+  <skipped message="zttp"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_pytest_outcomes_are_read_from_junit(tmp_path: Path) -> None:
+    from tests.host_suites import uvicorn_suite
+
+    report = tmp_path / "junit.xml"
+    report.write_text(JUNIT)
+    assert uvicorn_suite.outcomes(report) == {
+        "tests.protocols.test_http::test_get_request[httptools]": "passed",
+        "tests.protocols.test_http::test_keepalive[h11]": "failed",
+        "tests.test_server::test_boom": "failed",
+        "tests.protocols.test_http::test_zttp[zttp]": "skipped",
+    }

@@ -2,7 +2,7 @@
 
 The tests are those of the version installed in the running environment: the sdist is found on
 the package index (PEP 691 JSON, ``$PIP_INDEX_URL`` or PyPI), checked against the index's
-SHA-256, and its test folder extracted under ``$XDG_CACHE_HOME/aiosendfile/host-suites``.
+SHA-256, and extracted under ``$XDG_CACHE_HOME/aiosendfile/host-suites``.
 """
 
 from __future__ import annotations
@@ -52,27 +52,26 @@ def _download(url: str, sha256: str, into: Path) -> None:
 
 
 def sdist_folder(project: str, version: str, folder: str) -> Path:
-    """The *folder* of *project* *version*'s sdist, extracted in the cache (fetched if absent)."""
+    """*folder* of *project* *version*'s sdist, extracted whole in the cache (fetched if absent):
+    the tests and, beside them, the project's own test settings (``pyproject.toml``)."""
     root = cache_dir()
     target = root / f"{project.lower()}-{version}"
-    done = target / ".complete"
-    if done.exists():
-        return target / folder
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmp:
-        archive = Path(tmp, "sdist.tar.gz")
-        _download(*_sdist_url(project, version), archive)
-        staging = Path(tmp, "tree")
-        with tarfile.open(archive) as tar:
-            top = tar.getnames()[0].split("/")[0]
-            members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/{folder}/")]
-            if not members:
-                raise LookupError(f"{project} {version}'s sdist has no {folder}/")
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(staging, members=members, filter="data")
-            else:  # (Python 3.10 before 3.10.12: no filters; the index's hash was checked)
-                tar.extractall(staging, members=members)
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging / top, target)  # (a half-extracted tree is never taken for a whole one)
-        done.touch()
+    done = target / ".whole"
+    if not done.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".fetch-") as tmp:
+            archive = Path(tmp, "sdist.tar.gz")
+            _download(*_sdist_url(project, version), archive)
+            staging = Path(tmp, "tree")
+            with tarfile.open(archive) as tar:
+                top = tar.getnames()[0].split("/")[0]
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(staging, filter="data")
+                else:  # (Python 3.10 before 3.10.12: no filters; the index's hash was checked)
+                    tar.extractall(staging)
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging / top, target)  # (a half-extracted tree is never taken for a whole one)
+            done.touch()
+    if not (target / folder).is_dir():
+        raise LookupError(f"{project} {version}'s sdist has no {folder}/")
     return target / folder
