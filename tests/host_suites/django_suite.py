@@ -131,48 +131,26 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     from ._sdist import sdist_folder
+    from ._verdict import Run, judge
 
     version = django.get_version()
     tests = sdist_folder("Django", version, "tests")
-    code, ours, warnings, output = _run("ours", tests, args.loop, args.labels)
+    code, results, warnings, output = _run("ours", tests, args.loop, args.labels)
     if args.verbose or code not in (0, 1):
         print(output)
-    failed = sorted(name for name, kind in ours.items() if kind == "failed")
-    labels = " ".join(args.labels)
-    print(f"Django {version} ({args.loop}), {labels}, with aiosendfile.django: {_counts(ours, warnings)}")
-    if "swap checked" not in output:
-        print(output)
-        print("The swap was not checked: the run proves nothing.")
-        return 1
-    print("The test modules imported aiosendfile.django's ASGIHandler and get_asgi_application.")
-    if not ours:
-        print(output)
-        print("No test results were read from the run.")
-        return 1
-    if not failed and not warnings and code == 0:
-        return 0
-    _, stock, warnings_stock, _ = _run("stock", tests, args.loop, args.labels)
-    print(f"stock Django {version}: {_counts(stock, warnings_stock)}")
-    worse = [name for name in failed if stock.get(name) == "passed"]
-    missing = sorted(set(stock) - set(ours))
-    for name in worse:
-        print(f"FAILS WITH aiosendfile.django, PASSES STOCK: {name}")
-    for name in missing:
-        print(f"RAN STOCK, NOT WITH aiosendfile.django: {name}")
-    if warnings > warnings_stock:
-        print(f"MORE ResourceWarnings THAN STOCK: {warnings} against {warnings_stock}")
-    if worse or missing or warnings > warnings_stock:
-        print(output)
-        return 1
-    return 0
-
-
-def _counts(results: dict[str, str], warnings: int) -> str:
-    kinds = list(results.values())
-    return (
-        f"{kinds.count('passed')} passed, {kinds.count('failed')} failed, {kinds.count('skipped')} skipped, "
-        f"{warnings} ResourceWarning(s)"
+    ours = Run(code, results, output, warnings)
+    swapped = (
+        "The test modules imported aiosendfile.django's ASGIHandler and get_asgi_application."
+        if "swap checked" in output
+        else None
     )
+
+    def stock_run() -> Run:
+        code, results, warnings, output = _run("stock", tests, args.loop, args.labels)
+        return Run(code, results, output, warnings)
+
+    host = f"Django {version} ({args.loop}, {' '.join(args.labels)})"
+    return judge(ours, swapped, stock_run, "aiosendfile.django", host)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,7 @@ the installed uvicorn from its source distribution (:mod:`._sdist`) and runs the
 ``tests/benchmarks``) with pytest, uvicorn's own settings, and the plugin
 ``aiosendfile_uvicorn_swap``, which puts our ``HttpToolsProtocol`` and ``H11Protocol`` where
 uvicorn's tests and uvicorn itself obtain theirs, and checks that it did. When a test fails, the
-suite runs again stock: the run is red when a test that passes stock fails with ours, or runs
-stock but not with ours. There is no skip list.
+suite runs again stock, and :func:`._verdict.judge` decides. There is no skip list.
 """
 
 from __future__ import annotations
@@ -64,11 +63,6 @@ def _run(which: str, root: Path, args: list[str]) -> tuple[int, dict[str, str], 
     return done.returncode, results, done.stdout + done.stderr + checked
 
 
-def _counts(results: dict[str, str]) -> str:
-    kinds = list(results.values())
-    return f"{kinds.count('passed')} passed, {kinds.count('failed')} failed, {kinds.count('skipped')} skipped"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (a file, -k ...)")
@@ -78,37 +72,29 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from ._sdist import sdist_folder
+    from ._verdict import Run, judge
 
     version = uvicorn.__version__
     root = sdist_folder("uvicorn", version, "tests").parent
-    code, ours, output = _run("ours", root, args.pytest_args)
+    code, results, output = _run("ours", root, args.pytest_args)
     if args.verbose:
         print(output)
-    failed = sorted(name for name, kind in ours.items() if kind == "failed")
-    print(f"uvicorn {version}'s tests with aiosendfile.uvicorn's protocols: {_counts(ours)}")
-    if "swap checked" not in output or "SWAP NOT TAKEN" in output:
-        print(output)
-        print("The swap was not checked: the run proves nothing.")
-        return 1
-    print("uvicorn's test modules held aiosendfile.uvicorn's HttpToolsProtocol and H11Protocol.")
-    if not ours:
-        print(output)
-        print("No test results were read from the run.")
-        return 1
-    if not failed and code == 0:
-        return 0
-    _, stock, _ = _run("stock", root, args.pytest_args)
-    print(f"stock uvicorn {version}: {_counts(stock)}")
-    worse = [name for name in failed if stock.get(name) == "passed"]
-    missing = sorted(name for name, kind in stock.items() if kind == "passed" and name not in ours)
-    for name in worse:
-        print(f"FAILS WITH aiosendfile.uvicorn, PASSES STOCK: {name}")
-    for name in missing:
-        print(f"PASSES STOCK, NOT RUN WITH aiosendfile.uvicorn: {name}")
-    if worse or missing:
-        print(output)
-        return 1
-    return 0
+    swapped = (
+        "uvicorn's test modules held aiosendfile.uvicorn's HttpToolsProtocol and H11Protocol."
+        if "swap checked" in output and "SWAP NOT TAKEN" not in output
+        else None
+    )
+
+    def stock_run() -> Run:
+        return Run(*_run("stock", root, args.pytest_args))
+
+    return judge(
+        Run(code, results, output),
+        swapped,
+        stock_run,
+        "aiosendfile.uvicorn's protocols",
+        f"uvicorn {version}",
+    )
 
 
 if __name__ == "__main__":

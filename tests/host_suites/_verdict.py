@@ -1,0 +1,60 @@
+"""The verdict of a host's own tests run against one of our drop-ins: red when the swap was not
+checked, when nothing was read, or, where our run failed, when a test that passes with the stock
+class fails with ours, runs stock but not with ours, or ours leaves more unclosed files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ("Run", "judge")
+
+
+@dataclass
+class Run:
+    """One run of a host's tests: its exit code, each test's outcome (passed, failed, skipped),
+    its output, and the unclosed-file ``ResourceWarning``\\s it printed (where counted)."""
+
+    code: int
+    results: dict[str, str]
+    output: str
+    warnings: int = 0
+
+    def counts(self) -> str:
+        kinds = list(self.results.values())
+        return (
+            f"{kinds.count('passed')} passed, {kinds.count('failed')} failed, "
+            f"{kinds.count('skipped')} skipped, {self.warnings} ResourceWarning(s)"
+        )
+
+
+def judge(ours: Run, swapped: str | None, stock_run: Callable[[], Run], drop_in: str, host: str) -> int:
+    """0 (green) or 1 (red) for *ours*, a run with *drop_in* swapped in (*swapped*: what the run
+    checked of the swap, None if it did not); *stock_run* runs the tests stock, only if needed."""
+    print(f"{host}'s tests with {drop_in}: {ours.counts()}")
+    if swapped is None:
+        print(ours.output)
+        print("The swap was not checked: the run proves nothing.")
+        return 1
+    print(swapped)
+    if not ours.results:
+        print(ours.output)
+        print("No test results were read from the run.")
+        return 1
+    failed = sorted(name for name, kind in ours.results.items() if kind == "failed")
+    if not failed and not ours.warnings and ours.code == 0:
+        return 0
+    stock = stock_run()
+    print(f"stock {host}: {stock.counts()}")
+    worse = [name for name in failed if stock.results.get(name) == "passed"]
+    missing = sorted(set(stock.results) - set(ours.results))
+    for name in worse:
+        print(f"FAILS WITH {drop_in}, PASSES STOCK: {name}")
+    for name in missing:
+        print(f"RAN STOCK, NOT WITH {drop_in}: {name}")
+    if ours.warnings > stock.warnings:
+        print(f"MORE ResourceWarnings THAN STOCK: {ours.warnings} against {stock.warnings}")
+    if worse or missing or ours.warnings > stock.warnings:
+        print(ours.output)
+        return 1
+    return 0
