@@ -18,6 +18,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from aiosendfile._static._http import (
     ByteRange,
+    InvalidRange,
     RangeNotSatisfiable,
     choose_encoding,
     evaluate_preconditions,
@@ -40,7 +41,8 @@ PROPERTY = settings(
 )
 QUICK_PROPERTY = settings(PROPERTY, max_examples=60)
 
-NOT_SATISFIABLE = "416"
+NOT_SATISFIABLE = "416"  # valid, but nothing in the file
+INVALID = "416 invalid"  # against the grammar
 
 # -- ByteRange ------------------------------------------------------------------------
 
@@ -108,39 +110,40 @@ RANGE_CASES: list[tuple[str | None, int, object]] = [
     ("bytes=,0-1,", 1000, [(0, 2)]),
     ("Bytes=0-1", 1000, [(0, 2)]),
     ("BYTES=0-1", 1000, [(0, 2)]),
-    # ignored: absent, another unit, any invalid spec (even next to valid or unsatisfiable ones)
+    # ignored: absent, not unit=..., another unit (RFC 9110 §14.2: MUST ignore)
     (None, 1000, None),
     ("", 1000, None),
     ("bytes", 1000, None),
-    ("bytes=", 1000, None),
-    ("bytes=,", 1000, None),
-    ("bytes= , ,", 1000, None),
     ("items=0-1", 1000, None),
     ("none=0-1", 1000, None),
     ("bytes 0-1", 1000, None),
     ("=0-1", 1000, None),
-    ("bytes==0-1", 1000, None),
-    ("bytes=-", 1000, None),
-    ("bytes=1", 1000, None),
-    ("bytes=a-b", 1000, None),
-    ("bytes=5-2", 1000, None),
-    ("bytes=0-1,5-2", 1000, None),
-    ("bytes=5-2", 0, None),
-    ("bytes=2000-,x", 1000, None),
-    ("bytes=+1-2", 1000, None),
-    ("bytes=1-+2", 1000, None),
-    ("bytes=--1", 1000, None),
-    ("bytes=-+1", 1000, None),
-    ("bytes=-1-", 1000, None),
-    ("bytes=1 -2", 1000, None),
-    ("bytes=1- 2", 1000, None),
-    ("bytes=1 2-3", 1000, None),
-    ("bytes=0x1-2", 1000, None),
-    ("bytes=1.0-2", 1000, None),
-    ("bytes=1-2-3", 1000, None),
-    ("bytes=0-1;q=1", 1000, None),
-    ("bytes=\uff11-2", 1000, None),  # fullwidth digit: int() would accept it
-    ("bytes=\u0661-2", 1000, None),  # Arabic-Indic digit
+    # rejected with 416: an invalid bytes range set, even next to valid or unsatisfiable specs
+    ("bytes=", 1000, INVALID),
+    ("bytes=,", 1000, INVALID),
+    ("bytes= , ,", 1000, INVALID),
+    ("bytes==0-1", 1000, INVALID),
+    ("bytes=-", 1000, INVALID),
+    ("bytes=1", 1000, INVALID),
+    ("bytes=a-b", 1000, INVALID),
+    ("bytes=5-2", 1000, INVALID),
+    ("bytes=0-1,5-2", 1000, INVALID),
+    ("bytes=5-2", 0, INVALID),
+    ("bytes=2000-,x", 1000, INVALID),
+    ("bytes=+1-2", 1000, INVALID),
+    ("bytes=1-+2", 1000, INVALID),
+    ("bytes=--1", 1000, INVALID),
+    ("bytes=-+1", 1000, INVALID),
+    ("bytes=-1-", 1000, INVALID),
+    ("bytes=1 -2", 1000, INVALID),
+    ("bytes=1- 2", 1000, INVALID),
+    ("bytes=1 2-3", 1000, INVALID),
+    ("bytes=0x1-2", 1000, INVALID),
+    ("bytes=1.0-2", 1000, INVALID),
+    ("bytes=1-2-3", 1000, INVALID),
+    ("bytes=0-1;q=1", 1000, INVALID),
+    ("bytes=\uff11-2", 1000, INVALID),  # fullwidth digit: int() would accept it
+    ("bytes=\u0661-2", 1000, INVALID),  # Arabic-Indic digit
     # amplification guards: requested bytes beyond the size, too many ranges after coalescing
     ("bytes=0-,0-", 1000, None),
     ("bytes=0-599,400-999", 1000, None),
@@ -156,9 +159,13 @@ RANGE_CASES: list[tuple[str | None, int, object]] = [
 
 
 def check_ranges(header: str | None, size: int, expected: object, max_ranges: int = 16) -> None:
-    if expected == NOT_SATISFIABLE:
-        with pytest.raises(RangeNotSatisfiable):
+    if expected == INVALID:
+        with pytest.raises(InvalidRange):
             parse_ranges(header, size, max_ranges=max_ranges)
+    elif expected == NOT_SATISFIABLE:
+        with pytest.raises(RangeNotSatisfiable) as raised:
+            parse_ranges(header, size, max_ranges=max_ranges)
+        assert not isinstance(raised.value, InvalidRange)
     else:
         expected = [ByteRange(a, b) for a, b in expected] if isinstance(expected, list) else expected
         assert parse_ranges(header, size, max_ranges=max_ranges) == expected
@@ -207,7 +214,7 @@ HUGE = "9" * 10_000  # int() of this raises ValueError (int_max_str_digits) on 3
         (f"bytes=-{HUGE}", [(0, 1000)]),
         (f"bytes={'0' * 10_000}5-{HUGE}", [(5, 1000)]),
         (f"bytes=-{'0' * 10_000}7", [(993, 1000)]),
-        (f"bytes=1{'0' * 5000}-{'9' * 5000}", None),  # a > b, both huge
+        (f"bytes=1{'0' * 5000}-{'9' * 5000}", INVALID),  # a > b, both huge
         (f"bytes={'9' * 5000}-1{'0' * 5000}", NOT_SATISFIABLE),  # a < b, both huge
     ],
 )
@@ -317,11 +324,12 @@ INVALID_SPECS = st.sampled_from(
 
 @QUICK_PROPERTY
 @given(request=range_requests(), bad=INVALID_SPECS, where=st.integers(0, 24))
-def test_parse_ranges_ignores_any_invalid_spec(request: tuple[int, list[Spec]], bad: str, where: int) -> None:
+def test_parse_ranges_rejects_any_invalid_spec(request: tuple[int, list[Spec]], bad: str, where: int) -> None:
     size, specs = request
     parts = [render(s) for s in specs]
     parts.insert(where, bad)
-    assert parse_ranges("bytes=" + ",".join(parts), size) is None
+    with pytest.raises(InvalidRange):
+        parse_ranges("bytes=" + ",".join(parts), size)
 
 
 @QUICK_PROPERTY

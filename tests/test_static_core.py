@@ -595,7 +595,10 @@ RESPONDS: list[tuple[str, list[tuple[str, str]], int, list[tuple[str, str]], int
         5,
         BIG[-5:],
     ),
-    ("GET", [("Range", "bytes=x")], 200, etag_fields(N, OCTETS), N, BIG),  # invalid: ignored
+    ("GET", [("Range", "bytes=x")], 416, etag_fields(N, ("Content-Range", f"bytes */{N}")), 0, None),
+    ("GET", [("Range", "items=0-1")], 200, etag_fields(N, OCTETS), N, BIG),  # another unit: ignored
+    # If-Range that fails: the Range is ignored, however invalid
+    ("GET", [("Range", "bytes=x"), ("If-Range", '"other"')], 200, etag_fields(N, OCTETS), N, BIG),
     ("HEAD", [("Range", "bytes=0-1")], 200, etag_fields(N, OCTETS), N, None),  # ranges are GET's
     ("GET", [("Range", "bytes=5-9"), ("If-Range", '"other"')], 200, etag_fields(N, OCTETS), N, BIG),
     (

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 __all__ = (
     "ByteRange",
     "HeaderView",
+    "InvalidRange",
     "RangeNotSatisfiable",
     "parse_ranges",
     "make_etag",
@@ -80,6 +81,12 @@ class RangeNotSatisfiable(Exception):
     """No requested range overlaps the representation -> 416 with ``Content-Range: bytes */size``."""
 
 
+class InvalidRange(RangeNotSatisfiable):
+    """A ``bytes`` Range whose range set breaks RFC 9110's grammar (``bytes=5-2``, ``bytes=a-b``,
+    ``bytes=``) -> 416, as nginx, aiohttp and Go answer (§15.5.17 lets a server reject invalid
+    ranges). A range unit other than ``bytes`` is ignored instead, as §14.2 requires."""
+
+
 def _capped(digits: str, cap: int) -> int:
     """``min(int(digits), cap)`` without converting absurdly long digit strings."""
     digits = digits.lstrip("0") or "0"
@@ -97,10 +104,10 @@ def _not_greater(a: str, b: str) -> bool:
 def parse_ranges(header: str | None, size: int, *, max_ranges: int = 16) -> list[ByteRange] | None:
     """Apply a Range header to a representation of ``size`` bytes.
 
-    Returns None to ignore the header and serve the full 200 (absent, not ``bytes``,
-    any invalid spec, or an amplification guard tripped), else a non-empty list of
-    ranges to serve. Raises RangeNotSatisfiable if the header is valid but no spec
-    is satisfiable (always so for ``size == 0``).
+    Returns None to ignore the header and serve the full 200 (absent, not ``unit=...``, a unit
+    other than ``bytes``, or an amplification guard tripped), else a non-empty list of ranges to
+    serve. Raises InvalidRange if any spec is invalid (or there is none), RangeNotSatisfiable if
+    the header is valid but no spec is satisfiable (always so for ``size == 0``).
     """
     if not header:
         return None
@@ -118,24 +125,24 @@ def parse_ranges(header: str | None, size: int, *, max_ranges: int = 16) -> list
         seen_spec = True
         first, dash, last = spec.partition("-")
         if not dash:
-            return None
+            raise InvalidRange(spec)
         if first:
             if not _DIGITS.fullmatch(first) or (last and not _DIGITS.fullmatch(last)):
-                return None
+                raise InvalidRange(spec)
             if last and not _not_greater(first, last):
-                return None  # a-b with a > b is invalid, not unsatisfiable
+                raise InvalidRange(spec)  # a-b with a > b is invalid, not unsatisfiable
             start = _capped(first, cap)
             stop = _capped(last, cap - 1) + 1 if last else cap
         else:
             if not _DIGITS.fullmatch(last):
-                return None  # "-" alone, or a signed / non-digit suffix
+                raise InvalidRange(spec)  # "-" alone, or a signed / non-digit suffix
             start = cap - _capped(last, cap)
             stop = cap
         if start < stop:  # satisfiable (start < size, or a non-zero suffix of a non-empty file)
             ranges.append(ByteRange(start, stop))
             requested += stop - start
     if not seen_spec:
-        return None
+        raise InvalidRange(range_set)  # the grammar asks for at least one spec
     if not ranges:
         raise RangeNotSatisfiable(f"bytes */{size}")
     if requested > size:

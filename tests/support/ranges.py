@@ -16,7 +16,8 @@ MAX_RANGES = 16
 def model(header: str | None, size: int) -> tuple[str, list[tuple[int, int]]]:
     """RFC 9110 §14 with nginx's guards: ("full"|"416"|"ranges", [(start, stop), ...]).
 
-    Independent of aiosendfile._static._http: written from the README's rules.
+    Another unit is ignored (§14.2); an invalid ``bytes`` range set is rejected with 416, as
+    nginx and aiohttp do. Independent of aiosendfile._static._http: written from the README's rules.
     """
     if header is None:
         return "full", []
@@ -26,16 +27,16 @@ def model(header: str | None, size: int) -> tuple[str, list[tuple[int, int]]]:
     specs = [s.strip(OWS) for s in rest.split(",")]
     specs = [s for s in specs if s]
     if not specs:
-        return "full", []
+        return "416", []
     wanted: list[tuple[int, int]] = []
     for spec in specs:
         m = re.fullmatch(r"([0-9]*)-([0-9]*)", spec)
         if not m or (not m[1] and not m[2]):
-            return "full", []
+            return "416", []
         if m[1]:
             first = int(m[1])
             if m[2] and int(m[2]) < first:
-                return "full", []
+                return "416", []
             stop = min(int(m[2]) + 1, size) if m[2] else size
             if first < size:
                 wanted.append((first, stop))

@@ -38,6 +38,7 @@ __all__ = (
     "HOSTILE",
     "IF_RANGE",
     "IGNORED_RANGES",
+    "REJECTED_RANGES",
     "PRECOMPRESSED",
     "SINGLE_RANGES",
     "SMALL",
@@ -175,7 +176,11 @@ SINGLE_RANGES = [
 ]
 
 #: Range headers a server ignores (a 200 with the whole file).
-IGNORED_RANGES = ["bytes=5-1", "items=0-1", "bytes=abc", "bytes=--1", "bytes="]
+#: Range headers answered with the whole file: another unit (RFC 9110 §14.2), not ``unit=set``.
+IGNORED_RANGES = ["items=0-1", "blocks=0-10", "bytes 0-1"]
+
+#: Invalid ``bytes`` ranges, rejected with 416 as nginx and aiohttp do (RFC 9110 §15.5.17).
+REJECTED_RANGES = ["bytes=5-1", "bytes=abc", "bytes=--1", "bytes=", "bytes=a-f", "bytes=0--10", "bytes=-"]
 
 #: (If-Range, expected status) with ``Range: bytes=0-9`` on big.bin.
 IF_RANGE = [
@@ -347,6 +352,12 @@ class StaticCases:
         s: Door = await site()
         status, _, body = await s.get(f"{s.mount}/small.txt", Range=ignored)
         assert (status, body) == (200, pattern(SMALL)), ignored
+
+    @pytest.mark.parametrize("rejected", REJECTED_RANGES)
+    async def test_rejected_ranges(self, site: Any, rejected: str) -> None:
+        s: Door = await site()
+        status, headers, body = await s.get(f"{s.mount}/small.txt", Range=rejected)
+        assert (status, headers["Content-Range"], body) == (416, f"bytes */{SMALL}", b""), rejected
 
     async def test_multiple_ranges_are_multipart(self, site: Any) -> None:
         s: Door = await site()
