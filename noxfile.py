@@ -12,7 +12,7 @@ import zipfile
 
 import nox
 
-nox.options.sessions = ["tests", "django", "uvicorn", "lint", "typing", "docs", "build"]
+nox.options.sessions = ["tests", "django", "uvicorn", "aiohttp", "lint", "typing", "docs", "build"]
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 # uv makes a session's virtualenv and installs into it in seconds (pip: 15-40 s a session, and the
@@ -151,6 +151,35 @@ def uvicorn(session: nox.Session) -> None:
     fail (``tests/host_suites/uvicorn_suite.py``)."""
     session.install("-e", ".[asgi]", "uvicorn[standard]", *UVICORN_TEST_DEPS)
     session.run("python", "-m", "tests.host_suites.uvicorn_suite", *session.posargs)
+
+
+#: What aiohttp's static and FileResponse tests import (from its test requirements): the
+#: compressors make its compression cases run rather than skip; coverage is there for the
+#: warning filter its pytest.ini names.
+AIOHTTP_TEST_DEPS = [
+    "pytest",
+    "pytest-xdist",
+    "pytest-mock",
+    "pytest-timeout",
+    "trustme",
+    "blockbuster",
+    "coverage",
+    "freezegun",
+    "isal",
+    "zlib_ng",
+    "brotli",
+    "uvloop",
+]
+
+
+@nox.session(python=INSTALLED[-1])
+def aiohttp(session: nox.Session) -> None:
+    """aiohttp's own static-file and ``FileResponse`` tests (from the installed aiohttp's sdist),
+    on both of its loops, with ``aiosendfile.aiohttp``'s classes in place of aiohttp's: no test
+    that passes stock may fail but those the runner names, each with its reason
+    (``tests/host_suites/aiohttp_suite.py``)."""
+    session.install("-e", ".[aiohttp]", *AIOHTTP_TEST_DEPS)
+    session.run("python", "-m", "tests.host_suites.aiohttp_suite", *session.posargs)
 
 
 @nox.session

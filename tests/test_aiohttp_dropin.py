@@ -4,6 +4,9 @@
 * Cold reads go to the cold-read pool, never the loop's default executor.
 * A pre-compressed sibling that cannot be opened counts as absent (nginx's
   ``gzip_static``); without a static root a symlinked sibling does too (aiohttp).
+* What aiohttp's own tests check through its internals (mocked ``Path``, ``_sendfile_fallback``,
+  ``_send_headers_immediately``; ``tests/host_suites/aiohttp_suite.py`` lists them), checked
+  here through the public API, against aiohttp's class where the test can run it.
 
 Every test runs on both loops (conftest).
 """
@@ -11,6 +14,7 @@ Every test runs on both loops (conftest).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gzip
 import os
@@ -251,23 +255,43 @@ async def test_cold_fallback_reads_use_the_cold_pool(
 
 
 def _unreadable_as_for_a_user(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make os.open refuse, with EACCES, files whose mode grants no read bit, as the kernel does
-    for a user without CAP_DAC_OVERRIDE. Tests run as root, which the kernel lets read anything;
-    the chmod itself is real, and decides."""
+    """Make ``os.open`` and ``os.stat`` refuse with EACCES as the kernel does for a user without
+    CAP_DAC_OVERRIDE: opening a file or directory whose mode grants no read bit, or reaching
+    anything through a directory whose mode grants no search bit. Tests run as root, which the
+    kernel lets read anything; the chmod itself is real, and decides."""
     if os.geteuid() != 0:
         return  # the kernel refuses by itself
-    real_open = os.open
+    real_open, real_stat = os.open, os.stat
+
+    def refused(path: Any) -> PermissionError:
+        return PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+
+    def unsearchable_on_the_way(path: Any) -> bool:
+        for parent in Path(os.path.abspath(path)).parents:
+            with contextlib.suppress(OSError):
+                if not real_stat(parent).st_mode & 0o111:
+                    return True
+        return False
 
     def open_as_a_user(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            mode = 0o644
-        if stat.S_ISREG(mode) and not mode & 0o444:
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        if kwargs.get("dir_fd") is None and not isinstance(path, int):
+            if unsearchable_on_the_way(path):
+                raise refused(path)
+            try:
+                mode = real_stat(path).st_mode
+            except OSError:
+                mode = 0o644
+            if (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and not mode & 0o444:
+                raise refused(path)
         return real_open(path, flags, *args, **kwargs)
 
+    def stat_as_a_user(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if kwargs.get("dir_fd") is None and not isinstance(path, int) and unsearchable_on_the_way(path):
+            raise refused(path)
+        return real_stat(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "open", open_as_a_user)
+    monkeypatch.setattr(os, "stat", stat_as_a_user)
 
 
 def _tree(root: Path) -> None:
@@ -454,3 +478,143 @@ async def test_the_callers_status_answers_a_whole_file(
     assert (status, got) == (206, body[:10])
     status, _, got = await _get(server, "/f", **{"If-None-Match": headers["ETag"]})
     assert (status, got) == (304, b"")
+
+
+# -- what aiohttp's tests check through its internals, through the public API ----------------
+# (aiohttp_suite.INTERNALS names each of aiohttp's tests and the test here that stands for it.)
+
+BOTH_CLASSES = pytest.mark.parametrize(
+    "response_class", [web.FileResponse, sf.FileResponse], ids=["aiohttp", "ours"]
+)
+
+
+@BOTH_CLASSES
+@pytest.mark.parametrize("accept", ["GZip", None])
+@pytest.mark.parametrize("sibling", [True, False], ids=["gz", "no-gz"])
+async def test_a_handlers_file_response_picks_the_gz_sibling_by_accept_encoding(
+    tmp_path: Path, serve: Any, response_class: type, accept: str | None, sibling: bool
+) -> None:
+    """``logo.png.gz`` is sent (``Content-Encoding: gzip``) only when it exists and the request
+    accepts gzip (a header's case does not matter); otherwise ``logo.png`` itself."""
+    (tmp_path / "logo.png").write_bytes(b"the plain file")
+    compressed = gzip.compress(b"the plain file")
+    if sibling:
+        (tmp_path / "logo.png.gz").write_bytes(compressed)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return response_class(tmp_path / "logo.png")
+
+    app = web.Application()
+    app.router.add_get("/logo.png", handler)
+    server = await serve(app)
+    headers = {"Accept-Encoding": accept} if accept else {"Accept-Encoding": "identity"}
+    status, got_headers, body = await _get(server, "/logo.png", **headers)
+    if sibling and accept:
+        assert (status, got_headers.get("Content-Encoding"), body) == (200, "gzip", compressed)
+    else:
+        assert (status, got_headers.get("Content-Encoding"), body) == (200, None, b"the plain file")
+
+
+@BOTH_CLASSES
+@pytest.mark.parametrize("name", ["small.txt", "big.bin"])
+async def test_the_headers_are_out_when_prepare_returns(
+    tmp_path: Path, serve: Any, response_class: type, name: str
+) -> None:
+    """A handler that prepares a ``FileResponse`` and then waits: its client has the headers
+    (and here the whole body) while the handler still runs, as with any ``StreamResponse``."""
+    body = pattern(SMALL if name == "small.txt" else BIG)
+    (tmp_path / name).write_bytes(body)
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = response_class(tmp_path / name)
+        await response.prepare(request)
+        await release.wait()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/f", handler)
+    server = await serve(app)
+    try:
+        async with (
+            ClientSession(timeout=ClientTimeout(total=60)) as session,
+            session.get(server.make_url("/f")) as resp,
+        ):
+            assert resp.status == 200
+            assert await resp.read() == body
+            assert not release.is_set()
+    finally:
+        release.set()
+
+
+@BOTH_CLASSES
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+@pytest.mark.parametrize(("header", "span"), [("bytes=0-99", (0, 100)), ("bytes=10-109", (10, 110))])
+async def test_a_range_shorter_than_a_chunk_sends_exactly_its_bytes(
+    tmp_path: Path,
+    response_class: type,
+    tls: bool,
+    header: str,
+    span: tuple[int, int],
+    tls_server_ctx: Any,
+    tls_client_ctx: Any,
+) -> None:
+    """``chunk_size=64`` and a 100-byte range of a 150-byte file, through the copy path (TLS, and
+    ours with ``inline_limit=0``) and zero-copy: the range's bytes, not a chunk more."""
+    data = b"A" * 100 + b"B" * 50
+    (tmp_path / "f.bin").write_bytes(data)
+    extra = {"inline_limit": 0, "hot_cache": False} if response_class is sf.FileResponse else {}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return response_class(tmp_path / "f.bin", chunk_size=64, **extra)
+
+    app = web.Application()
+    app.router.add_get("/f", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_server_ctx if tls else None)
+        await site.start()
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{runner.addresses[0][1]}/f"
+        async with (
+            ClientSession(timeout=ClientTimeout(total=60)) as session,
+            session.get(url, headers={"Range": header}, ssl=tls_client_ctx if tls else False) as resp,
+        ):
+            start, stop = span
+            assert resp.status == 206
+            assert resp.headers["Content-Range"] == f"bytes {start}-{stop - 1}/150"
+            assert await resp.read() == data[start:stop]
+    finally:
+        await runner.cleanup()
+
+
+async def test_what_the_server_may_not_read_is_forbidden(
+    tmp_path: Path, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file without read permission, a directory without read permission (with listings on)
+    and anything under a directory without search permission: 403, as aiohttp answers; what
+    the server may read beside them is served, and listed."""
+    (tmp_path / "my_readable.txt").write_text("info")
+    (tmp_path / "my_file.txt").write_text("secret")
+    (tmp_path / "my_file.txt").chmod(0o200)
+    (tmp_path / "my_dir").mkdir()
+    (tmp_path / "my_dir" / "inside.txt").write_text("inside")
+    (tmp_path / "my_dir").chmod(0o300)  # no read: cannot be listed
+    (tmp_path / "my_tunnel").mkdir()
+    (tmp_path / "my_tunnel" / "inside.txt").write_text("inside")
+    (tmp_path / "my_tunnel").chmod(0o600)  # no search: nothing under it can be reached
+    _unreadable_as_for_a_user(monkeypatch)
+    app = web.Application()
+    sf.add_static(app.router, "/", tmp_path, show_index=True)
+    server = await serve(app)
+    try:
+        assert (await _get(server, "/my_readable.txt"))[::2] == (200, b"info")
+        assert (await _get(server, "/my_file.txt"))[0] == 403
+        assert (await _get(server, "/my_dir/"))[0] == 403
+        assert (await _get(server, "/my_tunnel/inside.txt"))[0] == 403
+        status, _, page = await _get(server, "/")
+        assert status == 200
+        assert b"my_readable.txt" in page
+    finally:
+        for name in ("my_dir", "my_tunnel"):
+            (tmp_path / name).chmod(0o700)

@@ -95,3 +95,62 @@ def test_pytest_outcomes_are_read_from_junit(tmp_path: Path) -> None:
         "tests.test_server::test_boom": "failed",
         "tests.protocols.test_http::test_zttp[zttp]": "skipped",
     }
+
+
+# -- aiohttp's suite: the tests left out of our run -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("tests.test_web_sendfile::test_status_controlled_by_user[pyloop]", "FileResponse._status"),
+        ("tests.test_web_sendfile::test_status_controlled_by_user[uvloop]", "FileResponse._status"),
+        ("tests.test_web_sendfile::test_sendfile_fallback_respects_count_boundary", "_sendfile_fallback"),
+        ("tests.test_web_sendfile::test_status_controlled_by_user_too[pyloop]", None),  # another test
+        ("tests.test_web_urldispatcher::test_access_root_of_static_handler[uvloop-index_static]", "listing"),
+        ("tests.test_web_urldispatcher::test_access_root_of_static_handler[uvloop-index_forbidden]", None),
+        ("tests.test_web_urldispatcher::test_access_root_of_static_handler[uvloop-index_subdir]", "301"),
+        ("tests.test_web_sendfile_functional::test_static_file_ok[sendfile-pyloop]", None),
+    ],
+)
+def test_aiohttp_tests_are_excused_by_name(name: str, why: str | None) -> None:
+    from tests.host_suites import aiohttp_suite
+
+    reason = aiohttp_suite.excused(name)
+    assert (reason is None) == (why is None), reason
+    assert why is None or why in reason
+
+
+def test_each_excused_aiohttp_test_names_a_project_test_that_exists() -> None:
+    """The test that stands for each excused one is a real test of this project."""
+    import importlib
+
+    from tests.host_suites import aiohttp_suite
+
+    for why in {**aiohttp_suite.INTERNALS, **aiohttp_suite.DIFFERENCES}.values():
+        assert why.reason
+        for node_id in why.ours.split(", "):
+            path, *names = node_id.split("::")
+            found: object = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+            for name in names:
+                found = getattr(found, name)
+            assert callable(found), node_id
+            assert names[-1].startswith("test_"), node_id
+
+
+def test_the_verdict_excuses_only_what_the_runner_excuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.host_suites import aiohttp_suite
+
+    excused = "tests.test_web_sendfile::test_sendfile_fallback_respects_count_boundary"
+    stock = {excused: "passed", "tests.test_a::test_b": "passed", "tests.test_a::test_root": "failed"}
+    cases = [
+        ({"tests.test_a::test_b": "passed", "tests.test_a::test_root": "failed"}, False),  # left out
+        ({excused: "failed", "tests.test_a::test_b": "passed", "tests.test_a::test_root": "failed"}, False),
+        ({excused: "failed", "tests.test_a::test_b": "failed", "tests.test_a::test_root": "failed"}, True),
+        ({excused: "passed", "tests.test_a::test_root": "failed"}, True),  # one not run
+    ]
+    monkeypatch.setattr("tests.host_suites._sdist.sdist_folder", lambda *args: Path("unused/tests"))
+    for ours, red in cases:
+        runs = {"ours": (1, ours, "swap checked"), "stock": (1, stock, "")}
+        monkeypatch.setattr(aiohttp_suite, "_run", lambda which, *args, runs=runs: runs[which])
+        assert aiohttp_suite.main([]) == (1 if red else 0), ours

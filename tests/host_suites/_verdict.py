@@ -1,6 +1,7 @@
 """The verdict of a host's own tests run against one of our drop-ins: red when the swap was not
 checked, when nothing was read, or, where our run failed, when a test that passes with the stock
-class fails with ours, runs stock but not with ours, or ours leaves more unclosed files."""
+class fails with ours, runs stock but not with ours, or ours leaves more unclosed files. A runner
+may excuse tests by name (each with its reason, which the verdict prints)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,17 @@ class Run:
         )
 
 
-def judge(ours: Run, swapped: str | None, stock_run: Callable[[], Run], drop_in: str, host: str) -> int:
+def judge(
+    ours: Run,
+    swapped: str | None,
+    stock_run: Callable[[], Run],
+    drop_in: str,
+    host: str,
+    excused: Callable[[str], str | None] = lambda name: None,
+) -> int:
     """0 (green) or 1 (red) for *ours*, a run with *drop_in* swapped in (*swapped*: what the run
-    checked of the swap, None if it did not); *stock_run* runs the tests stock, only if needed."""
+    checked of the swap, None if it did not); *stock_run* runs the tests stock, only if needed;
+    *excused* gives why a test may fail or be missing with ours (None: it may not)."""
     print(f"{host}'s tests with {drop_in}: {ours.counts()}")
     if swapped is None:
         print(ours.output)
@@ -48,6 +57,13 @@ def judge(ours: Run, swapped: str | None, stock_run: Callable[[], Run], drop_in:
     print(f"stock {host}: {stock.counts()}")
     worse = [name for name in failed if stock.results.get(name) == "passed"]
     missing = sorted(set(stock.results) - set(ours.results))
+    reasons = {name: why for name in sorted({*worse, *missing}) if (why := excused(name)) is not None}
+    for why in dict.fromkeys(reasons.values()):
+        names = [name for name, reason in reasons.items() if reason == why]
+        print(f"EXCUSED, {len(names)} test(s) that pass stock: {why}")
+        print("".join(f"    {name}\n" for name in names), end="")
+    worse = [name for name in worse if excused(name) is None]
+    missing = [name for name in missing if excused(name) is None]
     for name in worse:
         print(f"FAILS WITH {drop_in}, PASSES STOCK: {name}")
     for name in missing:
