@@ -1,5 +1,5 @@
-"""Other libraries' internals, behind one door: the only module that touches asyncio's, uvloop's
-or aiohttp's private names.
+"""Other libraries' internals, behind one door: the only module that touches asyncio's, uvloop's,
+the ssl module's, aiohttp's or Django's private names.
 
 The rule is the syscall shim's (``_platform``): nothing else in the package reads or writes
 another library's underscore names, or imports its undocumented modules. Each access is one
@@ -8,7 +8,8 @@ source) and what happens when the name is missing. ``tests/test_compat.py`` chec
 entry of :data:`RELIED_ON` on real objects and fails naming the attribute, so a new CPython,
 uvloop or aiohttp release means reading this one file.
 
-Checked against CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0; uvloop 0.23.0; aiohttp 3.14.5.
+Checked against CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0; uvloop 0.23.0; aiohttp 3.14.5; Django
+4.2.30, 5.2.19, 6.1.3.
 
 Every access:
 
@@ -29,12 +30,17 @@ uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
   * :func:`tls_socket_transport`: the TLS transport's ``get_extra_info("uvloop.sslproto")`` key
     (``uvloop/sslproto.pyx``), and the socket transport its ``SSLProtocol`` holds in a C field,
     found among ``gc.get_referents`` (Cython's traversal of the object's fields).
+ssl (``ssl.py``)
+  * :func:`ssl_calls`: ``SSLSocket._sslobj``, the ``_ssl._SSLSocket`` under the Python wrapper.
 aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
   * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
   * :func:`keep_headers_buffered`: ``StreamResponse._send_headers_immediately`` (set on a subclass).
   * :func:`turn_off_compression`: ``StreamResponse._compression`` (written).
   * :func:`skip_length_check`: ``StreamResponse._length_check`` (written).
   * :func:`route_static_requests`: ``StaticResource._handle`` (overridden in a subclass).
+Django (``django/http/response.py``, ``django/core/handlers/asgi.py``)
+  * :func:`set_handler_class`: ``HttpResponseBase._handler_class`` (written, as Django's handlers
+    write it; its ``close()`` sends ``request_finished`` from it).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import ssl
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -57,7 +64,9 @@ __all__ = (
     "reader_buffer",
     "reader_transport",
     "route_static_requests",
+    "set_handler_class",
     "skip_length_check",
+    "ssl_calls",
     "take_buffered_headers",
     "tls_protocol_types",
     "tls_shutting_down",
@@ -100,6 +109,8 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("aiohttp", "aiohttp.web.StreamResponse", "_compression"),
         ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
         ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
+        ("ssl", "ssl.SSLSocket", "_sslobj"),
+        ("django", "django.http.response.HttpResponseBase", "_handler_class"),
     )
 )
 
@@ -236,6 +247,20 @@ def defuse_py310_tls_resume(reader: asyncio.StreamReader) -> None:
         reader._paused = False  # type: ignore[attr-defined]
 
 
+# -- ssl -----------------------------------------------------------------------------------------
+
+
+def ssl_calls(sock: ssl.SSLSocket) -> tuple[Callable[..., Any], Callable[..., Any], Callable[[], int]]:
+    """``read``, ``write`` and ``pending`` of *sock*'s TLS connection, for ``serve``'s own TLS
+    transport: those of the ``_ssl._SSLSocket`` under it (``SSLSocket._sslobj``, every version
+    checked), without ``SSLSocket``'s Python wrappers and their checks, a few microseconds a
+    request. Missing (or without one of the three): the wrappers' own, which do the same."""
+    inner = getattr(sock, "_sslobj", None)
+    if inner is not None and all(hasattr(inner, name) for name in ("read", "write", "pending")):
+        return inner.read, inner.write, inner.pending
+    return sock.recv, sock.send, sock.pending
+
+
 # -- aiohttp -------------------------------------------------------------------------------------
 
 
@@ -309,3 +334,15 @@ def route_static_requests(handler: str) -> Callable[[_T], _T]:
         return cls
 
     return route
+
+
+# -- Django --------------------------------------------------------------------------------------
+
+
+def set_handler_class(response: Any, handler_class: type) -> None:
+    """Mark *response* as made by *handler_class*, as Django's own handlers do to every response
+    (``response._handler_class = self.__class__`` in ``ASGIHandler.handle`` and
+    ``WSGIHandler.__call__``): its ``close()`` sends ``request_finished`` with that sender.
+    ``HttpResponseBase.__init__`` sets it to None in every version checked; an older or newer
+    Django without it ignores the attribute (the signal's sender is then None)."""
+    response._handler_class = handler_class

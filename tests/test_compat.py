@@ -11,11 +11,17 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import inspect
+import re
 import socket
+import ssl
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,12 +34,14 @@ from .support.connections import Connector, loop_name
 
 VERSIONS = {
     "asyncio": f"CPython {sys.version.split()[0]}",
+    "ssl": f"CPython {sys.version.split()[0]}",
+    "django": f"Django {metadata.version('django')}",
     "uvloop": f"uvloop {metadata.version('uvloop')}",
     "aiohttp": f"aiohttp {metadata.version('aiohttp')}",
 }
 
 #: Where a real object for an entry is found without a connection: a module, or a fresh instance.
-STATIC = ("asyncio.selector_events", "asyncio.sslproto", "uvloop.loop", "aiohttp.web.")
+STATIC = ("asyncio.selector_events", "asyncio.sslproto", "uvloop.loop", "aiohttp.web.", "ssl.", "django.")
 
 
 def missing(library: str, where: str, attribute: str) -> str:
@@ -61,17 +69,51 @@ def test_relied_on_is_listed_in_the_docstring() -> None:
 # -- modules and classes ------------------------------------------------------------------------
 
 
-def static_object(where: str, tmp_path: Path) -> Any:
+@contextlib.contextmanager
+def static_object(where: str, tmp_path: Path) -> Iterator[Any]:
     if where == "aiohttp.web.StreamResponse":
-        return web.StreamResponse()
-    if where == "aiohttp.web.StaticResource":
-        return web.StaticResource("/s", tmp_path)
-    return importlib.import_module(where)
+        yield web.StreamResponse()
+    elif where == "aiohttp.web.StaticResource":
+        yield web.StaticResource("/s", tmp_path)
+    elif where == "ssl.SSLSocket":  # one end of a connected pair: its _ssl._SSLSocket exists at once
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        a, b = socket.socketpair()
+        with b, context.wrap_socket(a, server_side=True, do_handshake_on_connect=False) as wrapped:
+            yield wrapped
+    elif where == "django.http.response.HttpResponseBase":  # an instance needs settings: its source
+        from django.http.response import HttpResponseBase
+
+        assigned = re.findall(r"self\.(_\w+) = ", inspect.getsource(HttpResponseBase))
+        yield SimpleNamespace(**dict.fromkeys(assigned))
+    else:
+        yield importlib.import_module(where)
 
 
 @pytest.mark.parametrize(("library", "where", "attribute"), entries(static=True))
 def test_module_or_class_internal_is_there(library: str, where: str, attribute: str, tmp_path: Path) -> None:
-    assert hasattr(static_object(where, tmp_path), attribute), missing(library, where, attribute)
+    with static_object(where, tmp_path) as found:
+        assert hasattr(found, attribute), missing(library, where, attribute)
+
+
+def test_ssl_calls_are_the_connections_own() -> None:
+    """The read, write and pending of the ``_ssl._SSLSocket`` under an ``SSLSocket``; its own
+    wrappers where it has none."""
+    with static_object("ssl.SSLSocket", Path()) as wrapped:
+        read, write, pending = _compat.ssl_calls(wrapped)
+        assert read.__self__ is write.__self__ is wrapped._sslobj
+        assert pending() == 0
+        wrapped._sslobj = None  # as a library without the inner object would have it
+        assert _compat.ssl_calls(wrapped) == (wrapped.recv, wrapped.send, wrapped.pending)
+
+
+def test_a_response_marked_by_our_handler_tells_request_finished_so() -> None:
+    """Django's ``close()`` sends ``request_finished`` from the class set on the response."""
+    from django.http.response import HttpResponseBase
+
+    assert "sender=self._handler_class" in inspect.getsource(HttpResponseBase.close)
+    response = SimpleNamespace()
+    _compat.set_handler_class(response, HttpResponseBase)
+    assert response._handler_class is HttpResponseBase
 
 
 # -- live objects, on both loops -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``serve``'s own TLS connections (``aiosendfile._serve._tls``), on both loops.
+"""``serve``'s own TLS connections (``aiosendfile._serve._tls``, ``_tls_body``), on both loops.
 
 The engine runs OpenSSL on the connection's socket itself (no memory BIO): these tests hold it to
 the promises of asyncio's TLS transport and of the file-body path over it. A handshake that never
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from .support.files import pattern
+from .support.serve_site import BIG, close_writer, engine, get, read_answer, reported, serving
 from .support.waiting import until
-from .test_serve_engine import BIG, _close, engine, get, read_answer, reported, serving
 
 pytest.importorskip("httptools")
 
@@ -32,6 +32,12 @@ def tls_module() -> Any:
     from aiosendfile._serve import _tls
 
     return _tls
+
+
+def tls_body_module() -> Any:
+    from aiosendfile._serve import _tls_body
+
+    return _tls_body
 
 
 @pytest.fixture
@@ -68,7 +74,7 @@ async def test_a_garbage_handshake_is_closed_quietly(tmp_path: Path, tls: Any) -
                 writer.write(get("/small.txt"))
                 assert (await read_answer(reader)).status == 200
             finally:
-                await _close(writer)
+                await close_writer(writer)
         assert errors == []
 
 
@@ -99,7 +105,7 @@ async def test_a_range_past_4_gib_of_a_sparse_file_is_byte_exact(tmp_path: Path,
             writer.write(get("/sparse.bin", f"Range: bytes={start}-\r\n"))
             answer = await read_answer(reader)
         finally:
-            await _close(writer)
+            await close_writer(writer)
     assert answer.status == 206
     assert answer.body == bytes(1000) + tail
 
@@ -117,7 +123,7 @@ async def test_a_reader_with_a_4_kib_window_gets_every_byte(tmp_path: Path, tls:
             second = await read_answer(reader)
             third_head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
         finally:
-            await _close(writer)
+            await close_writer(writer)
     assert first.body == (site.root / "big.bin").read_bytes()
     assert second.body == (site.root / "small.txt").read_bytes()
     assert third_head.startswith(b"HTTP/1.1 206")
@@ -145,7 +151,7 @@ async def test_a_file_truncated_mid_body_aborts_the_connection(
     assert raw.startswith(b"HTTP/1.1 200")
     assert len(raw.partition(b"\r\n\r\n")[2]) < BIG  # never passed off as complete; nothing after it
     assert errors == []  # a file that shrank is no bug
-    assert tls_module().BODY_BUDGET_POOL.claimed == 0
+    assert tls_body_module().BODY_BUDGET_POOL.claimed == 0
 
 
 async def test_clients_that_reset_or_stop_reading_mid_body_leave_nothing_behind(
@@ -153,7 +159,7 @@ async def test_clients_that_reset_or_stop_reading_mid_body_leave_nothing_behind(
 ) -> None:
     """Many bodies stalled at once (clients that never read a 2 GiB sparse file) hold at most the
     budget beyond BODY_MIN each; reset or cut off after send_timeout, they give it all back."""
-    tls_mod = tls_module()
+    tls_mod = tls_body_module()
     async with serving(tmp_path, tls=tls, send_timeout=3.0) as site:
         with open(site.root / "huge.bin", "wb") as f:
             f.truncate(2 * GiB)
@@ -188,7 +194,7 @@ async def test_clients_that_reset_or_stop_reading_mid_body_leave_nothing_behind(
 
 
 def test_the_body_budget_gives_at_least_a_record_and_never_more_than_its_total() -> None:
-    tls_mod = tls_module()
+    tls_mod = tls_body_module()
     budget = tls_mod._Budget(1024 * 1024)
     sizes = [budget.claim(10 * 1024 * 1024) for _ in range(20)]
     assert sizes[0] == tls_mod.BODY_MAX
@@ -214,7 +220,7 @@ async def test_the_engine_runs_tls_on_its_own_transport(tmp_path: Path, tls: Any
                 == writer.get_extra_info("ssl_object").version()
             )
         finally:
-            await _close(writer)
+            await close_writer(writer)
 
 
 async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path, tls: Any) -> None:

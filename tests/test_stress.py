@@ -449,7 +449,7 @@ def test_a_thousand_https_downloads_from_serve_stay_bounded(
     --tls-cert`` (its own process), all stalled at once, then all read: every body byte-exact;
     the server's peak RSS growth is reported, and bounded by what its TLS connections and body
     buffers may hold (OpenSSL's buffers, a ``BODY_MIN`` buffer each, the shared budget)."""
-    from aiosendfile._serve._tls import BODY_BUDGET, BODY_MIN
+    from aiosendfile._serve._tls_body import BODY_BUDGET, BODY_MIN
 
     fds = 2 * HTTPS_CLIENTS + 500  # (the server inherits it: a socket and a file per download)
     if raise_nofile(fds) < fds:

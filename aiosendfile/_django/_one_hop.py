@@ -42,6 +42,7 @@ from django.http import FileResponse
 from django.urls import Resolver404, get_resolver, set_script_prefix
 from django.utils.module_loading import import_string
 
+from .. import _compat
 from .._asgi._thread_send import THREAD_WRITE
 from ._response import django_headers, file_body
 from ._threads import run_logged
@@ -252,7 +253,7 @@ class OneHop:
         if hop.gone:  # (the client left before the view: as Django, it is not run)
             return self._hand_over(hop, None), None
         response = self._chain.get_response(request)
-        response._handler_class = handler.__class__
+        _compat.set_handler_class(response, handler.__class__)
         if not isinstance(response, FileResponse):
             return self._hand_over(hop, response), None
         response.block_size = handler.chunk_size

@@ -66,7 +66,8 @@ from ._auth import ALLOWED, BUSY, MISSING, REALM, address_key
 from ._date import CLOSE, KEEP10, KEEP11
 from ._render import error_response, head_of
 from ._rules import same_origin
-from ._tls import TLSBody, TLSTransport
+from ._tls import TLSTransport
+from ._tls_body import TLSBody
 from ._upload import (
     DISCARD_MAX,
     SPLICE_AT,
@@ -540,15 +541,16 @@ class HttpProtocol(asyncio.Protocol):
                 self.since = engine.now
                 self.budget -= 1
                 # (a plain GET with no access log: answered with no request object if memoised)
+                method, url, mode, log, guard = head
                 if (
-                    head[4] is not None
-                    or head[0] != _GET
-                    or head[3] is not None
-                    or not self._known(None, head[1], head[2], True)
+                    guard is not None
+                    or method != _GET
+                    or log is not None
+                    or not self._known(None, url, mode, True)
                 ):
-                    x = Exchange(head[0], head[1], head[2], None, head[3])
-                    x.auth = x.guarded = head[4]
-                    self._respond(x)
+                    exchange = Exchange(method, url, mode, None, log)
+                    exchange.auth = exchange.guarded = guard
+                    self._respond(exchange)
             else:
                 self.completed = 0
                 self._feed(data)
@@ -657,7 +659,7 @@ class HttpProtocol(asyncio.Protocol):
             self.fetch_site = value if self.fetch_site is None else b"cross-site"
         elif kind == XFF:
             self.xff = value if self.xff is None else self.xff + b"," + value
-        else:
+        elif kind == AGENT:
             self.agent = value
 
     def on_headers_complete(self) -> None:
@@ -715,61 +717,67 @@ class HttpProtocol(asyncio.Protocol):
             log = (self.version, self.referer, self.agent)
             self.referer = self.agent = None
         method = parser.get_method()
-        x = Exchange(method, url, mode, fields, log)
+        exchange = Exchange(method, url, mode, fields, log)
         self.completed += 1
         receiving = self.receiving
         if receiving is not None:  # a PUT's body is all there: it lands, then the answer
-            self._upload_complete(receiving, x)
+            self._upload_complete(receiving, exchange)
             return
         gate = self.engine.gate
         if gate is not None:  # (judged when answered: after the guesses before it; memoised once allowed)
             value, self.authorization = self.authorization, None
             client, self.client = self.client, None
             if not (gate.public_read and method in _GET_HEAD):
-                x.auth = x.guarded = (value, client)
-        self.parsed = x if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD else None
+                exchange.auth = exchange.guarded = (value, client)
+        self.parsed = (
+            exchange if fields is None and mode != CLOSE and self.plain and method in _GET_HEAD else None
+        )
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
-            self.pending.append(x)
+            self.pending.append(exchange)
             if len(self.pending) >= MAX_PENDING:
                 self._update_reading()
             return
         self.budget -= 1
-        self._respond(x)
+        self._respond(exchange)
 
     # -- answering --------------------------------------------------------------------------
 
-    def _respond(self, x: Exchange) -> None:
-        if x.auth is not None and not self._authorize(x):
+    def _respond(self, exchange: Exchange) -> None:
+        if exchange.auth is not None and not self._authorize(exchange):
             return
-        method = x.method
-        if x.fields is None and method in _GET_HEAD and self._known(x, x.url, x.mode, method == _GET):
+        method = exchange.method
+        if (
+            exchange.fields is None
+            and method in _GET_HEAD
+            and self._known(exchange, exchange.url, exchange.mode, method == _GET)
+        ):
             return
-        self._decide(x)
+        self._decide(exchange)
 
     def _key_of(self, client: str | None) -> str:
         """What the gate counts a request's failures against: its connection's client, or the
         client a trusted proxy names."""
         return address_key(client) if client is not None and self.proxied else self.key
 
-    def _authorize(self, x: Exchange) -> bool:
-        """Whether *x*'s credentials let it be answered now, judged as it is answered (after the
+    def _authorize(self, exchange: Exchange) -> bool:
+        """Whether *exchange*'s credentials let it be answered now, judged as it is answered (after the
         answers before it, their failures counted). False: it is refused (401, 429, 503), or its
         password is checked in the gate's thread (reading paused meanwhile, what follows waits)
         and it goes on from there."""
         gate = self.engine.gate
         assert gate is not None
-        assert x.auth is not None
-        value, client = x.auth
-        verdict = gate.judge(x.method, value, self._key_of(client))
+        assert exchange.auth is not None
+        value, client = exchange.auth
+        verdict = gate.judge(exchange.method, value, self._key_of(client))
         if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
             self.busy = True
             self._update_reading()
-            verdict.add_done_callback(functools.partial(self._on_loop, self._authorized, x))
+            verdict.add_done_callback(functools.partial(self._on_loop, self._authorized, exchange))
             return False
         if verdict != ALLOWED:
-            self._refuse(x, verdict)
+            self._refuse(exchange, verdict)
             return False
-        x.auth = None
+        exchange.auth = None
         return True
 
     def _on_loop(self, then: Any, *args: Any) -> None:
@@ -778,17 +786,17 @@ class HttpProtocol(asyncio.Protocol):
         with contextlib.suppress(RuntimeError):
             self.engine.loop.call_soon_threadsafe(then, *args)
 
-    def _authorized(self, x: Exchange, job: concurrent.futures.Future[float]) -> None:
+    def _authorized(self, exchange: Exchange, job: concurrent.futures.Future[float]) -> None:
         self.busy = False
         self.budget = TURN_BUDGET
         if self.transport is None:
             return
         verdict = _verdict(job)
         if verdict == ALLOWED:
-            x.auth = None
-            self._respond(x)
+            exchange.auth = None
+            self._respond(exchange)
         else:
-            self._refuse(x, verdict)
+            self._refuse(exchange, verdict)
         self._resume()
 
     # -- uploads (PUT, with uploads on: see _upload) -------------------------------------------------
@@ -844,18 +852,19 @@ class HttpProtocol(asyncio.Protocol):
         split = _split_target(self.url)
         if split is None:
             raise _Stop(400)
+        raw_path = split[0]
         upload: Upload | FormUpload
         try:
             if method == b"PUT":
-                upload = Upload(upload_target(split[0], engine.policy), engine.policy, uploads.overwrite)
+                upload = Upload(upload_target(raw_path, engine.policy), engine.policy, uploads.overwrite)
             else:
                 from ._form import FormUpload, form_boundary  # (python-multipart: with uploads only)
 
                 boundary = form_boundary(ctype)
                 if boundary is None:
                     raise _Stop(415)  # (a form of files only: multipart/form-data)
-                directory = upload_directory(split[0], engine.policy)
-                upload = FormUpload(directory, engine.policy, uploads.overwrite, boundary, _back_to(split[0]))
+                directory = upload_directory(raw_path, engine.policy)
+                upload = FormUpload(directory, engine.policy, uploads.overwrite, boundary, _back_to(raw_path))
         except UploadRefused as exc:
             raise _Stop(exc.status) from None
         keep = self.parser.should_keep_alive()
@@ -979,7 +988,7 @@ class HttpProtocol(asyncio.Protocol):
         url, self.url = self.url, b""
         self.fields = self.referer = self.agent = None
         self.authorization = None
-        x = Exchange(b"PUT", url, r.mode, None, r.log)  # type: ignore[arg-type]
+        exchange = Exchange(b"PUT", url, r.mode, None, r.log)  # type: ignore[arg-type]
         self.completed += 1
         if exc is not None:  # the file failed (a full disk: 507): the rest of the body is dropped
             status = status_of(exc)
@@ -989,14 +998,14 @@ class HttpProtocol(asyncio.Protocol):
             self.discard = r.length - r.got
             if self.discard > DISCARD_MAX:
                 self.dead = True  # (answered now, and closed)
-            self._render(x, error(status, "PUT"))
+            self._render(exchange, error(status, "PUT"))
             if self.out:
                 self._flush()
             self._update_reading()
             return
         if r.mode == CLOSE:
             self.dead = True
-        self._upload_complete(r, x)
+        self._upload_complete(r, exchange)
         self._update_reading()
 
     def _upload_written(self, r: Receiving, n: int, job: concurrent.futures.Future[None]) -> None:
@@ -1019,31 +1028,33 @@ class HttpProtocol(asyncio.Protocol):
             self._abort_upload(upload)  # (a hidden temporary file left by a failed link)
         if self.transport is None:
             return
-        x = r.done
-        assert isinstance(x, Exchange)
+        exchange = r.done
+        assert isinstance(exchange, Exchange)
         self.landing = None
         self.busy = False
         self.budget = TURN_BUDGET
         if exc is not None:
-            self._render(x, error(status_of(exc), "PUT"))
+            self._render(exchange, error(status_of(exc), "PUT"))
         else:
             assert upload is not None
             status, extra = upload.answer(job.result())
-            self._render(x, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
+            self._render(exchange, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
         self._resume()
 
-    def _upload_complete(self, r: Receiving, x: Exchange) -> None:
+    def _upload_complete(self, r: Receiving, exchange: Exchange) -> None:
         """(on_message_complete of a PUT.) The body is all there: answer a refusal now, else the
         answer comes once the file has its name; requests behind it wait."""
-        r.done = x
+        r.done = exchange
         self.receiving = None
         self.splicing = False  # (all of it came with the head: nothing to splice)
         if r.refused is not None:
             status, extra = r.refused
             if self.busy or self.pending or self.write_paused:
-                self.pending.append(error_response(status, self.engine.clock, mode=x.mode, extra=extra))
+                self.pending.append(
+                    error_response(status, self.engine.clock, mode=exchange.mode, extra=extra)
+                )
             else:
-                self._render(x, error(status, "PUT", *extra))
+                self._render(exchange, error(status, "PUT", *extra))
             return
         self.landing = r
         self.busy = True
@@ -1059,11 +1070,11 @@ class HttpProtocol(asyncio.Protocol):
         self.continue_owed, owed = False, self.continue_owed
         self.splicing = False  # (what is still to come is read and dropped, or the connection closes)
         if r.done is not None:
-            x = r.done
-            assert isinstance(x, Exchange)
+            exchange = r.done
+            assert isinstance(exchange, Exchange)
             self.landing = None
             self.busy = False
-            self._render(x, error(status, "PUT", *extra))
+            self._render(exchange, error(status, "PUT", *extra))
             self._resume()
             return
         to_come = None if r.length is None else r.length - r.got
@@ -1091,16 +1102,16 @@ class HttpProtocol(asyncio.Protocol):
         if upload is not None:
             self.engine.executor.submit(upload.abort)
 
-    def _refuse(self, x: Exchange, verdict: float) -> None:
-        """Answer *x* as the gate's *verdict* says (``_refusal``; kept alive: a browser asks again
+    def _refuse(self, exchange: Exchange, verdict: float) -> None:
+        """Answer *exchange* as the gate's *verdict* says (``_refusal``; kept alive: a browser asks again
         on the same connection)."""
         status, extra = _refusal(verdict)
-        self._render(x, error(status, x.method.decode("latin-1"), *extra))
+        self._render(exchange, error(status, exchange.method.decode("latin-1"), *extra))
 
-    def _known(self, x: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
+    def _known(self, exchange: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
         """Answer a plain GET (*get*) or HEAD of *url* if its path is memoised: a hot file's bytes
         (or its head alone) once a ``stat`` shows the path still names it, else (GET) sent from
-        its file. *x* is the request if one was made (its log fields); None for a head read from
+        its file. *exchange* is the request if one was made (its log fields); None for a head read from
         the heads memo. False: not memoised, or the path no longer names the memo's file (the
         memo is forgotten); the request is to be decided."""
         engine = self.engine
@@ -1115,7 +1126,7 @@ class HttpProtocol(asyncio.Protocol):
         if get:
             body = hot_files.body(path, engine.cache_root, ident) if small else None
             if body is None:  # sent from the file (or read into the hot-file cache again)
-                if self._send_known(x, url, mode, ident, path, head, small):
+                if self._send_known(exchange, url, mode, ident, path, head, small):
                     return True
                 engine.forget(key)
                 return False
@@ -1131,13 +1142,13 @@ class HttpProtocol(asyncio.Protocol):
         self.out_size += len(data)
         if self.out_size >= FLUSH_AT:
             self._flush()
-        if x is not None and x.log is not None:
-            self._log(x, len(body) if body is not None else 0)
+        if exchange is not None and exchange.log is not None:
+            self._log(exchange, len(body) if body is not None else 0)
         return True
 
     def _send_known(
         self,
-        x: Exchange | None,
+        exchange: Exchange | None,
         url: bytes,
         mode: int,
         ident: tuple[int, ...],
@@ -1163,14 +1174,14 @@ class HttpProtocol(asyncio.Protocol):
                 warm_to = PROBED_COLD
             elif body is not None:
                 self._put(head + body)
-                if x is not None and x.log is not None:
-                    self._log(x, size)
+                if exchange is not None and exchange.log is not None:
+                    self._log(exchange, size)
                 return True
-        self._send_whole(x, url, mode, fd, size, head, warm_to)
+        self._send_whole(exchange, url, mode, fd, size, head, warm_to)
         return True
 
     def _send_whole(
-        self, x: Exchange | None, url: bytes, mode: int, fd: int, size: int, head: bytes, warm_to: int
+        self, exchange: Exchange | None, url: bytes, mode: int, fd: int, size: int, head: bytes, warm_to: int
     ) -> None:
         """GET of a whole file from *fd* (ours: closed here, or by the transfer) after *head*: a
         memoised one, or a first sight (the core's plain 200). *warm_to*: 0 if its pages were not
@@ -1179,7 +1190,7 @@ class HttpProtocol(asyncio.Protocol):
         nothing, goes straight: the head and the file sent here if its pages are cached and the
         socket takes them, with no answer or transfer object (the common case, as the public
         call's straight line); whatever is left (a full socket, cold pages, an error) goes on as
-        a transfer from where this stopped. The request object *x* is made only when a transfer
+        a transfer from where this stopped. The request object *exchange* is made only when a transfer
         or the access log needs it."""
         position = 0
         rest = head
@@ -1200,31 +1211,31 @@ class HttpProtocol(asyncio.Protocol):
                 if position == size:
                     os.close(fd)
                     self.since = self.engine.now
-                    if x is not None and x.log is not None:
-                        self._log(x, size)
+                    if exchange is not None and exchange.log is not None:
+                        self._log(exchange, size)
                     return
-        if x is None:
-            x = Exchange(_GET, url, mode, None, None)
+        if exchange is None:
+            exchange = Exchange(_GET, url, mode, None, None)
         body_range = FileRange(fd, position, size - position)
         ans = Answer(200, [], size, body=body_range, fd=fd, close=os.close)
-        self._send_body(x, ans, body_range, rest, position, warm_to)
+        self._send_body(exchange, ans, body_range, rest, position, warm_to)
 
-    def _decide(self, x: Exchange) -> None:
+    def _decide(self, exchange: Exchange) -> None:
         """Any request but a memoised hot one: through the core, inline or in the cold pool."""
-        method = x.method
-        target = _split_target(x.url)
+        method = exchange.method
+        target = _split_target(exchange.url)
         if target is not None:
             raw, query = target
         elif method in _GET_HEAD:  # "*", authority-form: nothing a file could be
-            self._error(x, 400)
+            self._error(exchange, 400)
             return
         else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
             raw, query = b"/", b""
-        fields = x.fields
-        request = x.request = Request(
+        fields = exchange.fields
+        request = exchange.request = Request(
             method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY
         )
-        x.raw = raw
+        exchange.raw = raw
         engine = self.engine
         policy = engine.policy
         path = route(request, policy)
@@ -1237,19 +1248,19 @@ class HttpProtocol(asyncio.Protocol):
             if type(found) is tuple:
                 opened = found
             elif not engine.seen(raw) and (found is False or (found is None and not _looked_up(path))):
-                self._to_pool(x, first=True)
+                self._to_pool(exchange, first=True)
                 return
         try:
             ans = path if isinstance(path, Answer) else decide(request, path, policy, opened=opened)
         except DecideInPool:  # a directory listing to build: in the pool, as a first sight
-            self._to_pool(x, first=True)
+            self._to_pool(exchange, first=True)
             return
         except Exception as exc:
-            self._crashed(x, exc)
+            self._crashed(exchange, exc)
             return
-        self._render(x, ans)
+        self._render(exchange, ans)
 
-    def _to_pool(self, x: Exchange, *, first: bool) -> None:
+    def _to_pool(self, exchange: Exchange, *, first: bool) -> None:
         """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
         (``_look``: a ``stat``, which brings its metadata into the kernel's caches; the GIL is
         free meanwhile) and the loop then decides inline, so no decision's Python runs in a
@@ -1260,24 +1271,24 @@ class HttpProtocol(asyncio.Protocol):
         engine = self.engine
         # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
         job: concurrent.futures.Future[Answer | None]
-        request = x.request
+        request = exchange.request
         if first:
             job = engine.executor.submit(_look, request, engine.policy)
         else:
             job = engine.executor.submit(answer, request, engine.policy, POOL_FS)
-        job.add_done_callback(functools.partial(self._cold_arrived, x))
+        job.add_done_callback(functools.partial(self._cold_arrived, exchange))
 
-    def _cold_arrived(self, x: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
+    def _cold_arrived(self, exchange: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
         """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
         try:
-            self.engine.loop.call_soon_threadsafe(self._cold_done, x, job)
+            self.engine.loop.call_soon_threadsafe(self._cold_done, exchange, job)
         except RuntimeError:  # the loop is closed: nobody will send the answer
             if not job.cancelled() and job.exception() is None:
                 ans = job.result()
                 if ans is not None:
                     ans.close()
 
-    def _cold_done(self, x: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
+    def _cold_done(self, exchange: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
         """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
         self.busy = False
         self.budget = TURN_BUDGET
@@ -1285,51 +1296,51 @@ class HttpProtocol(asyncio.Protocol):
         if exc is not None:
             if not isinstance(exc, Exception):
                 raise exc
-            self._crashed(x, exc)
+            self._crashed(exchange, exc)
             self._resume()
             return
         ans = job.result()
         engine = self.engine
-        engine.saw(x.raw)
+        engine.saw(exchange.raw)
         if ans is None:  # looked up: decide now, inline
             if self.transport is None:
                 return
-            request = x.request
+            request = exchange.request
             try:
                 ans = _decided_inline(request, engine.policy)
             except DecideInPool:  # a directory listing to build: in the pool after all
-                self._to_pool(x, first=False)
+                self._to_pool(exchange, first=False)
                 return
             except Exception as error:
-                self._crashed(x, error)
+                self._crashed(exchange, error)
                 self._resume()
                 return
         if self.transport is None:
             ans.close()
             return
-        self._render(x, ans)
+        self._render(exchange, ans)
         self._resume()
 
-    def _render(self, x: Exchange, ans: Answer) -> None:
+    def _render(self, exchange: Exchange, ans: Answer) -> None:
         """Write *ans* (or start sending it); it is closed once sent."""
         engine = self.engine
         body = ans.body
-        x.status = ans.status
+        exchange.status = ans.status
         decided = ans.decided
-        if decided is not None and x.fields is None:  # a plain 200 of a whole file: kept
+        if decided is not None and exchange.fields is None:  # a plain 200 of a whole file: kept
             head = decided.head
             if head is None or engine.sandbox:  # (under --upload: rendered here, kept in the engine's memo)
                 head = head_of(ans, engine.sandbox)
                 if not engine.sandbox:
                     decided.head = head
-            engine.remember(x.raw, decided, head)
+            engine.remember(exchange.raw, decided, head)
             fd = ans.fd
-            if fd is not None and x.method == _GET and isinstance(body, FileRange):
+            if fd is not None and exchange.method == _GET and isinstance(body, FileRange):
                 # A first sight of a file sent from its descriptor: as a memoised one is sent,
                 # the head and the file straight where the socket takes them (a small one read
                 # and written from memory, its read the probe), else as a transfer.
                 ans.fd = None  # (ours now: the answer closes nothing)
-                head += engine.clock.tails[x.mode]
+                head += engine.clock.tails[exchange.mode]
                 size = decided.size
                 if size <= READ_MAX:
                     try:
@@ -1339,16 +1350,24 @@ class HttpProtocol(asyncio.Protocol):
                     if type(read) is bytearray and len(read) == size:
                         os.close(fd)
                         self._put(head + read)
-                        if x.log is not None:
-                            self._log(x, size)
+                        if exchange.log is not None:
+                            self._log(exchange, size)
                         return
-                    self._send_whole(x, x.url, x.mode, fd, size, head, PROBED_COLD if read is False else 0)
+                    self._send_whole(
+                        exchange,
+                        exchange.url,
+                        exchange.mode,
+                        fd,
+                        size,
+                        head,
+                        PROBED_COLD if read is False else 0,
+                    )
                     return
-                self._send_whole(x, x.url, x.mode, fd, size, head, 0)
+                self._send_whole(exchange, exchange.url, exchange.mode, fd, size, head, 0)
                 return
         else:
             head = head_of(ans, self.engine.sandbox)
-        head += engine.clock.tails[x.mode]
+        head += engine.clock.tails[exchange.mode]
         if ans.head_only or body is None:
             ans.close()
             self._put(head)
@@ -1367,14 +1386,14 @@ class HttpProtocol(asyncio.Protocol):
             self._put(b"".join(chunks))
             sent = sum(r.length for _, r in body.parts)
         else:
-            self._send_body(x, ans, body, head)
+            self._send_body(exchange, ans, body, head)
             return
-        if x.log is not None:
-            self._log(x, sent)
+        if exchange.log is not None:
+            self._log(exchange, sent)
 
     def _send_body(
         self,
-        x: Exchange,
+        exchange: Exchange,
         ans: Answer,
         body: FileRange | Multipart,
         head: bytes,
@@ -1392,16 +1411,16 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.abort()
             return
         if type(self.transport) is TLSTransport:
-            self._own_tls(x, ans, body, head, sent)
+            self._own_tls(exchange, ans, body, head, sent)
             return
-        if isinstance(body, FileRange) and self._own(x, ans, body, head, sent, warm_to):
+        if isinstance(body, FileRange) and self._own(exchange, ans, body, head, sent, warm_to):
             return
         self._update_reading()
-        task = self._start(self._send(x, ans, head, sent))
+        task = self._start(self._send(exchange, ans, head, sent))
         task.add_done_callback(lambda _: ans.close())  # also if cancelled before it ran
 
     def _own(
-        self, x: Exchange, ans: Answer, body: FileRange, head: bytes, sent: int = 0, warm_to: int = 0
+        self, exchange: Exchange, ans: Answer, body: FileRange, head: bytes, sent: int = 0, warm_to: int = 0
     ) -> bool:
         """Send *body* after *head* on the connection's outlet (see ``_outlet``); False where the
         public path must do it (TLS, an unknown transport, answers still in the transport's buffer).
@@ -1417,7 +1436,7 @@ class HttpProtocol(asyncio.Protocol):
         assert isinstance(outlet, Outlet)
 
         def done(sent: int, exc: Exception | None) -> None:
-            self._owned_done(x, sent, exc)
+            self._owned_done(exchange, sent, exc)
 
         transfer = Transfer(
             outlet,
@@ -1436,9 +1455,9 @@ class HttpProtocol(asyncio.Protocol):
         return True
 
     def _own_tls(
-        self, x: Exchange, ans: Answer, body: FileRange | Multipart, head: bytes, sent: int = 0
+        self, exchange: Exchange, ans: Answer, body: FileRange | Multipart, head: bytes, sent: int = 0
     ) -> None:
-        """Send *body* after *head* on the connection's own TLS transport (``_tls.TLSBody``).
+        """Send *body* after *head* on the connection's own TLS transport (``_tls_body.TLSBody``).
         The answer is closed once the body is sent, or the connection is gone."""
         if isinstance(body, FileRange):
             fd, segments, closing = body.fd, [(head, body.start, body.length)], b""
@@ -1449,7 +1468,7 @@ class HttpProtocol(asyncio.Protocol):
             segments[0] = (head + segments[0][0], *segments[0][1:])
 
         def done(body_sent: int, exc: Exception | None) -> None:
-            self._owned_done(x, sent + body_sent, exc)
+            self._owned_done(exchange, sent + body_sent, exc)
 
         transport = self.transport
         assert isinstance(transport, TLSTransport)
@@ -1468,12 +1487,12 @@ class HttpProtocol(asyncio.Protocol):
         if self.owned is transfer:  # still going: from the loop (the socket was full, a read is cold)
             self._update_reading()
 
-    def _owned_done(self, x: Exchange, sent: int, exc: Exception | None) -> None:
+    def _owned_done(self, exchange: Exchange, sent: int, exc: Exception | None) -> None:
         """A file body on the outlet ended: whole (exc None), or the connection is aborted."""
         self.owned = None
         self.sending = False
-        if x.log is not None:
-            self._log(x, sent)
+        if exchange.log is not None:
+            self._log(exchange, sent)
         transport = self.transport
         if exc is not None:
             self.dead = True
@@ -1488,7 +1507,7 @@ class HttpProtocol(asyncio.Protocol):
             self.budget = TURN_BUDGET
             self._resume()
 
-    async def _send(self, x: Exchange, ans: Answer, head: bytes, sent: int = 0) -> None:
+    async def _send(self, exchange: Exchange, ans: Answer, head: bytes, sent: int = 0) -> None:
         """Send a file body after its head; abort the connection if it cannot be sent whole.
         *sent*: file bytes already sent before *ans*'s range (for the access log)."""
         transport = self.transport
@@ -1535,8 +1554,8 @@ class HttpProtocol(asyncio.Protocol):
             return
         finally:
             self.sending = False
-            if x.log is not None:
-                self._log(x, sent)
+            if exchange.log is not None:
+                self._log(exchange, sent)
         self.task = None
         self.busy = False
         self.since = self.engine.now
@@ -1621,14 +1640,14 @@ class HttpProtocol(asyncio.Protocol):
         # The final answer (405) now, without 100 (Continue): the body is not read, so close after.
         log = (parser.get_http_version(), self.referer, self.agent) if self.engine.log is not None else None
         self.dead = True
-        x = Exchange(method, self.url, CLOSE, None, log)
+        exchange = Exchange(method, self.url, CLOSE, None, log)
         gate = self.engine.gate
         if gate is not None:  # (its credentials first, as for every answer: 401 before 405)
-            x.auth = x.guarded = (self.authorization, self.client)
+            exchange.auth = exchange.guarded = (self.authorization, self.client)
         if self.busy or self.pending:
-            self.pending.append(x)
+            self.pending.append(exchange)
         else:
-            self._respond(x)
+            self._respond(exchange)
         self.url = b""
         raise _Stop(None)
 
@@ -1652,17 +1671,17 @@ class HttpProtocol(asyncio.Protocol):
                 unparsed.status = status
                 self._log(unparsed, 0)
 
-    def _error(self, x: Exchange, status: int) -> None:
+    def _error(self, exchange: Exchange, status: int) -> None:
         """An error answer for a parsed request; the connection closes after it."""
         self.dead = True
-        x.status = status
-        self._put(error_response(status, self.engine.clock, body=x.method != _HEAD))
-        if x.log is not None:
-            self._log(x, 0)
+        exchange.status = status
+        self._put(error_response(status, self.engine.clock, body=exchange.method != _HEAD))
+        if exchange.log is not None:
+            self._log(exchange, 0)
 
-    def _crashed(self, x: Exchange, exc: Exception) -> None:
+    def _crashed(self, exchange: Exchange, exc: Exception) -> None:
         """The core raised: answer 500, close, and report it to the loop like any callback error."""
-        self._error(x, 500)
+        self._error(exchange, 500)
         self._report(exc, "the static core failed")
 
     def _report(self, exc: Exception, message: str) -> None:
@@ -1770,12 +1789,12 @@ class HttpProtocol(asyncio.Protocol):
             except AttributeError:  # (Python 3.10's TLS transport once its connection is lost: its
                 pass  # inner transport is None, and the protocol's connection_lost comes a callback later)
 
-    def _log(self, x: Exchange, sent: int) -> None:
-        """The access log's line for *x*: its answer's status and the *sent* body bytes."""
+    def _log(self, exchange: Exchange, sent: int) -> None:
+        """The access log's line for *exchange*: its answer's status and the *sent* body bytes."""
         access = self.engine.log
         assert access is not None
-        assert x.log is not None
-        version, referer, agent = x.log
-        method = x.method
-        request = method + b" " + x.url + b" HTTP/" + version.encode("ascii") if method else b""
-        access.line(self.peer, self.engine.clock.log_stamp, request, x.status, sent, referer, agent)
+        assert exchange.log is not None
+        version, referer, agent = exchange.log
+        method = exchange.method
+        request = method + b" " + exchange.url + b" HTTP/" + version.encode("ascii") if method else b""
+        access.line(self.peer, self.engine.clock.log_stamp, request, exchange.status, sent, referer, agent)

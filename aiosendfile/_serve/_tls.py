@@ -25,40 +25,26 @@ control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``,
   with a reset, and a client still reading the answer would lose its tail. ``abort()`` closes
   at once.
   ``connection_lost`` is called once, in a later iteration of the loop.
-* **File bodies** (:class:`TLSBody`): the file read into a buffer of the transfer's own with one
-  ``RWF_NOWAIT`` read per chunk (a cold chunk is read in the cold pool), then ``SSL_write`` of
-  the buffer: one copy into userspace and one encryption, as nginx. The buffer is not touched
-  again until the socket took it all. Its size is drawn from :data:`BODY_BUDGET`, shared by
-  every connection of the process: at least ``BODY_MIN`` bytes, up to ``BODY_MAX`` while the
-  budget allows (bytes per ``SSL_write`` set the CPU cost of a byte).
+
+File bodies on it are :mod:`._tls_body`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
-import os
 import socket
 import ssl
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from .. import _platform
-from .._options import DEFAULT_OPTIONS
-from .._outlet import MAX_CHUNK, _is_cold
+from .. import _compat
 
 __all__ = (
-    "BODY_BUDGET",
-    "BODY_MAX",
-    "BODY_MIN",
     "HANDSHAKE_TIMEOUT",
     "HIGH_WATER",
     "LOW_WATER",
-    "Segment",
-    "TLSBody",
     "TLSTransport",
     "kernel_tls",
     "tls_path",
@@ -77,10 +63,6 @@ LOW_WATER = 16 * 1024
 #: 16 KiB (a larger ask only makes a larger bytes object to shrink).
 READ_SIZE = 16 * 1024
 READS_PER_WAKEUP = 16
-#: A file body's buffer: at least one TLS record, up to BODY_MAX while BODY_BUDGET allows.
-BODY_MIN = 16 * 1024
-BODY_MAX = 256 * 1024
-BODY_BUDGET = 16 * 1024 * 1024
 
 _ULP = "/proc/sys/net/ipv4/tcp_available_ulp"
 
@@ -104,16 +86,6 @@ def tls_path() -> str:
     why_not = kernel_tls()
     ktls = "available, not used yet" if why_not is None else f"not available: {why_not}"
     return f"TLS: OpenSSL on the socket, userspace encryption; kernel TLS {ktls}"
-
-
-def _calls(sock: ssl.SSLSocket) -> tuple[Any, Any, Any]:
-    """``read``, ``write`` and ``pending`` of *sock*'s connection: its ``_ssl._SSLSocket``'s own
-    (the only place that touches the ssl module's internals), without ``SSLSocket``'s Python
-    wrappers and their checks, a few microseconds a request; the wrappers where it has none."""
-    inner = getattr(sock, "_sslobj", None)
-    if inner is not None and all(hasattr(inner, name) for name in ("read", "write", "pending")):
-        return inner.read, inner.write, inner.pending
-    return sock.recv, sock.send, sock.pending
 
 
 class TLSTransport(asyncio.Transport):
@@ -159,7 +131,7 @@ class TLSTransport(asyncio.Transport):
         self._handshaking = True
         self._timer: asyncio.TimerHandle | None = loop.call_later(handshake_timeout, self._handshake_expired)
         self._drained: Callable[[], None] | None = None  # a body waiting for the socket (TLSBody)
-        self._read, self._write, self._pending_bytes = _calls(self._sock)
+        self._read, self._write, self._pending_bytes = _compat.ssl_calls(self._sock)
         self._watch_read(True)
         self._handshake()
 
@@ -557,249 +529,3 @@ class TLSTransport(asyncio.Transport):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "closing" if self._closing else "open"
         return f"<TLSTransport fd={self._fd} {state}>"
-
-
-# -- file bodies ------------------------------------------------------------------------------
-
-#: One piece of a body: bytes to write first (a head, a part's head), then *length* bytes of the
-#: file from *start* (0: none).
-Segment = tuple[bytes, int, int]
-
-
-class _Budget:
-    """Bytes of body buffers all open transfers may hold beyond BODY_MIN each (every loop of the
-    process together; a body whose loop closed under a pool read gives its share back from there)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.claimed = 0
-        self._lock = threading.Lock()
-
-    def claim(self, want: int) -> int:
-        """A buffer size for a body of *want* bytes: the largest that is of use and fits."""
-        with self._lock:
-            size = BODY_MAX
-            while size > BODY_MIN and (size > 2 * want or self.claimed + size - BODY_MIN > self.total):
-                size //= 2
-            size = max(size, BODY_MIN)
-            self.claimed += size - BODY_MIN
-            return size
-
-    def give_back(self, size: int) -> None:
-        with self._lock:
-            self.claimed -= size - BODY_MIN
-
-
-BODY_BUDGET_POOL = _Budget(BODY_BUDGET)
-
-#: Called once when a body ends: (file bytes sent, None when whole, else why it stopped).
-Done = Callable[[int, "Exception | None"], None]
-
-
-class TLSBody:
-    """A file body (one or more segments of one file, then a closing) on a :class:`TLSTransport`.
-
-    ``release`` is called exactly once, when the body no longer reads *file_fd*: before ``done``,
-    or after :meth:`stop` once a pool thread still reading from it is finished.
-    """
-
-    __slots__ = (
-        "buf",
-        "closing",
-        "done",
-        "fd",
-        "file_in_buf",
-        "filled",
-        "in_pool",
-        "left",
-        "on_progress",
-        "position",
-        "release",
-        "segments",
-        "sent",
-        "size",
-        "stopped",
-        "transport",
-        "unyielded",
-    )
-
-    def __init__(
-        self,
-        transport: TLSTransport,
-        file_fd: int,
-        segments: Sequence[Segment],
-        closing: bytes,
-        done: Done,
-        on_progress: Callable[[], None],
-        release: Callable[[], None],
-    ) -> None:
-        self.transport = transport
-        self.fd = file_fd
-        self.segments = collections.deque(segments)
-        self.closing = closing
-        self.done = done
-        self.on_progress = on_progress
-        self.release: Callable[[], None] | None = release
-        self.sent = 0  # file bytes the socket took
-        self.position = 0  # where the file is read next
-        self.left = 0  # file bytes of the current segment not read yet
-        self.filled = 0  # bytes in the buffer
-        self.file_in_buf = 0  # of which from the file
-        self.unyielded = 0  # bytes written since the body last gave way to other connections
-        self.stopped = False
-        self.in_pool = False
-        want = sum(len(head) + length for head, _, length in segments) + len(closing)
-        self.size = BODY_BUDGET_POOL.claim(want)
-        self.buf: bytearray | None = bytearray(self.size)
-
-    def stop(self) -> None:
-        """The connection is gone: stop, without calling ``done``."""
-        if self.stopped:
-            return
-        self.stopped = True
-        if not self.in_pool:
-            self._release()
-
-    def _release(self) -> None:
-        if self.buf is not None:
-            self.buf = None
-            BODY_BUDGET_POOL.give_back(self.size)
-        release, self.release = self.release, None
-        if release is not None:
-            release()
-
-    def run(self) -> None:
-        """Fill the buffer and write it, while the socket takes it all, up to ``MAX_CHUNK`` bytes
-        a wakeup; then from the loop (writable again, a cold read back, the next iteration)."""
-        while not self.stopped:
-            if not self._fill():
-                return  # (a read in the pool, or the end of the file came early)
-            if not self.filled:
-                closing, self.closing = self.closing, b""
-                if closing:
-                    self.filled = len(closing)
-                    self.buf[: self.filled] = closing  # type: ignore[index]
-                else:
-                    self._end(None)
-                    return
-            if not self._write():
-                return
-            if self.unyielded >= MAX_CHUNK:
-                self.unyielded = 0
-                self.transport._loop.call_soon(self.run)  # let the other connections in
-                return
-
-    def _fill(self) -> bool:
-        """Fill the buffer: the segments' heads and file bytes in order (a head larger than the
-        buffer on its own); False if it goes on from the pool, or the body ended."""
-        buf = self.buf
-        assert buf is not None
-        size = self.size
-        while self.filled < size:
-            filled = self.filled
-            if not self.left:
-                if not self.segments:
-                    break
-                head, start, length = self.segments[0]
-                if len(head) > size - filled:
-                    if filled:
-                        break
-                    # (a head larger than the buffer: the buffer holds it, whole, for its write)
-                    self.buf = buf = bytearray(head)
-                    self.filled = len(head)
-                    self.segments[0] = (b"", start, length)
-                    break
-                self.segments.popleft()
-                buf[filled : filled + len(head)] = head
-                self.filled = filled + len(head)
-                self.position, self.left = start, length
-                continue
-            into = memoryview(buf)[filled : filled + min(self.left, size - filled)]
-            got = _platform.read_into_nowait(self.fd, into, self.position)
-            # (None: the platform cannot tell; probed, and read here if warm)
-            if got is None and not _is_cold(self.fd, self.position, len(into), DEFAULT_OPTIONS):
-                got = os.preadv(self.fd, [into], self.position)
-            if got is None or got is False:
-                self._to_pool(into)
-                return False
-            if not self._took(got, len(into)):
-                return False
-        return True
-
-    def _took(self, got: int, asked: int) -> bool:
-        if got < asked:
-            self._end(EOFError(f"the file ended {self.left - got} bytes early"))
-            return False
-        self.position += got
-        self.left -= got
-        self.filled += got
-        self.file_in_buf += got
-        return True
-
-    def _to_pool(self, into: memoryview) -> None:
-        self.in_pool = True
-        _platform.counters.cold += 1
-        job = DEFAULT_OPTIONS.cold_executor.submit(os.preadv, self.fd, [into], self.position)
-        loop = self.transport._loop
-        asked = len(into)
-
-        def arrived(job: concurrent.futures.Future[int]) -> None:  # (in the pool thread)
-            try:
-                loop.call_soon_threadsafe(self._pool_done, job, asked)
-            except RuntimeError:  # the loop is closed
-                self.in_pool = False
-                self._release()
-
-        job.add_done_callback(arrived)
-
-    def _pool_done(self, job: concurrent.futures.Future[int], asked: int) -> None:
-        self.in_pool = False
-        if self.stopped:
-            self._release()
-            return
-        exc = RuntimeError("the cold pool cancelled a read") if job.cancelled() else job.exception()
-        if exc is not None:
-            if not isinstance(exc, Exception):
-                raise exc
-            self._end(exc)
-            return
-        if self._took(job.result(), asked):
-            self.run()
-
-    def _write(self) -> bool:
-        """Write the buffer; True if the socket took it all (else the body goes on when it has)."""
-        transport = self.transport
-        data = memoryview(self.buf)[: self.filled]  # type: ignore[arg-type]
-        if transport.send_body(data, self._drained):
-            self._written()
-            return True
-        if transport.is_closing():
-            self._end(ConnectionResetError("the connection closed during the body"))
-        return False
-
-    def _written(self) -> None:
-        self.unyielded += self.filled
-        self.filled = 0
-        if self.file_in_buf:
-            self.sent += self.file_in_buf
-            self.file_in_buf = 0
-            self.on_progress()
-        if self.buf is not None and len(self.buf) != self.size:  # (a large head's own buffer)
-            self.buf = bytearray(self.size)
-
-    def _drained(self) -> None:
-        if self.stopped:
-            return
-        if self.transport.is_closing():
-            self._end(ConnectionResetError("the connection closed during the body"))
-            return
-        self._written()
-        self.unyielded = 0
-        self.run()
-
-    def _end(self, exc: Exception | None) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        self._release()
-        self.done(self.sent, exc)
