@@ -19,6 +19,8 @@ import hashlib
 import http.client
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -412,6 +414,24 @@ def test_a_request_is_finished_when_the_application_returns(
                 break
             time.sleep(0.02)
     assert accounts == [1] * len(targets)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_file_its_thread_wrote_is_closed_when_its_client_leaves_at_once(loop: str) -> None:
+    """The request's thread writes a ``FileResponse`` whole; its client reads it and leaves before
+    the thread goes on, and the loop gives the request up first. As Django closes a response its
+    client left once it was sent, the response is closed once and ``request_finished`` sent once,
+    both by the time the application returns (they were not: the thread closed only the file).
+    Made certain in a process of its own (``tests/support/django_thread_race.py``)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.django_thread_race", loop],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("server", SERVERS[:2])

@@ -75,6 +75,10 @@ _WHOLE = "whole"
 #: What the thread hands back for a response it wrote whole and closed itself.
 _CLOSED = "closed"
 
+#: What the loop finds when it gives up a request whose response the thread had begun to write:
+#: the thread closes it (as Django closes a response whose send its client cut short).
+_THREAD_CLOSES = "thread closes"
+
 
 def _thread_writer(scope: dict[str, Any]) -> Any:
     """The server's offer to write a file response from the request's thread, opened for this
@@ -99,9 +103,23 @@ class _Hop:
     ``gone`` is set on the loop when the client leaves (or the request is given up): read on the
     thread, it keeps a view from starting and a response from being written. What the thread
     makes of the request is handed over under ``_lock``: to the loop (``outcome``) until the loop
-    gives the request up (:meth:`abandon`); after that the thread disposes of it itself."""
+    gives the request up (:meth:`abandon`); after that the thread disposes of it itself. Once the
+    thread has begun to write the response (:meth:`start_writing`), giving the request up leaves
+    the response the thread's to close, and the loop waits for that (``thread_done``)."""
 
-    __slots__ = ("_lock", "abandoned", "body_file", "gone", "handler", "outcome", "scope", "writer")
+    __slots__ = (
+        "_lock",
+        "abandoned",
+        "body_file",
+        "gone",
+        "handler",
+        "loop",
+        "outcome",
+        "scope",
+        "thread_done",
+        "writer",
+        "writing",
+    )
 
     def __init__(self, handler: Any, scope: dict[str, Any], body_file: Any, writer: Any) -> None:
         self.handler = handler
@@ -110,8 +128,20 @@ class _Hop:
         self.writer = writer
         self.gone = False
         self.abandoned = False
+        self.writing = False
         self.outcome: Any = None
         self._lock = threading.Lock()
+        self.loop = asyncio.get_running_loop()
+        self.thread_done: asyncio.Future[None] = self.loop.create_future()
+
+    def start_writing(self) -> bool:
+        """On the thread, before it writes the response: from here on the response is the
+        thread's to close if the loop gives the request up. False: the loop gave it up already."""
+        with self._lock:
+            if self.abandoned:
+                return False
+            self.writing = True
+            return True
 
     def hand_over(self, outcome: Any) -> bool:
         """On the thread: *outcome* (a response, or :data:`_CLOSED`) is the loop's; False when
@@ -124,10 +154,23 @@ class _Hop:
 
     def abandon(self) -> Any:
         """On the loop, its wait for the thread cancelled: what the thread handed over by now (a
-        response, :data:`_CLOSED`, or None: the thread disposes of what it makes later)."""
+        response, :data:`_CLOSED`), :data:`_THREAD_CLOSES` if the thread writes the response and
+        will close it, or None: the thread disposes of what it makes later."""
         with self._lock:
             self.abandoned = self.gone = True
+            if self.outcome is None and self.writing:
+                return _THREAD_CLOSES
             return self.outcome
+
+    def thread_finished(self) -> None:
+        """On the thread, its part of the request over: what the loop may wait for."""
+        with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits)
+            self.loop.call_soon_threadsafe(_set_done, self.thread_done)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class OneHop:
@@ -198,11 +241,13 @@ class OneHop:
             response = hop.abandon() if process.cancelled() else process.result()
             if response is None:  # (no response to close: the client left before there was one)
                 await signals.request_finished.asend(sender=handler.__class__)
+            elif response is _THREAD_CLOSES:  # (written, or being written: closed on its thread)
+                await hop.thread_done
             elif response is not _CLOSED:
                 await sync_to_async(response.close)()
         except BaseException:  # (cancelled, or the listener's error: nothing of the request is sent)
             outcome = hop.abandon()
-            if outcome is not _CLOSED:
+            if outcome is not _CLOSED and outcome is not _THREAD_CLOSES:
                 _close_file_quietly(outcome)
             raise
         finally:
@@ -245,6 +290,13 @@ class OneHop:
         writer, a file response written (and, written whole, closed) here. Returns the response
         (:data:`_CLOSED` once written whole and closed) and what the thread wrote (None,
         :data:`_PART`, :data:`_WHOLE`)."""
+        try:
+            return self._make_and_write(hop)
+        finally:
+            if hop.writing:
+                hop.thread_finished()
+
+    def _make_and_write(self, hop: _Hop) -> tuple[Any, object]:
         handler = hop.handler
         signals.request_started.send(sender=handler.__class__, scope=hop.scope)
         request, error_response = handler.create_request(hop.scope, hop.body_file)
@@ -259,12 +311,16 @@ class OneHop:
         response.block_size = handler.chunk_size
         writer = hop.writer
         body = file_body(response) if writer is not None and not hop.gone else None
-        if body is None or not writer.write(response.status_code, django_headers(response), *body[:3]):
+        if (
+            body is None
+            or not hop.start_writing()
+            or not writer.write(response.status_code, django_headers(response), *body[:3])
+        ):
             return self._hand_over(hop, response), None
         if not writer.complete:
             return self._hand_over(hop, response), _PART
-        if not hop.hand_over(_CLOSED):
-            _close_file_quietly(response)
+        if not hop.hand_over(_CLOSED):  # (the client left once it had the response: Django closes it)
+            run_logged(response.close)
             return _CLOSED, _WHOLE
         run_logged(response.close)  # (Django's order: the response, then the request's body)
         run_logged(hop.body_file.close)
@@ -275,5 +331,8 @@ class OneHop:
     @staticmethod
     def _hand_over(hop: _Hop, response: Any) -> Any:
         if not hop.hand_over(response):
-            _close_file_quietly(response)
+            if hop.writing:  # (the loop left it to this thread: closed as Django closes it)
+                run_logged(response.close)
+            else:
+                _close_file_quietly(response)
         return response
