@@ -404,7 +404,9 @@ def world_readable_tmp() -> Iterator[Path]:
 # directory too, as mkdtemp makes them), then drops its privileges.
 AS_NOBODY = """
 import os, sys
-import aiosendfile._cli._main, aiosendfile._cli._serve, aiosendfile._serve._server, aiosendfile._pair._cli
+import aiosendfile._cli._main, aiosendfile._cli._serve, aiosendfile._cli._serve_options
+import aiosendfile._serve._server
+import aiosendfile._pair._cli
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.exit(aiosendfile._cli._main.main(sys.argv[1:]))
 """

@@ -444,7 +444,7 @@ def test_a_worker_that_keeps_dying_is_restarted_ever_later_and_a_stop_still_stop
 
 
 def test_backoff_doubles_to_a_cap_and_resets_after_a_worker_ran_a_while() -> None:
-    from aiosendfile._cli._serve import Backoff
+    from aiosendfile._cli._supervisor import Backoff
 
     backoff = Backoff()
     assert [backoff.after(0.0) for _ in range(10)] == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0, 10.0]

@@ -50,7 +50,7 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     from .._pair._cli import add_commands
-    from ._serve import add_serve_command
+    from ._serve_options import add_serve_command
 
     parser = Parser(
         prog="aiosendfile",

@@ -1,0 +1,216 @@
+"""``aiosendfile serve`` and ``aiosendfile hash-password``: their options (what each means, its
+type and its check), for the ``aiosendfile`` parser. The commands are :mod:`._serve`'s."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+from typing import Any
+
+from ._common import add_loop_option, in_words, port
+from ._serve import MAX_WORKERS, hash_password_command, serve_command
+
+__all__ = ("add_serve_command",)
+
+_SERVE_DESCRIPTION = """\
+Serve the files in DIRECTORY over HTTP (GET and HEAD), zero-copy with
+sendfile(2). Ranges, conditional requests (ETag, Last-Modified) and
+pre-compressed siblings (a.js.br, a.js.gz, chosen by Accept-Encoding) are
+supported. A directory answers with its index.html, else with a listing
+(sortable by name, date or size; as JSON with ?json or Accept:
+application/json), or 403 under --no-listing.
+
+Hidden by default: any path with a component starting with "." (/.env,
+/.git/config) gets 404 and is not listed; only /.well-known/ is served.
+Symlinks that lead outside DIRECTORY get 404 unless --follow-symlinks.
+
+--tls-cert FILE (and --tls-key FILE, unless the key is in FILE) serves HTTPS
+instead. OpenSSL encrypts on the connection's socket itself, as nginx does
+without kernel TLS (a file is read once into memory, encrypted and written);
+the banner says so, and whether this machine offers kernel TLS (not used
+yet).
+
+--access-log writes a line per response to stderr (Combined Log Format).
+It never holds serving up: when stderr is not read, up to 1 MiB of lines
+waits, later ones are dropped, then a line says how many.
+
+Ctrl-C, SIGTERM or SIGHUP stops the server (exit status 0; SIGHUP says so
+on stderr, and stays ignored if it was when serve started, as under nohup):
+open connections get half a second to finish. SIGUSR1 and SIGUSR2 are
+ignored, with a line on stderr: there is no log file to reopen (the log is
+stderr) and nothing to reload. With --workers N, signals are for the first
+process; a worker that dies is restarted, with a line on stderr, 0.1 s
+later, then twice as late each time a new one dies within 30 s (up to 10 s)."""
+
+_SERVE_EPILOG = """\
+examples:
+  aiosendfile serve                          the current directory on 127.0.0.1:8000
+  aiosendfile serve ./public --no-listing    403 for folders that have no index.html
+  aiosendfile serve site --host 0.0.0.0 --port 8080 --workers 4
+                                             every interface, 4 processes
+
+exit status: 0 when stopped by Ctrl-C/SIGTERM/SIGHUP; 2 for a bad argument (a
+port outside 0-65535, --workers outside 1-1024, a DIRECTORY that is missing or
+unreadable); 1 when the address cannot be listened on (in use, not this
+machine's, or a port below 1024 without privileges), or a worker cannot start."""
+
+
+def _workers(text: str) -> int:
+    """``--workers``: a number of processes, 1 to :data:`MAX_WORKERS`."""
+    value = text.strip()
+    if not value.isdigit() or not 1 <= int(value) <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"a number of processes from 1 to {MAX_WORKERS}, not {text!r}")
+    return int(value)
+
+
+def _size(text: str) -> int:
+    """``--max-upload-size``: bytes, or a number with K, M or G (powers of 1024)."""
+    value = text.strip().upper().removesuffix("B")
+    scale = 1
+    if value[-1:] in ("K", "M", "G", "T"):
+        scale = 1024 ** ("KMGT".index(value[-1]) + 1)
+        value = value[:-1]
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"a size in bytes (or with K, M, G), not {text!r}")
+    return int(value) * scale
+
+
+def _directory(text: str) -> str:
+    """DIRECTORY: an existing directory this process can list and open files in; its absolute path.
+
+    Checked at start, not per request: a folder the server cannot read would
+    otherwise start fine and answer 403 to everything.
+    """
+    path = os.path.abspath(text)
+    try:
+        st = os.stat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+        os.stat(os.path.join(path, "."))  # x: files in it can be opened
+        with os.scandir(path):  # r: it can be listed (index.html lookups, --show-index)
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot serve {text!r}: {in_words(exc)}") from None
+    return path
+
+
+def add_serve_command(commands: Any) -> None:
+    """The ``serve`` subcommand of the ``aiosendfile`` parser."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve a directory over HTTP",
+        description=_SERVE_DESCRIPTION,
+        epilog=_SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "directory",
+        nargs="?",
+        default=".",
+        type=_directory,
+        metavar="DIRECTORY",
+        help="the directory to serve (default: the current one)",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s; 0.0.0.0 or :: for all)",
+    )
+    serve.add_argument(
+        "--port", type=port, default=8000, help="port to listen on (default: %(default)s; 0 picks a free one)"
+    )
+    add_loop_option(serve)
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="processes sharing the port with SO_REUSEPORT, restarted if one dies (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every request to stderr; never blocks serving (default: off)",
+    )
+    serve.add_argument(
+        "--no-listing",
+        dest="listing",
+        action="store_false",
+        help="answer 403 for a directory that has no index.html (default: a listing)",
+    )
+    # (Listings are on by default; a script's --show-index is still taken, and changes nothing.)
+    serve.add_argument("--show-index", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument(
+        "--show-dotfiles",
+        action="store_true",
+        help="serve and list names starting with '.' (default: 404, except /.well-known/)",
+    )
+    serve.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="serve symlinks that point outside DIRECTORY (default: 404)",
+    )
+    serve.add_argument(
+        "--upload",
+        action="store_true",
+        help="let PUT and form posts (the listing's upload form, curl -F) write files (each appears whole, "
+        "or not at all; needs --auth off loopback)",
+    )
+    serve.add_argument(
+        "--overwrite", action="store_true", help="with --upload: an upload may replace a file (default: 409)"
+    )
+    serve.add_argument(
+        "--max-upload-size",
+        type=_size,
+        metavar="SIZE",
+        help="with --upload: refuse larger bodies with 413 (bytes, or with K, M, G; default: no limit)",
+    )
+    serve.add_argument(
+        "--auth",
+        action="append",
+        default=[],
+        metavar="USER:PASSWORD",
+        help="ask for this user and password (HTTP Basic); repeatable; the password may be a hash "
+        "from 'aiosendfile hash-password USER'",
+    )
+    serve.add_argument(
+        "--auth-file",
+        metavar="FILE",
+        help="users from FILE, one USER:HASH a line (from 'aiosendfile hash-password USER')",
+    )
+    serve.add_argument(
+        "--public-read",
+        action="store_true",
+        help="with --auth/--auth-file: GET and HEAD need no password (only uploads will)",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable; .example.org: it and its subdomains; "
+        "'*': any); by default only IP addresses, localhost, this machine's name and --host are "
+        "answered, others get 421 (DNS rebinding)",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="with --auth: a reverse proxy (an address or a network, repeatable) whose "
+        "X-Forwarded-For names the client that failed passwords are counted against",
+    )
+    serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
+    serve.add_argument(
+        "--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM; default: in FILE)"
+    )
+    serve.set_defaults(run=serve_command)
+    hasher = commands.add_parser(
+        "hash-password",
+        help="print a USER:HASH line for serve --auth-file",
+        description="Read a password (asked twice on a terminal, else one line from stdin) and "
+        "print USER:HASH, a salted scrypt hash, for serve --auth-file or --auth.",
+    )
+    hasher.add_argument("user", metavar="USER", help="the user name (no ':')")
+    hasher.set_defaults(run=hash_password_command)
