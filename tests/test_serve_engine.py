@@ -22,8 +22,7 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -31,85 +30,25 @@ from typing import Any
 import pytest
 
 from .support.files import CHANGES, change_file, pattern
-from .support.raw_http import connect, read_to_eof
+from .support.raw_http import read_to_eof
+from .support.serve_site import (
+    BIG,
+    SMALL,
+    Site,
+    at_eof,
+    build,
+    close_writer,
+    engine,
+    get,
+    read_answer,
+    reported,
+    serving,
+    split_answers,
+)
 from .support.tls_duplex import TLSDuplex
 from .support.waiting import until
 
 pytest.importorskip("httptools")
-
-SMALL = 4096
-BIG = 3 * 1024 * 1024 + 17  # above the inline limit: sent by aiosendfile.sendfile
-
-
-def engine() -> Any:
-    from aiosendfile._serve import _server
-
-    return _server
-
-
-@dataclass
-class Site:
-    root: Path
-    server: Any
-    host: str = "127.0.0.1"
-    port: int = 0
-    unix: str | None = None
-    ctx: ssl.SSLContext | None = None
-
-    async def open(self, **kw: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await connect(self.host, self.port, self.ctx, self.unix, limit=2**22, **kw)
-
-    async def exchange(self, data: bytes) -> bytes:
-        """Send *data*, read until the server closes."""
-        reader, writer = await self.open()
-        try:
-            writer.write(data)
-            return await asyncio.wait_for(read_to_eof(reader), 20)
-        finally:
-            await _close(writer)
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.TimeoutError):
-        await asyncio.wait_for(writer.wait_closed(), 5)
-
-
-def build(root: Path) -> Path:
-    root.mkdir()
-    (root / "small.txt").write_bytes(pattern(SMALL, seed=1))
-    (root / "big.bin").write_bytes(pattern(BIG, seed=2))
-    (root / "sp ace.txt").write_bytes(b"space")
-    (root / "a%20b.txt").write_bytes(b"literal percent")
-    (root / "sub").mkdir()
-    (root / "sub" / "index.html").write_bytes(b"<p>index</p>")
-    return root
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    tmp_path: Path, *, kind: str = "tcp", tls: Any = None, **config: Any
-) -> AsyncIterator[Site]:
-    mod = engine()
-    root = build(tmp_path / "www")
-    cfg = mod.ServeConfig(str(root), **config)
-    if kind == "unix":
-        path = str(tmp_path / "s.sock")
-        server = await mod.start_server(cfg, path=path)
-        site = Site(root, server, unix=path)
-    else:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        try:
-            server = await mod.start_server(cfg, sock=sock, ssl=tls[0] if tls else None)
-        except BaseException:
-            sock.close()
-            raise
-        site = Site(root, server, port=sock.getsockname()[1], ctx=tls[1] if tls else None)
-    try:
-        yield site
-    finally:
-        await mod.shutdown(server, 5.0)
 
 
 @pytest.fixture
@@ -119,60 +58,6 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
 
 
 # -- reading answers -----------------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    head: bytes
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    assert lines[0].startswith("HTTP/1.1 "), lines[0]
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(":")
-            assert name.lower() not in headers, f"repeated {name}"
-            headers[name.lower()] = value.strip()
-    return int(lines[0].split(" ")[1]), headers
-
-
-async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> Answer:
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
-    status, headers = _parse_head(head)
-    n = 0 if method == "HEAD" or status in (100, 304) else int(headers["content-length"])
-    body = await asyncio.wait_for(reader.readexactly(n), 20)
-    return Answer(status, headers, body, head)
-
-
-def split_answers(data: bytes, methods: list[str]) -> list[Answer]:
-    out = []
-    pos = 0
-    for method in methods:
-        end = data.index(b"\r\n\r\n", pos) + 4
-        status, headers = _parse_head(data[pos:end])
-        n = 0 if method == "HEAD" or status in (100, 304) else int(headers["content-length"])
-        assert end + n <= len(data), "an answer cut short"
-        out.append(Answer(status, headers, data[end : end + n], data[pos:end]))
-        pos = end + n
-    assert pos == len(data), f"bytes after the last answer: {data[pos : pos + 200]!r}"
-    return out
-
-
-def get(target: str, extra: str = "", method: str = "GET", version: str = "1.1") -> bytes:
-    return f"{method} {target} HTTP/{version}\r\nHost: localhost\r\n{extra}\r\n".encode("latin-1")
-
-
-async def at_eof(reader: asyncio.StreamReader) -> bool:
-    """Whether the server closed: EOF (or a reset) with nothing more to read."""
-    try:
-        return await asyncio.wait_for(reader.read(1), 20) == b""
-    except (ConnectionError, ssl.SSLError):
-        return True
 
 
 # -- keep-alive, pipelining, versions -----------------------------------------------------------
@@ -196,7 +81,7 @@ async def test_keep_alive_answers_many_requests_on_one_connection(site: Site) ->
         a = await read_answer(reader, "HEAD")
         assert (a.status, a.headers["content-length"]) == (200, str(SMALL))
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_pipelined_requests_are_answered_in_order(site: Site) -> None:
@@ -218,7 +103,7 @@ async def test_pipelined_requests_are_answered_in_order(site: Site) -> None:
         writer.write(data)
         raw = await asyncio.wait_for(read_to_eof(reader), 30)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     answers = split_answers(raw, [m for m, _, _ in requests[:-1]])
     small, big = (root / "small.txt").read_bytes(), (root / "big.bin").read_bytes()
     assert [a.status for a in answers] == [200, 200, 200, 404, 200, 200, 200, 200]
@@ -241,7 +126,7 @@ async def test_a_long_pipeline_of_small_files(site: Site) -> None:
             assert a.status == 200
             assert len(a.body) == (BIG if i == 100 else SMALL)
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_http_10_closes_unless_asked_to_keep_alive(site: Site) -> None:
@@ -256,7 +141,7 @@ async def test_http_10_closes_unless_asked_to_keep_alive(site: Site) -> None:
             a = await read_answer(reader)
             assert (a.status, a.headers["connection"]) == (200, "keep-alive")
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_connection_close_closes_after_the_answer(site: Site) -> None:
@@ -276,7 +161,7 @@ async def test_other_methods_get_405_with_allow(site: Site) -> None:
             assert a.headers["allow"] == "GET,HEAD"
             assert a.body == b"405: Method Not Allowed"
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 # -- Expect, request bodies, targets -----------------------------------------------------------
@@ -294,7 +179,7 @@ async def test_expect_100_continue_then_the_answer(site: Site) -> None:
         writer.write(get("/small.txt"))  # the body was read: the connection goes on
         assert (await read_answer(reader)).status == 200
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_expect_on_a_refused_method_answers_at_once_and_closes(site: Site) -> None:
@@ -305,7 +190,7 @@ async def test_expect_on_a_refused_method_answers_at_once_and_closes(site: Site)
         assert (a.status, a.headers["connection"]) == (405, "close")
         assert await at_eof(reader)
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_an_unknown_expectation_is_417(site: Site) -> None:
@@ -332,7 +217,7 @@ async def test_a_body_on_get_is_read_and_dropped(site: Site, body: bytes) -> Non
         a = await read_answer(reader, "HEAD")  # the body was not taken for a request
         assert a.status == 200
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
@@ -351,7 +236,7 @@ async def test_absolute_form_query_and_percent_decoding(site: Site) -> None:
             a = await read_answer(reader)
             assert (a.status, a.body) == (200, body), target
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 # -- limits -----------------------------------------------------------------------------------------
@@ -390,7 +275,7 @@ async def test_limits_and_garbage_are_answered_then_closed(site: Site, data: byt
         writer.write(data + get("/small.txt"))  # nothing after the error is answered
         raw = await asyncio.wait_for(read_to_eof(reader), 20)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     (a,) = split_answers(raw, ["GET"])
     assert (a.status, a.headers["connection"]) == (status, "close")
 
@@ -401,7 +286,7 @@ async def test_an_error_after_pipelined_requests_comes_after_their_answers(site:
         writer.write(get("/big.bin") + get("/small.txt") + b"NOT HTTP\r\n\r\n")
         raw = await asyncio.wait_for(read_to_eof(reader), 20)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     answers = split_answers(raw, ["GET", "GET", "GET"])
     assert [a.status for a in answers] == [200, 200, 400]
     assert len(answers[0].body) == BIG
@@ -417,7 +302,7 @@ async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path) -> None:
             writer.write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n")  # never finished
             raw = await asyncio.wait_for(read_to_eof(reader), 20)
         finally:
-            await _close(writer)
+            await close_writer(writer)
     (a,) = split_answers(raw, ["GET"])
     assert (a.status, a.headers["connection"]) == (408, "close")
 
@@ -428,7 +313,7 @@ async def test_a_silent_new_connection_is_closed_after_the_header_timeout(tmp_pa
         try:
             assert await at_eof(reader)  # nothing sent, nothing to answer: closed silently
         finally:
-            await _close(writer)
+            await close_writer(writer)
 
 
 async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
@@ -439,7 +324,7 @@ async def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path) -> None:
             assert (await read_answer(reader)).status == 200
             assert await at_eof(reader)
         finally:
-            await _close(writer)
+            await close_writer(writer)
 
 
 # -- the heads memo: a read that is a request parsed before is not parsed again ----------------------
@@ -476,7 +361,7 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
                 writer.write(plain)
                 answers.append(await read_answer(reader))
         finally:
-            await _close(writer)
+            await close_writer(writer)
         assert plain in heads_of(site)
     assert fed == [plain]
     assert [(a.status, a.body) for a in answers] == [(200, small)] * 3
@@ -510,7 +395,7 @@ async def test_what_the_heads_memo_never_holds(site: Site, data: bytes, methods:
             for method in methods:
                 await read_answer(reader, method)
         finally:
-            await _close(writer)
+            await close_writer(writer)
     assert len(heads_of(site)) == 0
 
 
@@ -531,7 +416,7 @@ async def test_a_known_head_arriving_inside_a_request_is_parsed_as_part_of_it(si
         writer.write(known)
         assert (await read_answer(reader)).body == (site.root / "small.txt").read_bytes()
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 async def test_the_heads_memo_stays_bounded_under_100000_distinct_heads(tmp_path: Path) -> None:
@@ -668,7 +553,7 @@ async def _warmed(site: Site) -> bytes:
     reader, writer = await site.open()
     writer.write(get("/small.txt"))
     assert (await read_answer(reader)).body == small
-    await _close(writer)
+    await close_writer(writer)
     return small
 
 
@@ -795,7 +680,7 @@ async def test_end_of_stream_waits_for_the_answers_over_a_unix_socket(
             raws = [await asyncio.wait_for(read_to_eof(reader), 20) for reader, _ in conns]
         finally:
             for _, writer in conns:
-                await _close(writer)
+                await close_writer(writer)
     answers = [split_answers(raw, ["GET"]) for raw in raws]
     assert [[a.body for a in got] for got in answers] == [[small], [small], [small], [big]]
 
@@ -833,7 +718,7 @@ async def test_end_of_stream_over_tls_waits_for_the_answers(
     half-close: the context ``serve`` makes lets OpenSSL take it as an end of stream), with the
     iteration's budget spent at once, get every answer whole in its turn, then the server's end;
     nothing is logged, and the server goes on answering others."""
-    from aiosendfile._cli._serve import tls_context
+    from aiosendfile._cli._serve_run import tls_context
 
     cert = tls_ca.issue_cert("localhost", "127.0.0.1")
     with cert.private_key_pem.tempfile() as key, cert.cert_chain_pems[0].tempfile() as chain:
@@ -880,7 +765,7 @@ async def test_a_connection_that_ends_is_closed_once(
         conn._resume()  # (closes it: dead, nothing in flight)
         conn._resume()  # (goes on again before connection_lost: a read held for a turn, ...)
         conn.expire(eng.now, eng.config)
-        await _close(writer)
+        await close_writer(writer)
         await _holding(eng, 0)
 
 
@@ -963,7 +848,7 @@ async def test_access_log_lines_are_combined_log_format(tmp_path: Path) -> None:
             writer.write(get("/missing", "Connection: close\r\n"))
             await read_answer(reader)
         finally:
-            await _close(writer)
+            await close_writer(writer)
     lines = log.getvalue().splitlines()
     stamp = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000\]"
     assert len(lines) == 4, lines
@@ -1042,8 +927,8 @@ async def test_shutdown_closes_idle_connections_and_finishes_answers_in_flight(t
             assert body == (site.root / "big.bin").read_bytes()
             assert await at_eof(busy_r)
         finally:
-            await _close(idle_w)
-            await _close(busy_w)
+            await close_writer(idle_w)
+            await close_writer(busy_w)
 
 
 def _stop_when_made(monkeypatch: pytest.MonkeyPatch, server: Any) -> list[asyncio.Task[None]]:
@@ -1157,7 +1042,7 @@ async def test_tls(tmp_path: Path, tls_server_ctx: ssl.SSLContext, tls_client_ct
             writer.write(get("/small.txt") + get("/big.bin") + get("/missing"))
             answers = [await read_answer(reader) for _ in range(3)]
         finally:
-            await _close(writer)
+            await close_writer(writer)
     assert [a.status for a in answers] == [200, 200, 404]
     assert answers[1].body == (site.root / "big.bin").read_bytes()
 
@@ -1177,19 +1062,6 @@ async def test_an_upgrade_request_is_answered_and_the_connection_closed(site: Si
 
 
 # -- bugs are reported, never hidden behind a hung or short answer ----------------------------------
-
-
-@contextlib.contextmanager
-def reported() -> Iterator[list[dict[str, Any]]]:
-    """What reaches the loop's exception handler meanwhile (instead of failing the test)."""
-    loop = asyncio.get_running_loop()
-    errors: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-    try:
-        yield errors
-    finally:
-        loop.set_exception_handler(previous)
 
 
 async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1246,7 +1118,7 @@ async def test_a_changed_file_is_never_answered_from_the_memo(site: Site) -> Non
         writer.write(get("/small.txt"))
         assert (await read_answer(reader)).status == 404
     finally:
-        await _close(writer)
+        await close_writer(writer)
 
 
 @pytest.mark.parametrize("name", ["big.bin", "small.txt"])
@@ -1281,7 +1153,7 @@ async def test_a_changed_file_is_never_sent_from_the_answer_cache(site: Site, ch
                 assert a.body == expected
             assert a.headers["etag"] != first.headers["etag"]  # the fields describe the file as it is now
     finally:
-        await _close(writer)
+        await close_writer(writer)
         outside.unlink()
 
 
@@ -1318,7 +1190,7 @@ async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(
             writer.write(get(target))
             await read_answer(reader)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     assert submitted == ([] if cached else [b"/big.bin", b"/missing", b"/small.txt"])
 
 
@@ -1430,7 +1302,7 @@ async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
                     sendfiles
                 )  # (2 hot, 1 read back)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     assert len(hot._entries) == 2
     assert len(puts) <= len(names) + 1  # the first answers, then at most one read back in 12
 
@@ -1474,7 +1346,7 @@ async def test_a_client_that_stops_reading_a_file_is_cut_off(tmp_path: Path) -> 
             rest = await asyncio.wait_for(read_to_eof(reader), 20)
             assert len(rest) < 256 * 1024 * 1024
         finally:
-            await _close(writer)
+            await close_writer(writer)
 
 
 def test_access_log_writes_whole_lines_in_batches_up_to_pipe_buf() -> None:
@@ -1740,7 +1612,7 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(site: Site, monkeypatch: 
         writer.write(get("/big.bin"))
         a = await read_answer(reader)
     finally:
-        await _close(writer)
+        await close_writer(writer)
     assert a.body == (site.root / "big.bin").read_bytes()
     assert probes == [0, _outlet.MAX_CHUNK]
 
@@ -1791,8 +1663,8 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
         assert (a.status, a.body) == (200, big.read_bytes())
     finally:
         disk.set()
-        await _close(cold_w)
-        await _close(hot_w)
+        await close_writer(cold_w)
+        await close_writer(hot_w)
 
 
 # -- the straight line for memoised files ------------------------------------------------------------
@@ -1872,7 +1744,7 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
             a = await read_answer(reader)
             assert a.body == body
         finally:
-            await _close(writer)
+            await close_writer(writer)
     assert len(transfers) == (0 if cut == "whole" else 1)
     if cut == "part of the file":
         assert calls[:2] == [0, 1000]
@@ -1901,7 +1773,7 @@ async def test_a_first_sight_goes_straight_as_a_memoised_file_does(
             writer.write(get("/first.bin"))
             assert (await read_answer(reader)).body == body
         finally:
-            await _close(writer)
+            await close_writer(writer)
         assert b"/first.bin" in engine()._engines[site.server].answers
     assert transfers == []
     assert log.getvalue().splitlines()[-1].endswith(f'200 {size} "-" "-"')
@@ -1932,7 +1804,7 @@ async def test_a_first_sights_read_that_fails_leaves_the_file_to_the_send(
             writer.write(get("/first.bin"))
             assert (await read_answer(reader)).body == body
         finally:
-            await _close(writer)
+            await close_writer(writer)
 
 
 async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
@@ -1962,7 +1834,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
         writer.write(get("/medium.bin"))
         assert (await read_answer(reader)).body == body
     finally:
-        await _close(writer)
+        await close_writer(writer)
     await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
     assert hints == [(0, len(body))]  # it waited for the pages
     assert len(probes) == 2  # the straight line's, then the one after the wait

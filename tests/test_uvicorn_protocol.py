@@ -719,36 +719,18 @@ async def test_extensions_already_in_the_scope_are_kept() -> None:
 # -- a real uvicorn process -----------------------------------------------------------------------
 
 
-def static_app() -> Any:
-    """Starlette's StaticFiles on ``$AIOSENDFILE_TEST_ROOT``, and the shim's counters at /counters."""
-    from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse
-    from starlette.routing import Mount, Route
-    from starlette.staticfiles import StaticFiles
-
-    def counters(request: Any) -> Any:
-        return PlainTextResponse(f"{_platform.counters.calls} {_platform.counters.bytes}")
-
-    return Starlette(
-        routes=[
-            Route("/counters", counters),
-            Mount("/", StaticFiles(directory=os.environ["AIOSENDFILE_TEST_ROOT"])),
-        ]
-    )
-
-
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("http", ["HttpToolsProtocol", "H11Protocol"])
 def test_uvicorn_process_with_our_protocol(tmp_path: Path, loop: str, http: str) -> None:
     data = pattern(3 * MIB + 1)
     (tmp_path / "data.bin").write_bytes(data)
     uds = str(tmp_path / "s.sock")
-    argv = [sys.executable, "-m", "uvicorn", "tests.test_uvicorn_protocol:static_app", "--factory"]
+    argv = [sys.executable, "-m", "uvicorn", "tests.support.asgi_apps:counted_static_app", "--factory"]
     argv += ["--uds", uds, "--loop", loop, "--http", f"aiosendfile.uvicorn:{http}", "--log-level", "warning"]
     if not cli_takes_a_class():  # uvicorn < 0.36: the class goes through uvicorn.run
         run = f"uvicorn.run(static_app, factory=True, uds={uds!r}, loop={loop!r}, http={http}, log_level=30)"
         argv = [sys.executable, "-c", f"import uvicorn\nfrom aiosendfile.uvicorn import {http}\n"]
-        argv[-1] += f"from tests.test_uvicorn_protocol import static_app\n{run}"
+        argv[-1] += f"from tests.support.asgi_apps import counted_static_app as static_app\n{run}"
     env = {**cli_env(), "AIOSENDFILE_TEST_ROOT": str(tmp_path)}
     root = Path(__file__).resolve().parent.parent
     with subprocess.Popen(argv, cwd=root, env=env, stderr=subprocess.PIPE, text=True) as server:

@@ -134,3 +134,23 @@ def ours_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("aiosendfile.asgi") is not None
+
+
+def counted_static_app() -> Any:
+    """Starlette's StaticFiles on ``$AIOSENDFILE_TEST_ROOT``, and the shim's counters at /counters."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    from aiosendfile import _platform
+
+    def counters(request: Any) -> Any:
+        return PlainTextResponse(f"{_platform.counters.calls} {_platform.counters.bytes}")
+
+    return Starlette(
+        routes=[
+            Route("/counters", counters),
+            Mount("/", StaticFiles(directory=os.environ["AIOSENDFILE_TEST_ROOT"])),
+        ]
+    )
