@@ -21,14 +21,10 @@ passes stock may fail with ours, but those named below, which are left out of ou
 
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from .uvicorn_suite import PLUGINS, outcomes
+from ._pytest_host import main_for, run_pytest
 
 __all__ = ("DIFFERENCES", "INTERNALS", "SELECTED", "Excused", "excused", "main")
 
@@ -141,7 +137,7 @@ def _node_ids() -> dict[str, Excused]:
 
 
 def excused(name: str) -> str | None:
-    """Why the test *name* (as :func:`.uvicorn_suite.outcomes` names it) is left out, or None."""
+    """Why the test *name* (as :func:`._pytest_host.outcomes` names it) is left out, or None."""
     for node_id, why in _node_ids().items():
         path, _, test = node_id.partition("::")
         junit = f"{path.removesuffix('.py').replace('/', '.')}::{test}"
@@ -151,60 +147,31 @@ def excused(name: str) -> str | None:
 
 
 def _run(which: str, root: Path, args: list[str]) -> tuple[int, dict[str, str], str]:
-    """pytest on aiohttp's tests (with the swap, and without the excused tests, for ``ours``):
-    its exit code, each test's outcome, and its output, followed by what the swap plugin checked."""
-    with tempfile.TemporaryDirectory(prefix="aiosendfile-aiohttp-suite-") as tmp:
-        junit, report = Path(tmp, "junit.xml"), Path(tmp, "swap")
-        # Run from elsewhere: the sdist's own aiohttp/ (uncompiled) must not shadow the installed one.
-        command = [sys.executable, "-m", "pytest", *(str(root / f) for f in FILES), "-k", SELECTED]
-        command += [f"--rootdir={root}", "-c", str(root / "pytest.ini"), "-o", "addopts="]
-        command += ["-m", "not dev_mode and not autobahn and not internal", "--strict-markers"]
-        command += ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:asyncio"]
-        command += [f"--aiohttp-loop={','.join(LOOPS)}", "-n", "2", "-q", f"--junitxml={junit}", *args]
-        env = dict(os.environ)
-        if which == "ours":
-            command += ["-p", "aiosendfile_aiohttp_swap"]
-            command += [f"--deselect={node_id}" for node_id in _node_ids()]
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
-            env["AIOSENDFILE_SWAP_REPORT"] = str(report)
-        done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=3600)
-        results = outcomes(junit) if junit.exists() else {}
-        checked = report.read_text() if report.exists() else ""
-    return done.returncode, results, done.stdout + done.stderr + checked
+    """pytest on aiohttp's tests, with the swap and without the excused tests for ``ours``. Run
+    from an empty directory: the sdist's own ``aiohttp/`` (uncompiled) must not shadow the
+    installed one."""
+    arguments = [*(str(root / f) for f in FILES), "-k", SELECTED]
+    arguments += [f"--rootdir={root}", "-c", str(root / "pytest.ini"), "-o", "addopts="]
+    arguments += ["-m", "not dev_mode and not autobahn and not internal", "--strict-markers"]
+    arguments += ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:asyncio"]
+    arguments += [f"--aiohttp-loop={','.join(LOOPS)}", "-n", "2", "-q", *args]
+    if which == "ours":
+        arguments += [f"--deselect={node_id}" for node_id in _node_ids()]
+    return run_pytest(arguments, None, "aiosendfile_aiohttp_swap" if which == "ours" else None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (-k ...)")
-    parser.add_argument("--verbose", action="store_true", help="print the runs' whole output")
-    args = parser.parse_args(argv)
-
     import aiohttp
 
-    from ._sdist import sdist_folder
-    from ._verdict import Run, judge
-
-    version = aiohttp.__version__
-    root = sdist_folder("aiohttp", version, "tests").parent
-    code, results, output = _run("ours", root, args.pytest_args)
-    if args.verbose:
-        print(output)
-    swapped = (
-        "aiohttp's tests held aiosendfile.aiohttp's FileResponse, StaticResource, static and add_static."
-        if "swap checked" in output and "SWAP NOT TAKEN" not in output
-        else None
-    )
-
-    def stock_run() -> Run:
-        return Run(*_run("stock", root, args.pytest_args))
-
-    return judge(
-        Run(code, results, output),
-        swapped,
-        stock_run,
+    return main_for(
+        argv,
+        __doc__.split("\n\n")[0],
+        "aiohttp",
+        aiohttp.__version__,
+        _run,
+        "aiohttp's tests held aiosendfile.aiohttp's FileResponse, StaticResource, static and add_static.",
         "aiosendfile.aiohttp",
-        f"aiohttp {version}",
-        excused=excused,
+        excused,
     )
 
 
