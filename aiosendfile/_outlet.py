@@ -80,8 +80,8 @@ MAX_CHUNK = 2 * 1024 * 1024
 #: from a pool thread (the 2 MiB chunk of a large file goes to the pool: its read is long).
 READ_AHEAD_MAX = 256 * 1024
 #: A chunk up to this size is read with one ``RWF_NOWAIT`` read, which is also its probe, and sent
-#: from memory: below it, the copy costs less than a probe and a ``sendfile`` (measured on loopback,
-#: server CPU per response: 21 against 34 µs for 4 KiB, 26 against 43 µs for 16 KiB; even at 24 KiB).
+#: from memory: below it, the copy costs less than a probe and a ``sendfile`` (docs/performance.md,
+#: "Reading small files").
 READ_MAX = 16 * 1024
 #: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
 #: it waits for the pages at once instead of probing them again.

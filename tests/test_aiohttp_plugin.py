@@ -377,11 +377,11 @@ def test_hot_files_are_bounded() -> None:
     assert cache._bytes == sum(len(e.body) + len(e.path) + ENTRY_OVERHEAD for e in cache._entries.values())
 
 
-# -- StaticResource.handle: the same answers without an Application (what `serve` runs) ----
+# -- StaticResource.handle: the same answers without an Application (on aiohttp's web.Server) ----
 
 
 async def test_low_level_handle_answers_as_the_application_does(tmp_path: Path) -> None:
-    """``serve`` runs ``StaticResource.handle`` on aiohttp's ``web.Server``: same statuses,
+    """``StaticResource.handle`` on aiohttp's ``web.Server``: same statuses,
     headers that matter and bodies as the resource mounted in an ``Application``, for files,
     directories, ranges, conditionals, bad methods, ``Expect`` and hostile spellings."""
     from aiohttp.test_utils import RawTestServer

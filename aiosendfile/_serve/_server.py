@@ -45,9 +45,7 @@ __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shut
 #: cache's (``_static._hot``, bounded on its own), any other file is opened again, checked against
 #: the identity by ``fstat``, and sent from it. A tuple of atomic values, which the garbage
 #: collector stops tracking after its first passes: a working set of ten thousand answers adds
-#: nothing to its passes (as objects, with the hot-file entries' renderings, which are now made
-#: only when a door asks, they were most of what it tracked serving the mixed set of 10,000 files:
-#: 14,000-15,000 objects then, 5,600-6,000 now; a full pass 5.9-14.2 ms then, 1.5-2.3 now).
+#: nothing to its passes (docs/performance.md, "Caches the collector does not walk").
 Known = tuple[tuple[int, ...], str, bytes, bool]
 
 #: Entries in the engine's answer cache (each charged its key, path, head and ``ENTRY_OVERHEAD``:
