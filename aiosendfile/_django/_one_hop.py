@@ -105,15 +105,16 @@ class _Hop:
     makes of the request is handed over under ``_lock``: to the loop (``outcome``) until the loop
     gives the request up (:meth:`abandon`); after that the thread disposes of it itself. Once the
     thread has begun to write the response (:meth:`start_writing`), giving the request up leaves
-    the response the thread's to close, and the loop waits for that (``thread_done``)."""
+    the response the thread's to close, and the loop waits for that (``thread_done``, made then:
+    no request that ends otherwise pays for it)."""
 
     __slots__ = (
         "_lock",
         "abandoned",
         "body_file",
+        "finished",
         "gone",
         "handler",
-        "loop",
         "outcome",
         "scope",
         "thread_done",
@@ -129,10 +130,10 @@ class _Hop:
         self.gone = False
         self.abandoned = False
         self.writing = False
+        self.finished = False
         self.outcome: Any = None
         self._lock = threading.Lock()
-        self.loop = asyncio.get_running_loop()
-        self.thread_done: asyncio.Future[None] = self.loop.create_future()
+        self.thread_done: asyncio.Future[None] | None = None
 
     def start_writing(self) -> bool:
         """On the thread, before it writes the response: from here on the response is the
@@ -159,13 +160,22 @@ class _Hop:
         with self._lock:
             self.abandoned = self.gone = True
             if self.outcome is None and self.writing:
+                if self.thread_done is None:
+                    self.thread_done = asyncio.get_running_loop().create_future()
+                    if self.finished:  # (the thread stopped without handing anything over: it failed)
+                        self.thread_done.set_result(None)
                 return _THREAD_CLOSES
             return self.outcome
 
     def thread_finished(self) -> None:
-        """On the thread, its part of the request over: what the loop may wait for."""
-        with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits)
-            self.loop.call_soon_threadsafe(_set_done, self.thread_done)
+        """On the thread, its part of the request over: the loop waiting for it (if it gave the
+        request up meanwhile) goes on."""
+        with self._lock:
+            self.finished = True
+            done = self.thread_done
+        if done is not None:
+            with contextlib.suppress(RuntimeError):  # (the loop is closed: nobody waits)
+                done.get_loop().call_soon_threadsafe(_set_done, done)
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
@@ -242,6 +252,7 @@ class OneHop:
             if response is None:  # (no response to close: the client left before there was one)
                 await signals.request_finished.asend(sender=handler.__class__)
             elif response is _THREAD_CLOSES:  # (written, or being written: closed on its thread)
+                assert hop.thread_done is not None
                 await hop.thread_done
             elif response is not _CLOSED:
                 await sync_to_async(response.close)()
