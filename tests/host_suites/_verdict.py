@@ -62,8 +62,8 @@ def judge(
         names = [name for name, reason in reasons.items() if reason == why]
         print(f"EXCUSED, {len(names)} test(s) that pass stock: {why}")
         print("".join(f"    {name}\n" for name in names), end="")
-    worse = [name for name in worse if excused(name) is None]
-    missing = [name for name in missing if excused(name) is None]
+    worse = [name for name in worse if name not in reasons]
+    missing = [name for name in missing if name not in reasons]
     for name in worse:
         print(f"FAILS WITH {drop_in}, PASSES STOCK: {name}")
     for name in missing:

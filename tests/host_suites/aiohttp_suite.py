@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from ._pytest_host import main_for, run_pytest
 
@@ -44,21 +45,11 @@ PLUGIN_TESTS = "tests/test_aiohttp_plugin.py::TestStaticCases"
 DROPIN_TESTS = "tests/test_aiohttp_dropin.py"
 
 
-class Excused(tuple[str, str]):
+class Excused(NamedTuple):
     """Why an aiohttp test is left out of our run, and the project's test that stands for it."""
 
-    __slots__ = ()
-
-    def __new__(cls, reason: str, ours: str) -> Excused:
-        return super().__new__(cls, (reason, ours))
-
-    @property
-    def reason(self) -> str:
-        return self[0]
-
-    @property
-    def ours(self) -> str:
-        return self[1]
+    reason: str
+    ours: str
 
 
 _GZ = Excused(

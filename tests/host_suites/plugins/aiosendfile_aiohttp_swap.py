@@ -36,6 +36,7 @@ import aiohttp.web_routedef as web_routedef
 import aiohttp.web_urldispatcher as web_urldispatcher
 import blockbuster
 import pytest
+from aiosendfile_swap_report import report
 
 import aiosendfile.aiohttp as ours
 
@@ -106,7 +107,4 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if not ok:
             raise pytest.UsageError(f"SWAP NOT TAKEN: {name} is not aiosendfile.aiohttp's")
         checked.append(name)
-    report = os.environ.get("AIOSENDFILE_SWAP_REPORT")
-    if report and checked:
-        with open(report, "a") as f:
-            f.write("".join(f"swap checked: {name}\n" for name in checked))
+    report(checked)

@@ -12,12 +12,12 @@ Kept out of the ``tests`` package: uvicorn's tests are a package of that name.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 import uvicorn.protocols.http.h11_impl as h11_impl
 import uvicorn.protocols.http.httptools_impl as httptools_impl
+from aiosendfile_swap_report import report
 
 import aiosendfile.uvicorn as ours
 
@@ -40,7 +40,4 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ):
             raise pytest.UsageError(f"SWAP NOT TAKEN: {name} does not hold aiosendfile.uvicorn's protocols")
         checked.append(name)
-    report = os.environ.get("AIOSENDFILE_SWAP_REPORT")
-    if report and checked:
-        with open(report, "a") as f:
-            f.write("".join(f"swap checked: {name}\n" for name in checked))
+    report(checked)
