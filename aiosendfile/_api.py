@@ -35,7 +35,7 @@ from ._options import DEFAULT_OPTIONS, Options, ProgressCallback
 from ._platform import NotSupportedBySendfile, sendfile_once
 from ._state import DEFAULT_MAX_CHUNK, TransferState, check_offset_count
 from ._target import FileInfo, Target, _is_os_file, resolve_file, resolve_socket, resolve_target
-from ._writer import Start, _is_cold, send_at_once, send_zero_copy
+from ._writer import Start, is_cold, send_at_once, send_zero_copy
 
 __all__ = ("sendfile", "sock_sendfile")
 
@@ -141,7 +141,7 @@ def _straight(
     total = available if count is None else count
     if total <= 0 or total > available or total > max_chunk or offset < 0:
         return None
-    if probe and _is_cold(fd, offset, total, DEFAULT_OPTIONS, st.st_dev):
+    if probe and is_cold(fd, offset, total, DEFAULT_OPTIONS, st.st_dev):
         return None
     try:
         sent = sendfile_once(out_fd, fd, offset, total)

@@ -20,7 +20,7 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   whole costs those two calls and no event-loop machinery. A short send waits for the duplicate
   to be writable (``add_writer``); a full chunk (``MAX_CHUNK``) gives way to the other
   connections (``call_soon``) before the next.
-* **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer._is_cold``:
+* **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer.is_cold``:
   ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read), once: the rest of a chunk the socket took only
   part of is sent when the socket has room, without probing it again. A cold chunk of up to
   ``READ_AHEAD_MAX`` bytes is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts,
@@ -56,9 +56,9 @@ from typing import Any, Protocol
 from . import _platform
 from ._coldread import read_ahead
 from ._options import DEFAULT_OPTIONS
-from ._platform import sendfile_once as sendfile_once  # (re-exported: the protocol's straight line)
+from ._platform import sendfile_once
 from ._target import resolve_target
-from ._writer import _is_cold as _is_cold  # (re-exported, as above)
+from ._writer import is_cold
 
 __all__ = (
     "COLD_WAITS",
@@ -70,6 +70,7 @@ __all__ = (
     "Transfer",
     "Turn",
     "Turns",
+    "send_first",
 )
 
 #: Bytes one ``sendfile`` call may move before the transfer gives way to other connections
@@ -267,10 +268,10 @@ class Transfer:
                         self._read_in(read, size)
                         return
                     cold = read is False or (
-                        read is None and _is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS)
+                        read is None and is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS)
                     )
                 else:
-                    cold = self.warm_to == PROBED_COLD or _is_cold(
+                    cold = self.warm_to == PROBED_COLD or is_cold(
                         self.file_fd, self.position, size, DEFAULT_OPTIONS
                     )
                 if cold:
@@ -393,3 +394,25 @@ class Transfer:
         self._unwatch()
         self._release()
         self.done(self.sent, exc)
+
+
+def send_first(outlet: Outlet, head: bytes, fd: int, size: int) -> tuple[int, bytes, int]:
+    """The first send of a file of at most one chunk after *head*, made here, with no transfer
+    object, where its pages are cached and the socket takes them (the common case, as the public
+    call's straight line). Returns the file bytes sent, what is left of *head*, and what a
+    transfer that goes on from there takes for its ``warm_to``: *size* (probed warm),
+    ``PROBED_COLD``, or 0 (not probed). A full socket or an error stops it where it is: the
+    transfer meets an error again, and aborts."""
+    warm_to = 0
+    position = 0
+    rest = head
+    try:
+        if is_cold(fd, 0, size, DEFAULT_OPTIONS):
+            return 0, head, PROBED_COLD  # (the transfer waits for its pages at once)
+        warm_to = size
+        rest = head[outlet.sock.send(head, outlet.flags) :]
+        if not rest:
+            position = sendfile_once(outlet.fd, fd, 0, size)
+    except OSError:  # (BlockingIOError: the socket is full)
+        pass
+    return position, rest, warm_to

@@ -79,7 +79,7 @@ from ._options import Options
 from ._readiness import wait_ready, yield_to_others
 from ._threads import settled
 
-__all__ = ("Start", "send_at_once", "send_zero_copy")
+__all__ = ("Start", "is_cold", "send_at_once", "send_zero_copy")
 
 #: How the loop-driven part begins after ``send_at_once``: wait until the socket is
 #: writable, yield to others (a full chunk went), or go at once.
@@ -118,7 +118,7 @@ def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
     if not state.done:
         size = state.next_chunk()
         position = state.position
-        if _is_cold(file_fd, position, size, options):
+        if is_cold(file_fd, position, size, options):
             return "go"  # the pool sends it
         try:
             n = _platform.sendfile_once(sock.fileno(), file_fd, position, size)
@@ -219,7 +219,7 @@ async def _send_file(
         size = state.next_chunk()
         position = state.position
         try:
-            if _is_cold(file_fd, position, size, options):
+            if is_cold(file_fd, position, size, options):
                 _platform.counters.cold += 1
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
@@ -248,7 +248,7 @@ async def _send_file(
             await yield_to_others(loop)
 
 
-def _is_cold(file_fd: int, position: int, size: int, options: Options, device: int | None = None) -> bool:
+def is_cold(file_fd: int, position: int, size: int, options: Options, device: int | None = None) -> bool:
     """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool).
 
     *device* (the file's ``st_dev``) only spares ``page_cached`` an ``fstat`` where a file system refused.

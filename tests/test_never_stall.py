@@ -53,8 +53,8 @@ def test_whole_chunk_probe_sees_a_hole_in_the_middle(tmp_path: Path) -> None:
         assert _platform.range_cached(fd, 0, 4 * 2**20) is False
         options = aiosendfile._options.Options()
         device = os.fstat(fd).st_dev
-        assert _writer._is_cold(fd, 0, 4 * 2**20, options, device)  # ends are cached, middle is not
-        assert not _writer._is_cold(fd, 2 * 2**20, 2 * 2**20, options, device)
+        assert _writer.is_cold(fd, 0, 4 * 2**20, options, device)  # ends are cached, middle is not
+        assert not _writer.is_cold(fd, 2 * 2**20, 2 * 2**20, options, device)
     finally:
         os.close(fd)
 
@@ -134,7 +134,7 @@ async def test_cancel_during_a_cold_chunk_counts_what_the_thread_sent(
     size = 4 * 2**20
     path = write_cold(tmp_path / "cold.bin", size)
     for module in (_writer, _api):
-        monkeypatch.setattr(module, "_is_cold", lambda *args, **kwargs: True)
+        monkeypatch.setattr(module, "is_cold", lambda *args, **kwargs: True)
     monkeypatch.setattr(_platform, "pread_cached", lambda fd, size, offset: None)
     entered, release = threading.Event(), threading.Event()
 

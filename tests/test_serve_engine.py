@@ -29,6 +29,9 @@ from typing import Any
 
 import pytest
 
+from aiosendfile._serve import _answering, _sending
+from aiosendfile._static import _inline
+
 from .support.files import CHANGES, change_file, pattern
 from .support.raw_http import read_to_eof
 from .support.serve_site import (
@@ -584,20 +587,21 @@ async def test_connections_ready_together_are_answered_one_per_iteration_when_th
     eng = mod._engines[site.server]
     iteration = [0]
     at: list[int] = []
-    real_over, real_known = mod.Engine._iteration_over, _protocol.HttpProtocol._known
+    real_over, real_known = mod.Engine._iteration_over, _answering.replay
 
     def over(self: Any) -> None:
         iteration[0] += 1
         real_over(self)
 
-    def known(self: Any, *args: Any) -> bool:  # (every answer of a memoised file, straight or not)
+    def known(*args: Any) -> bool:  # (every answer of a memoised file, straight or not)
         at.append(iteration[0])
-        return bool(real_known(self, *args))
+        return bool(real_known(*args))
 
     small = await _warmed(site)
     monkeypatch.setattr(mod, "ITERATION_BUDGET", -1.0)
     monkeypatch.setattr(mod.Engine, "_iteration_over", over)
-    monkeypatch.setattr(_protocol.HttpProtocol, "_known", known)
+    monkeypatch.setattr(_protocol, "replay", known)  # (a head from the heads memo)
+    monkeypatch.setattr(_answering, "replay", known)  # (a parsed one)
     clients = await _connected(site, eng, 3)
     try:
         for c in clients:  # (the loop does not run in between: the three reads are ready together)
@@ -791,7 +795,7 @@ async def test_a_slow_head_gets_408_also_while_the_iterations_budget_is_spent(
             eng.now += 0.4  # (time passes; the engine's clock is its timer's)
             other.data_received(b"\r\n")  # opens this iteration's window and spends it
             slow.data_received(b"X-Slow: x\r\n")  # held for a turn
-            assert slow.held is not None or slow.backlog
+            assert slow.held is not None or slow.reader.backlog
         assert slow.since == began
         slow.expire(eng.now, config)
         assert t.data.startswith(b"HTTP/1.1 408 ")
@@ -895,7 +899,7 @@ async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_not
     guard) and nothing reported (the loop guard)."""
     from aiosendfile import _outlet, _platform
 
-    monkeypatch.setattr(_outlet, "_is_cold", lambda *args: True)
+    monkeypatch.setattr(_outlet, "is_cold", lambda *args: True)
     small, big = (site.root / "small.txt").read_bytes(), (site.root / "big.bin").read_bytes()
     before = _platform.counters.cold
     raw = await site.exchange(
@@ -1065,13 +1069,13 @@ async def test_an_upgrade_request_is_answered_and_the_connection_closed(site: Si
 
 
 async def test_a_failing_core_gives_500_and_is_reported(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    from aiosendfile._serve import _protocol
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ZeroDivisionError("core bug")
 
-    monkeypatch.setattr(_protocol, "answer", broken)
-    monkeypatch.setattr(_protocol, "decide", broken)
+    monkeypatch.setattr(_answering, "core_answer", broken)
+    monkeypatch.setattr(_answering, "core_decide", broken)
+    monkeypatch.setattr(_inline, "decide", broken)  # (a path the pool looked up)
     with reported() as errors:
         for target in ("/first-sight", "/first-sight"):  # in the cold pool, then inline
             raw = await site.exchange(get(target))
@@ -1281,9 +1285,7 @@ async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
         (site.root / name).write_bytes(pattern(size + i, seed=i))
     hot = _hot.HotFiles(max_entries=2)
     monkeypatch.setattr(_hot, "hot_files", hot)
-    from aiosendfile._serve import _protocol
 
-    monkeypatch.setattr(_protocol, "hot_files", hot)
     puts = []
     real_put = hot.put
     monkeypatch.setattr(hot, "put", lambda path, *a: puts.append(path) or real_put(path, *a))
@@ -1495,7 +1497,7 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
         return cold == "always" or len(probes) == 1
 
     hints: list[tuple[int, int]] = []
-    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    monkeypatch.setattr(_outlet, "is_cold", is_cold)
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
     before = _platform.counters.cold
     raw = await site.exchange(get("/medium.bin", "Connection: close\r\n"))
@@ -1526,7 +1528,7 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
         probes.append(1)
         return len(probes) == 1
 
-    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    monkeypatch.setattr(_outlet, "is_cold", is_cold)
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
     eng = engine()._engines[site.server]
     in_timer = [False]
@@ -1574,7 +1576,7 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
         if not waiting.done():
             waiting.set_result(None)
 
-    monkeypatch.setattr(_outlet, "_is_cold", lambda *args: True)
+    monkeypatch.setattr(_outlet, "is_cold", lambda *args: True)
     monkeypatch.setattr(_outlet.Transfer, "_wait_for_pages", wait_for_pages)
     sock = socket.create_connection((site.host, site.port))
     try:
@@ -1601,7 +1603,7 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(site: Site, monkeypatch: 
         probes.append(position)
         return False
 
-    monkeypatch.setattr(_outlet, "_is_cold", is_cold)
+    monkeypatch.setattr(_outlet, "is_cold", is_cold)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
@@ -1643,7 +1645,7 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
     if not sys.platform.startswith("linux"):
         pytest.skip("needs /proc/self/fd to tell the files apart")
     monkeypatch.setattr(_outlet, "sendfile_once", held_in_the_pool)
-    monkeypatch.setattr(_outlet, "_is_cold", cold_if_big)
+    monkeypatch.setattr(_outlet, "is_cold", cold_if_big)
     cold_r, cold_w = await site.open()
     hot_r, hot_w = await site.open()
     try:
@@ -1672,7 +1674,6 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
 
 def _admit_no_hot_files(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hot-file cache that admits nothing, so the core answers a small file with its descriptor."""
-    from aiosendfile._serve import _protocol
     from aiosendfile._static import _hot
 
     class Full(_hot.HotFiles):
@@ -1681,13 +1682,11 @@ def _admit_no_hot_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
     hot = Full()
     monkeypatch.setattr(_hot, "hot_files", hot)
-    monkeypatch.setattr(_protocol, "hot_files", hot)
 
 
 def _count_transfers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, one item in the list returned for each transfer object the engine makes."""
     from aiosendfile import _outlet
-    from aiosendfile._serve import _protocol
 
     transfers: list[int] = []
     real_transfer = _outlet.Transfer
@@ -1696,7 +1695,7 @@ def _count_transfers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         transfers.append(1)
         return real_transfer(*args)
 
-    monkeypatch.setattr(_protocol, "Transfer", counting)
+    monkeypatch.setattr(_sending, "Transfer", counting)
     return transfers
 
 
@@ -1829,7 +1828,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
             return len(probes) == 1  # cold at the straight line's probe, warm when probed again
 
         hints: list[tuple[int, int]] = []
-        monkeypatch.setattr(_outlet, "_is_cold", cold_once)
+        monkeypatch.setattr(_outlet, "is_cold", cold_once)
         monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
         writer.write(get("/medium.bin"))
         assert (await read_answer(reader)).body == body

@@ -47,8 +47,8 @@ from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, resolve, respond, route
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool, read_back, reopen
-from .._static._hot import hot_files, identity
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool
+from .._static._inline import from_memory, reopen_kept
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -222,20 +222,14 @@ class StaticFiles:
             key: AnswerKey = raw if kind is True else (raw, kind)
             decided = self._answers_get(key)
             if decided is not None and decided.prefix == root and (pairs := decided.pairs) is not None:
-                path, ident = decided.path, decided.identity
-                body = None
-                if method == "HEAD" or decided.small:
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        st = None
-                    if st is not None and identity(st) == ident:
-                        # (a hot file's bytes, kept with the answer; else the hot-file cache's,
-                        # None if it dropped them)
-                        body = b"" if method == "HEAD" else decided.body
-                        if body is None:
-                            body = hot_files.body(path, self.policy.cache_root, ident)
-                if decided.folder is None or _folder(path) == decided.folder:  # no sibling came or went
+                path = decided.path
+                # (a HEAD's nothing, a hot file's bytes kept with the answer or in the hot-file
+                # cache; None: not in memory; False: the file changed, decided again)
+                get = method == "GET"
+                cache_root = self.policy.cache_root
+                body = from_memory(path, decided.identity, decided.small, cache_root, get, decided.body)
+                if body is not False and (decided.folder is None or _folder(path) == decided.folder):
+                    # (no sibling came or went)
                     if body is not None:
                         try:
                             await send({"type": START, "status": 200, "headers": pairs.copy()})
@@ -244,7 +238,7 @@ class StaticFiles:
                             if not transport_gone(exc):
                                 raise
                         return
-                    if method == "GET" and await self._send_again(decided, pairs, scope, receive, send):
+                    if get and await self._send_again(decided, pairs, scope, receive, send):
                         return
                 self._answers.pop(key)
         await self._answer(scope, receive, send, method, raw, root, headers, kind)
@@ -257,14 +251,12 @@ class StaticFiles:
         answer describes, and sent as the core's answer would be (a small file whose pages are
         cached is read back into the hot-file cache if it admits it). False: it is not that file
         (nothing was sent)."""
-        opened = reopen(decided.path, decided.identity)
-        if opened is None:
+        again = reopen_kept(decided.path, decided.identity, decided.small, self.policy.cache_root)
+        if again is None:
             return False  # replaced, renamed over, grown, truncated, chmod'ed: decided again
-        fd, st = opened
-        size = st.st_size
+        fd, size, body = again
         # A small file's bytes read back into the hot-file cache, as the core would (then *fd* is
         # closed); else the file itself.
-        body = read_back(fd, st, decided.path, self.policy.cache_root) if decided.small else None
         if isinstance(body, bytes):  # (else False, cold, or None: sent from the file)
             ans = Answer(200, [], size, body=body, path=decided.path)
         else:

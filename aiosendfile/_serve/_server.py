@@ -33,8 +33,10 @@ from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._auth import Gate, Secret, TrustedProxies
 from ._date import Clock
+from ._exchange import Exchange, Head
 from ._listener import BACKLOG, Listener, listening_socket
-from ._protocol import Exchange, Head, HttpProtocol, header_kinds
+from ._protocol import HttpProtocol
+from ._reader import ReaderRules, header_kinds
 from ._rules import HostRule
 
 __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
@@ -129,8 +131,22 @@ class Engine:
         )
         self.hosts = config.hosts
         self.sandbox = config.upload  # answers of types that run script get CSP sandbox (_rules)
-        self.wanted = header_kinds(
-            self.log is not None, self.gate is not None, self.uploads is not None, self.trusted is not None
+        #: what each connection's request reader checks and keeps
+        self.rules = ReaderRules(
+            header_kinds(
+                self.log is not None,
+                self.gate is not None,
+                self.uploads is not None,
+                self.trusted is not None,
+            ),
+            config.max_request_line,
+            config.max_header_bytes,
+            hosts=self.hosts,
+            trusted=self.trusted,
+            log=self.log is not None,
+            gated=self.gate is not None,
+            public_read=self.gate is not None and self.gate.public_read,
+            uploads=self.uploads is not None,
         )
         #: raw target path → the plain 200 of a file of any size; bounded with its keys.
         self.answers: Memo[bytes, Known] = Memo(max_entries=ANSWERS_ENTRIES)

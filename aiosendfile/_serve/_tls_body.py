@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from .. import _platform
 from .._options import DEFAULT_OPTIONS
-from .._outlet import MAX_CHUNK, _is_cold
+from .._outlet import MAX_CHUNK
+from .._writer import is_cold
 
 if TYPE_CHECKING:
     from ._tls import TLSTransport
@@ -187,7 +188,7 @@ class TLSBody:
             into = memoryview(buf)[filled : filled + min(self.left, size - filled)]
             got = _platform.read_into_nowait(self.fd, into, self.position)
             # (None: the platform cannot tell; probed, and read here if warm)
-            if got is None and not _is_cold(self.fd, self.position, len(into), DEFAULT_OPTIONS):
+            if got is None and not is_cold(self.fd, self.position, len(into), DEFAULT_OPTIONS):
                 got = os.preadv(self.fd, [into], self.position)
             if got is None or got is False:
                 self._to_pool(into)

@@ -420,7 +420,7 @@ class Receiving:
 
     def refuse(self, status: int, *extra: tuple[str, str]) -> Upload | FormUpload | None:
         """Refused: the body is dropped from now on. The upload to abort now, or None: none, or a
-        job of its is in the pool (its end aborts it: the protocol's ``_upload_*`` callbacks)."""
+        job of its is in the pool (its end aborts it: ``_receiver.UploadReceiver``'s steps)."""
         self.refused = (status, extra)
         self.chunks.clear()
         self.buffered = 0

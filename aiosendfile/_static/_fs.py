@@ -26,6 +26,7 @@ size of its own either way).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -47,8 +48,12 @@ __all__ = (
     "OutsideRoot",
     "PoolFS",
     "RealFS",
+    "look_up_path",
+    "lookup_cached",
     "read_back",
+    "read_first",
     "reopen",
+    "same_file",
 )
 
 _O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -291,6 +296,37 @@ def open_cached(path: str) -> tuple[int, os.stat_result] | bool | None:
         raise
     os.close(fd)  # a directory, a FIFO opened without waiting for a writer, a device
     return True
+
+
+def same_file(path: str, ident: tuple[int, ...]) -> bool:
+    """Whether *path* still names the file *ident* (``_hot.identity``) describes: one ``stat``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _hot.identity(st) == ident
+
+
+def lookup_cached(path: str) -> bool | None:
+    """Whether looking *path* up would wait for no disk (``_platform.lookup_cached``)."""
+    return _platform.lookup_cached(path)
+
+
+def look_up_path(path: str) -> None:
+    """(In a pool thread.) ``stat`` *path*, whatever it finds: its directory entries and inode
+    come into the kernel's caches."""
+    with contextlib.suppress(OSError, ValueError):
+        os.stat(path)
+
+
+def read_first(fd: int, size: int, device: int) -> bytearray | Literal[False] | None:
+    """A first sight's small file read whole with one ``RWF_NOWAIT`` read (its page-cache probe):
+    its bytes, False if some would wait for the disk, None if not read (the platform or file
+    system cannot tell, an error: the sender meets it again)."""
+    try:
+        return _platform.read_nowait(fd, size, 0, device)
+    except OSError:
+        return None
 
 
 def reopen(path: str, ident: tuple[int, ...]) -> tuple[int, os.stat_result] | None:

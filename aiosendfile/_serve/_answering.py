@@ -1,0 +1,310 @@
+"""A connection's answers: a parsed request to the bytes (or the file body) that answer it.
+
+A request is judged by the gate first, when it has credentials (:func:`respond`). A plain ``GET``
+or ``HEAD`` of a path answered recently is replayed from the engine's answer cache
+(:func:`replay`: ``_server.Known``, the head rendered then; ``_static._inline``'s rules, so a
+changed file is never answered from it), with no core request or answer object. Any other
+request becomes a core ``Request``, decided inline at a first sight whose lookup waits for no
+disk, else after one hop to the cold pool (:func:`decide`). The answer is rendered (:func:`render`)
+into the connection's ``out``; a file body goes to a body sender (``_sending``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+from typing import TYPE_CHECKING
+
+from .._outlet import PROBED_COLD, READ_MAX
+from .._static._answer import Answer, FileRange, Multipart, error
+from .._static._core import answer as core_answer
+from .._static._core import decide as core_decide
+from .._static._fs import POOL_FS, DecideInPool
+from .._static._inline import decide_looked_up, first_look, from_memory, look_up, read_first, reopen_kept
+from .._static._request import EMPTY, BytesHeaders, Request
+from ._auth import ALLOWED
+from ._bounds import FLUSH_AT
+from ._exchange import Exchange
+from ._reader import GET_HEAD, split_target
+from ._refusal import refusal, verdict_of
+from ._render import error_response, head_of
+from ._sending import send_body, send_whole
+
+if TYPE_CHECKING:
+    from ._protocol import HttpProtocol
+
+__all__ = ("decide", "render", "replay", "respond")
+
+_GET, _HEAD = b"GET", b"HEAD"
+
+
+def respond(conn: HttpProtocol, exchange: Exchange) -> None:
+    """Answer *exchange*: judged by the gate if it must be, replayed if it can be, else decided."""
+    if exchange.auth is not None and not _authorize(conn, exchange):
+        return
+    method = exchange.method
+    if (
+        exchange.fields is None
+        and method in GET_HEAD
+        and replay(conn, exchange, exchange.url, exchange.mode, method == _GET)
+    ):
+        return
+    decide(conn, exchange)
+
+
+def _authorize(conn: HttpProtocol, exchange: Exchange) -> bool:
+    """Whether *exchange*'s credentials let it be answered now, judged as it is answered (after the
+    answers before it, their failures counted). False: it is refused (401, 429, 503), or its
+    password is checked in the gate's thread (reading paused meanwhile, what follows waits)
+    and it goes on from there."""
+    gate = conn.engine.gate
+    assert gate is not None
+    assert exchange.auth is not None
+    value, client = exchange.auth
+    verdict = gate.judge(exchange.method, value, conn._key_of(client))
+    if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
+        conn.busy = True
+        conn._update_reading()
+        verdict.add_done_callback(functools.partial(conn._on_loop, _authorized, conn, exchange))
+        return False
+    if verdict != ALLOWED:
+        refuse(conn, exchange, verdict)
+        return False
+    exchange.auth = None
+    return True
+
+
+def _authorized(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[float]) -> None:
+    conn._free()
+    if conn.transport is None:
+        return
+    verdict = verdict_of(job)
+    if verdict == ALLOWED:
+        exchange.auth = None
+        respond(conn, exchange)
+    else:
+        refuse(conn, exchange, verdict)
+    conn._resume()
+
+
+def refuse(conn: HttpProtocol, exchange: Exchange, verdict: float) -> None:
+    """Answer *exchange* as the gate's *verdict* says (``_refusal.refusal``; kept alive: a browser
+    asks again on the same connection)."""
+    status, extra = refusal(verdict)
+    render(conn, exchange, error(status, exchange.method.decode("latin-1"), *extra))
+
+
+def replay(conn: HttpProtocol, exchange: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
+    """Answer a plain GET (*get*) or HEAD of *url* if its path is in the answer cache: a hot
+    file's bytes (or its head alone) from memory, else (GET) sent from its file opened again
+    (``_static._inline``'s rules). *exchange* is the request if one was made (its log fields);
+    None for a head read from the heads memo. False: not kept, or the path no longer names the
+    kept file (it is forgotten); the request is to be decided."""
+    engine = conn.engine
+    q = url.find(b"?")
+    key = url if q < 0 else url[:q]
+    known = engine.answers.get(key)
+    if known is None:
+        return False
+    ident, path, head, small = known
+    head += engine.clock.tails[mode]
+    body = from_memory(path, ident, small, engine.cache_root, get)
+    if body is None:  # (a GET) sent from the file, or read back into the hot-file cache
+        again = reopen_kept(path, ident, small, engine.cache_root, READ_MAX)
+        if again is None:
+            engine.forget(key)  # replaced, renamed over, grown, truncated, chmod'ed: decided again
+            return False
+        fd, size, read = again
+        if read is False:  # its pages are not all cached: the transfer waits for them at once
+            send_whole(conn, exchange, url, mode, fd, size, head, PROBED_COLD)
+        elif read is None:  # (a working set larger than the cache is sent from its files)
+            send_whole(conn, exchange, url, mode, fd, size, head, 0)
+        else:
+            conn._put(head + read)
+            if exchange is not None and exchange.log is not None:
+                conn._log(exchange, size)
+        return True
+    if body is False:
+        engine.forget(key)
+        return False
+    data = head + body
+    conn.out.append(data)  # (_put, inline: the hot path)
+    conn.out_size += len(data)
+    if conn.out_size >= FLUSH_AT:
+        conn._flush()
+    if exchange is not None and exchange.log is not None:
+        conn._log(exchange, len(body))
+    return True
+
+
+def decide(conn: HttpProtocol, exchange: Exchange) -> None:
+    """Any request but a kept hot one: through the core, inline or in the cold pool."""
+    method = exchange.method
+    target = split_target(exchange.url)
+    if target is not None:
+        raw, query = target
+    elif method in GET_HEAD:  # "*", authority-form: nothing a file could be
+        error_now(conn, exchange, 400)
+        return
+    else:  # OPTIONS *, CONNECT host:port: the core refuses the method (405) before the path
+        raw, query = b"/", b""
+    fields = exchange.fields
+    request = exchange.request = Request(
+        method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY
+    )
+    exchange.raw = raw
+    engine = conn.engine
+    policy = engine.policy
+    looked = first_look(request, policy, engine.seen(raw))
+    if looked is None:  # its lookup would read the disk: in the pool first
+        _to_pool(conn, exchange, first=True)
+        return
+    path, opened = looked
+    try:
+        ans = path if isinstance(path, Answer) else core_decide(request, path, policy, opened=opened)
+    except DecideInPool:  # a directory listing to build: in the pool, as a first sight
+        _to_pool(conn, exchange, first=True)
+        return
+    except Exception as exc:
+        crashed(conn, exchange, exc)
+        return
+    render(conn, exchange, ans)
+
+
+def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool) -> None:
+    """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
+    (``_inline.look_up``) and the loop then decides inline; otherwise (a listing to build) the
+    thread decides with ``POOL_FS``."""
+    conn.busy = True
+    conn._update_reading()
+    engine = conn.engine
+    # No task: the pool thread's done callback schedules _cold_done on the loop (one hop back).
+    job: concurrent.futures.Future[Answer | None]
+    request = exchange.request
+    if first:
+        job = engine.executor.submit(look_up, request, engine.policy)
+    else:
+        job = engine.executor.submit(core_answer, request, engine.policy, POOL_FS)
+    job.add_done_callback(functools.partial(_cold_arrived, conn, exchange))
+
+
+def _cold_arrived(
+    conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None]
+) -> None:
+    """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
+    try:
+        conn.engine.loop.call_soon_threadsafe(_cold_done, conn, exchange, job)
+    except RuntimeError:  # the loop is closed: nobody will send the answer
+        if not job.cancelled() and job.exception() is None:
+            ans = job.result()
+            if ans is not None:
+                ans.close()
+
+
+def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
+    """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
+    conn._free()
+    exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
+    if exc is not None:
+        if not isinstance(exc, Exception):
+            raise exc
+        crashed(conn, exchange, exc)
+        conn._resume()
+        return
+    ans = job.result()
+    engine = conn.engine
+    engine.saw(exchange.raw)
+    if ans is None:  # looked up: decide now, inline
+        if conn.transport is None:
+            return
+        try:
+            ans = decide_looked_up(exchange.request, engine.policy)
+        except DecideInPool:  # a directory listing to build: in the pool after all
+            _to_pool(conn, exchange, first=False)
+            return
+        except Exception as error:
+            crashed(conn, exchange, error)
+            conn._resume()
+            return
+    if conn.transport is None:
+        ans.close()
+        return
+    render(conn, exchange, ans)
+    conn._resume()
+
+
+def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:
+    """Write *ans* (or start sending it); it is closed once sent."""
+    engine = conn.engine
+    body = ans.body
+    exchange.status = ans.status
+    decided = ans.decided
+    if decided is not None and exchange.fields is None:  # a plain 200 of a whole file: kept
+        head = decided.head
+        if head is None or engine.sandbox:  # (under --upload: rendered here, kept in the engine's memo)
+            head = head_of(ans, engine.sandbox)
+            if not engine.sandbox:
+                decided.head = head
+        engine.remember(exchange.raw, decided, head)
+        fd = ans.fd
+        if fd is not None and exchange.method == _GET and isinstance(body, FileRange):
+            # A first sight of a file sent from its descriptor: as a kept one is sent, the head
+            # and the file straight where the socket takes them (a small one read and written
+            # from memory, its read the probe), else by a body sender.
+            ans.fd = None  # (ours now: the answer closes nothing)
+            head += engine.clock.tails[exchange.mode]
+            size = decided.size
+            warm_to = 0
+            if size <= READ_MAX:
+                read = read_first(fd, size, decided.identity[0])
+                if type(read) is bytearray and len(read) == size:
+                    os.close(fd)
+                    conn._put(head + read)
+                    if exchange.log is not None:
+                        conn._log(exchange, size)
+                    return
+                if read is False:
+                    warm_to = PROBED_COLD
+            send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
+            return
+    else:
+        head = head_of(ans, engine.sandbox)
+    head += engine.clock.tails[exchange.mode]
+    if ans.head_only or body is None:
+        ans.close()
+        conn._put(head)
+        sent = 0
+    elif isinstance(body, bytes):
+        ans.close()
+        conn._put(head + body)
+        sent = len(body)
+    elif isinstance(body, Multipart) and isinstance(body.source, bytes):
+        ans.close()
+        source = body.source
+        chunks = [head]
+        for part_head, r in body.parts:
+            chunks += (part_head, source[r.start : r.stop])
+        chunks.append(body.closing)
+        conn._put(b"".join(chunks))
+        sent = sum(r.length for _, r in body.parts)
+    else:
+        send_body(conn, exchange, ans, body, head)
+        return
+    if exchange.log is not None:
+        conn._log(exchange, sent)
+
+
+def error_now(conn: HttpProtocol, exchange: Exchange, status: int) -> None:
+    """An error answer for a parsed request; the connection closes after it."""
+    conn.dead = True
+    exchange.status = status
+    conn._put(error_response(status, conn.engine.clock, body=exchange.method != _HEAD))
+    if exchange.log is not None:
+        conn._log(exchange, 0)
+
+
+def crashed(conn: HttpProtocol, exchange: Exchange, exc: Exception) -> None:
+    """The core raised: answer 500, close, and report it to the loop like any callback error."""
+    error_now(conn, exchange, 500)
+    conn._report(exc, "the static core failed")

@@ -1,0 +1,108 @@
+"""What a door answers on the loop without the core's full path: a kept answer replayed, and a
+first sight looked up where no disk is read. The rules every door shares.
+
+**Replay.** A door keeps the plain 200 of a whole file it decided (the file's identity, its path,
+whether it is small, its head) and answers the same path from that later. The rule, for every
+door: *a changed file is never answered from the memo.* A body from memory (or a ``HEAD``'s
+head) goes only once a ``stat`` shows the path still names a file of the same identity
+(``_hot.identity``: device, inode, size, mtime, ctime; :func:`from_memory`); a body from the file
+only once the path is opened again and its ``fstat`` has that identity (:func:`reopen_kept`).
+Anything else is decided again, and the door forgets what it kept.
+
+**First sight.** A path not kept is routed, then looked up and opened at once where that waits
+for no disk and crosses no symlink (:func:`first_look`); a lookup that would read the disk goes to
+the pool (:func:`look_up` there: a ``stat`` brings the metadata into the kernel's caches) unless
+the path was decided a moment ago, and is then decided on the loop (:func:`decide_looked_up`), so
+no decision's Python runs in a thread, contending for the GIL with the loop.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from . import _hot
+from ._answer import Answer
+from ._core import decide, route
+from ._fs import look_up_path, lookup_cached, open_cached, read_back, read_first, reopen, same_file
+from ._policy import DirectoryPolicy
+from ._request import Request
+
+__all__ = ("decide_looked_up", "first_look", "from_memory", "look_up", "read_first", "reopen_kept")
+
+# (Every system call here is _fs's: the rest of _static stays pure.)
+
+
+def from_memory(
+    path: str,
+    ident: tuple[int, ...],
+    small: bool,
+    cache_root: str | None,
+    get: bool,
+    kept: bytes | None = None,
+) -> bytes | Literal[False] | None:
+    """The body of a kept answer from memory, once a ``stat`` shows *path* still names the file
+    *ident* describes: ``b""`` for a ``HEAD`` (not *get*), a *small* file's bytes (*kept* with the
+    answer, else the hot-file cache's). None: not in memory (a ``GET`` then goes to
+    :func:`reopen_kept`); False: the file changed (decide again, forget the kept answer)."""
+    if get:
+        if not small:
+            return None
+        body = kept if kept is not None else _hot.hot_files.body(path, cache_root, ident)
+        if body is None:
+            return None
+    else:
+        body = b""
+    return body if same_file(path, ident) else False
+
+
+def reopen_kept(
+    path: str, ident: tuple[int, ...], small: bool, cache_root: str | None, read_max: int = 0
+) -> tuple[int, int, bytes | bytearray | Literal[False] | None] | None:
+    """A kept answer's file opened again, if ``fstat`` shows it is the file *ident* describes:
+    its descriptor, its size, and for a *small* one its bytes read back with one ``RWF_NOWAIT``
+    read (``_fs.read_back``: into the hot-file cache if it admits them, or up to *read_max*; then
+    the descriptor is closed), False if its pages are not all cached, None if not read. None: it is
+    not that file (replaced, renamed over, grown, truncated, chmod'ed, gone): nothing is open."""
+    opened = reopen(path, ident)
+    if opened is None:
+        return None
+    fd, st = opened
+    body = read_back(fd, st, path, cache_root, read_max) if small else None
+    return fd, st.st_size, body
+
+
+def first_look(
+    request: Request, policy: DirectoryPolicy, seen: bool
+) -> tuple[str | Answer, tuple[int, os.stat_result] | None] | None:
+    """A request's route, and for a file its descriptor and ``fstat`` where its lookup waited for
+    no disk (``decide(..., opened=)`` skips its own open then). None: the lookup would read the
+    disk and the path was not *seen* (decided) a moment ago: :func:`look_up` it in the pool first."""
+    path = route(request, policy)
+    if isinstance(path, Answer):
+        return path, None
+    found = open_cached(path)
+    if type(found) is tuple:
+        return path, found
+    if not seen and (found is False or (found is None and lookup_cached(path) is not True)):
+        return None
+    return path, None
+
+
+def look_up(request: Request, policy: DirectoryPolicy) -> None:
+    """(In a pool thread.) Look up the file *request* names, so that deciding it on the loop next
+    waits for no disk: its ``stat`` brings the directory entries and inode into the kernel's
+    caches. Whatever it finds (or fails to find) is decided again on the loop."""
+    path = route(request, policy)
+    if isinstance(path, str):
+        look_up_path(path)
+
+
+def decide_looked_up(request: Request, policy: DirectoryPolicy) -> Answer:
+    """The core's answer on the loop for a path the pool just looked up (its lookup cached now):
+    the file opened by ``open_cached`` where no symlink lies on the way, as at a first sight."""
+    path = route(request, policy)
+    if isinstance(path, Answer):
+        return path
+    found = open_cached(path)
+    return decide(request, path, policy, opened=found if type(found) is tuple else None)
