@@ -20,6 +20,7 @@ from .._outlet import PROBED_COLD, READ_MAX
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
 from .._static._core import decide as core_decide
+from .._static._core import route
 from .._static._fs import POOL_FS, DecideInPool
 from .._static._inline import decide_looked_up, first_look, from_memory, look_up, read_first, reopen_kept
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -156,10 +157,12 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
     exchange.raw = raw
     engine = conn.engine
     policy = engine.policy
-    looked = first_look(request, policy, engine.seen(raw))
-    if looked is None:  # its lookup would read the disk: in the pool first
-        _to_pool(conn, exchange, first=True)
-        return
+    looked = first_look(request, policy)
+    if looked is None:  # its lookup would read the disk: in the pool first, unless decided a moment ago
+        if not engine.seen(raw):
+            _to_pool(conn, exchange, first=True)
+            return
+        looked = route(request, policy), None
     path, opened = looked
     try:
         ans = path if isinstance(path, Answer) else core_decide(request, path, policy, opened=opened)

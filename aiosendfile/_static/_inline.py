@@ -73,18 +73,19 @@ def reopen_kept(
 
 
 def first_look(
-    request: Request, policy: DirectoryPolicy, seen: bool
+    request: Request, policy: DirectoryPolicy
 ) -> tuple[str | Answer, tuple[int, os.stat_result] | None] | None:
     """A request's route, and for a file its descriptor and ``fstat`` where its lookup waited for
     no disk (``decide(..., opened=)`` skips its own open then). None: the lookup would read the
-    disk and the path was not *seen* (decided) a moment ago: :func:`look_up` it in the pool first."""
+    disk: unless the path was decided a moment ago (then ``route`` it and decide as usual),
+    :func:`look_up` it in the pool first."""
     path = route(request, policy)
     if isinstance(path, Answer):
         return path, None
     found = open_cached(path)
     if type(found) is tuple:
         return path, found
-    if not seen and (found is False or (found is None and lookup_cached(path) is not True)):
+    if found is False or (found is None and lookup_cached(path) is not True):
         return None
     return path, None
 
