@@ -23,7 +23,6 @@ keep-alive connection.
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 from typing import Any
@@ -40,24 +39,10 @@ from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static import _http
 from .._static._answer import Answer, FileRange, Multipart
 from .._static._core import Located, respond
-from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
+from .._static._policy import DEFAULT_INLINE_LIMIT, file_policy
 from .._static._request import Request
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "FileResponse")
-
-
-@functools.lru_cache(maxsize=64)
-def _policy(
-    root: str | None, follow_symlinks: bool, precompressed: bool, hot_cache: bool, inline_limit: int
-) -> DirectoryPolicy:
-    """The policy a ``FileResponse`` answers under (what ``respond`` reads of it; one per combination)."""
-    return DirectoryPolicy(
-        root,
-        follow_symlinks=follow_symlinks,
-        precompressed=precompressed,
-        hot_cache=hot_cache,
-        inline_limit=inline_limit,
-    )
 
 
 @_compat.keep_headers_buffered  # keep aiohttp's header buffer: they may leave with the body
@@ -83,7 +68,7 @@ class FileResponse(web.StreamResponse):
         self._path = os.fspath(path)
         self._chunk_size = chunk_size  # the copy's chunk where aiohttp's writer must carry the body
         # root: set by the static resource, every file opened must lie inside it.
-        self._policy = _policy(root, follow_symlinks, precompressed, hot_cache, inline_limit)
+        self._policy = file_policy(root, follow_symlinks, precompressed, hot_cache, inline_limit)
         # What to answer: the path, the static handler's stat of it and its lookup of the
         # pre-compressed siblings for this request, if any (each saves syscalls).
         self._located = Located(self._path, stat_result)

@@ -37,8 +37,8 @@ from .. import _compat
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer
 from .._static._core import Located, resolve, route
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool
-from .._static._policy import DEFAULT_INLINE_LIMIT, DirectoryPolicy
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy
+from .._static._policy import DEFAULT_INLINE_LIMIT
 from .._static._request import Request
 from ._fileresponse import FileResponse
 
@@ -77,8 +77,8 @@ class StaticResource(web.StaticResource):
             append_version=append_version,
         )
         self._file_chunk = chunk_size
-        self._policy = DirectoryPolicy(
-            os.path.realpath(self.get_info()["directory"]),
+        self._policy = directory_policy(
+            self.get_info()["directory"],
             index=index,
             listings=show_index,
             dotfiles=show_dotfiles,

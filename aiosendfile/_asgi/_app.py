@@ -47,9 +47,9 @@ from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, resolve, respond, route
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy
 from .._static._inline import from_memory, reopen_kept
-from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, DirectoryPolicy
+from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, file_policy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
 from .._threads import in_pool
@@ -181,8 +181,8 @@ class StaticFiles:
             follow_symlinks = follow_symlink
         self.html = html
         self.chunk_size = chunk_size
-        self.policy = DirectoryPolicy(
-            os.path.realpath(self.directory),
+        self.policy = directory_policy(
+            self.directory,
             index=index,
             listings=listings,
             dotfiles=dotfiles,
@@ -378,7 +378,6 @@ else:
 
 #: Files a FileResponse answered recently (decided inline next time), by path.
 _RECENT_FILES = RecentPaths()
-_FILE_POLICIES: dict[tuple[Any, ...], DirectoryPolicy] = {}
 
 
 class FileResponse(_ResponseBase):
@@ -432,19 +431,7 @@ class FileResponse(_ResponseBase):
             extra.append((b"content-disposition", disposition.encode("latin-1")))
         self.raw_headers = extra
         real_root = None if root is None else os.path.realpath(root)
-        key = (real_root, follow_symlinks, precompressed, hot_cache, inline_limit)
-        policy = _FILE_POLICIES.get(key)
-        if policy is None:
-            policy = DirectoryPolicy(
-                real_root,
-                follow_symlinks=follow_symlinks,
-                precompressed=precompressed,
-                hot_cache=hot_cache,
-                inline_limit=inline_limit,
-            )
-            if len(_FILE_POLICIES) < 64:
-                _FILE_POLICIES[key] = policy
-        self.policy = policy
+        self.policy = file_policy(real_root, follow_symlinks, precompressed, hot_cache, inline_limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

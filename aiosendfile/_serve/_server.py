@@ -15,7 +15,6 @@ connections past their header, keep-alive or send timeout.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import ssl as _ssl
 import time
@@ -27,8 +26,8 @@ from typing import Any, NamedTuple, TextIO
 from .._options import default_cold_executor
 from .._outlet import Turn
 from .._static._answers import Decided
+from .._static._fs import directory_policy
 from .._static._memo import MEMO_MAX_KEY, Memo
-from .._static._policy import DirectoryPolicy
 from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._auth import Gate, Secret, TrustedProxies
@@ -111,8 +110,8 @@ class Engine:
     def __init__(self, config: ServeConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
-        self.policy = DirectoryPolicy(
-            os.path.realpath(config.directory),
+        self.policy = directory_policy(
+            config.directory,
             listings=config.show_index,
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,

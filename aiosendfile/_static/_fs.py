@@ -30,11 +30,12 @@ import contextlib
 import errno
 import os
 import stat
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .. import _platform
 from . import _hot
 from ._paths import inside
+from ._policy import DirectoryPolicy
 
 __all__ = (
     "POOL_FS",
@@ -43,6 +44,7 @@ __all__ = (
     "FileSystem",
     "KnownInside",
     "NotRegular",
+    "directory_policy",
     "open_cached",
     "opened_inside",
     "OutsideRoot",
@@ -296,6 +298,12 @@ def open_cached(path: str) -> tuple[int, os.stat_result] | bool | None:
         raise
     os.close(fd)  # a directory, a FIFO opened without waiting for a writer, a device
     return True
+
+
+def directory_policy(directory: str | os.PathLike[str], **options: Any) -> DirectoryPolicy:
+    """The policy for serving *directory* (every door's one way to make it): its real path is the
+    root every file opened must lie under; *options* are the policy's other fields."""
+    return DirectoryPolicy(os.path.realpath(directory), **options)
 
 
 def same_file(path: str, ident: tuple[int, ...]) -> bool:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ._mime import read_type_tables
 
-__all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy")
+__all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy", "file_policy")
 
 #: Bodies up to this size are answered from memory (the hot cache) and leave with the headers.
 DEFAULT_INLINE_LIMIT = 64 * 1024
@@ -44,3 +45,20 @@ class DirectoryPolicy:
     def __post_init__(self) -> None:
         object.__setattr__(self, "cache_root", None if self.follow_symlinks else self.root)
         read_type_tables()  # (a door is made at its start: the first answer does not read them)
+
+
+@functools.lru_cache(maxsize=64)
+def file_policy(
+    root: str | None, follow_symlinks: bool, precompressed: bool, hot_cache: bool, inline_limit: int
+) -> DirectoryPolicy:
+    """The policy one file response answers under (the doors' ``FileResponse``): one per
+    combination of its options, the last 64 kept. *root*: a real path every file opened must
+    lie under (a static resource's), or None. A served directory's policy is
+    ``_fs.directory_policy``'s."""
+    return DirectoryPolicy(
+        root,
+        follow_symlinks=follow_symlinks,
+        precompressed=precompressed,
+        hot_cache=hot_cache,
+        inline_limit=inline_limit,
+    )
