@@ -3,7 +3,7 @@
 HTTP semantics (validators, conditional requests, ranges, multipart, HEAD,
 pre-compressed variants), path safety, and zero-copy under both loops. The cases the native
 engine answers alike (tests/test_native_http.py) are tables and checks in
-tests/support/static_cases.py: this module's door is ``site`` (the plugin mounted at /static).
+tests/support/static_cases.py: this module's door is ``make_door`` (the plugin mounted at /static).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Site(DoorClient):
 
 
 @pytest.fixture(params=[False, True], ids=["tcp", "tls"])
-async def site(
+async def make_door(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     tls_server_ctx: ssl.SSLContext,
@@ -90,27 +90,27 @@ async def site(
 
 class TestStaticCases(StaticCases):
     """Full files, HEAD, content types, conditional requests, ranges, If-Range, pre-compressed
-    siblings, path safety, directories and symlinks, through ``site`` (mounted at /static)."""
+    siblings, path safety, directories and symlinks, through ``make_door`` (mounted at /static)."""
 
 
-async def test_direct_file_response(site: Any) -> None:
-    s = await site()
+async def test_direct_file_response(make_door: Any) -> None:
+    s = await make_door()
     status, _, body = await s.get("/direct/big.bin")
     assert (status, body) == (200, pattern(BIG))
     assert (await s.get("/direct/missing"))[0] == 404
 
 
-async def test_no_vary_when_precompressed_is_off(site: Any) -> None:
+async def test_no_vary_when_precompressed_is_off(make_door: Any) -> None:
     """Vary whenever pre-compressed variants are on (as nginx's gzip_vary), none when off."""
-    off = await site(precompressed=False)
+    off = await make_door(precompressed=False)
     status, headers, body = await off.get("/static/doc.txt", **{"Accept-Encoding": "gzip"})
     assert (status, body) == (200, (off.root / "doc.txt").read_bytes())
     assert "Vary" not in headers
     assert "Content-Encoding" not in headers
 
 
-async def test_a_target_outside_the_mount_never_escapes(site: Any) -> None:
-    s = await site()
+async def test_a_target_outside_the_mount_never_escapes(make_door: Any) -> None:
+    s = await make_door()
     status, raw = await s.raw("/../secret.txt")
     assert status in (400, 403, 404), status
     assert b"TOP SECRET" not in raw
@@ -119,18 +119,18 @@ async def test_a_target_outside_the_mount_never_escapes(site: Any) -> None:
 # -- directories and symlinks ------------------------------------------------------------------------
 
 
-async def test_the_url_cannot_climb_out_even_following_symlinks(site: Any) -> None:
-    s = await site(follow_symlinks=True)
+async def test_the_url_cannot_climb_out_even_following_symlinks(make_door: Any) -> None:
+    s = await make_door(follow_symlinks=True)
     assert (await s.raw("/static/../secret.txt"))[0] == 404
 
 
-async def test_a_directory_redirect_keeps_the_query(site: Any) -> None:
-    status, headers, _ = await (await site()).get("/static/dir?x=1&y=2")
+async def test_a_directory_redirect_keeps_the_query(make_door: Any) -> None:
+    status, headers, _ = await (await make_door()).get("/static/dir?x=1&y=2")
     assert (status, headers["Location"].split("/static/", 1)[1]) == (301, "dir/?x=1&y=2")
 
 
-async def test_append_version(site: Any) -> None:
-    s = await site(append_version=True)
+async def test_append_version(make_door: Any) -> None:
+    s = await make_door(append_version=True)
     resource = next(r for r in s.server.app.router.resources() if isinstance(r, sf.StaticResource))
     url = resource.url_for(filename="small.txt")
     assert url.query.get("v")
@@ -226,9 +226,9 @@ def fresh_hot_files() -> Any:
 
 
 async def test_hot_file_is_served_without_opening_it(
-    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+    make_door: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = await site()
+    s = await make_door()
     assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
     opened: list[str] = []
     real_open = os.open
@@ -252,9 +252,9 @@ async def test_hot_file_is_served_without_opening_it(
     assert not [p for p in opened if p.endswith("small.txt")]
 
 
-async def test_hot_file_changed_in_place_is_seen_at_once(site: Any, fresh_hot_files: Any) -> None:
+async def test_hot_file_changed_in_place_is_seen_at_once(make_door: Any, fresh_hot_files: Any) -> None:
     """Same size, mtime put back: ctime still changes, so the new bytes are served."""
-    s = await site()
+    s = await make_door()
     path = s.root / "small.txt"
     assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
     before = path.stat()
@@ -264,8 +264,8 @@ async def test_hot_file_changed_in_place_is_seen_at_once(site: Any, fresh_hot_fi
     assert (await s.get("/static/small.txt"))[2] == b"X" * 10 + pattern(SMALL)[10:]
 
 
-async def test_hot_file_replaced_by_rename_or_symlink(site: Any, fresh_hot_files: Any) -> None:
-    s = await site()
+async def test_hot_file_replaced_by_rename_or_symlink(make_door: Any, fresh_hot_files: Any) -> None:
+    s = await make_door()
     pub = s.root
     assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
     (pub / "new.txt").write_bytes(b"N" * SMALL)
@@ -281,21 +281,21 @@ async def test_hot_file_replaced_by_rename_or_symlink(site: Any, fresh_hot_files
     assert (await s.get("/static/small.txt"))[0] == 404
 
 
-async def test_hot_cache_can_be_turned_off(site: Any, fresh_hot_files: Any) -> None:
-    s = await site(hot_cache=False)
+async def test_hot_cache_can_be_turned_off(make_door: Any, fresh_hot_files: Any) -> None:
+    s = await make_door(hot_cache=False)
     assert (await s.get("/static/small.txt"))[2] == pattern(SMALL)
     assert fresh_hot_files._entries == {}
 
 
 async def test_hot_plain_requests_answer_as_fileresponse_does(
-    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+    make_door: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The static handler's hot path (aiohttp's plain Response from the cached bytes) gives the
     same status, headers (all but Date) and body as FileResponse, and is taken only for plain
     GET/HEAD of a hot file."""
     from aiosendfile._aiohttp import _static
 
-    hot, cold = await site(), await site(hot_cache=False)
+    hot, cold = await make_door(), await make_door(hot_cache=False)
     full: list[str] = []
     real = _static.StaticResource._file_response
 
@@ -332,13 +332,13 @@ async def test_hot_plain_requests_answer_as_fileresponse_does(
 
 
 async def test_siblings_are_looked_up_once_per_request(
-    site: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
+    make_door: Any, fresh_hot_files: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hot file whose accepted .gz sibling exists: the hot path's lookup of the siblings is
     handed to the full path, not repeated (one stat per admitted encoding)."""
     from aiosendfile._static import _fs
 
-    s = await site()
+    s = await make_door()
     await s.get("/static/doc.txt", **{"Accept-Encoding": "identity"})  # doc.txt is now hot
     looked_up: list[str] = []
     real = _fs._is_file

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from ..support.native import native_site, read_response
 from ..support.processes import Server
+from ..support.raw_http import read_response
+from ..support.serve import serve_site
 
 pytest.importorskip("httptools")
 
@@ -187,12 +188,8 @@ def _get(path: str, auth: bytes | None = None, method: str = "GET") -> bytes:
     return f"{method} {path} HTTP/1.1\r\nHost: x\r\n".encode() + extra + b"\r\n"
 
 
-def _status(raw: bytes) -> int:
-    return int(raw.split(b" ", 2)[1])
-
-
 async def test_nothing_is_answered_without_the_password_and_nothing_memoised_leaks(
-    tmp_path: Path, transport: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, site_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """401 with a Basic challenge (kept alive: the browser asks again on the connection), then
     the right password gets the bytes. Once a file is memoised (its path, its exact request read),
@@ -202,30 +199,32 @@ async def test_nothing_is_answered_without_the_password_and_nothing_memoised_lea
     public = _public(tmp_path)
     small = (public / "a.txt").read_bytes()
     good, bad = basic("bob", "pw"), basic("bob", "nope")
-    async with native_site(public, auth=tuple(users(bob="pw").items()), show_index=True, **transport) as site:
+    async with serve_site(
+        public, auth=tuple(users(bob="pw").items()), show_index=True, **site_kwargs
+    ) as site:
         reader, writer = await site.open()
         try:
             for path, body in [("/a.txt", small), ("/big.bin", (public / "big.bin").read_bytes())]:
                 writer.write(_get(path))
-                raw = await read_response(reader)
-                assert _status(raw) == 401
-                assert b'\r\nWWW-Authenticate: Basic realm="aiosendfile", charset="UTF-8"\r\n' in raw
-                assert raw.endswith(b"401: Unauthorized")
+                answer = await read_response(reader)
+                assert answer.status == 401
+                assert b'\r\nWWW-Authenticate: Basic realm="aiosendfile", charset="UTF-8"\r\n' in answer.raw
+                assert answer.raw.endswith(b"401: Unauthorized")
                 for _ in range(3):  # (memoised after the first)
                     writer.write(_get(path, good))
-                    raw = await read_response(reader)
-                    assert _status(raw) == 200
-                    assert raw.endswith(body)
+                    answer = await read_response(reader)
+                    assert answer.status == 200
+                    assert answer.raw.endswith(body)
                 for attempt in (None, bad, basic("bob", ""), basic("", "pw")):
                     writer.write(_get(path, attempt))
-                    assert _status(await read_response(reader)) == 401, attempt
+                    assert (await read_response(reader)).status == 401, attempt
                 writer.write(_get(path, method="HEAD"))
-                assert _status(await read_response(reader, b"HEAD")) == 401
+                assert (await read_response(reader, b"HEAD")).status == 401
             for path in ("/", "/sub/", "/./a.txt", "/a.txt?x", "/nope"):
                 writer.write(_get(path))
-                assert _status(await read_response(reader)) == 401, path
+                assert (await read_response(reader)).status == 401, path
             writer.write(_get("/sub/", good))
-            assert b'<a href="b.txt">b.txt</a>' in await read_response(reader)
+            assert b'<a href="b.txt">b.txt</a>' in (await read_response(reader)).raw
         finally:
             writer.close()
 
@@ -245,7 +244,7 @@ async def test_a_hashed_password_is_checked_off_the_loop_in_order(
         return real(self, value)
 
     monkeypatch.setattr(Gate, "verify", verify)
-    async with native_site(public, auth=(hashed("alice", "s3cret"),)) as site:
+    async with serve_site(public, auth=(hashed("alice", "s3cret"),)) as site:
         reader, writer = await site.open()
         try:
             good = basic("alice", "s3cret")
@@ -253,9 +252,9 @@ async def test_a_hashed_password_is_checked_off_the_loop_in_order(
                 _get("/a.txt", good) + _get("/sub/b.txt", good) + _get("/a.txt", basic("alice", "x"))
             )
             first, second, third = [await read_response(reader) for _ in range(3)]
-            assert (_status(first), _status(second), _status(third)) == (200, 200, 401)
-            assert first.endswith(small)
-            assert second.endswith(b"\r\n\r\nb")
+            assert (first.status, second.status, third.status) == (200, 200, 401)
+            assert first.raw.endswith(small)
+            assert second.raw.endswith(b"\r\n\r\nb")
             assert calls == [good, basic("alice", "x")]  # (the second: passed meanwhile, no hash)
         finally:
             writer.close()
@@ -263,31 +262,31 @@ async def test_a_hashed_password_is_checked_off_the_loop_in_order(
 
 async def test_an_address_that_keeps_failing_gets_429_with_retry_after(tmp_path: Path) -> None:
     public = _public(tmp_path)
-    async with native_site(public, auth=tuple(users(bob="pw").items())) as site:
+    async with serve_site(public, auth=tuple(users(bob="pw").items())) as site:
         reader, writer = await site.open()
         try:
             got = []
             for i in range(_auth.FREE_FAILURES + 2):
                 writer.write(_get("/a.txt", basic("bob", f"guess{i}")))
                 got.append(await read_response(reader))
-            assert [_status(r) for r in got] == [401] * _auth.FREE_FAILURES + [429, 429]
-            assert b"\r\nRetry-After: 1\r\n" in got[-1]
+            assert [r.status for r in got] == [401] * _auth.FREE_FAILURES + [429, 429]
+            assert b"\r\nRetry-After: 1\r\n" in got[-1].raw
             writer.write(_get("/a.txt", basic("bob", "pw")))
-            assert _status(await read_response(reader)) == 429  # (a new right password waits too)
+            assert (await read_response(reader)).status == 429  # (a new right password waits too)
             await asyncio.sleep(1.1)
             writer.write(_get("/a.txt", basic("bob", "pw")))
-            assert _status(await read_response(reader)) == 200
+            assert (await read_response(reader)).status == 200
         finally:
             writer.close()
 
 
 async def test_public_read_serves_reads_without_a_password(tmp_path: Path) -> None:
     public = _public(tmp_path)
-    async with native_site(public, auth=tuple(users(bob="pw").items()), public_read=True) as site:
+    async with serve_site(public, auth=tuple(users(bob="pw").items()), public_read=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_get("/a.txt"))
-            assert (await read_response(reader)).endswith((public / "a.txt").read_bytes())
+            assert (await read_response(reader)).raw.endswith((public / "a.txt").read_bytes())
         finally:
             writer.close()
 

@@ -1,6 +1,6 @@
 """What one hostile client can make ``serve`` hold or do, bounded (issue "Hardening II").
 
-The engine runs in its own process (``tests/support/native.py``), so its memory is its own and
+The engine runs in its own process (``tests/support/serve.py``), so its memory is its own and
 a client in the test's process cannot hide a blocked loop. Each case on both loops:
 
 * pipelined requests from a client that never reads: the answers waiting for it are bounded (the
@@ -31,9 +31,10 @@ from pathlib import Path
 import pytest
 
 from ..support.files import pattern
-from ..support.native import NativeProcess, native_process, wait_for
 from ..support.processes import cli_env
-from ..support.raw_http import parse_response
+from ..support.raw_http import Response, SocketResponses
+from ..support.serve import ServeProcess, serve_process
+from ..support.waiting import wait_for
 
 pytest.importorskip("aiosendfile._serve._server")
 
@@ -45,32 +46,9 @@ def request(target: bytes, *headers: bytes) -> bytes:
     return b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
 
 
-class Answers:
-    """Answers read off one keep-alive connection in order, each framed by its Content-Length."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buffer = b""
-
-    def _more(self) -> None:
-        chunk = self.sock.recv(1 << 20)
-        assert chunk, self.buffer[:300]
-        self.buffer += chunk
-
-    def next(self) -> bytes:
-        while b"\r\n\r\n" not in self.buffer:
-            self._more()
-        head, _, _ = self.buffer.partition(b"\r\n\r\n")
-        end = len(head) + 4 + int(parse_response(head + b"\r\n\r\n").header("content-length") or 0)
-        while len(self.buffer) < end:
-            self._more()
-        answer, self.buffer = self.buffer[:end], self.buffer[end:]
-        return answer
-
-
-def read_answer(sock: socket.socket) -> bytes:
+def read_answer(sock: socket.socket) -> Response:
     """One answer to the one request sent (nothing may follow it)."""
-    answers = Answers(sock)
+    answers = SocketResponses(sock)
     answer = answers.next()
     assert answers.buffer == b"", answers.buffer[:300]
     return answer
@@ -80,7 +58,7 @@ class Prober:
     """Another client: a hot small file on one keep-alive connection every 20 ms, in a thread;
     ``worst`` is the longest it waited for an answer."""
 
-    def __init__(self, server: NativeProcess, target: bytes) -> None:
+    def __init__(self, server: ServeProcess, target: bytes) -> None:
         self.sock = socket.create_connection((server.host, server.port), timeout=10)
         self.target = target
         self.worst = 0.0
@@ -94,7 +72,7 @@ class Prober:
             while not self.stop.is_set():
                 start = time.monotonic()
                 self.sock.sendall(request(self.target))
-                assert read_answer(self.sock).startswith(b"HTTP/1.1 200 ")
+                assert read_answer(self.sock).raw.startswith(b"HTTP/1.1 200 ")
                 self.worst = max(self.worst, time.monotonic() - start)
                 self.answers += 1
                 time.sleep(0.02)
@@ -117,7 +95,7 @@ class Prober:
 
 
 @contextlib.contextmanager
-def silent_clients(server: NativeProcess, n: int, data: bytes) -> Iterator[list[socket.socket]]:
+def silent_clients(server: ServeProcess, n: int, data: bytes) -> Iterator[list[socket.socket]]:
     """*n* connections with a 4 KiB receive buffer that each send *data* and never read."""
     socks = []
     try:
@@ -141,7 +119,7 @@ def silent_clients(server: NativeProcess, n: int, data: bytes) -> Iterator[list[
             sock.close()
 
 
-def settle_rss(server: NativeProcess) -> int:
+def settle_rss(server: ServeProcess) -> int:
     """The server's RSS once it stops changing (a read every 0.1 s, two equal in a row, at most 3 s)."""
     last, deadline = -1, time.monotonic() + 3
     while time.monotonic() < deadline:
@@ -170,11 +148,11 @@ def test_a_pipelined_flood_that_is_never_read_holds_a_bounded_amount(tmp_path: P
     (tmp_path / "h60k.bin").write_bytes(pattern(60 * 1024))
     (tmp_path / "small.txt").write_bytes(b"small\n")
     flood = request(b"/h60k.bin") * 7000
-    with native_process(tmp_path, loop=loop, options=["--send-timeout", "3"]) as server:
+    with serve_process(tmp_path, loop=loop, options=["--send-timeout", "3"]) as server:
         for _ in range(2):  # hot and memoised
             with socket.create_connection((server.host, server.port), timeout=10) as sock:
                 sock.sendall(request(b"/h60k.bin"))
-                assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+                assert read_answer(sock).raw.startswith(b"HTTP/1.1 200 ")
         base_fds = server.fd_count()
         base = settle_rss(server)
         with Prober(server, b"/small.txt") as prober, silent_clients(server, 5, flood):
@@ -195,7 +173,7 @@ def test_a_flood_behind_a_file_body_in_flight_is_read_no_further(tmp_path: Path,
     holds a read or two of the flood, not the flood (whatever the policy for pausing per body)."""
     (tmp_path / "big.bin").write_bytes(pattern(16 * MiB))
     flood = request(b"/big.bin") * (40 * MiB // len(request(b"/big.bin")))
-    with native_process(tmp_path, loop=loop) as server:
+    with serve_process(tmp_path, loop=loop) as server:
         base = settle_rss(server)
         sock = socket.socket()
         try:
@@ -226,7 +204,7 @@ def test_a_body_that_never_comes_is_cut_at_the_header_timeout(tmp_path: Path, lo
     the keep-alive timeout, 75 s by default), as a head that does not arrive does."""
     (tmp_path / "small.txt").write_bytes(b"small\n")
     options = ["--header-timeout", "1", "--keepalive-timeout", "30"]
-    with native_process(tmp_path, loop=loop, options=options) as server:
+    with serve_process(tmp_path, loop=loop, options=options) as server:
         with socket.create_connection((server.host, server.port), timeout=10) as sock:
             start = time.monotonic()
             sock.sendall(request(b"/small.txt", b"Content-Length: 10") + b"abc")
@@ -255,16 +233,16 @@ def test_many_spellings_of_one_path_keep_memory_flat(tmp_path: Path, loop: str) 
     (the second answer is memoised): the memo holds at most its bound, keys included, so memory
     is flat after the first round (it grew by every key: 28 → 172 → 298 MB for 2 x 10,000)."""
     (tmp_path / "one.txt").write_bytes(b"1")
-    with native_process(tmp_path, loop=loop) as server:
+    with serve_process(tmp_path, loop=loop) as server:
 
         def round_of_requests(first: int) -> int:
             targets = list(spellings(1500, 3900, first))
             with socket.create_connection((server.host, server.port), timeout=30) as sock:
-                answers = Answers(sock)
+                answers = SocketResponses(sock)
                 for i in range(0, len(targets), 25):  # 25 pipelined at a time
                     sock.sendall(b"".join(request(t) * 2 for t in targets[i : i + 25]))
                     for _ in range(50):
-                        assert answers.next().endswith(b"\r\n\r\n1")
+                        assert answers.next().raw.endswith(b"\r\n\r\n1")
             return settle_rss(server)
 
         rss = [round_of_requests(first) for first in (0, 1500)]
@@ -354,21 +332,21 @@ def test_a_big_listing_is_built_off_the_loop_and_once(tmp_path: Path, loop: str)
     for i in range(10_000):
         (big / f"file-{i:05d}.txt").write_bytes(b"")
     (public / "small.txt").write_bytes(b"small\n")
-    with native_process(public, loop=loop, options=["--show-index"]) as server:
+    with serve_process(public, loop=loop, options=["--show-index"]) as server:
         with (
             socket.create_connection((server.host, server.port), timeout=30) as sock,
             Prober(server, b"/small.txt") as prober,
         ):
             sock.sendall(request(b"/big/"))  # first sight: decided in the pool, while probed
-            head, _, page = read_answer(sock).partition(b"\r\n\r\n")
+            head, _, page = read_answer(sock).raw.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200 ")
             assert b"file-09999.txt" in page
             for _ in range(3):  # built again once a second has passed
                 time.sleep(0.4)
                 sock.sendall(request(b"/big/") * 40)
-                answers = Answers(sock)
+                answers = SocketResponses(sock)
                 for _ in range(40):
-                    assert answers.next().partition(b"\r\n\r\n")[2] == page
+                    assert answers.next().raw.partition(b"\r\n\r\n")[2] == page
         assert prober.answers > 20
         assert prober.worst < PROBE_BOUND, f"another client waited {prober.worst * 1000:.0f} ms"
 
@@ -400,20 +378,20 @@ def test_a_symlink_swapped_in_never_lists_outside(tmp_path: Path, loop: str) -> 
             aside.rename(real)
             time.sleep(0.001)
 
-    with native_process(public, loop=loop, options=["--show-index"]) as server:
+    with serve_process(public, loop=loop, options=["--show-index"]) as server:
         swapper = threading.Thread(target=swap)
         swapper.start()
         statuses: dict[int, int] = {}
         try:
             with socket.create_connection((server.host, server.port), timeout=10) as sock:
-                answers = Answers(sock)
+                answers = SocketResponses(sock)
                 deadline = time.monotonic() + 2
                 while time.monotonic() < deadline:
                     sock.sendall(request(b"/racedir/") * 10)
                     for _ in range(10):
                         answer = answers.next()
-                        assert b"secret-name" not in answer, answer[:400]
-                        status = parse_response(answer).status
+                        assert b"secret-name" not in answer.raw, answer.raw[:400]
+                        status = answer.status
                         statuses[status] = statuses.get(status, 0) + 1
         finally:
             stop.set()
@@ -435,18 +413,18 @@ def test_a_listing_leaves_out_what_answers_403(tmp_path: Path, loop: str) -> Non
     with socket.socket(socket.AF_UNIX) as unix:
         unix.bind(str(public / "dir" / "a-socket"))
         with (
-            native_process(public, loop=loop, options=["--show-index"]) as server,
+            serve_process(public, loop=loop, options=["--show-index"]) as server,
             socket.create_connection((server.host, server.port), timeout=10) as sock,
         ):
-            answers = Answers(sock)
+            answers = SocketResponses(sock)
             for target in (b"/dir/a-fifo", b"/dir/a-socket", b"/dir/"):
                 sock.sendall(request(target))
                 got = answers.next()
                 if target != b"/dir/":
-                    assert parse_response(got).status == 403, got[:200]
-        assert b"file.txt" in got
-        assert b"a-fifo" not in got
-        assert b"a-socket" not in got
+                    assert got.status == 403, got.raw[:200]
+        assert b"file.txt" in got.raw
+        assert b"a-fifo" not in got.raw
+        assert b"a-socket" not in got.raw
 
 
 # Run as nobody (root may read anything): import while root, then drop privileges and list.

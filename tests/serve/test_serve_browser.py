@@ -43,7 +43,7 @@ def public(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
-def server(request: pytest.FixtureRequest, public: Path) -> Any:
+def serve_cli(request: pytest.FixtureRequest, public: Path) -> Any:
     server = Server(str(public), "--port", "0", "--upload", "--loop", request.param)
     yield server
     server.close()
@@ -85,12 +85,12 @@ fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => crypto.subtle.digest("S
 
 
 def test_the_listing_page_lists_sorts_uploads_and_downloads(
-    server: Any, public: Path, tmp_path: Path
+    serve_cli: Any, public: Path, tmp_path: Path
 ) -> None:
     picked = tmp_path / "picked.bin"
     picked.write_bytes(os.urandom(3 * 2**20 + 5))
     with browser(tmp_path / "profile") as driver:
-        driver.get(server.url)
+        driver.get(serve_cli.url)
         _no_script_ran(driver)
         assert _names(driver) == ["folder/", *sorted(HOSTILE), "big.bin", "small.txt"]
         driver.find_element(By.LINK_TEXT, "Size").click()  # small to large, then large to small
@@ -102,7 +102,7 @@ def test_the_listing_page_lists_sorts_uploads_and_downloads(
         assert _names(driver)[:2] == ["folder/", "big.bin"]
         _no_script_ran(driver)
 
-        driver.get(server.url)
+        driver.get(serve_cli.url)
         driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
         driver.find_element(By.CSS_SELECTOR, "#upload button").click()
         _listed(driver, "picked.bin")
@@ -120,13 +120,15 @@ def test_the_listing_page_lists_sorts_uploads_and_downloads(
     )
 
 
-def test_without_script_the_page_still_sorts_and_uploads(server: Any, public: Path, tmp_path: Path) -> None:
+def test_without_script_the_page_still_sorts_and_uploads(
+    serve_cli: Any, public: Path, tmp_path: Path
+) -> None:
     picked = tmp_path / "plain form.txt"
     picked.write_bytes(b"sent by a form without script\n" * 1000)
     with browser(tmp_path / "profile", javascript=False) as driver:
         driver.get("data:text/html,<title>before</title><script>document.title='ran'</script>")
         assert driver.title == "before"  # (scripts are off in this browser)
-        driver.get(server.url)
+        driver.get(serve_cli.url)
         driver.find_element(By.LINK_TEXT, "Size").click()
         WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
         assert _names(driver)[-2:] == ["small.txt", "big.bin"]

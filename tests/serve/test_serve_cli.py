@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Path:
+def served_dir(tmp_path: Path) -> Path:
     (tmp_path / "file.bin").write_bytes(pattern(300_000))
     (tmp_path / "hello.txt").write_text("hello")
     return tmp_path
@@ -52,11 +52,11 @@ def server_factory() -> Iterator[type[Server]]:
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_serve_starts_serves_ranges_and_stops_on_sigint(
-    served: Path, server_factory: type[Server], loop: str
+    served_dir: Path, server_factory: type[Server], loop: str
 ) -> None:
-    server = server_factory(str(served), "--port", "0", "--loop", loop)
+    server = server_factory(str(served_dir), "--port", "0", "--loop", loop)
     assert server.banner["loop"] == loop
-    assert Path(server.banner["dir"]) == served
+    assert Path(server.banner["dir"]) == served_dir
     status, _, body = server.get("/file.bin")
     assert (status, body) == (200, pattern(300_000))
     status, headers, body = server.get("/file.bin", Range="bytes=1000-1999")
@@ -69,30 +69,30 @@ def test_serve_starts_serves_ranges_and_stops_on_sigint(
 
 
 def test_serve_defaults_to_the_current_directory(
-    served: Path, server_factory: type[Server], monkeypatch: pytest.MonkeyPatch
+    served_dir: Path, server_factory: type[Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(served)
+    monkeypatch.chdir(served_dir)
     server = server_factory("--port", "0")
-    assert Path(server.banner["dir"]) == served
+    assert Path(server.banner["dir"]) == served_dir
     assert server.get("/hello.txt")[2] == b"hello"
     assert server.interrupt() == 0
 
 
-def test_serve_workers_share_the_port(served: Path, server_factory: type[Server]) -> None:
-    server = server_factory(str(served), "--port", "0", "--workers", "2")
+def test_serve_workers_share_the_port(served_dir: Path, server_factory: type[Server]) -> None:
+    server = server_factory(str(served_dir), "--port", "0", "--workers", "2")
     assert server.banner["workers"] == "2"
     for _ in range(20):  # new connection each time: the kernel spreads them over the workers
         assert server.get("/hello.txt")[2] == b"hello"
     assert server.interrupt() == 0
 
 
-def test_serve_access_log_is_opt_in(served: Path, server_factory: type[Server]) -> None:
-    quiet = server_factory(str(served), "--port", "0")
+def test_serve_access_log_is_opt_in(served_dir: Path, server_factory: type[Server]) -> None:
+    quiet = server_factory(str(served_dir), "--port", "0")
     quiet.get("/hello.txt")
     assert quiet.interrupt() == 0
     assert quiet.proc.stderr is not None
     assert "GET /hello.txt" not in quiet.proc.stderr.read()
-    loud = server_factory(str(served), "--port", "0", "--access-log")
+    loud = server_factory(str(served_dir), "--port", "0", "--access-log")
     loud.get("/hello.txt")
     assert loud.interrupt() == 0
     assert loud.proc.stderr is not None
@@ -102,7 +102,7 @@ def test_serve_access_log_is_opt_in(served: Path, server_factory: type[Server]) 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("key_apart", [True, False], ids=["key-file", "key-in-cert"])
 def test_serve_https_with_tls_cert_and_key(
-    served: Path, server_factory: type[Server], tmp_path: Path, loop: str, key_apart: bool
+    served_dir: Path, server_factory: type[Server], tmp_path: Path, loop: str, key_apart: bool
 ) -> None:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
@@ -114,7 +114,7 @@ def test_serve_https_with_tls_cert_and_key(
     else:
         cert.private_key_and_cert_chain_pem.write_to_path(str(chain))
         tls = ["--tls-cert", str(chain)]
-    server = server_factory(str(served), "--port", "0", "--loop", loop, *tls)
+    server = server_factory(str(served_dir), "--port", "0", "--loop", loop, *tls)
     assert server.url.startswith("https://127.0.0.1:")
     client = ssl.create_default_context()
     ca.configure_trust(client)
@@ -132,15 +132,15 @@ def test_serve_https_with_tls_cert_and_key(
         (["--tls-cert", "hello.txt"], "cannot use --tls-cert/--tls-key"),
     ],
 )
-def test_serve_refuses_unusable_tls_files(served: Path, args: list[str], message: str) -> None:
+def test_serve_refuses_unusable_tls_files(served_dir: Path, args: list[str], message: str) -> None:
     """A bad certificate is a usage error at start (exit 2, one line), not failed handshakes later."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "-m", "aiosendfile", "serve", str(served), "--port", "0", *args],
+        [sys.executable, "-m", "aiosendfile", "serve", str(served_dir), "--port", "0", *args],
         capture_output=True,
         text=True,
         env=env,
-        cwd=served,
+        cwd=served_dir,
         timeout=30,
     )
     assert result.returncode == 2, result.stderr
@@ -149,13 +149,13 @@ def test_serve_refuses_unusable_tls_files(served: Path, args: list[str], message
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def _serve_with(prelude: str, served: Path, *args: str) -> str:
+def _serve_with(prelude: str, served_dir: Path, *args: str) -> str:
     """Run serve in a ``python -c`` whose *prelude* runs first, GET hello.txt, stop it with SIGINT
     (exit status 0); its stderr."""
     code = f"{prelude}; from aiosendfile._cli._main import main; sys.exit(main(sys.argv[1:]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", str(served), "--port", "0", *args],
+        [sys.executable, "-c", code, "serve", str(served_dir), "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -176,19 +176,19 @@ def _serve_with(prelude: str, served: Path, *args: str) -> str:
     return err
 
 
-def test_serve_needs_no_web_framework(served: Path) -> None:
+def test_serve_needs_no_web_framework(served_dir: Path) -> None:
     """The serve extra is uvloop + httptools: serve runs, and answers, with aiohttp unimportable."""
-    _serve_with("import sys; sys.modules['aiohttp'] = None", served)
+    _serve_with("import sys; sys.modules['aiohttp'] = None", served_dir)
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_serve_keeps_the_collector_off_what_it_started_with(served: Path, loop: str) -> None:
+def test_serve_keeps_the_collector_off_what_it_started_with(served_dir: Path, loop: str) -> None:
     """Once serving, what starting built is frozen (``gc.freeze``): a full collection of it held
     the loop 4-9 ms (``benchmarks.mixed_stall``)."""
     err = _serve_with(
         "import atexit, gc, sys; "
         "atexit.register(lambda: print('frozen', gc.get_freeze_count(), file=sys.stderr))",
-        served,
+        served_dir,
         "--loop",
         loop,
     )
@@ -233,9 +233,9 @@ def test_serve_errors(tmp_path: Path) -> None:
     assert version.stdout.startswith("aiosendfile ")
 
 
-def test_workers_exit_when_the_parent_is_killed(served: Path, server_factory: type[Server]) -> None:
+def test_workers_exit_when_the_parent_is_killed(served_dir: Path, server_factory: type[Server]) -> None:
     """A SIGKILLed parent leaves no orphaned workers behind."""
-    server = server_factory(str(served), "--port", "0", "--workers", "2")
+    server = server_factory(str(served_dir), "--port", "0", "--workers", "2")
     children = [
         int(pid)
         for pid in Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read_text().split()
@@ -292,7 +292,7 @@ def test_bad_ports_are_refused_in_one_line_at_once(tmp_path: Path, argv: list[st
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
-    served: Path, signum: int, loop: str, workers: str
+    served_dir: Path, signum: int, loop: str, workers: str
 ) -> None:
     """Ctrl-C or SIGTERM while serve starts (importing aiohttp, binding, forking workers, just
     after the banner, while it stops): status 0, nothing on stderr.
@@ -301,7 +301,7 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
     ``import aiosendfile``: no SIGTERM handler in /proc yet) has Python's default
     effect; such runs are told apart by looking before sending, not by timing.
     """
-    args = (str(served), "--port", "0", "--loop", loop, "--workers", workers)
+    args = (str(served_dir), "--port", "0", "--loop", loop, "--workers", workers)
     for delay in (0.0, 0.02, 0.1, 0.3):  # from Popen
         ours, status, err = signal_while_starting(["serve", *args], signum, delay)
         if ours:
@@ -321,10 +321,10 @@ def test_a_stop_signal_at_any_moment_exits_0_without_traceback(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_stop_signal_while_workers_start(served: Path, signum: int) -> None:
+def test_a_stop_signal_while_workers_start(served_dir: Path, signum: int) -> None:
     """Sent as soon as the first worker is forked: the parent used to wait 60 s for it to say ready."""
     for _ in range(3):
-        with cli_process("serve", str(served), "--port", "0", "--workers", "2") as proc:
+        with cli_process("serve", str(served_dir), "--port", "0", "--workers", "2") as proc:
             children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
             while proc.poll() is None and not children.read_text().split():
                 time.sleep(0.0005)
@@ -335,11 +335,11 @@ def test_a_stop_signal_while_workers_start(served: Path, signum: int) -> None:
 
 
 def test_stop_signal_while_serving_and_again_while_stopping(
-    served: Path, server_factory: type[Server]
+    served_dir: Path, server_factory: type[Server]
 ) -> None:
     """A second Ctrl-C during the graceful stop (and after the loop closed) is quiet too."""
     for pause in (0.0, 0.001, 0.01, 0.1, 0.3, 0.6):
-        server = server_factory(str(served), "--port", "0", "--loop", "asyncio")
+        server = server_factory(str(served_dir), "--port", "0", "--loop", "asyncio")
         assert server.get("/hello.txt")[2] == b"hello"
         server.proc.send_signal(signal.SIGINT)
         time.sleep(pause)
@@ -468,14 +468,14 @@ def test_help_is_written_for_users() -> None:
 
 
 def test_serve_hides_dotfiles_unless_asked_and_lists_raw_names(
-    served: Path, server_factory: type[Server]
+    served_dir: Path, server_factory: type[Server]
 ) -> None:
-    (served / ".env").write_text("TOKEN=secret")
-    (served / ".git").mkdir()
-    (served / ".git" / "config").write_text("secret")
-    with open(os.fsencode(served) + b"/raw-\xff.txt", "wb") as f:
+    (served_dir / ".env").write_text("TOKEN=secret")
+    (served_dir / ".git").mkdir()
+    (served_dir / ".git" / "config").write_text("secret")
+    with open(os.fsencode(served_dir) + b"/raw-\xff.txt", "wb") as f:
         f.write(b"raw")
-    server = server_factory(str(served), "--port", "0")
+    server = server_factory(str(served_dir), "--port", "0")
     assert server.get("/.env")[0] == 404
     assert server.get("/.git/config")[0] == 404
     status, headers, body = server.get("/")
@@ -486,22 +486,22 @@ def test_serve_hides_dotfiles_unless_asked_and_lists_raw_names(
     assert b'<a href="raw-%FF.txt">raw-\xef\xbf\xbd.txt</a>' in body
     assert server.get("/raw-%FF.txt")[::2] == (200, b"raw")
     assert server.interrupt() == 0
-    shown = server_factory(str(served), "--port", "0", "--show-dotfiles")
+    shown = server_factory(str(served_dir), "--port", "0", "--show-dotfiles")
     assert shown.get("/.env")[::2] == (200, b"TOKEN=secret")
     assert shown.interrupt() == 0
 
 
 def test_serve_lists_a_directory_by_default_and_not_under_no_listing(
-    served: Path, server_factory: type[Server]
+    served_dir: Path, server_factory: type[Server]
 ) -> None:
     """A directory without index.html is listed, as http.server, miniserve and dufs do (also with
     the old ``--show-index``, which changes nothing now); ``--no-listing`` answers 403. A
     directory with an index.html answers it either way."""
-    (served / "docs").mkdir()
-    (served / "docs" / "index.html").write_text("<p>docs</p>")
-    (served / "a.txt").write_text("a")
+    (served_dir / "docs").mkdir()
+    (served_dir / "docs" / "index.html").write_text("<p>docs</p>")
+    (served_dir / "a.txt").write_text("a")
     for options in ([], ["--show-index"]):
-        server = server_factory(str(served), "--port", "0", *options)
+        server = server_factory(str(served_dir), "--port", "0", *options)
         status, headers, body = server.get("/")
         assert status == 200
         assert headers["Content-Type"] == "text/html; charset=utf-8"
@@ -509,7 +509,7 @@ def test_serve_lists_a_directory_by_default_and_not_under_no_listing(
         assert b'<a href="docs/">docs/</a>' in body
         assert server.get("/docs/")[::2] == (200, b"<p>docs</p>")
         assert server.interrupt() == 0
-    closed = server_factory(str(served), "--port", "0", "--no-listing")
+    closed = server_factory(str(served_dir), "--port", "0", "--no-listing")
     assert closed.get("/")[0] == 403
     assert closed.get("/docs/")[::2] == (200, b"<p>docs</p>")
     assert closed.interrupt() == 0

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from ..support.native import native_site, read_response
 from ..support.processes import Server
+from ..support.raw_http import read_response
+from ..support.serve import serve_site
 from ..support.uploads import left as _left
-from ..support.uploads import status as _status
 from ..support.uploads import stopped_mid_body
 
 pytest.importorskip("httptools")
@@ -64,7 +64,7 @@ def _post(path: str, body: bytes | None, *extra: str, length: int | None = None)
 
 
 async def test_a_form_lands_its_files_byte_exact_and_answers_303(
-    public: Path, transport: dict[str, Any]
+    public: Path, site_kwargs: dict[str, Any]
 ) -> None:
     files = {"empty": b"", "one": b"x", "big.bin": os.urandom(3 * 2**20 + 7)}
     body = _form(
@@ -72,30 +72,30 @@ async def test_a_form_lands_its_files_byte_exact_and_answers_303(
         *(_part("file", data, name) for name, data in files.items()),
         _part("file", b"", ""),  # (no file chosen: skipped)
     )
-    async with native_site(public, upload=True, **transport) as site:
+    async with serve_site(public, upload=True, **site_kwargs) as site:
         reader, writer = await site.open()
         try:
             writer.write(_post("/sub/", body))
-            raw = await read_response(reader)
-            assert _status(raw) == 303, raw
-            assert b"\r\nLocation: ./\r\n" in raw
+            answer = await read_response(reader)
+            assert answer.status == 303, answer.raw
+            assert b"\r\nLocation: ./\r\n" in answer.raw
             writer.write(_post("/sub", _form(_part("f", b"second", "second.txt"))))
-            raw = await read_response(reader)
-            assert b"\r\nLocation: sub/\r\n" in raw
+            answer = await read_response(reader)
+            assert b"\r\nLocation: sub/\r\n" in answer.raw
             writer.write(_post("/sub/", _form(_part("f", b"other", "one"))))  # (exists: 409)
-            assert _status(await read_response(reader)) == 409
+            assert (await read_response(reader)).status == 409
             writer.write(b"GET /sub/one HTTP/1.1\r\nHost: x\r\n\r\n")  # (the connection goes on)
-            assert (await read_response(reader)).endswith(b"\r\n\r\nx")
+            assert (await read_response(reader)).raw.endswith(b"\r\n\r\nx")
         finally:
             writer.close()
     for name, data in files.items():
         assert (public / "sub" / name).read_bytes() == data
     assert _left(public / "sub") == ["big.bin", "empty", "one", "second.txt"]
-    async with native_site(public, upload=True, overwrite=True, **transport) as site:
+    async with serve_site(public, upload=True, overwrite=True, **site_kwargs) as site:
         reader, writer = await site.open()
         try:
             writer.write(_post("/", _form(_part("f", b"replaced", "a-file"))))
-            assert _status(await read_response(reader)) == 303
+            assert (await read_response(reader)).status == 303
         finally:
             writer.close()
     assert (public / "a-file").read_bytes() == b"replaced"
@@ -108,11 +108,11 @@ async def test_a_chunked_form_lands_too(public: Path) -> None:
         "POST /sub/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
         f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
     ).encode()
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
-            assert _status(await read_response(reader)) == 303
+            assert (await read_response(reader)).status == 303
         finally:
             writer.close()
     assert (public / "sub" / "c.bin").read_bytes() == body.split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n--", 1)[0]
@@ -131,11 +131,11 @@ async def test_a_chunked_form_lands_too(public: Path) -> None:
 async def test_a_part_name_no_file_may_have_is_refused(
     public: Path, filename: str | bytes, status: int
 ) -> None:
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_post("/sub/", _form(_part("file", b"data", filename))))
-            assert _status(await read_response(reader)) == status
+            assert (await read_response(reader)).status == status
         finally:
             writer.close()
     assert _left(public / "sub") == []
@@ -145,12 +145,12 @@ async def test_a_part_name_no_file_may_have_is_refused(
 async def test_a_path_in_a_part_name_keeps_its_last_name_only(public: Path) -> None:
     """Browsers send a base name; old ones a Windows path: its last component is the name, never a
     way out of the directory."""
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             parts = [_part("f", b"1", "../../escape.txt"), _part("f", b"2", "C:\\Users\\me\\win.txt")]
             writer.write(_post("/sub/", _form(*parts)))
-            assert _status(await read_response(reader)) == 303
+            assert (await read_response(reader)).status == 303
         finally:
             writer.close()
     assert _left(public / "sub") == ["escape.txt", "win.txt"]
@@ -178,23 +178,23 @@ async def test_a_post_where_no_form_may_go_is_refused_before_its_body(
         request = request.replace(
             f"Content-Type: multipart/form-data; boundary={BOUNDARY}".encode(), head.encode()
         )
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(request)
-            assert _status(await read_response(reader)) == status
+            assert (await read_response(reader)).status == status
         finally:
             writer.close()
     assert _left(public) == ["a-file", "sub"]
     assert _left(public / "sub") == []
 
 
-async def test_a_form_cut_short_keeps_only_whole_files(public: Path, transport: dict[str, Any]) -> None:
+async def test_a_form_cut_short_keeps_only_whole_files(public: Path, site_kwargs: dict[str, Any]) -> None:
     """A client that leaves mid-part, and a body that ends without its closing boundary (400):
     the parts already whole are there, the one under way is not, nor any temporary file."""
     whole = _part("f", b"w" * 1000, "whole.txt")
     cut = _part("f", b"c" * 500_000, "cut.txt")[:300_000]
-    async with native_site(public, upload=True, **transport) as site:
+    async with serve_site(public, upload=True, **site_kwargs) as site:
         reader, writer = await site.open()
         writer.write(_post("/sub/", whole + cut, length=5 * 2**20))
         await writer.drain()
@@ -206,9 +206,9 @@ async def test_a_form_cut_short_keeps_only_whole_files(public: Path, transport: 
         reader, writer = await site.open()
         try:  # the length is right, the closing boundary never comes
             writer.write(_post("/sub/", _part("f", b"u" * 1000, "unclosed.txt")[:-2]))
-            assert _status(await read_response(reader)) == 400
+            assert (await read_response(reader)).status == 400
             writer.write(_post("/sub/", _form(_part("f", b"ok", "ok.txt"))))  # (the connection goes on)
-            assert _status(await read_response(reader)) == 303
+            assert (await read_response(reader)).status == 303
         finally:
             writer.close()
     assert _left(public / "sub") == ["ok.txt", "whole.txt"]
@@ -220,12 +220,12 @@ async def test_hostile_forms_are_refused_within_bounds(public: Path) -> None:
     (400: the parser's bound), and bytes that are no form at all (400): each answered, nothing left behind."""
     tiny = b"".join(_part(f"p{i}", b"v") for i in range(10_000))
     endless = b"--" + BOUNDARY.encode() + b"\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\nx\r\n"
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         for body, status in ((_form(tiny), 413), (_form(endless), 400), (b"\x00garbage" * 100, 400)):
             reader, writer = await site.open()
             try:
                 writer.write(_post("/sub/", body))
-                assert _status(await read_response(reader)) == status
+                assert (await read_response(reader)).status == status
             finally:
                 writer.close()
     assert _left(public / "sub") == []
@@ -235,19 +235,19 @@ async def test_the_size_limit_and_passwords_hold_for_forms(public: Path) -> None
     users = (_auth.parse_entry("bob:pw"),)
     good = "Authorization: Basic " + base64.b64encode(b"bob:pw").decode()
     body = _form(_part("file", b"z" * 2000, "big"))
-    async with native_site(public, upload=True, auth=users, public_read=True, max_upload_size=1000) as site:
+    async with serve_site(public, upload=True, auth=users, public_read=True, max_upload_size=1000) as site:
         reader, writer = await site.open()
         try:
             writer.write(_post("/sub/", body[:900], "Expect: 100-continue"))  # (no password: 401, no 100)
-            raw = await read_response(reader)
-            assert _status(raw) == 401
-            assert b"100 Continue" not in raw
+            answer = await read_response(reader)
+            assert answer.status == 401
+            assert b"100 Continue" not in answer.raw
         finally:
             writer.close()
         reader, writer = await site.open()
         try:
             writer.write(_post("/sub/", None, "Expect: 100-continue", good, length=len(body)))
-            assert _status(await read_response(reader)) == 413  # (announced: before the body)
+            assert (await read_response(reader)).status == 413  # (announced: before the body)
         finally:
             writer.close()
         reader, writer = await site.open()
@@ -258,20 +258,20 @@ async def test_the_size_limit_and_passwords_hold_for_forms(public: Path) -> None
                 await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
             )
             writer.write(small)
-            assert _status(await read_response(reader)) == 303
+            assert (await read_response(reader)).status == 303
         finally:
             writer.close()
     assert _left(public / "sub") == ["small"]
 
 
 async def test_a_full_disk_is_507_and_keeps_no_part(small_disk: Path) -> None:
-    async with native_site(small_disk, upload=True) as site:
+    async with serve_site(small_disk, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(
                 _post("/", _form(_part("f", b"fits", "first"), _part("f", os.urandom(3 * 2**20), "big")))
             )
-            assert _status(await read_response(reader)) == 507
+            assert (await read_response(reader)).status == 507
         finally:
             writer.close()
     assert _left(small_disk) == ["first"]
@@ -279,15 +279,15 @@ async def test_a_full_disk_is_507_and_keeps_no_part(small_disk: Path) -> None:
 
 async def test_the_listing_shows_the_form_only_with_uploads(public: Path) -> None:
     for upload in (False, True):
-        async with native_site(public, upload=upload, show_index=True) as site:
+        async with serve_site(public, upload=upload, show_index=True) as site:
             reader, writer = await site.open()
             try:
                 writer.write(b"GET /sub/ HTTP/1.1\r\nHost: x\r\n\r\n")
                 page = await read_response(reader)
             finally:
                 writer.close()
-        assert (b'enctype="multipart/form-data"' in page) is upload
-        assert (b"<script>" in page) is upload
+        assert (b'enctype="multipart/form-data"' in page.raw) is upload
+        assert (b"<script>" in page.raw) is upload
 
 
 # -- in other processes and threads ---------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Hostile HTTP against the aiohttp plugin, the native engine and ``python -m aiosendfile serve``.
 
-The ``plugin`` fixture is the door: the plugin under ``/static`` in an Application, or the
+The ``door`` fixture is the door under test: the plugin under ``/static`` in an Application, or the
 native engine (``aiosendfile._serve``) at "/" in the test's loop; each over TCP and TLS.
 
 Every request here is written raw to a socket: no client library normalises
@@ -47,10 +47,10 @@ import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
 from ..support.files import pattern
-from ..support.native import NativeSite, native_site
 from ..support.processes import Server
 from ..support.ranges import model
 from ..support.raw_http import Response, parse_multipart, parse_response, raw_async, raw_sync, request_bytes
+from ..support.serve import ServeSite, serve_site
 
 SECRET = b"TOP SECRET 7f3a"  # outside the served directory
 SIBLING_SECRET = b"SIBLING SECRET 91c2"  # in a directory whose name extends the root's
@@ -120,7 +120,7 @@ class PluginSite:
 class _NativeServer:
     """What a PluginSite reads of its TestServer, for the native engine's site."""
 
-    def __init__(self, site: NativeSite) -> None:
+    def __init__(self, site: ServeSite) -> None:
         self.host, self.port, self.base = site.host, site.port, site.base
 
     def make_url(self, path: str) -> URL:
@@ -131,7 +131,7 @@ class _NativeServer:
     params=[("plugin", False), ("plugin", True), ("native", False), ("native", True)],
     ids=["plugin-tcp", "plugin-tls", "native-tcp", "native-tls"],
 )
-async def plugin(
+async def door(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     tls_server_ctx: ssl.SSLContext,
@@ -142,7 +142,7 @@ async def plugin(
     public = build_tree(tmp_path)
     if door == "native":
         pytest.importorskip("aiosendfile._serve._server")
-        async with native_site(
+        async with serve_site(
             public, server_ctx=tls_server_ctx if tls else None, client_ctx=tls_client_ctx
         ) as site:
             yield PluginSite(public, _NativeServer(site), site.ctx, prefix=b"")  # type: ignore[arg-type]
@@ -162,7 +162,7 @@ async def plugin(
     params=[("asyncio", False), ("uvloop", False), ("asyncio", True), ("uvloop", True)],
     ids=["asyncio-tcp", "uvloop-tcp", "asyncio-tls", "uvloop-tls"],
 )
-def served(
+def serve_cli(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tls_ca: trustme.CA
 ) -> Iterator[Server]:
     loop, tls = request.param
@@ -352,29 +352,29 @@ async def test_the_check_sees_a_leak(tmp_path: Path) -> None:
         await server.close()
 
 
-async def test_traversal_table_against_the_plugin(plugin: PluginSite) -> None:
+async def test_traversal_table_against_the_plugin(door: PluginSite) -> None:
     failures = []
     for template in TRAVERSAL:
-        target = template.replace(b"{p}", plugin.prefix)
-        response = await plugin.fetch(request_bytes(target))
+        target = template.replace(b"{p}", door.prefix)
+        response = await door.fetch(request_bytes(target))
         problem = check_refused(target, response)
         if problem:
             failures.append((target[:120], problem))
     # The same server still serves what is inside (the table did not just break it).
-    ok = await plugin.fetch(request_bytes(plugin.prefix + b"/dir/inner.txt"))
+    ok = await door.fetch(request_bytes(door.prefix + b"/dir/inner.txt"))
     assert (ok.status, ok.body) == (200, b"inner")
     assert not failures, failures
 
 
-def test_traversal_table_against_serve(served: Server, tls_ca: trustme.CA) -> None:
+def test_traversal_table_against_serve(serve_cli: Server, tls_ca: trustme.CA) -> None:
     failures = []
     for template in TRAVERSAL:
         target = template.replace(b"{p}", b"")
-        response = serve_fetch(served, request_bytes(target), tls_ca)
+        response = serve_fetch(serve_cli, request_bytes(target), tls_ca)
         problem = check_refused(target, response)
         if problem:
             failures.append((target[:120], problem))
-    ok = serve_fetch(served, request_bytes(b"/dir/inner.txt"), tls_ca)
+    ok = serve_fetch(serve_cli, request_bytes(b"/dir/inner.txt"), tls_ca)
     assert (ok.status, ok.body) == (200, b"inner")
     assert not failures, failures
 
@@ -501,11 +501,11 @@ def _expected_for(name: bytes, values: list[str], expected: int | None) -> int |
     return expected if name == b"big.bin" else None
 
 
-async def test_hostile_ranges_against_the_plugin(plugin: PluginSite) -> None:
+async def test_hostile_ranges_against_the_plugin(door: PluginSite) -> None:
     failures = []
     for name, values, expected in _range_cases():
-        data = (plugin.public / name.decode()).read_bytes()
-        response = await plugin.fetch(_range_request(plugin.prefix + b"/" + name, values))
+        data = (door.public / name.decode()).read_bytes()
+        response = await door.fetch(_range_request(door.prefix + b"/" + name, values))
         problem = check_range_response(response, data)
         want = _expected_for(name, values, expected)
         if problem is None and want is not None and response.status != want:
@@ -515,12 +515,12 @@ async def test_hostile_ranges_against_the_plugin(plugin: PluginSite) -> None:
     assert not failures, failures
 
 
-def test_hostile_ranges_against_serve(served: Server, tls_ca: trustme.CA) -> None:
-    public = Path(served.banner["dir"])
+def test_hostile_ranges_against_serve(serve_cli: Server, tls_ca: trustme.CA) -> None:
+    public = Path(serve_cli.banner["dir"])
     failures = []
     for name, values, expected in _range_cases():
         data = (public / name.decode()).read_bytes()
-        response = serve_fetch(served, _range_request(b"/" + name, values), tls_ca)
+        response = serve_fetch(serve_cli, _range_request(b"/" + name, values), tls_ca)
         problem = check_range_response(response, data)
         want = _expected_for(name, values, expected)
         if problem is None and want is not None and response.status != want:
@@ -530,10 +530,10 @@ def test_hostile_ranges_against_serve(served: Server, tls_ca: trustme.CA) -> Non
     assert not failures, failures
 
 
-async def test_oversized_range_header_is_refused_with_a_small_answer(plugin: PluginSite) -> None:
+async def test_oversized_range_header_is_refused_with_a_small_answer(door: PluginSite) -> None:
     """A Range header past the parser's field limit: refused by the parser, never amplified."""
     values = [",".join(["0-"] * 5000)]  # 15 KB
-    response = await plugin.fetch(_range_request(plugin.prefix + b"/big.bin", values))
+    response = await door.fetch(_range_request(door.prefix + b"/big.bin", values))
     assert response.status in (400, 431), response.status
     assert len(response.raw) < 4096
 
@@ -587,19 +587,19 @@ def sized_requests(draw: st.DrawFn) -> tuple[int, str | None]:
 )
 @given(request_=sized_requests(), seed=st.integers(0, 255))
 async def test_range_responses_match_the_model(
-    plugin: PluginSite, tls_client_ctx: ssl.SSLContext, request_: tuple[int, str | None], seed: int
+    door: PluginSite, tls_client_ctx: ssl.SSLContext, request_: tuple[int, str | None], seed: int
 ) -> None:
     size, header = request_
-    path = plugin.public / "prop.bin"
+    path = door.public / "prop.bin"
     data = pattern(size, seed)
     path.write_bytes(data)
     os.utime(path, ns=(seed, 10**18 + seed * 10**9 + size))  # a fresh validator for each example
     kind, ranges = model(header, size)
     headers = {} if header is None else {"Range": header}
-    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False)
+    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if door.tls else False)
     async with (
         aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
-        session.get(plugin.url(plugin.path + "/prop.bin"), headers=headers) as resp,
+        session.get(door.url(door.path + "/prop.bin"), headers=headers) as resp,
     ):
         body = await resp.read()
         status, content_type = resp.status, resp.headers.get("Content-Type", "")
@@ -686,14 +686,14 @@ _PY310_CLIENT_LEAK = (
 @pytest.mark.parametrize("shape", ["single", "multipart"])
 @_apply(_PY310_CLIENT_LEAK)
 async def test_file_truncated_mid_response_is_an_error_for_the_client(
-    plugin: PluginSite, tls_client_ctx: ssl.SSLContext, shape: str
+    door: PluginSite, tls_client_ctx: ssl.SSLContext, shape: str
 ) -> None:
-    path = plugin.public / "huge.bin"
+    path = door.public / "huge.bin"
     _sparse_file(path, TRUNCATED_SIZE)
     headers = {"Range": "bytes=0-9,1000-"} if shape == "multipart" else {}
-    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False, limit=1, **_small_rcvbuf())
+    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if door.tls else False, limit=1, **_small_rcvbuf())
     async with aiohttp.ClientSession(connector=connector, read_bufsize=2**14) as session:
-        async with session.get(plugin.url(plugin.path + "/huge.bin"), headers=headers) as resp:
+        async with session.get(door.url(door.path + "/huge.bin"), headers=headers) as resp:
             assert resp.status == (206 if shape == "multipart" else 200)
             length = int(resp.headers["Content-Length"])
             assert length >= TRUNCATED_SIZE - 1000
@@ -711,26 +711,26 @@ async def test_file_truncated_mid_response_is_an_error_for_the_client(
                 await read_to_the_end()
             assert got < length
         # The broken connection is not reused: the next request on the session is whole.
-        async with session.get(plugin.url(plugin.path + "/small.bin")) as resp:
+        async with session.get(door.url(door.path + "/small.bin")) as resp:
             assert (resp.status, await resp.read()) == (200, pattern(SMALL, seed=3))
 
 
-async def test_truncated_response_closes_the_connection_raw(plugin: PluginSite) -> None:
+async def test_truncated_response_closes_the_connection_raw(door: PluginSite) -> None:
     """Pipelined: request 1 is cut short, so request 2's answer must never follow on that connection."""
-    path = plugin.public / "huge.bin"
+    path = door.public / "huge.bin"
     _sparse_file(path, TRUNCATED_SIZE)
-    assert plugin.server.host is not None
-    assert plugin.server.port is not None
+    assert door.server.host is not None
+    assert door.server.port is not None
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
     sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, (plugin.server.host, plugin.server.port))
+    await asyncio.get_running_loop().sock_connect(sock, (door.server.host, door.server.port))
     reader, writer = await asyncio.open_connection(
-        sock=sock, ssl=plugin.ctx, server_hostname="localhost" if plugin.ctx else None, limit=2**14
+        sock=sock, ssl=door.ctx, server_hostname="localhost" if door.ctx else None, limit=2**14
     )
     try:
-        keep_alive = b"GET " + plugin.prefix + b"/huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
-        writer.write(keep_alive + b"GET " + plugin.prefix + b"/small.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        keep_alive = b"GET " + door.prefix + b"/huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        writer.write(keep_alive + b"GET " + door.prefix + b"/small.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 200")
         length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
@@ -749,10 +749,10 @@ async def test_truncated_response_closes_the_connection_raw(plugin: PluginSite) 
 
 
 async def test_inline_body_truncated_before_it_is_read(
-    plugin: PluginSite, tls_client_ctx: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
+    door: PluginSite, tls_client_ctx: ssl.SSLContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A small body that shrinks between ``fstat`` and its read: no short 200 is ever sent."""
-    path = plugin.public / "shrinks.bin"
+    path = door.public / "shrinks.bin"
     path.write_bytes(pattern(4096))
     real = _platform.pread_cached
 
@@ -762,13 +762,13 @@ async def test_inline_body_truncated_before_it_is_read(
 
     monkeypatch.setattr(_platform, "pread_cached", shrink_then_read)
     # Raw, because aiohttp's client retries an idempotent request once after a disconnect.
-    response = await plugin.fetch(request_bytes(plugin.prefix + b"/shrinks.bin"))
+    response = await door.fetch(request_bytes(door.prefix + b"/shrinks.bin"))
     if response.status:
         assert len(response.body) < int(response.header("content-length") or 0), response.raw[:300]
     monkeypatch.setattr(_platform, "pread_cached", real)
-    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if plugin.tls else False)
+    connector = aiohttp.TCPConnector(ssl=tls_client_ctx if door.tls else False)
     async with (
         aiohttp.ClientSession(connector=connector) as session,
-        session.get(plugin.url(plugin.path + "/shrinks.bin")) as resp,
+        session.get(door.url(door.path + "/shrinks.bin")) as resp,
     ):
         assert (resp.status, await resp.read()) == (200, pattern(100))

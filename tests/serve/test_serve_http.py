@@ -5,7 +5,7 @@ matters), mounted at "/" as ``serve`` mounts it. The first half runs the plugin'
 checks (tests/support/static_cases.py, which tests/test_aiohttp_plugin.py runs too: full files,
 HEAD, content types, conditional requests, single and multiple ranges, If-Range, pre-compressed
 siblings, hostile paths, symlinks, directories) on the plugin's own fixture tree, with an
-aiohttp client; ``site`` is this module's door. The second half is the protocol's own:
+aiohttp client; ``make_door`` makes this module's door. The second half is the protocol's own:
 keep-alive, pipelining, HTTP/1.0, ``Connection: close``, 405 with ``Allow``, ``Expect:
 100-continue``, a body on ``GET``, absolute-form targets, decoding once, the query, limits
 (400/414/431 then close), the header and keep-alive timeouts, ``Date``; written raw on a socket.
@@ -32,8 +32,8 @@ from aiosendfile import _platform
 
 from ..support import raw_http
 from ..support.files import pattern
-from ..support.native import Blob, NativeSite, native_site, read_response, split_responses, without_date
-from ..support.raw_http import Response, parse_response
+from ..support.raw_http import Blob, Response, parse_response, read_response, split_responses, without_date
+from ..support.serve import ServeSite, serve_site
 from ..support.static_cases import BIG, SMALL, DoorClient, StaticCases, build_tree, door_session
 
 pytest.importorskip("aiosendfile._serve._server")
@@ -43,7 +43,7 @@ pytest.importorskip("aiosendfile._serve._server")
 class Client(DoorClient):
     """A native site and an aiohttp session to it (no decompression, no redirects)."""
 
-    site: NativeSite
+    site: ServeSite
     session: ClientSession
     mount: str = ""  # serve mounts at "/"
 
@@ -63,20 +63,20 @@ class Client(DoorClient):
 
 
 @pytest.fixture(params=[False, True], ids=["tcp", "tls"])
-async def site(
+async def make_door(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     tls_server_ctx: ssl.SSLContext,
     tls_client_ctx: ssl.SSLContext,
 ) -> AsyncIterator[Callable[..., Any]]:
-    """``await site(**config)``: the plugin's tree served by the native engine (config → ``ServeConfig``)."""
+    """``await make_door(**config)``: the plugin's tree served by the engine (config → ``ServeConfig``)."""
     tls: bool = request.param
     build_tree(tmp_path)
     async with contextlib.AsyncExitStack() as stack:
 
         async def make(**config: Any) -> Client:
             s = await stack.enter_async_context(
-                native_site(
+                serve_site(
                     tmp_path / "public",
                     server_ctx=tls_server_ctx if tls else None,
                     client_ctx=tls_client_ctx,
@@ -95,7 +95,7 @@ async def site(
 
 class TestStaticCases(StaticCases):
     """Full files, HEAD, content types, conditional requests, ranges, If-Range, pre-compressed
-    siblings, path safety, directories and symlinks, through ``site`` (mounted at /)."""
+    siblings, path safety, directories and symlinks, through ``make_door`` (mounted at /)."""
 
     def check_a_304(self, headers: Any) -> None:
         assert "Content-Length" not in headers
@@ -104,18 +104,18 @@ class TestStaticCases(StaticCases):
 # -- directories and symlinks ------------------------------------------------------------------------
 
 
-async def test_the_url_cannot_climb_out_even_following_symlinks(site: Any) -> None:
-    s = await site(follow_symlinks=True)
+async def test_the_url_cannot_climb_out_even_following_symlinks(make_door: Any) -> None:
+    s = await make_door(follow_symlinks=True)
     assert (await s.raw("/../secret.txt"))[0] in (400, 404)
 
 
-async def test_a_directory_redirect_keeps_the_query(site: Any) -> None:
-    status, headers, _ = await (await site()).get("/dir?x=1&y=2")
+async def test_a_directory_redirect_keeps_the_query(make_door: Any) -> None:
+    status, headers, _ = await (await make_door()).get("/dir?x=1&y=2")
     assert (status, headers["Location"].rsplit("/", 2)[-2:]) == (301, ["dir", "?x=1&y=2"])
 
 
-async def test_fifo_and_missing_are_404_not_a_hang(site: Any) -> None:
-    s = await site()
+async def test_fifo_and_missing_are_404_not_a_hang(make_door: Any) -> None:
+    s = await make_door()
     assert (await s.get("/fifo"))[0] in (403, 404)
     assert (await s.get("/small.txt"))[2] == pattern(SMALL)
 
@@ -146,17 +146,17 @@ async def closed(reader: asyncio.StreamReader, timeout: float = 20) -> bool:
     return await read_to_eof(reader, timeout) == b""  # it returns once the connection ended
 
 
-async def test_keep_alive_answers_many_requests_on_one_connection(site: Any) -> None:
-    s = await site()
+async def test_keep_alive_answers_many_requests_on_one_connection(make_door: Any) -> None:
+    s = await make_door()
     reader, writer = await s.site.open()
     try:
         for name, data in [("small.txt", pattern(SMALL)), ("big.bin", pattern(BIG))] * 3:
             writer.write(req(f"/{name}".encode()))
-            r = parse_response(await read_response(reader))
+            r = await read_response(reader)
             assert (r.status, Blob(r.body)) == (200, Blob(data))
             assert r.header("connection") in (None, "keep-alive")
         writer.write(req(b"/small.txt", b"Connection: close"))
-        r = parse_response(await read_response(reader))
+        r = await read_response(reader)
         assert (r.status, r.header("connection")) == (200, "close")
         assert await closed(reader)
     finally:
@@ -177,17 +177,17 @@ PIPELINE: list[tuple[bytes, bytes]] = [  # (method, request)
 ]
 
 
-def _boundaryless(raw: bytes) -> bytes:
-    r = parse_response(raw)
+def _boundaryless(r: Response) -> bytes:
+    raw = r.raw
     ctype = r.header("content-type") or ""
     if "boundary=" in ctype:
         raw = raw.replace(ctype.split("boundary=", 1)[1].encode(), b"BOUNDARY")
     return without_date(raw)
 
 
-async def test_pipelined_requests_are_answered_in_order_byte_exact(site: Any) -> None:
+async def test_pipelined_requests_are_answered_in_order_byte_exact(make_door: Any) -> None:
     """All in one write (and one byte at a time) vs one by one: the same bytes, in order."""
-    s = await site()
+    s = await make_door()
     one_by_one = []
     reader, writer = await s.site.open()
     for method, data in PIPELINE:
@@ -211,12 +211,12 @@ async def test_pipelined_requests_are_answered_in_order_byte_exact(site: Any) ->
         answers, rest = split_responses(got, methods)
         assert rest == b"", (how, rest[:200])
         assert [Blob(_boundaryless(a)) for a in answers] == [Blob(_boundaryless(a)) for a in one_by_one], how
-    statuses = [parse_response(a).status for a in one_by_one]
+    statuses = [a.status for a in one_by_one]
     assert statuses == [200, 200, 200, 404, 206, 301, 405, 200, 206, 200]
 
 
-async def test_http10_closes_unless_keep_alive_is_asked(site: Any) -> None:
-    s = await site()
+async def test_http10_closes_unless_keep_alive_is_asked(make_door: Any) -> None:
+    s = await make_door()
     reader, writer = await s.site.open()
     writer.write(req(b"/small.txt", version=b"HTTP/1.0"))
     got = await read_to_eof(reader)
@@ -229,7 +229,7 @@ async def test_http10_closes_unless_keep_alive_is_asked(site: Any) -> None:
     try:
         for _ in range(2):
             writer.write(req(b"/small.txt", b"Connection: keep-alive", version=b"HTTP/1.0"))
-            r = parse_response(await read_response(reader))
+            r = await read_response(reader)
             assert (r.status, r.body) == (200, pattern(SMALL))
             assert (r.header("connection") or "").lower() == "keep-alive"
     finally:
@@ -237,27 +237,27 @@ async def test_http10_closes_unless_keep_alive_is_asked(site: Any) -> None:
 
 
 @pytest.mark.parametrize("method", [b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH"])
-async def test_other_methods_are_405_with_allow(site: Any, method: bytes) -> None:
-    s = await site()
+async def test_other_methods_are_405_with_allow(make_door: Any, method: bytes) -> None:
+    s = await make_door()
     r = await s.site.fetch(req(b"/small.txt", b"Content-Length: 0", b"Connection: close", method=method))
     assert r.status == 405
     assert (r.header("allow") or "").replace(" ", "") == "GET,HEAD"
     assert r.body == b"405: Method Not Allowed"
 
 
-async def test_expect_100_continue(site: Any) -> None:
+async def test_expect_100_continue(make_door: Any) -> None:
     """A 100 first and then the answer, or the answer at once; the body never becomes a request."""
-    s = await site()
+    s = await make_door()
     reader, writer = await s.site.open()
     try:
         writer.write(req(b"/small.txt", b"Expect: 100-continue", b"Content-Length: 5"))
         first = await read_response(reader)
-        if first.startswith(b"HTTP/1.1 100"):
+        if first.raw.startswith(b"HTTP/1.1 100"):
             writer.write(b"hello")
             first = await read_response(reader)
         else:
             writer.write(b"hello")
-        r = parse_response(first)
+        r = first
         assert (r.status, r.body) == (200, pattern(SMALL))
         writer.write(req(b"/small.txt", b"Connection: close"))
         rest = await read_to_eof(reader)
@@ -273,8 +273,8 @@ async def test_expect_100_continue(site: Any) -> None:
     [b"Content-Length: 11\r\n\r\nGET / HTTP/", b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"],
     ids=["length", "chunked"],
 )
-async def test_a_body_on_get_is_read_and_discarded(site: Any, body: bytes) -> None:
-    s = await site()
+async def test_a_body_on_get_is_read_and_discarded(make_door: Any, body: bytes) -> None:
+    s = await make_door()
     reader, writer = await s.site.open()
     try:
         writer.write(
@@ -283,10 +283,10 @@ async def test_a_body_on_get_is_read_and_discarded(site: Any, body: bytes) -> No
         got = await read_to_eof(reader)
         answers, rest = split_responses(got, [b"GET", b"GET"])
         assert rest == b""
-        first = parse_response(answers[0])
+        first = answers[0]
         assert (first.status, first.body) == (200, pattern(SMALL))
         if len(answers) == 2:  # the body was read and discarded (not closing is also allowed)
-            second = parse_response(answers[1])
+            second = answers[1]
             assert (second.status, Blob(second.body)) == (200, Blob(pattern(BIG)))
     finally:
         writer.close()
@@ -303,8 +303,10 @@ async def test_a_body_on_get_is_read_and_discarded(site: Any, body: bytes) -> No
         (b"/%73mall.txt", pattern(SMALL)),
     ],
 )
-async def test_targets_decode_once_and_ignore_the_query(site: Any, target: bytes, expected: bytes) -> None:
-    s = await site()
+async def test_targets_decode_once_and_ignore_the_query(
+    make_door: Any, target: bytes, expected: bytes
+) -> None:
+    s = await make_door()
     r = await s.site.fetch(req(target, b"Connection: close"))
     assert (r.status, r.body) == (200, expected)
 
@@ -333,10 +335,10 @@ async def test_targets_decode_once_and_ignore_the_query(site: Any, target: bytes
     ],
 )
 async def test_malformed_requests_get_their_status_then_close(
-    site: Any, request_: bytes, statuses: tuple[int, ...]
+    make_door: Any, request_: bytes, statuses: tuple[int, ...]
 ) -> None:
     """400, 414, 431: one answer, then the connection ends; a pipelined request after it is never answered."""
-    s = await site()
+    s = await make_door()
     reader, writer = await s.site.open()
     try:
         writer.write(request_ + req(b"/small.txt"))
@@ -346,14 +348,14 @@ async def test_malformed_requests_get_their_status_then_close(
     answers, rest = split_responses(got, [b"GET", b"GET"])
     assert len(answers) == 1, got[:500]
     assert rest == b"", rest[:200]
-    r = parse_response(answers[0])
+    r = answers[0]
     assert r.status in statuses, r.raw[:300]
     assert (r.header("connection") or "close").lower() == "close"
     assert (await s.get("/small.txt"))[2] == pattern(SMALL)  # the server is fine
 
 
-async def test_date_header(site: Any) -> None:
-    s = await site()
+async def test_date_header(make_door: Any) -> None:
+    s = await make_door()
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     for path in ("/small.txt", "/big.bin", "/missing"):
         _, headers, _ = await s.get(path)
@@ -366,9 +368,9 @@ async def test_date_header(site: Any) -> None:
 # -- timeouts --------------------------------------------------------------------------------------------
 
 
-async def test_a_request_head_that_never_ends_is_closed_at_the_header_timeout(site: Any) -> None:
+async def test_a_request_head_that_never_ends_is_closed_at_the_header_timeout(make_door: Any) -> None:
     """A head that never ends, and a connection that never sends a byte: both closed (408 or not)."""
-    s = await site(header_timeout=0.5)
+    s = await make_door(header_timeout=0.5)
     slow, silent = await s.site.open(), await s.site.open()
     try:
         slow[1].write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Slow: a")
@@ -380,21 +382,21 @@ async def test_a_request_head_that_never_ends_is_closed_at_the_header_timeout(si
         silent[1].close()
 
 
-async def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(site: Any) -> None:
-    s = await site(keepalive_timeout=0.5)
+async def test_an_idle_keep_alive_connection_is_closed_at_the_keepalive_timeout(make_door: Any) -> None:
+    s = await make_door(keepalive_timeout=0.5)
     reader, writer = await s.site.open()
     try:
         writer.write(req(b"/small.txt"))
-        r = parse_response(await read_response(reader))
+        r = await read_response(reader)
         assert (r.status, r.body) == (200, pattern(SMALL))
         assert await closed(reader, timeout=20)
     finally:
         writer.close()
 
 
-async def test_a_slow_but_steady_client_is_not_cut_while_it_downloads(site: Any) -> None:
+async def test_a_slow_but_steady_client_is_not_cut_while_it_downloads(make_door: Any) -> None:
     """The header timeout covers the request head only: a long download outlives it."""
-    s = await site(header_timeout=0.3, keepalive_timeout=0.3)
+    s = await make_door(header_timeout=0.3, keepalive_timeout=0.3)
     reader, writer = await s.site.open()
     try:
         writer.write(req(b"/big.bin"))
@@ -414,12 +416,12 @@ async def test_a_slow_but_steady_client_is_not_cut_while_it_downloads(site: Any)
 
 async def test_over_a_unix_socket(tmp_path: Path) -> None:
     build_tree(tmp_path)
-    async with native_site(tmp_path / "public", unix_path=str(tmp_path / "s.sock")) as s:
+    async with serve_site(tmp_path / "public", unix_path=str(tmp_path / "s.sock")) as s:
         reader, writer = await s.open()
         try:
             for name, data in [("big.bin", pattern(BIG)), ("small.txt", pattern(SMALL))]:
                 writer.write(req(f"/{name}".encode()))
-                r = parse_response(await read_response(reader))
+                r = await read_response(reader)
                 assert (r.status, Blob(r.body)) == (200, Blob(data))
         finally:
             writer.close()
@@ -429,9 +431,9 @@ async def test_over_a_unix_socket(tmp_path: Path) -> None:
 # -- the hot cache and the engine's memo of hot answers ---------------------------------------------------
 
 
-async def test_hot_file_changed_in_place_is_seen_at_once(site: Any) -> None:
+async def test_hot_file_changed_in_place_is_seen_at_once(make_door: Any) -> None:
     """Same size, mtime put back: ctime still changes, so the memoised answer is not served again."""
-    s = await site()
+    s = await make_door()
     path = s.root / "small.txt"
     for _ in range(3):  # hot, then memoised
         assert (await s.get("/small.txt"))[2] == pattern(SMALL)
@@ -442,8 +444,8 @@ async def test_hot_file_changed_in_place_is_seen_at_once(site: Any) -> None:
     assert (await s.get("/small.txt"))[2] == b"X" * 10 + pattern(SMALL)[10:]
 
 
-async def test_hot_file_replaced_by_rename_or_symlink(site: Any) -> None:
-    s = await site()
+async def test_hot_file_replaced_by_rename_or_symlink(make_door: Any) -> None:
+    s = await make_door()
     pub = s.root
     for _ in range(3):
         assert (await s.get("/small.txt"))[2] == pattern(SMALL)
@@ -465,8 +467,8 @@ async def test_hot_file_replaced_by_rename_or_symlink(site: Any) -> None:
     assert (await s.get("/small.txt"))[0] == 301
 
 
-async def test_memoised_answer_keeps_head_and_conditionals_right(site: Any) -> None:
-    s = await site()
+async def test_memoised_answer_keeps_head_and_conditionals_right(make_door: Any) -> None:
+    s = await make_door()
     for _ in range(3):
         status, headers, body = await s.get("/small.txt")
     assert (status, body) == (200, pattern(SMALL))
@@ -479,10 +481,10 @@ async def test_memoised_answer_keeps_head_and_conditionals_right(site: Any) -> N
     assert (await s.get("/./small.txt"))[::2] == (200, pattern(SMALL))
 
 
-async def test_pipelined_requests_for_paths_never_seen_keep_their_order(site: Any) -> None:
+async def test_pipelined_requests_for_paths_never_seen_keep_their_order(make_door: Any) -> None:
     """Paths seen for the first time are decided off the loop (the cold pool); pipelined between
     paths answered inline, every answer still comes in request order."""
-    s = await site()
+    s = await make_door()
     fresh = s.root / "fresh"
     fresh.mkdir()
     sizes = [0, 1, 700, 4096, 65_536, 65_537, 200_000, 10, 1_000_003, 3]
@@ -509,13 +511,13 @@ async def test_pipelined_requests_for_paths_never_seen_keep_their_order(site: An
     writer.close()
     answers, rest = split_responses(got, methods)
     assert rest == b""
-    seen = [(r.status, None if r.status == 404 else Blob(r.body)) for r in map(parse_response, answers)]
+    seen = [(r.status, None if r.status == 404 else Blob(r.body)) for r in answers]
     assert seen == expected
 
 
-async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> None:
+async def test_a_fragment_in_the_target_is_not_part_of_the_path(make_door: Any) -> None:
     """A client should not send a fragment; one that does means the path before it (nginx: 200)."""
-    s = await site()
+    s = await make_door()
     r = await s.site.fetch(req(b"/small.txt#frag", b"Connection: close"))
     assert (r.status, r.body) == (200, pattern(SMALL))
 
@@ -525,9 +527,9 @@ async def test_a_fragment_in_the_target_is_not_part_of_the_path(site: Any) -> No
     [b"GET /small.txt HTTP/1.1\r\n", b"GET /small.txt HTTP/1.1\r\nHost: a\r\nHost: b\r\n"],
     ids=["no-host", "two-hosts"],
 )
-async def test_a_http11_request_needs_exactly_one_host(site: Any, head: bytes) -> None:
+async def test_a_http11_request_needs_exactly_one_host(make_door: Any, head: bytes) -> None:
     """RFC 9112 §3.2: 400 to an HTTP/1.1 request without Host or with more than one (nginx does)."""
-    s = await site()
+    s = await make_door()
     r = await s.site.fetch(head + b"Connection: close\r\n\r\n")
     assert r.status == 400
     ok = await s.site.fetch(b"GET /small.txt HTTP/1.0\r\n\r\n")  # HTTP/1.0 needs no Host
@@ -550,7 +552,7 @@ async def test_random_pipelines_of_the_golden_requests_are_answered_as_one_at_a_
     picked = [rng.choice(table) for _ in range(60)] + [req(b"/a.txt", b"Connection: close")]
     methods = [raw.split(b" ", 1)[0] for raw in picked]
     tls = seed % 2 == 0
-    async with native_site(
+    async with serve_site(
         public, server_ctx=tls_server_ctx if tls else None, client_ctx=tls_client_ctx
     ) as site:
         reader, writer = await site.open()  # first: every path a first sight (the cold pool)

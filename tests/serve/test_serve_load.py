@@ -1,6 +1,6 @@
 """Load on the native engine, in its own process: idle keep-alive connections, slowloris, many downloads.
 
-The server runs as ``tests/support/native.py``'s runner (so its memory is measured alone, and a
+The server runs as ``tests/support/serve.py``'s runner (so its memory is measured alone, and a
 client in its loop cannot hide a blocked loop); the clients run in this process or in
 ``tests/support/stress_clients.py``. The default run does small versions; ``nox -s stress``
 (``pytest -m stress``) the sizes issue #15 names. Each prints what it measured (``-s``). Bounds are
@@ -29,8 +29,9 @@ import pytest
 import uvloop
 
 from ..support.files import download_sizes, pattern, write_download_mix
-from ..support.native import NativeProcess, native_process, raise_nofile, read_response, wait_for
-from ..support.raw_http import parse_response
+from ..support.raw_http import read_response
+from ..support.serve import ServeProcess, raise_nofile, serve_process
+from ..support.waiting import wait_for
 
 pytest.importorskip("aiosendfile._serve._server")
 
@@ -57,7 +58,7 @@ def mib(n: float) -> str:
 class Peak:
     """Samples a process's RSS and fd count every 50 ms in a thread, until stopped."""
 
-    def __init__(self, server: NativeProcess) -> None:
+    def __init__(self, server: ServeProcess) -> None:
         self.server = server
         self.rss = self.fds = 0
         self._stop = threading.Event()
@@ -96,17 +97,17 @@ TINY = b"t" * 100
 def test_idle_keep_alive_connections(tmp_path: Path, n: int, loop: str) -> None:
     (tmp_path / "tiny.txt").write_bytes(TINY)
     _need_fds(n + 1000)
-    with native_process(tmp_path, loop=loop, options=["--nofile", str(n + 1000)]) as server:
+    with serve_process(tmp_path, loop=loop, options=["--nofile", str(n + 1000)]) as server:
         asyncio.run(_idle(server, n)) if loop == "asyncio" else uvloop.run(_idle(server, n))
 
 
-async def _idle(server: NativeProcess, n: int) -> None:
+async def _idle(server: ServeProcess, n: int) -> None:
     request = b"GET /tiny.txt HTTP/1.1\r\nHost: x\r\n\r\n"
     gate = asyncio.Semaphore(200)  # connects in flight at once (the accept queue stays short)
 
     async def one_request(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
         conn[1].write(request)
-        r = parse_response(await read_response(conn[0], timeout=60))
+        r = await read_response(conn[0], timeout=60)
         assert (r.status, r.body) == (200, TINY)
 
     async def open_one() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -168,11 +169,11 @@ def test_slowloris_is_cut_at_the_header_timeout_while_a_fast_client_is_served(
     (tmp_path / "mid.bin").write_bytes(MID)
     _need_fds(clients + 1000)
     options = ["--nofile", str(clients + 1000), "--header-timeout", str(header_timeout)]
-    with native_process(tmp_path, options=options) as server:
+    with serve_process(tmp_path, options=options) as server:
         uvloop.run(_slowloris(server, clients, header_timeout))
 
 
-async def _slowloris(server: NativeProcess, clients: int, header_timeout: float) -> None:
+async def _slowloris(server: ServeProcess, clients: int, header_timeout: float) -> None:
     gate = asyncio.Semaphore(200)
     ended: list[float] = []  # when each slow connection saw the server close it
     opened_at = time.monotonic()
@@ -208,7 +209,7 @@ async def _slowloris(server: NativeProcess, clients: int, header_timeout: float)
         while time.monotonic() - opened_at < header_timeout * 0.6:
             for path, data in (("/small.txt", SMALL), ("/mid.bin", MID)):
                 writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                r = parse_response(await read_response(reader, timeout=30))
+                r = await read_response(reader, timeout=30)
                 assert (r.status, r.body == data) == (200, True), path
                 fast += 1
             await asyncio.sleep(0.05)
@@ -242,7 +243,7 @@ def test_downloads_are_byte_exact_when_each_iteration_answers_one_request(tmp_pa
     digests = write_download_mix(public)
     sizes = download_sizes(100)
     options = ["--iteration-budget", "-1", "--nofile", "2000"]
-    with native_process(public, loop=loop, options=options) as server:
+    with serve_process(public, loop=loop, options=options) as server:
         (tmp_path / "jobs.json").write_text(
             json.dumps(
                 {
@@ -285,7 +286,7 @@ def test_concurrent_downloads_are_byte_exact(tmp_path: Path, tls_ca: Any, n: int
         tls_ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(cert))
         tls_ca.cert_pem.write_to_path(str(ca))
     _need_fds(n + 1000)
-    with native_process(public, cert=cert, ca=ca, options=["--nofile", str(n + 1000)]) as server:
+    with serve_process(public, cert=cert, ca=ca, options=["--nofile", str(n + 1000)]) as server:
         config = {
             "base": server.base,
             "ca": str(ca) if ca else None,

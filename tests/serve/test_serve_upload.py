@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from ..support.native import native_site, read_response
 from ..support.processes import Server
+from ..support.raw_http import parse_response, read_response
+from ..support.serve import serve_site
 from ..support.uploads import left as _left
-from ..support.uploads import status as _status
 from ..support.uploads import stopped_mid_body
 
 pytest.importorskip("httptools")
@@ -47,45 +47,45 @@ def _chunked(path: str, pieces: list[bytes]) -> bytes:
 
 
 async def test_put_writes_the_body_byte_exact_then_409_unless_overwrite(
-    public: Path, transport: dict[str, Any]
+    public: Path, site_kwargs: dict[str, Any]
 ) -> None:
     bodies = {"/sub/empty": b"", "/sub/one": b"x", "/sub/big.bin": os.urandom(3 * 2**20 + 7)}
-    async with native_site(public, upload=True, **transport) as site:
+    async with serve_site(public, upload=True, **site_kwargs) as site:
         reader, writer = await site.open()
         try:
             for path, body in bodies.items():
                 writer.write(_put(path, body))
-                raw = await read_response(reader)
-                assert _status(raw) == 201, raw
+                answer = await read_response(reader)
+                assert answer.status == 201, answer.raw
                 assert (public / path[1:]).read_bytes() == body
             writer.write(_put("/sub/one", b"other"))  # (exists: refused, the file untouched)
-            assert _status(await read_response(reader)) == 409
+            assert (await read_response(reader)).status == 409
             assert (public / "sub" / "one").read_bytes() == b"x"
             writer.write(_chunked("/sub/chunked", [b"hello ", os.urandom(70000), b"!"]))
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
             assert (public / "sub" / "chunked").read_bytes().startswith(b"hello ")
             writer.write(b"GET /sub/one HTTP/1.1\r\nHost: x\r\n\r\n")  # (the connection goes on)
-            assert (await read_response(reader)).endswith(b"\r\n\r\nx")
+            assert (await read_response(reader)).raw.endswith(b"\r\n\r\nx")
         finally:
             writer.close()
     assert _left(public / "sub") == ["big.bin", "chunked", "empty", "one"]
-    async with native_site(public, upload=True, overwrite=True, **transport) as site:
+    async with serve_site(public, upload=True, overwrite=True, **site_kwargs) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/one", b"replaced"))
-            raw = await read_response(reader)
-            assert _status(raw) == 204
-            assert b"Content-Length" not in raw
+            answer = await read_response(reader)
+            assert answer.status == 204
+            assert b"Content-Length" not in answer.raw
             assert (public / "sub" / "one").read_bytes() == b"replaced"
             writer.write(_put("/sub/new", b"n"))
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
         finally:
             writer.close()
     assert _left(public / "sub") == ["big.bin", "chunked", "empty", "new", "one"]
 
 
 async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
-    public: Path, transport: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    public: Path, site_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Over TCP, all but what came with the head moves socket → pipe → file with ``splice``
     (counted on the pipe → file leg); over TLS none can (the bytes are decrypted in userspace).
@@ -103,16 +103,16 @@ async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
 
     monkeypatch.setattr(_platform, "splice_once", counting)
     body = os.urandom(8 * 2**20 + 11)
-    async with native_site(public, upload=True, **transport) as site:
+    async with serve_site(public, upload=True, **site_kwargs) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/zero", body) + b"GET /sub/zero HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert _status(await read_response(reader)) == 201
-            assert (await read_response(reader)).endswith(body)
+            assert (await read_response(reader)).status == 201
+            assert (await read_response(reader)).raw.endswith(body)
         finally:
             writer.close()
     assert (public / "sub" / "zero").read_bytes() == body
-    if transport:
+    if site_kwargs:
         assert spliced[0] == 0
     elif _platform.HAS_SPLICE:
         assert spliced[0] >= len(body) - 2 * 2**20, spliced[0]
@@ -134,11 +134,11 @@ async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
 async def test_put_where_no_file_may_go_is_refused_and_leaves_nothing(
     public: Path, path: str, status: int
 ) -> None:
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put(path, b"body"))
-            assert _status(await read_response(reader)) == status
+            assert (await read_response(reader)).status == status
         finally:
             writer.close()
     assert _left(public) == ["a-file", "sub"]
@@ -146,10 +146,10 @@ async def test_put_where_no_file_may_go_is_refused_and_leaves_nothing(
     assert not (public.parent / "escape").exists()
 
 
-async def test_a_body_that_never_completes_leaves_nothing(public: Path, transport: dict[str, Any]) -> None:
+async def test_a_body_that_never_completes_leaves_nothing(public: Path, site_kwargs: dict[str, Any]) -> None:
     """A client that leaves mid-body, and one that announces more than it sends: no file, no
     temporary file, and the server goes on."""
-    async with native_site(public, upload=True, **transport) as site:
+    async with serve_site(public, upload=True, **site_kwargs) as site:
         for sent in (b"", b"x" * 100_000):
             reader, writer = await site.open()
             writer.write(_put("/sub/cut", sent, length=5 * 2**20))
@@ -162,7 +162,7 @@ async def test_a_body_that_never_completes_leaves_nothing(public: Path, transpor
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/ok", b"ok"))
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
         finally:
             writer.close()
     assert _left(public / "sub") == ["ok"]
@@ -170,12 +170,12 @@ async def test_a_body_that_never_completes_leaves_nothing(public: Path, transpor
 
 @pytest.mark.parametrize("size", [1000, 4 * 2**20])  # (in memory; spliced)
 async def test_a_body_slower_than_the_timeout_is_cut_and_leaves_nothing(public: Path, size: int) -> None:
-    async with native_site(public, upload=True, header_timeout=1.0) as site:
+    async with serve_site(public, upload=True, header_timeout=1.0) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/slow", b"x" * 100, length=size))
             raw = await asyncio.wait_for(reader.read(), 10)  # (answered 408, or closed: never a 201)
-            assert raw == b"" or _status(raw) == 408, raw
+            assert raw == b"" or parse_response(raw).status == 408, raw
         finally:
             writer.close()
         await asyncio.sleep(0.3)
@@ -186,14 +186,14 @@ async def test_a_short_length_or_a_malformed_chunk_size_writes_only_what_was_ann
     """A Content-Length shorter than the body: the file is what it announced, and the rest is read
     as the next request (400, closed). One longer: see test_a_body_that_never_completes. A chunk
     size that is not hexadecimal: 400, nothing written."""
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(
                 _put("/sub/short", b"hello", length=5)[:-5] + b"hello, and more than announced\r\n\r\n"
             )
-            assert _status(await read_response(reader)) == 201
-            assert _status(await read_response(reader)) == 400
+            assert (await read_response(reader)).status == 201
+            assert (await read_response(reader)).status == 400
         finally:
             writer.close()
         for framing in (b"zz\r\nhello\r\n0\r\n\r\n", b"5\r\nhello\r\n-1\r\n\r\n", b"ffffffffffffffffff\r\n"):
@@ -201,7 +201,7 @@ async def test_a_short_length_or_a_malformed_chunk_size_writes_only_what_was_ann
             try:
                 head = b"PUT /sub/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                 writer.write(head + framing)
-                assert _status(await read_response(reader)) == 400
+                assert (await read_response(reader)).status == 400
             finally:
                 writer.close()
         await asyncio.sleep(0.3)
@@ -210,25 +210,25 @@ async def test_a_short_length_or_a_malformed_chunk_size_writes_only_what_was_ann
 
 
 async def test_the_size_limit_is_kept_before_and_while_reading(public: Path) -> None:
-    async with native_site(public, upload=True, max_upload_size=1000) as site:
+    async with serve_site(public, upload=True, max_upload_size=1000) as site:
         reader, writer = await site.open()
         try:  # announced: 413 before the body is read (and the connection closes)
             writer.write(_put("/sub/big", None, "Expect: 100-continue", length=1001))
-            raw = await read_response(reader)
-            assert _status(raw) == 413
-            assert b"100 Continue" not in raw
+            answer = await read_response(reader)
+            assert answer.status == 413
+            assert b"100 Continue" not in answer.raw
         finally:
             writer.close()
         reader, writer = await site.open()
         try:  # chunked: 413 once it grows past
             writer.write(_chunked("/sub/big", [b"x" * 600, b"y" * 600]))
-            assert _status(await read_response(reader)) == 413
+            assert (await read_response(reader)).status == 413
         finally:
             writer.close()
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/fits", b"z" * 1000))
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
         finally:
             writer.close()
     assert _left(public / "sub") == ["fits"]
@@ -237,13 +237,13 @@ async def test_the_size_limit_is_kept_before_and_while_reading(public: Path) -> 
 async def test_expect_100_continue_comes_only_once_the_upload_may_go(public: Path) -> None:
     users = (_auth.parse_entry("bob:pw"),)
     good = "Authorization: Basic " + base64.b64encode(b"bob:pw").decode()
-    async with native_site(public, upload=True, auth=users) as site:
+    async with serve_site(public, upload=True, auth=users) as site:
         reader, writer = await site.open()
         try:  # no password: 401 at once, no 100, nothing read
             writer.write(_put("/sub/f", None, "Expect: 100-continue", length=4))
-            raw = await read_response(reader)
-            assert _status(raw) == 401
-            assert b"WWW-Authenticate: Basic" in raw
+            answer = await read_response(reader)
+            assert answer.status == 401
+            assert b"WWW-Authenticate: Basic" in answer.raw
         finally:
             writer.close()
         reader, writer = await site.open()
@@ -253,10 +253,10 @@ async def test_expect_100_continue_comes_only_once_the_upload_may_go(public: Pat
                 await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
             )
             writer.write(b"body")
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
             writer.write(_put("/sub/g", None, "Expect: 100-continue", good, length=4))  # (409: no 100)
             writer.write(_put("/sub/f", None, "Expect: 100-continue", good, length=4))
-            assert _status(await read_response(reader)) == 100
+            assert (await read_response(reader)).status == 100
         finally:
             writer.close()
     assert (public / "sub" / "f").read_bytes() == b"body"
@@ -264,11 +264,11 @@ async def test_expect_100_continue_comes_only_once_the_upload_may_go(public: Pat
 
 async def test_public_read_still_asks_a_password_to_write(public: Path) -> None:
     users = (_auth.parse_entry("bob:pw"),)
-    async with native_site(public, upload=True, auth=users, public_read=True) as site:
+    async with serve_site(public, upload=True, auth=users, public_read=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/f", b"data"))
-            assert _status(await read_response(reader)) == 401
+            assert (await read_response(reader)).status == 401
         finally:
             writer.close()
     assert _left(public / "sub") == []
@@ -276,14 +276,14 @@ async def test_public_read_still_asks_a_password_to_write(public: Path) -> None:
 
 async def test_a_request_pipelined_after_a_body_is_answered_after_it(public: Path) -> None:
     (public / "sub" / "r.txt").write_bytes(b"read me")
-    async with native_site(public, upload=True) as site:
+    async with serve_site(public, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/sub/w", b"w" * 300_000) + b"GET /sub/w HTTP/1.1\r\nHost: x\r\n\r\n")
             first = await read_response(reader)
             second = await read_response(reader)
-            assert _status(first) == 201
-            assert second.endswith(b"w" * 300_000)
+            assert first.status == 201
+            assert second.raw.endswith(b"w" * 300_000)
         finally:
             writer.close()
 
@@ -293,12 +293,12 @@ async def test_two_uploads_to_one_name_never_mix(public: Path) -> None:
     it both succeed and the file is one of the two bodies, whole."""
     a, b = b"a" * (2 * 2**20), b"b" * (2 * 2**20)
     for overwrite in (False, True):
-        async with native_site(public, upload=True, overwrite=overwrite) as site:
+        async with serve_site(public, upload=True, overwrite=overwrite) as site:
             conns = [await site.open() for _ in range(2)]
             try:
                 for (_, writer), body in zip(conns, (a, b), strict=True):
                     writer.write(_put(f"/sub/same{overwrite}", body))
-                statuses = sorted([_status(await read_response(reader)) for reader, _ in conns])
+                statuses = sorted([(await read_response(reader)).status for reader, _ in conns])
             finally:
                 for _, writer in conns:
                     writer.close()
@@ -308,11 +308,11 @@ async def test_two_uploads_to_one_name_never_mix(public: Path) -> None:
 
 
 async def test_a_full_disk_is_507_and_leaves_nothing(small_disk: Path) -> None:
-    async with native_site(small_disk, upload=True) as site:
+    async with serve_site(small_disk, upload=True) as site:
         reader, writer = await site.open()
         try:
             writer.write(_put("/too-big", os.urandom(3 * 2**20)))
-            assert _status(await read_response(reader)) == 507
+            assert (await read_response(reader)).status == 507
         finally:
             writer.close()
         assert _left(small_disk) == []
@@ -327,7 +327,7 @@ async def test_a_full_disk_is_507_and_leaves_nothing(small_disk: Path) -> None:
         reader, writer = await site.open()
         try:
             writer.write(_put("/fits", b"ok"))
-            assert _status(await read_response(reader)) == 201
+            assert (await read_response(reader)).status == 201
         finally:
             writer.close()
     assert _left(small_disk) == ["fits"]

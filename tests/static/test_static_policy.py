@@ -28,7 +28,7 @@ from aiohttp.test_utils import RawTestServer, TestServer
 
 import aiosendfile.aiohttp as sf
 
-from ..support.native import native_site
+from ..support.serve import serve_site
 
 RAW_NAME = b"caf\xe9-\xff.txt"  # Latin-1 bytes: not valid UTF-8
 
@@ -90,7 +90,7 @@ async def mount(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
     async def make(**kwargs: Any) -> Mounted:
         if request.param == "native":  # the native engine (serve), at the root; kwargs are ServeConfig's
-            site = await natives.enter_async_context(native_site(public, **kwargs))
+            site = await natives.enter_async_context(serve_site(public, **kwargs))
             return Mounted("", site.host, site.port)
         if request.param == "app":
             app = web.Application()

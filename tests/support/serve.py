@@ -1,14 +1,19 @@
-"""The native ``serve`` engine for tests: in the test's own loop, or as a separate process.
+"""The serve door's harness: its engine (``aiosendfile._serve``) in the test's own loop, or as a
+separate process. Its answers are read with ``raw_http``'s reader.
 
-``native_site`` starts ``aiosendfile._serve._server.start_server`` on the running loop (TCP,
-TLS or a Unix socket) and yields a ``NativeSite`` with the same face as the plugin's test
-sites (``url``, ``fetch`` of raw bytes, ``host``/``port``, ``prefix`` b"" as ``serve`` mounts
-at "/"). ``NativeProcess`` runs the engine in another interpreter (``python -m
-tests.support.native DIR ...``, this module's ``main``, or ``python -m aiosendfile serve``):
-a client in the server's own loop hides real bugs (ordering, flow control, a loop that blocks),
-and load tests measure the server's memory alone. ``read_response``/``split_responses`` frame
-HTTP/1.1 answers on a keep-alive connection by their Content-Length, for pipelining and
-differential tests.
+* ``serve_site(public, ...)`` starts ``start_server`` on the running loop (TCP, TLS or a Unix
+  socket) and yields a :class:`ServeSite`: ``url``, ``open`` (a raw connection, for keep-alive and
+  pipelining), ``exchange`` (raw bytes until the server closes), ``fetch`` (the same as a
+  ``Response``), ``host``/``port`` and ``prefix`` b"" (serve mounts at "/"), the face of the other
+  doors' test sites.
+* ``serving(tmp_path, ...)`` is ``serve_site`` over ``build()``'s tree (``www``: a small file, a big
+  one, odd names, a directory with an index), for the engine's socket tests; ``get`` writes their
+  requests, ``at_eof``, ``close_writer``, ``holding`` and ``reported`` watch the connection, the
+  engine and the loop.
+* :class:`ServeProcess` runs the engine in another interpreter (``python -m tests.support.serve DIR
+  ...``, this module's ``main``, or ``python -m aiosendfile serve``): a client in the server's own
+  loop hides real bugs (ordering, flow control, a loop that blocks), and load tests measure the
+  server's memory alone; ``serve_process`` also holds it to a clean stop.
 """
 
 from __future__ import annotations
@@ -16,31 +21,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
-import re
 import resource
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import pattern
 from .processes import BANNER, cli_env
-from .raw_http import Response, connect, parse_response, raw_async
+from .raw_http import Response, connect, parse_response, read_to_eof
 
 # -- in the test's loop -----------------------------------------------------------------------------
 
+SMALL = 4096  # build()'s small.txt
+BIG = 3 * 1024 * 1024 + 17  # build()'s big.bin: above the inline limit, sent by aiosendfile.sendfile
+
 
 @dataclass
-class NativeSite:
-    """A native engine serving *public* at "/", on this loop; *ctx* is the client's TLS context."""
+class ServeSite:
+    """The engine serving *public* at "/", on this loop; *ctx* is the client's TLS context, *limit*
+    the buffer limit of the connections ``open`` makes."""
 
     public: Path
     host: str
@@ -49,6 +56,7 @@ class NativeSite:
     server: Any
     unix_path: str | None = None
     prefix: bytes = b""
+    limit: int = 2**20
 
     @property
     def tls(self) -> bool:
@@ -61,15 +69,22 @@ class NativeSite:
     def url(self, path: str) -> str:
         return self.base + path
 
-    async def fetch(self, data: bytes) -> Response:
-        """Send *data* as is; read until the server closes (requests should say ``Connection: close``)."""
-        if self.unix_path is not None:
-            return parse_response(await raw_unix(self.unix_path, data))
-        return parse_response(await raw_async(self.host, self.port, data, self.ctx))
-
-    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open(self, **kw: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A raw connection to the site (TLS when the site is), for keep-alive and pipelining."""
-        return await connect(self.host, self.port, self.ctx, self.unix_path)
+        return await connect(self.host, self.port, self.ctx, self.unix_path, limit=self.limit, **kw)
+
+    async def exchange(self, data: bytes, timeout: float = 20) -> bytes:
+        """Send *data* as is; read until the server closes (requests should say ``Connection: close``)."""
+        reader, writer = await self.open()
+        try:
+            writer.write(data)
+            return await asyncio.wait_for(read_to_eof(reader), timeout)
+        finally:
+            await close_writer(writer)
+
+    async def fetch(self, data: bytes) -> Response:
+        """``exchange`` as one answer (``parse_response``)."""
+        return parse_response(await self.exchange(data))
 
 
 def engine() -> Any:
@@ -80,14 +95,15 @@ def engine() -> Any:
 
 
 @contextlib.asynccontextmanager
-async def native_site(
+async def serve_site(
     public: Path,
     *,
     server_ctx: ssl.SSLContext | None = None,
     client_ctx: ssl.SSLContext | None = None,
     unix_path: str | None = None,
+    limit: int = 2**20,
     **config: Any,
-) -> AsyncIterator[NativeSite]:
+) -> AsyncIterator[ServeSite]:
     """The engine serving *public* on the running loop; *config* goes to ``ServeConfig``."""
     mod = engine()
     cfg = mod.ServeConfig(str(public), **config)
@@ -104,93 +120,87 @@ async def native_site(
             sock.close()
             raise
     try:
-        yield NativeSite(public, host, port, client_ctx if server_ctx else None, server, unix_path)
+        ctx = client_ctx if server_ctx else None
+        yield ServeSite(public, host, port, ctx, server, unix_path, limit=limit)
     finally:
         await mod.shutdown(server, 5.0)
 
 
-async def raw_unix(path: str, data: bytes, timeout: float = 20) -> bytes:
-    reader, writer = await asyncio.open_unix_connection(path, limit=2**20)
+def build(root: Path) -> Path:
+    """The engine's socket tests' tree: ``small.txt`` (SMALL), ``big.bin`` (BIG), odd names, ``sub/``."""
+    root.mkdir()
+    (root / "small.txt").write_bytes(pattern(SMALL, seed=1))
+    (root / "big.bin").write_bytes(pattern(BIG, seed=2))
+    (root / "sp ace.txt").write_bytes(b"space")
+    (root / "a%20b.txt").write_bytes(b"literal percent")
+    (root / "sub").mkdir()
+    (root / "sub" / "index.html").write_bytes(b"<p>index</p>")
+    return root
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tmp_path: Path,
+    *,
+    kind: str = "tcp",
+    tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
+    **config: Any,
+) -> AsyncIterator[ServeSite]:
+    """``build()``'s tree (``tmp_path/www``) served over *kind* ("tcp" or "unix"); over TLS with
+    *tls* (the server's context, the client's)."""
+    root = build(tmp_path / "www")
+    where: dict[str, Any] = {"unix_path": str(tmp_path / "s.sock")} if kind == "unix" else {}
+    if tls:
+        where.update(server_ctx=tls[0], client_ctx=tls[1])
+    async with serve_site(root, limit=2**22, **where, **config) as site:
+        yield site
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+
+
+def get(target: str, extra: str = "", method: str = "GET", version: str = "1.1") -> bytes:
+    return f"{method} {target} HTTP/{version}\r\nHost: localhost\r\n{extra}\r\n".encode("latin-1")
+
+
+async def at_eof(reader: asyncio.StreamReader) -> bool:
+    """Whether the server closed: EOF (or a reset) with nothing more to read."""
     try:
-        writer.write(data)
-        return await asyncio.wait_for(reader.read(), timeout)
+        return await asyncio.wait_for(reader.read(1), 20) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+async def holding(eng: Any, n: int) -> None:
+    """Wait (up to 2 s) until the engine *eng* holds exactly *n* connections."""
+    for _ in range(200):
+        if len(eng.connections) == n:
+            break
+        await asyncio.sleep(0.01)
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[list[dict[str, Any]]]:
+    """What reaches the loop's exception handler meanwhile (instead of failing the test)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    try:
+        yield errors
     finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-
-
-# -- framing answers on a keep-alive connection --------------------------------------------------------
-
-
-def _body_length(head: bytes, method: bytes) -> int:
-    status = int(head.split(b" ", 2)[1])
-    if method == b"HEAD" or status in (204, 304) or 100 <= status < 200:
-        return 0
-    m = re.search(rb"\r\ncontent-length:[ \t]*(\d+)", head, re.IGNORECASE)
-    if m is None:
-        raise AssertionError(f"an answer without Content-Length: {head[:300]!r}")
-    return int(m[1])
-
-
-async def read_response(reader: asyncio.StreamReader, method: bytes = b"GET", timeout: float = 20) -> bytes:
-    """One whole answer (head and Content-Length body) from a keep-alive connection, raw."""
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-    body = await asyncio.wait_for(reader.readexactly(_body_length(head, method)), timeout)
-    return head + body
-
-
-def split_responses(data: bytes, methods: list[bytes]) -> tuple[list[bytes], bytes]:
-    """Cut a stream of answers (to requests of *methods*, in order) into raw answers; and the rest."""
-    out = []
-    pos = 0
-    for method in methods:
-        end = data.find(b"\r\n\r\n", pos)
-        if end < 0:
-            break
-        end += 4
-        stop = end + _body_length(data[pos:end], method)
-        if stop > len(data):
-            break
-        out.append(data[pos:stop])
-        pos = stop
-    return out, data[pos:]
-
-
-class Blob:
-    """Bytes compared by value but shown by length and digest: an assertion on a multi-MiB body
-    fails at once instead of making pytest diff it (which takes minutes)."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Blob) and other.data == self.data
-
-    def __hash__(self) -> int:
-        return hash(self.data)
-
-    def __repr__(self) -> str:
-        head = self.data[:60]
-        return f"<{len(self.data)} bytes sha256:{hashlib.sha256(self.data).hexdigest()[:16]} {head!r}...>"
-
-
-DATE = re.compile(rb"\r\nDate: [^\r]*", re.IGNORECASE)
-
-
-def without_date(raw: bytes) -> bytes:
-    """*raw* with its Date field's value blanked (formatted once a second: two answers may differ)."""
-    return DATE.sub(b"\r\nDate: -", raw)
+        loop.set_exception_handler(previous)
 
 
 # -- as a separate process ------------------------------------------------------------------------------
 
 
 @dataclass
-class NativeProcess:
-    """``python -m tests.support.native DIR ...``: the engine in its own process (uvloop by default).
+class ServeProcess:
+    """``python -m tests.support.serve DIR ...``: the engine in its own process (uvloop by default).
 
     ``stop()`` sends SIGTERM, waits, and returns (exit status, stderr but what ``new_stderr()`` took).
     """
@@ -203,7 +213,7 @@ class NativeProcess:
     cli: bool = False  # run ``python -m aiosendfile serve`` itself (options are then serve's)
 
     def __post_init__(self) -> None:
-        argv = [sys.executable, "-m", "tests.support.native", str(self.public), "--loop", self.loop]
+        argv = [sys.executable, "-m", "tests.support.serve", str(self.public), "--loop", self.loop]
         if self.cli:
             argv = [sys.executable, "-m", "aiosendfile", "serve", str(self.public), "--host", "127.0.0.1"]
             argv += ["--port", "0", "--loop", self.loop]
@@ -296,10 +306,10 @@ class NativeProcess:
 
 
 @contextlib.contextmanager
-def native_process(public: Path, **kwargs: Any) -> Iterator[NativeProcess]:
-    """A :class:`NativeProcess` that must stop cleanly: exit 0 on SIGTERM, nothing on stderr (no
+def serve_process(public: Path, **kwargs: Any) -> Iterator[ServeProcess]:
+    """A :class:`ServeProcess` that must stop cleanly: exit 0 on SIGTERM, nothing on stderr (no
     traceback, no warning) but what a test took with ``new_stderr()``."""
-    server = NativeProcess(public, **kwargs)
+    server = ServeProcess(public, **kwargs)
     try:
         yield server
     except BaseException:
@@ -372,15 +382,6 @@ def main() -> None:
         uvloop.run(_serve(args))
     else:
         asyncio.run(_serve(args))
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    """Poll *predicate* (sync) until it holds, or fail after *timeout* seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached in {timeout} s")
-        time.sleep(0.05)
 
 
 if __name__ == "__main__":
