@@ -44,7 +44,7 @@ from ..support.asgi_servers import (
     tls_files,
 )
 from ..support.files import pattern
-from ..support.native import split_responses
+from ..support.raw_http import split_responses
 from ..support.static_requests import normalise as normalise_raw
 
 pytest.importorskip("uvicorn")
@@ -117,7 +117,8 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory, tls_ca: Any) -> TlsFiles:
+def server_tls_files(tmp_path_factory: pytest.TempPathFactory, tls_ca: Any) -> TlsFiles:
+    """A certificate for the server processes (and its CA for the clients), for the module."""
     return tls_files(tls_ca, tmp_path_factory.mktemp("asgi-diff-tls"))
 
 
@@ -205,7 +206,7 @@ def summary(body: bytes) -> str:
 
 
 @pytest.fixture(scope="module", params=COMBOS, ids=[c.id for c in COMBOS])
-def pair(request: pytest.FixtureRequest, tree: Path, tls: TlsFiles) -> Iterator[Pair]:
+def server_pair(request: pytest.FixtureRequest, tree: Path, server_tls_files: TlsFiles) -> Iterator[Pair]:
     combo: Combo = request.param
     if not ours_available():
         pytest.skip("aiosendfile.uvicorn (engineer U's protocol) is not in the tree yet")
@@ -217,7 +218,7 @@ def pair(request: pytest.FixtureRequest, tree: Path, tls: TlsFiles) -> Iterator[
             tree,
             http=http,
             loop=combo.loop,
-            tls=tls if combo.tls else None,
+            tls=server_tls_files if combo.tls else None,
             options=["--no-access-log"],
             wait=False,
         )
@@ -331,29 +332,29 @@ MISSING = [
 ]
 
 
-def test_full_and_head(pair: Pair) -> None:
-    run(pair, FULL)
+def test_full_and_head(server_pair: Pair) -> None:
+    run(server_pair, FULL)
 
 
-def test_ranges(pair: Pair) -> None:
-    run(pair, RANGES)
+def test_ranges(server_pair: Pair) -> None:
+    run(server_pair, RANGES)
 
 
-def test_conditionals(pair: Pair) -> None:
-    run(pair, CONDITIONALS)
+def test_conditionals(server_pair: Pair) -> None:
+    run(server_pair, CONDITIONALS)
 
 
-def test_missing_and_traversal(pair: Pair) -> None:
-    run(pair, MISSING)
-    for side in (pair.stock, pair.ours):
+def test_missing_and_traversal(server_pair: Pair) -> None:
+    run(server_pair, MISSING)
+    for side in (server_pair.stock, server_pair.ours):
         for target in ("/static/../secret.txt", "/static/%2e%2e%2fsecret.txt"):
             answer, _ = side.request("GET", target, {})
             assert b"SECRET" not in answer["body"]
 
 
-def test_keep_alive_reuse(pair: Pair) -> None:
+def test_keep_alive_reuse(server_pair: Pair) -> None:
     """Twenty full files in a row on one connection: the same connection all along, on both."""
-    for side in (pair.stock, pair.ours):
+    for side in (server_pair.stock, server_pair.ours):
         side.request("GET", "/static/small.txt", {})  # (re)opened here if a case closed it
         for i in range(20):
             answer, reused = side.request("GET", FILES[i % 2], {})
@@ -375,16 +376,16 @@ PIPELINE = [
 ]
 
 
-def test_pipelined(pair: Pair) -> None:
+def test_pipelined(server_pair: Pair) -> None:
     """Ten requests in one write on a raw connection (the last says ``Connection: close``): the
     same answers, in order, byte for byte but Date/Server, and then the end of the connection."""
     data = b"".join(
-        f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n{extra.format(etag=pair.etag)}\r\n".encode()
+        f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n{extra.format(etag=server_pair.etag)}\r\n".encode()
         for method, target, extra in PIPELINE
     )
     methods = [method.encode() for method, _, _ in PIPELINE]
     answers = []
-    for side in (pair.stock, pair.ours):
+    for side in (server_pair.stock, server_pair.ours):
         with side.server.socket(timeout=30) as sock:
             sock.sendall(data)
             chunks = []
@@ -392,7 +393,7 @@ def test_pipelined(pair: Pair) -> None:
                 chunks.append(chunk)
         raw, rest = split_responses(b"".join(chunks), methods)
         assert rest == b"", rest[:300]
-        answers.append([normalise_raw(r) for r in raw])
+        answers.append([normalise_raw(r.raw) for r in raw])
     assert len(answers[0]) == len(PIPELINE)
     assert answers[0] == answers[1]
 
@@ -409,13 +410,13 @@ RAW_ONE_SHOT = [
 ]
 
 
-def test_one_shot_answers_and_the_close(pair: Pair) -> None:
+def test_one_shot_answers_and_the_close(server_pair: Pair) -> None:
     """HTTP/1.0, ``Connection: close``, an absolute-form target: the same bytes (but Date/Server),
     then the server closes the connection, on both."""
     differ = []
     for data in RAW_ONE_SHOT:
         answers = []
-        for side in (pair.stock, pair.ours):
+        for side in (server_pair.stock, server_pair.ours):
             with side.server.socket(timeout=30) as sock:
                 sock.sendall(data)
                 chunks = []
@@ -428,12 +429,14 @@ def test_one_shot_answers_and_the_close(pair: Pair) -> None:
 
 
 def only(keep: Callable[[Combo], bool]) -> list[Any]:
-    """The combos *keep* admits, to parametrize ``pair`` for a test that applies to those alone."""
+    """The combos *keep* admits, to parametrize ``server_pair`` for a test that applies to those alone."""
     return [pytest.param(c, id=c.id) for c in COMBOS if keep(c)]
 
 
-@pytest.mark.parametrize("pair", only(lambda c: "/gz" in c.prefixes), indirect=True)  # FastAPI's: no /gz
-def test_gzip_passes_pathsend_through(pair: Pair) -> None:
+@pytest.mark.parametrize(
+    "server_pair", only(lambda c: "/gz" in c.prefixes), indirect=True
+)  # FastAPI's: no /gz
+def test_gzip_passes_pathsend_through(server_pair: Pair) -> None:
     """Behind GZipMiddleware, stock uvicorn's answer is compressed (Starlette streams the body) and
     says ``Vary: Accept-Encoding``; ours is the file as is, without Vary (GZip passes a
     ``pathsend`` answer on untouched): the same bytes once decoded. Starlette's choice, not the
@@ -442,10 +445,10 @@ def test_gzip_passes_pathsend_through(pair: Pair) -> None:
     data = pattern(BIG)
     for target in FILES:
         for encoding in ("gzip", "identity"):
-            stock, _ = pair.stock.request("GET", "/gz" + target, {"Accept-Encoding": encoding})
-            ours, _ = pair.ours.request("GET", "/gz" + target, {"Accept-Encoding": encoding})
+            stock, _ = server_pair.stock.request("GET", "/gz" + target, {"Accept-Encoding": encoding})
+            ours, _ = server_pair.ours.request("GET", "/gz" + target, {"Accept-Encoding": encoding})
             assert stock["status"] == ours["status"] == ((11, 200, "OK"))
-            if pair.combo.app.startswith("ours_"):  # A's apps: equal bodies once decoded
+            if server_pair.combo.app.startswith("ours_"):  # A's apps: equal bodies once decoded
                 assert decoded(stock) == decoded(ours) == data
                 continue
             gzipped = encoding == "gzip"
@@ -467,34 +470,34 @@ def decoded(answer: dict[str, Any]) -> bytes:
 # -- zero-copy, proved in the server process --------------------------------------------------------
 
 
-def test_zero_copy(pair: Pair) -> None:
+def test_zero_copy(server_pair: Pair) -> None:
     """A full file under our protocol goes through the shim's sendfile over TCP (the counters grow
     by its size), not over TLS; under stock uvicorn never. HEAD and ranges of Starlette's own
     FileResponse send body messages: nothing through the shim either."""
-    targets = [p + t for p in pair.combo.prefixes for t in FILES]
-    for side, ours in ((pair.stock, False), (pair.ours, True)):
+    targets = [p + t for p in server_pair.combo.prefixes for t in FILES]
+    for side, ours in ((server_pair.stock, False), (server_pair.ours, True)):
         for target in targets:
             before = side.counters()
             answer, _ = side.request("GET", target, {})
             after = side.counters()
             assert answer["body"] == pattern(BIG)
             moved = after["bytes"] - before["bytes"]
-            expected = BIG if ours and not pair.combo.tls else 0
+            expected = BIG if ours and not server_pair.combo.tls else 0
             assert moved == expected, (side.server.http, target, moved)
         before = side.counters()
         side.request("HEAD", FILES[0], {})
-        if not pair.combo.app.startswith("ours_"):
+        if not server_pair.combo.app.startswith("ours_"):
             side.request("GET", FILES[0], {"Range": "bytes=0-99"})
         assert side.counters()["bytes"] == before["bytes"]
 
 
-@pytest.mark.parametrize("pair", only(lambda c: c.app.startswith("ours_")), indirect=True)
-def test_zero_copy_ranges(pair: Pair) -> None:
+@pytest.mark.parametrize("server_pair", only(lambda c: c.app.startswith("ours_")), indirect=True)
+def test_zero_copy_ranges(server_pair: Pair) -> None:
     """``aiosendfile.asgi``'s apps send ranges and multipart through our protocol's private
     pathsend keys: zero-copy over TCP, the part headers by plain writes. (Starlette's own
     FileResponse sends ranges as body messages: the combos of the other apps are not generated.)"""
     data = pattern(BIG)
-    for side, ours in ((pair.stock, False), (pair.ours, True)):
+    for side, ours in ((server_pair.stock, False), (server_pair.ours, True)):
         for target in FILES:
             for spec, size in (("bytes=1000-80999", 80_000), ("bytes=0-99,200000-299999", 100_100)):
                 before = side.counters()
@@ -503,5 +506,5 @@ def test_zero_copy_ranges(pair: Pair) -> None:
                 assert answer["status"][1] == 206
                 if "," not in spec:
                     assert answer["body"] == data[1000:81000]
-                expected = size if ours and not pair.combo.tls else 0
+                expected = size if ours and not server_pair.combo.tls else 0
                 assert moved == expected, (side.server.http, target, spec, moved)

@@ -106,17 +106,18 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory, tls_ca: Any) -> TlsFiles:
+def server_tls_files(tmp_path_factory: pytest.TempPathFactory, tls_ca: Any) -> TlsFiles:
+    """A certificate for the server processes (and its CA for the clients), for the module."""
     return tls_files(tls_ca, tmp_path_factory.mktemp("asgi-hostile-tls"))
 
 
-def start(setup: Setup, tree: Path, tls: TlsFiles, *options: str) -> AsgiServer:
+def start(setup: Setup, tree: Path, server_tls_files: TlsFiles, *options: str) -> AsgiServer:
     return AsgiServer(
         f"{APPS}:{setup.app}",
         tree,
         http=setup.http,
         loop=setup.loop,
-        tls=tls if setup.tls else None,
+        tls=server_tls_files if setup.tls else None,
         options=["--no-access-log", *GRACE, *options],
     )
 
@@ -163,10 +164,10 @@ def settled_fds(server: AsgiServer) -> int:
 
 
 @pytest.fixture(scope="module", params=SETUPS, ids=[s.id for s in SETUPS])
-def watched(request: pytest.FixtureRequest, tree: Path, tls: TlsFiles) -> Iterator[Watched]:
+def watched(request: pytest.FixtureRequest, tree: Path, server_tls_files: TlsFiles) -> Iterator[Watched]:
     setup: Setup = request.param
     skip_unless_there(setup.app)
-    server = start(setup, tree, tls)
+    server = start(setup, tree, server_tls_files)
     try:
         yield Watched(server)
     finally:
@@ -175,7 +176,7 @@ def watched(request: pytest.FixtureRequest, tree: Path, tls: TlsFiles) -> Iterat
 
 
 @pytest.fixture
-def site(watched: Watched) -> Watched:
+def case_server(watched: Watched) -> Watched:
     """The module's server for one case: its logs from here on are the case's."""
     watched.begin()
     return watched
@@ -251,10 +252,10 @@ MULTIPART = "Range: bytes=0-3999999,4000100-8388607\r\n"  # not adjacent: not me
     ids=["static", "file-response", "multipart"],
 )
 @pytest.mark.parametrize("how", ["close", "rst"])
-def test_client_disconnects_mid_file(site: Watched, how: str, target: str, extra: str) -> None:
+def test_client_disconnects_mid_file(case_server: Watched, how: str, target: str, extra: str) -> None:
     """Clients with a small receive buffer read a little of an 8 MiB file (or of a multipart answer
     of all of it) and go away."""
-    server = site.server
+    server = case_server.server
     for _ in range(3):
         sock = server.socket(timeout=30, rcvbuf=4096)
         try:
@@ -266,10 +267,10 @@ def test_client_disconnects_mid_file(site: Watched, how: str, target: str, extra
                 assert rest + more == pattern(BIG)[: len(rest) + len(more)]
         finally:
             reset(sock) if how == "rst" else sock.close()
-    site.check()
+    case_server.check()
 
 
-def test_slow_reader_keeps_its_connection(site: Watched) -> None:
+def test_slow_reader_keeps_its_connection(case_server: Watched) -> None:
     """A reader with a 4 KiB receive buffer takes files in 8 KiB reads (the server waits on a full
     socket again and again), sending each next request halfway through the answer before it
     (it arrives while the file is going out): every answer exact, in order, on one connection."""
@@ -283,7 +284,7 @@ def test_slow_reader_keeps_its_connection(site: Watched) -> None:
         ("/file", "", data),
     ]
     requests = [request(target, extra=extra) for target, extra, _ in cases]
-    with site.server.socket(timeout=60, rcvbuf=4096) as sock:
+    with case_server.server.socket(timeout=60, rcvbuf=4096) as sock:
         sock.sendall(requests[0])
         for i, (target, _, expected) in enumerate(cases):
             head, rest = read_head(sock)
@@ -307,13 +308,13 @@ def test_slow_reader_keeps_its_connection(site: Watched) -> None:
                     mark = f"bytes {first}-{last}/{BIG}\r\n\r\n".encode()
                     at = bytes(body).index(mark) + len(mark)
                     assert body[at : at + last + 1 - first] == data[first : last + 1], (target, first)
-    site.check()
+    case_server.check()
 
 
-def test_file_truncated_mid_file(site: Watched, tree: Path) -> None:
+def test_file_truncated_mid_file(case_server: Watched, tree: Path) -> None:
     """The file shrinks while it is sent: the connection is aborted, never a short complete answer;
     a warning in the log, no traceback; the next connection is served."""
-    truncated_mid_file(site, tree, "")
+    truncated_mid_file(case_server, tree, "")
 
 
 #: The setups serving ``aiosendfile.asgi``'s app: Starlette's own FileResponse streams ranges itself
@@ -323,18 +324,18 @@ OURS = [pytest.param(s, id=s.id) for s in SETUPS if s.app == "ours_starlette_app
 
 @pytest.mark.parametrize("watched", OURS, indirect=True)
 @pytest.mark.parametrize("ranges", ["bytes=1000-", "bytes=0-8388607,8388608-"])
-def test_file_truncated_mid_range(site: Watched, tree: Path, ranges: str) -> None:
+def test_file_truncated_mid_range(case_server: Watched, tree: Path, ranges: str) -> None:
     """As :func:`test_file_truncated_mid_file`, for one range and for multipart ranges."""
-    truncated_mid_file(site, tree, ranges)
+    truncated_mid_file(case_server, tree, ranges)
 
 
-def truncated_mid_file(site: Watched, tree: Path, ranges: str) -> None:
+def truncated_mid_file(case_server: Watched, tree: Path, ranges: str) -> None:
     size = 16 * MiB
     path = tree / "trunc.bin"
     data = pattern(size, seed=7)
     path.write_bytes(data)
     try:
-        with site.server.socket(timeout=30, rcvbuf=16384) as sock:
+        with case_server.server.socket(timeout=30, rcvbuf=16384) as sock:
             extra = f"Range: {ranges}\r\n" if ranges else ""
             # keep-alive: a short body would look complete
             sock.sendall(request("/static/trunc.bin", extra=extra))
@@ -356,11 +357,11 @@ def truncated_mid_file(site: Watched, tree: Path, ranges: str) -> None:
             assert not got.endswith(b"--\r\n")  # no closing delimiter: the answer never ends
     finally:
         path.unlink()
-    site.check()
-    assert "WARNING" in site.logs()
+    case_server.check()
+    assert "WARNING" in case_server.logs()
 
 
-def test_file_growing_mid_file(site: Watched, tree: Path) -> None:
+def test_file_growing_mid_file(case_server: Watched, tree: Path) -> None:
     """The file grows while it is sent: exactly the promised bytes go out, and the connection
     carries the next answer (the body's end is where Content-Length said)."""
     size = 16 * MiB
@@ -368,7 +369,7 @@ def test_file_growing_mid_file(site: Watched, tree: Path) -> None:
     data = pattern(size, seed=11)
     path.write_bytes(data)
     try:
-        with site.server.socket(timeout=30, rcvbuf=16384) as sock:
+        with case_server.server.socket(timeout=30, rcvbuf=16384) as sock:
             sock.sendall(request("/static/grow.bin"))
             head, rest = read_head(sock)
             assert content_length(head) == size
@@ -385,15 +386,15 @@ def test_file_growing_mid_file(site: Watched, tree: Path) -> None:
             assert rest + more == SMALL
     finally:
         path.unlink()
-    site.check()
+    case_server.check()
 
 
-def test_concurrent_downloads(site: Watched, tmp_path: Path) -> None:
+def test_concurrent_downloads(case_server: Watched, tmp_path: Path) -> None:
     """1,000 clients at once each download a 64 KiB file, byte-exact (a client process, aiohttp)."""
     digest = hashlib.sha256(pattern(65_536, seed=3)).hexdigest()
-    result = downloads(site.server, [("/static/f64k.bin", 65_536, digest)] * 1000, tmp_path)
+    result = downloads(case_server.server, [("/static/f64k.bin", 65_536, digest)] * 1000, tmp_path)
     assert result["ok"] == 1000, result
-    site.check()
+    case_server.check()
 
 
 def downloads(server: AsgiServer, jobs: list[tuple[str, int, str]], tmp_path: Path) -> dict[str, Any]:
@@ -413,14 +414,14 @@ def downloads(server: AsgiServer, jobs: list[tuple[str, int, str]], tmp_path: Pa
 
 @pytest.mark.stress
 @pytest.mark.timeout(900)
-def test_concurrent_downloads_mixed(site: Watched, tree: Path, tmp_path: Path) -> None:
+def test_concurrent_downloads_mixed(case_server: Watched, tree: Path, tmp_path: Path) -> None:
     """1,000 concurrent downloads of the load tests' mix (1 kB to 8 MB, about 640 MB), byte-exact."""
     digests = write_download_mix(tree)
     jobs = [(f"/static/f{size}.bin", size, digests[size]) for size in download_sizes(1000)]
     assert len({size for size, _ in DOWNLOAD_MIX}) == len(digests)
-    result = downloads(site.server, jobs, tmp_path)
+    result = downloads(case_server.server, jobs, tmp_path)
     assert result["ok"] == 1000, result
-    site.check()
+    case_server.check()
 
 
 @pytest.mark.parametrize(
@@ -432,7 +433,9 @@ def test_concurrent_downloads_mixed(site: Watched, tree: Path, tmp_path: Path) -
     ],
     ids=lambda v: v.id if isinstance(v, Setup) else signal.Signals(v).name,
 )
-def test_shutdown_while_downloads_are_slow(tree: Path, tls: TlsFiles, setup: Setup, signum: int) -> None:
+def test_shutdown_while_downloads_are_slow(
+    tree: Path, server_tls_files: TlsFiles, setup: Setup, signum: int
+) -> None:
     """A signal while four downloads stall on clients that stopped reading: uvicorn's graceful
     shutdown (2 s) cancels them and the process exits cleanly.
 
@@ -442,7 +445,7 @@ def test_shutdown_while_downloads_are_slow(tree: Path, tls: TlsFiles, setup: Set
     before the cancelled tasks get to log; SIGINT lets asyncio.run finish them): there, nothing
     but those CancelledErrors may show."""
     skip_unless_there(setup.app)
-    server = start(setup, tree, tls)
+    server = start(setup, tree, server_tls_files)
     socks = []
     try:
         for _ in range(4):
@@ -483,13 +486,13 @@ def foreign_errors(logs: str) -> list[str]:
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_client_gone_before_the_body(tree: Path, tls: TlsFiles, loop: str) -> None:
+def test_client_gone_before_the_body(tree: Path, server_tls_files: TlsFiles, loop: str) -> None:
     """Clients that send a request and close at once (unread data: an RST), thirty times. Now and
     then the reset lands between the app's head and its pathsend (d16-findings #1, fixed in
     9635359: it raised RuntimeError('Transport is closing') into the app); the deterministic
     version is test_file_after_the_transport_began_closing."""
     skip_unless_there("starlette_app")
-    server = start(Setup("starlette_app", loop, False), tree, tls)
+    server = start(Setup("starlette_app", loop, False), tree, server_tls_files)
     try:
         for _ in range(30):
             with server.socket(timeout=30, rcvbuf=4096) as sock:

@@ -122,7 +122,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module", params=SERVERS, ids=[s[0] for s in SERVERS])
-def server(request: pytest.FixtureRequest, tree: Path) -> Iterator[AsgiServer]:
+def asgi_server(request: pytest.FixtureRequest, tree: Path) -> Iterator[AsgiServer]:
     _, name, http, loop = request.param
     if not _available(name, http, loop):
         pytest.skip(f"{name} {http or ''} is not installed here")
@@ -140,13 +140,13 @@ def comparable(answer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def test_golden_requests_answer_as_the_plugin(server: AsgiServer) -> None:
+def test_golden_requests_answer_as_the_plugin(asgi_server: AsgiServer) -> None:
     for name, raw in requests("default", b"/static"):
         if name not in CASES or name in KNOWN_DIFFERENCES:
             continue
-        got = normalise(raw_sync(server.host, server.port, raw))
+        got = normalise(raw_sync(asgi_server.host, asgi_server.port, raw))
         assert comparable(got) == comparable(GOLDEN[name]), (name, got)
-    assert not server.problems(), server.logs()
+    assert not asgi_server.problems(), asgi_server.logs()
 
 
 def _get(server: AsgiServer, target: str, **headers: str) -> tuple[int, dict[str, str], bytes]:
@@ -165,28 +165,30 @@ def _get(server: AsgiServer, target: str, **headers: str) -> tuple[int, dict[str
 
 @pytest.mark.parametrize("mount", ["/gz", "/mw"])
 def test_files_come_out_whole_behind_starlettes_middlewares(
-    server: AsgiServer, tree: Path, mount: str
+    asgi_server: AsgiServer, tree: Path, mount: str
 ) -> None:
     """GZipMiddleware compresses body messages and lets pathsend and 206 through; BaseHTTPMiddleware
     forwards every message: full, ranged and multi-ranged files stay right under every server."""
     whole = large_bytes()
     for target in (f"{mount}/static/large.bin", f"{mount}/file"):
-        status, fields, body = _get(server, target, **{"Accept-Encoding": "gzip"})
+        status, fields, body = _get(asgi_server, target, **{"Accept-Encoding": "gzip"})
         assert (status, body) == (200, whole), target
-        status, fields, body = _get(server, target, Range="bytes=100-65635", **{"Accept-Encoding": "gzip"})
+        status, fields, body = _get(
+            asgi_server, target, Range="bytes=100-65635", **{"Accept-Encoding": "gzip"}
+        )
         assert (status, fields["content-range"], body) == (
             206,
             f"bytes 100-65635/{len(whole)}",
             whole[100:65636],
         )
-        status, fields, body = _get(server, target, Range="bytes=0-0,-2")
+        status, fields, body = _get(asgi_server, target, Range="bytes=0-0,-2")
         assert status == 206
         assert fields["content-type"].startswith("multipart/byteranges")
         assert whole[:1] in body
         assert whole[-2:] in body
-    status, _, body = _get(server, f"{mount}/static/a.txt", **{"Accept-Encoding": "gzip"})
+    status, _, body = _get(asgi_server, f"{mount}/static/a.txt", **{"Accept-Encoding": "gzip"})
     assert (status, body) == (200, (tree / "a.txt").read_bytes())
-    assert not server.problems(), server.logs()
+    assert not asgi_server.problems(), asgi_server.logs()
 
 
 @pytest.mark.parametrize("http", [None, OUR_HTTPTOOLS], ids=["stock", "ours"])

@@ -27,8 +27,8 @@ from aiosendfile._asgi._thread_send import THREAD_WRITE, ThreadSocket, ThreadWri
 from aiosendfile.uvicorn import HttpToolsProtocol
 
 from ..support.files import pattern
-from ..support.raw_http import read_to_eof
-from ..support.uvicorn_inproc import read_response, request, serve
+from ..support.raw_http import read_response, read_to_eof
+from ..support.uvicorn_inproc import request, serve
 from ..support.waiting import until
 
 PATHSEND = "http.response.pathsend"
@@ -193,12 +193,12 @@ async def test_head_and_connection_close_as_uvicorn(tmp_path: Path, extra: bytes
         reply = await read_response(reader, method)
         if method == b"HEAD":
             assert files.outcomes == [None]
-            assert reply.headers[b"content-length"] == b"1"
+            assert reply.headers["content-length"] == "1"
             writer.close()
         else:
             await until(lambda: files.outcomes)  # (the client may have the bytes first)
             assert files.outcomes == [(True, True)]
-            assert reply.headers[b"connection"] == b"close"
+            assert reply.headers["connection"] == "close"
             assert reply.body == files.paths["one"].read_bytes()
             assert await reader.read() == b""  # (closed by the server)
             writer.close()
