@@ -60,7 +60,7 @@ class Pair:
 
 
 @pytest.fixture
-async def pair(tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext) -> AsyncIterator[Pair]:
+async def tls_pair(tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext) -> AsyncIterator[Pair]:
     loop = asyncio.get_running_loop()
     accepted: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
 
@@ -94,7 +94,7 @@ async def pair(tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext) -
 @pytest.mark.parametrize("how", ["reset", "half_close"])
 @pytest.mark.parametrize("after", [0, 1, 2 * MiB])
 async def test_client_vanishes_mid_body(
-    pair: Pair, make_file: Any, caplog: pytest.LogCaptureFixture, after: int, how: str
+    tls_pair: Pair, make_file: Any, caplog: pytest.LogCaptureFixture, after: int, how: str
 ) -> None:
     if how == "half_close" and sys.version_info < (3, 11) and loop_name() == "asyncio":
         pytest.skip(
@@ -102,7 +102,7 @@ async def test_client_vanishes_mid_body(
             "the transfer runs, so a half-closed peer that stops reading is a stalled peer"
         )
     caplog.set_level(logging.DEBUG, logger="asyncio")
-    vanish = getattr(pair, how)
+    vanish = getattr(tls_pair, how)
 
     def progress(sent: int, _total: int | None) -> None:
         if sent >= after:
@@ -111,7 +111,7 @@ async def test_client_vanishes_mid_body(
     with open(make_file(SIZE), "rb") as f:
         if not after:
             vanish()  # before the transfer starts: its first write finds the peer gone
-        task = asyncio.ensure_future(aiosendfile.sendfile(pair.writer, f, on_progress=progress))
+        task = asyncio.ensure_future(aiosendfile.sendfile(tls_pair.writer, f, on_progress=progress))
         with pytest.raises(ConnectionError) as exc_info:
             await asyncio.wait_for(task, 10)
         assert isinstance(exc_info.value, aiosendfile.ConnectionLostError)
@@ -123,14 +123,14 @@ async def test_client_vanishes_mid_body(
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
-async def test_the_socket_transport_under_tls_is_found(pair: Pair) -> None:
+async def test_the_socket_transport_under_tls_is_found(tls_pair: Pair) -> None:
     """What the transfer watches: the socket transport under the TLS one, on both loops."""
-    transport = pair.writer.transport
+    transport = tls_pair.writer.transport
     under = _compat.tls_socket_transport(transport)
     assert isinstance(under, _compat.native_transport_types())
     assert isinstance(under.get_protocol(), _compat.tls_protocol_types())
     assert not under.is_closing()
-    pair.writer.close()
+    tls_pair.writer.close()
     assert under.is_closing() or transport.is_closing()
 
 
