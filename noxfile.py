@@ -76,14 +76,21 @@ VERSION_SENSITIVE = [
     "tests/core/test_units.py",
     "tests/core/test_compat.py",
     "tests/core/test_tls_peer_loss.py",
-    "tests/serve/test_serve_engine.py",
+    "tests/serve/test_serve_protocol.py",  # serve's engine on raw sockets: TCP, Unix, TLS
+    "tests/serve/test_serve_heads_memo.py",
+    "tests/serve/test_serve_iteration_budget.py",
+    "tests/serve/test_serve_shutdown.py",
+    "tests/serve/test_serve_hot_memo.py",
+    "tests/serve/test_serve_accepting.py",
     "tests/serve/test_serve_tls.py",  # serve's own TLS transport: the ssl module's SSLSocket, non-blocking
     "tests/serve/test_serve_clients.py",  # clients in other processes (curl, http.client, aiohttp), TLS too
     "tests/serve/test_serve_auth.py",  # over TLS too; scrypt from hashlib (OpenSSL's)
     "tests/serve/test_serve_upload.py",  # PUT bodies over TLS too; O_TMPFILE and linkat through os
     "tests/serve/test_serve_form.py",  # form bodies over TLS too (python-multipart in the pool)
     "tests/asgi/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
+    "tests/asgi/test_uvicorn_protocol_features.py",
     "tests/asgi/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
+    "tests/asgi/test_asgi_static_apps.py",
     "tests/django/test_django.py",  # aiosendfile.django under four ASGI servers (Django 4.2+ on every Python)
 ]
 
@@ -100,7 +107,8 @@ def tests(session: nox.Session) -> None:
     """The test suite, on stock asyncio and uvloop, over TCP, Unix and TLS (see VERSION_SENSITIVE)."""
     session.install("-e", ".[test]")
     newest = session.python == INSTALLED[-1]
-    # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/test_cli.py` is serial.
+    # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/serve/test_serve_cli.py`
+    # is serial.
     session.run("pytest", *PARALLEL, *(session.posargs or ([] if newest else VERSION_SENSITIVE)))
 
 

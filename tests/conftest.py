@@ -7,7 +7,9 @@
 * ``connect`` makes a connected server-side ``StreamWriter`` and a client over
   TCP, a Unix socket or TLS (certificates from trustme).
 
-The helpers tests import live in ``tests.support``; nothing imports this module.
+Each folder's ``conftest.py`` adds its own fixtures (``tests/serve``, ``tests/static``,
+``tests/asgi``, ``tests/pair``). The helpers tests import live in ``tests.support``; nothing imports
+this module.
 """
 
 from __future__ import annotations

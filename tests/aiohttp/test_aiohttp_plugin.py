@@ -2,7 +2,7 @@
 
 HTTP semantics (validators, conditional requests, ranges, multipart, HEAD,
 pre-compressed variants), path safety, and zero-copy under both loops. The cases the native
-engine answers alike (tests/test_native_http.py) are tables and checks in
+engine answers alike (tests/serve/test_serve_http.py) are tables and checks in
 tests/support/static_cases.py: this module's door is ``make_door`` (the plugin mounted at /static).
 """
 

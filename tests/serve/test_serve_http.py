@@ -2,7 +2,7 @@
 
 The engine runs in the test's loop (both loops, over TCP and TLS; a Unix socket where it
 matters), mounted at "/" as ``serve`` mounts it. The first half runs the plugin's tables and
-checks (tests/support/static_cases.py, which tests/test_aiohttp_plugin.py runs too: full files,
+checks (tests/support/static_cases.py, which tests/aiohttp/test_aiohttp_plugin.py runs too: full files,
 HEAD, content types, conditional requests, single and multiple ranges, If-Range, pre-compressed
 siblings, hostile paths, symlinks, directories) on the plugin's own fixture tree, with an
 aiohttp client; ``make_door`` makes this module's door. The second half is the protocol's own:

@@ -102,7 +102,8 @@ def _framing(status: int, fields: Fields, method: str | bytes) -> int | str:
 
 def _chunked(data: bytes, pos: int) -> tuple[bytes, list[int], int] | None:
     """The chunked body starting at *pos* in *data*: (payload, chunk sizes, end), or None if not all there."""
-    parts, sizes = [], []
+    parts: list[bytes] = []
+    sizes: list[int] = []
     while True:
         line_end = data.find(b"\r\n", pos)
         if line_end < 0:

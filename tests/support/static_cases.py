@@ -1,7 +1,7 @@
 """The static-file cases both doors answer alike, written and asserted once.
 
-The aiohttp plugin (``tests/test_aiohttp_plugin.py``, mounted at ``/static``) and the native
-engine (``tests/test_native_http.py``, mounted at ``/``) run ``StaticCases``, whose tests
+The aiohttp plugin (``tests/aiohttp/test_aiohttp_plugin.py``, mounted at ``/static``) and the native
+engine (``tests/serve/test_serve_http.py``, mounted at ``/``) run ``StaticCases``, whose tests
 parametrize over the tables here, each module through its own thin door fixture ``make_door``:
 ``await make_door(**config)`` gives a ``Door`` (``root``, ``mount``, ``tls``, ``session``, ``url``,
 ``get`` through aiohttp's client, ``raw`` for a request line sent as written; ``DoorClient``

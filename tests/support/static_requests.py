@@ -2,7 +2,7 @@
 
 Every door that serves a directory (the aiohttp plugin in an ``Application`` or on ``web.Server``,
 the native engine) must give these requests the same status line, headers (but ``Date`` and
-``Server``) and body. ``tests/test_static_golden.py`` records the plugin's answers in
+``Server``) and body. ``tests/static/test_static_golden.py`` records the plugin's answers in
 ``tests/data/static_golden.json``; a door's differential test sends the same bytes.
 
 * ``build_tree(tmp)`` makes the served directory (``tmp/public``) and, beside it, ``tmp/outside``
