@@ -11,7 +11,6 @@ the server's RSS is flat after the first round (it grew ~190 MB a round, for goo
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from aiosendfile._static._memo import ENTRY_OVERHEAD, MEMO_MAX_BYTES, MEMO_MAX_E
 
 from ..support.asgi_apps import ours_available as apps_available
 from ..support.asgi_servers import OUR_HTTPTOOLS, AsgiServer, ours_available
+from ..support.raw_http import SocketResponses
 
 MiB = 2**20
 
@@ -163,37 +163,18 @@ VALUE = 1_000_000
 ROUND = 200  # (~8 ms of server CPU each: the core parses the 1 MB value; 300 took ~15 s at -n 4)
 
 
-def read_reply(sock: socket.socket, buffered: bytes) -> tuple[bytes, bytes, bytes]:
-    """One response off a keep-alive connection: (head, body, what came after it)."""
-    while b"\r\n\r\n" not in buffered:
-        chunk = sock.recv(65536)
-        assert chunk, buffered
-        buffered += chunk
-    head, _, rest = buffered.partition(b"\r\n\r\n")
-    length = next(
-        int(line.partition(b":")[2])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        assert chunk, head
-        rest += chunk
-    return head, rest[:length], rest[length:]
-
-
 def one_round(server: AsgiServer, tag: bytes, count: int, size: int) -> None:
     """*count* GETs of a hot file on one connection, each with a new *size*-byte Accept-Encoding."""
     with server.raw_socket(timeout=30) as sock:
-        buffered = b""
+        replies = SocketResponses(sock)
         for i in range(count):
             value = (tag + b"-%d-" % i).ljust(size, b"x")
             sock.sendall(
                 b"GET /static/hot.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: " + value + b"\r\n\r\n"
             )
-            head, body, buffered = read_reply(sock, buffered)
-            assert head.startswith(b"HTTP/1.1 200 "), head[:200]
-            assert body == b"hot\n"
+            reply = replies.next()
+            assert reply.head.startswith(b"HTTP/1.1 200 "), reply.head[:200]
+            assert reply.body == b"hot\n"
 
 
 @pytest.mark.parametrize(("http", "loop"), SERVERS, ids=[f"{h.rpartition(':')[2]}-{lp}" for h, lp in SERVERS])

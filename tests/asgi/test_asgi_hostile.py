@@ -52,6 +52,7 @@ from ..support.asgi_servers import (
     tls_files,
 )
 from ..support.files import DOWNLOAD_MIX, download_sizes, pattern, write_download_mix
+from ..support.raw_http import parse_head
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
@@ -202,11 +203,9 @@ def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 def content_length(head: bytes) -> int:
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    raise AssertionError(f"no Content-Length: {head!r}")
+    length = parse_head(head)[1].get("content-length")
+    assert length is not None, f"no Content-Length: {head!r}"
+    return int(length)
 
 
 def read_until_end(sock: socket.socket, limit: int) -> tuple[bytes, str]:

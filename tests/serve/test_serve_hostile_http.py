@@ -49,7 +49,15 @@ from aiosendfile import _platform
 from ..support.files import pattern
 from ..support.processes import Server
 from ..support.ranges import model
-from ..support.raw_http import Response, parse_multipart, parse_response, raw_async, raw_sync, request_bytes
+from ..support.raw_http import (
+    Response,
+    parse_head,
+    parse_multipart,
+    parse_response,
+    raw_async,
+    raw_sync,
+    request_bytes,
+)
 from ..support.serve import ServeSite, serve_site
 
 SECRET = b"TOP SECRET 7f3a"  # outside the served directory
@@ -733,7 +741,7 @@ async def test_truncated_response_closes_the_connection_raw(door: PluginSite) ->
         writer.write(keep_alive + b"GET " + door.prefix + b"/small.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 200")
-        length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
+        length = int(parse_head(head)[1]["content-length"])
         await asyncio.sleep(0.15)
         os.truncate(path, 2**20)
         rest = b""

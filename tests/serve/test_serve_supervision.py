@@ -24,6 +24,7 @@ import pytest
 
 from ..support.files import pattern
 from ..support.processes import Server, alive, children
+from ..support.raw_http import parse_head
 
 LOOPS = ["asyncio", "uvloop"]
 BIG = 20_000_000
@@ -93,10 +94,9 @@ class Client:
         while b"\r\n\r\n" not in self.buf:
             self._more()
         end = self.buf.index(b"\r\n\r\n") + 4
-        head = bytes(self.buf[:end])
+        status, fields = parse_head(bytes(self.buf[:end]))
         del self.buf[:end]
-        length = re.search(rb"\r\ncontent-length: *(\d+)", head, re.IGNORECASE)
-        return int(head.split()[1]), int(length[1]) if length else 0
+        return status, int(fields.get("content-length") or 0)
 
     def body(self, length: int) -> bytes:
         while len(self.buf) < length:

@@ -28,6 +28,7 @@ from aiohttp.test_utils import RawTestServer, TestServer
 
 import aiosendfile.aiohttp as sf
 
+from ..support.raw_http import parse_response
 from ..support.serve import serve_site
 
 RAW_NAME = b"caf\xe9-\xff.txt"  # Latin-1 bytes: not valid UTF-8
@@ -49,10 +50,8 @@ class Mounted:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
-        head, _, body = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        return int(lines[0].split()[1]), headers, body
+        answer = parse_response(data)
+        return answer.status, dict(answer.headers.pairs), answer.body
 
 
 def build(root: Path) -> Path:
