@@ -62,29 +62,36 @@ INSTALLED = _installed_versions() or PYTHONS
 # files exercise it. The newest Python runs the whole suite; the others run this core, which keeps
 # CI under ten minutes on two cores.
 VERSION_SENSITIVE = [
-    "tests/test_sendfile.py",
-    "tests/test_first_await.py",
-    "tests/test_misuse.py",
-    "tests/test_peer_failures.py",
-    "tests/test_file_failures.py",
-    "tests/test_cancellation.py",
-    "tests/test_odd_environments.py",
-    "tests/test_never_stall.py",
-    "tests/test_recvfile.py",
-    "tests/test_sock_sendfile.py",
-    "tests/test_patch.py",
-    "tests/test_units.py",
-    "tests/test_compat.py",
-    "tests/test_tls_peer_loss.py",
-    "tests/test_serve_engine.py",
-    "tests/test_serve_tls.py",  # serve's own TLS transport: the ssl module's SSLSocket, non-blocking
-    "tests/test_native_clients.py",  # clients in other processes (curl, http.client, aiohttp), TLS too
-    "tests/test_serve_auth.py",  # over TLS too; scrypt from hashlib (OpenSSL's)
-    "tests/test_serve_upload.py",  # PUT bodies over TLS too; O_TMPFILE and linkat through os
-    "tests/test_serve_form.py",  # form bodies over TLS too (python-multipart in the pool)
-    "tests/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
-    "tests/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
-    "tests/test_django.py",  # aiosendfile.django under four ASGI servers (Django 4.2+ on every Python)
+    "tests/core/test_sendfile.py",
+    "tests/core/test_first_await.py",
+    "tests/core/test_misuse.py",
+    "tests/core/test_peer_failures.py",
+    "tests/core/test_file_failures.py",
+    "tests/core/test_cancellation.py",
+    "tests/core/test_odd_environments.py",
+    "tests/core/test_never_stall.py",
+    "tests/core/test_recvfile.py",
+    "tests/core/test_sock_sendfile.py",
+    "tests/core/test_patch.py",
+    "tests/core/test_units.py",
+    "tests/core/test_compat.py",
+    "tests/core/test_tls_peer_loss.py",
+    "tests/serve/test_serve_protocol.py",  # serve's engine on raw sockets: TCP, Unix, TLS
+    "tests/serve/test_serve_heads_memo.py",
+    "tests/serve/test_serve_iteration_budget.py",
+    "tests/serve/test_serve_shutdown.py",
+    "tests/serve/test_serve_hot_memo.py",
+    "tests/serve/test_serve_accepting.py",
+    "tests/serve/test_serve_tls.py",  # serve's own TLS transport: the ssl module's SSLSocket, non-blocking
+    "tests/serve/test_serve_clients.py",  # clients in other processes (curl, http.client, aiohttp), TLS too
+    "tests/serve/test_serve_auth.py",  # over TLS too; scrypt from hashlib (OpenSSL's)
+    "tests/serve/test_serve_upload.py",  # PUT bodies over TLS too; O_TMPFILE and linkat through os
+    "tests/serve/test_serve_form.py",  # form bodies over TLS too (python-multipart in the pool)
+    "tests/asgi/test_uvicorn_protocol.py",  # aiosendfile.sendfile on uvicorn's transports (TCP, Unix, TLS)
+    "tests/asgi/test_uvicorn_protocol_features.py",
+    "tests/asgi/test_asgi_static.py",  # anyio task groups: ExceptionGroup is a backport on 3.10
+    "tests/asgi/test_asgi_static_apps.py",
+    "tests/django/test_django.py",  # aiosendfile.django under four ASGI servers (Django 4.2+ on every Python)
 ]
 
 
@@ -100,7 +107,8 @@ def tests(session: nox.Session) -> None:
     """The test suite, on stock asyncio and uvloop, over TCP, Unix and TLS (see VERSION_SENSITIVE)."""
     session.install("-e", ".[test]")
     newest = session.python == INSTALLED[-1]
-    # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/test_cli.py` is serial.
+    # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/serve/test_serve_cli.py`
+    # is serial.
     session.run("pytest", *PARALLEL, *(session.posargs or ([] if newest else VERSION_SENSITIVE)))
 
 

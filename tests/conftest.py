@@ -7,7 +7,9 @@
 * ``connect`` makes a connected server-side ``StreamWriter`` and a client over
   TCP, a Unix socket or TLS (certificates from trustme).
 
-The helpers tests import live in ``tests.support``; nothing imports this module.
+Each folder's ``conftest.py`` adds its own fixtures (``tests/serve``, ``tests/static``,
+``tests/asgi``, ``tests/pair``). The helpers tests import live in ``tests.support``; nothing imports
+this module.
 """
 
 from __future__ import annotations
@@ -187,21 +189,3 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-@pytest.fixture(params=["tcp", "tls"])
-def transport(
-    request: pytest.FixtureRequest, tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext
-) -> Any:
-    """``native_site``'s keyword arguments: TLS contexts over TLS, none over TCP."""
-    return {"server_ctx": tls_server_ctx, "client_ctx": tls_client_ctx} if request.param == "tls" else {}
-
-
-@pytest.fixture
-def public(tmp_path: Path) -> Path:
-    """A tree to serve and upload into: an empty ``sub/`` directory and a file ``a-file`` (a module
-    that needs another tree defines its own ``public``)."""
-    root = tmp_path / "public"
-    (root / "sub").mkdir(parents=True)
-    (root / "a-file").write_text("not a directory")
-    return root

@@ -46,8 +46,8 @@ import aiosendfile.aiohttp as sf
 from .support.cancellations import random_cancellations
 from .support.connections import Connector, loop_name
 from .support.files import download_sizes, pattern, write_download_mix
-from .support.native import raise_nofile
 from .support.processes import Server
+from .support.serve import raise_nofile
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
 
@@ -131,7 +131,8 @@ class Site:
 
 
 @pytest.fixture(params=[False, True], ids=["tcp", "tls"])
-def tls(request: pytest.FixtureRequest) -> bool:
+def over_tls(request: pytest.FixtureRequest) -> bool:
+    """Whether the site is served over TLS (True) or plain TCP."""
     return bool(request.param)
 
 
@@ -147,11 +148,11 @@ async def start_site(root: Path, tls_ctx: ssl.SSLContext | None) -> Site:
 
 
 @pytest.fixture
-async def site_factory(tls: bool, tls_server_ctx: ssl.SSLContext) -> AsyncIterator[Any]:
+async def site_factory(over_tls: bool, tls_server_ctx: ssl.SSLContext) -> AsyncIterator[Any]:
     sites: list[Site] = []
 
     async def make(root: Path) -> Site:
-        s = await start_site(root, tls_server_ctx if tls else None)
+        s = await start_site(root, tls_server_ctx if over_tls else None)
         sites.append(s)
         return s
 
@@ -267,7 +268,7 @@ async def idle_connections_peak(site: Site, ca: Path | None, n: int, tmp_path: P
 
 
 async def test_a_thousand_concurrent_downloads(
-    tmp_path: Path, site_factory: Any, tls: bool, tls_ca: Any
+    tmp_path: Path, site_factory: Any, over_tls: bool, tls_ca: Any
 ) -> None:
     root = tmp_path / "root"
     root.mkdir()
@@ -279,11 +280,11 @@ async def test_a_thousand_concurrent_downloads(
     tls_ca.cert_pem.write_to_path(str(ca))
     config = {
         "base": site.url(""),
-        "ca": str(ca) if tls else None,
+        "ca": str(ca) if over_tls else None,
         "jobs": [(f"/s/f{size}.bin", size, digests[size]) for size in sizes],
     }
     # What 1,000 open connections cost with no transfer: the baseline the TLS bound subtracts.
-    idle_growth = await idle_connections_peak(site, ca if tls else None, len(sizes), tmp_path)
+    idle_growth = await idle_connections_peak(site, ca if over_tls else None, len(sizes), tmp_path)
     gc.collect()
     malloc_trim()
     rss_before, fds_before = rss(), fd_count()
@@ -301,7 +302,7 @@ async def test_a_thousand_concurrent_downloads(
     rss_after, fds_after = rss(), fd_count()
     total = sum(sizes)
     report(
-        f"1000 concurrent downloads ({'TLS' if tls else 'TCP'})",
+        f"1000 concurrent downloads ({'TLS' if over_tls else 'TCP'})",
         bytes=mib(total),
         seconds=f"{elapsed:.1f}",
         MB_per_s=f"{total / elapsed / 1e6:.0f}",
@@ -331,7 +332,7 @@ async def test_a_thousand_concurrent_downloads(
     # on what the transfers add to them (pieces in the TLS layer and in the socket transport under
     # it, the TLS layer's buffer sized by the largest write, the requests in progress). Measured:
     # 33-51 MiB on asyncio, 50-62 MiB on uvloop (160-180 MiB on both before the TLS pieces).
-    assert sampler.max_rss - rss_before - (idle_growth if tls else 0) < 64 * MiB
+    assert sampler.max_rss - rss_before - (idle_growth if over_tls else 0) < 64 * MiB
 
 
 # -- 10,000 sequential keep-alive requests to serve -------------------------------------------------
@@ -511,7 +512,7 @@ FAST_REQUESTS = 60
 
 
 async def test_slowloris_does_not_starve_a_fast_client(
-    tmp_path: Path, site_factory: Any, tls: bool, tls_ca: Any, tls_client_ctx: ssl.SSLContext
+    tmp_path: Path, site_factory: Any, over_tls: bool, tls_ca: Any, tls_client_ctx: ssl.SSLContext
 ) -> None:
     """500 stalled clients (another process) on one server loop; a fast client in this one."""
     root = tmp_path / "root"
@@ -539,7 +540,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
     prober = asyncio.create_task(probe())
     t0 = time.monotonic()
     async with slow_clients(
-        site, ca if tls else None, tmp_path, clients=SLOW_CLIENTS, dribblers=DRIBBLERS, path="/s/big.bin"
+        site, ca if over_tls else None, tmp_path, clients=SLOW_CLIENTS, dribblers=DRIBBLERS, path="/s/big.bin"
     ) as proc:
         await until_ready(proc)
         setup = time.monotonic() - t0
@@ -548,7 +549,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
 
         latencies: list[float] = []
         fast_start = time.monotonic()
-        connector = aiohttp.TCPConnector(ssl=tls_client_ctx if tls else False)
+        connector = aiohttp.TCPConnector(ssl=tls_client_ctx if over_tls else False)
         async with (
             Sampler() as sampler,
             aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
@@ -578,7 +579,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
     fast_lags = sorted(lag for t, lag in lags if t >= fast_start)
     p50 = statistics.median(latencies)
     report(
-        f"slowloris {SLOW_CLIENTS} clients ({DRIBBLERS} dribbling headers, {'TLS' if tls else 'TCP'})",
+        f"slowloris {SLOW_CLIENTS} clients ({DRIBBLERS} dribbling headers, {'TLS' if over_tls else 'TCP'})",
         connect_seconds=f"{setup:.1f}",
         server_sockets_held=held_fds,
         server_sockets_at_end=fds_end,
@@ -600,7 +601,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
     # The server still holds every slow connection (nobody was dropped to make room), and each
     # stalled client's transfer is in progress (its file is open; on TCP its socket is also dup'd) ...
     stalled = SLOW_CLIENTS - DRIBBLERS
-    assert min(held_fds, fds_end) >= SLOW_CLIENTS + stalled * (1 if tls else 2)
+    assert min(held_fds, fds_end) >= SLOW_CLIENTS + stalled * (1 if over_tls else 2)
     assert result["closed_by_server"] == 0
     # ... and the fast client is not starved.
     assert p50 < 0.2, f"median fast request {p50 * 1000:.0f} ms"
@@ -609,7 +610,7 @@ async def test_slowloris_does_not_starve_a_fast_client(
     # more (see aiosendfile/_fallback.py); with the connection itself (stock asyncio's TLS layer
     # touches a 256 KiB read buffer per connection) that measured 0.45-0.5 MiB of RSS per stalled
     # TLS download on asyncio, 0.25 MiB on uvloop (1.3-1.5 MiB on both before the TLS pieces).
-    per_stalled = 640 * 1024 if tls else 64 * 1024
+    per_stalled = 640 * 1024 if over_tls else 64 * 1024
     assert sampler.max_rss - rss_before < 64 * MiB + stalled * per_stalled
     # Once the slow clients are gone, so is what their transfers held.
     assert rss_after_close - rss_before < 64 * MiB

@@ -41,8 +41,8 @@ FILES = (
 SELECTED = "static or file or index or symlink or urldispatcher"
 LOOPS = ("pyloop", "uvloop")
 
-PLUGIN_TESTS = "tests/test_aiohttp_plugin.py::TestStaticCases"
-DROPIN_TESTS = "tests/test_aiohttp_dropin.py"
+PLUGIN_TESTS = "tests/aiohttp/test_aiohttp_plugin.py::TestStaticCases"
+DROPIN_TESTS = "tests/aiohttp/test_aiohttp_dropin.py"
 
 
 class Excused(NamedTuple):

@@ -78,7 +78,11 @@ FRAMING = [
         b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
         [("request", b"GET", b"/", KEEP10)],
     ),
-    ("HTTP/1.1 closing", b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", [("request", b"GET", b"/", CLOSE)]),
+    (
+        "HTTP/1.1 closing",
+        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        [("request", b"GET", b"/", CLOSE)],
+    ),
     ("HTTP/1.1 without Host", b"GET / HTTP/1.1\r\n\r\n", [("refused", 400)]),
     ("two Hosts", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", [("refused", 400)]),
     ("HTTP/1.0 with two Hosts", b"GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", [("refused", 400)]),
@@ -130,7 +134,11 @@ FRAMING = [
     (
         "pipelined",
         GET + b"GET /b HTTP/1.1\r\nHost: a\r\n\r\n" + GET,
-        [("request", b"GET", b"/", KEEP11), ("request", b"GET", b"/b", KEEP11), ("request", b"GET", b"/", KEEP11)],
+        [
+            ("request", b"GET", b"/", KEEP11),
+            ("request", b"GET", b"/b", KEEP11),
+            ("request", b"GET", b"/", KEEP11),
+        ],
     ),
     (
         "pipelined behind a refusal: not read",
@@ -148,15 +156,23 @@ def test_framing(data: bytes, expected: list[tuple[Any, ...]]) -> None:
 LIMITS = [
     ("target at the limit", b"GET /" + b"a" * (MAX_URL - 1) + b" HTTP/1.1\r\nHost: a\r\n\r\n", None),
     ("target over the limit", b"GET /" + b"a" * MAX_URL + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
-    ("one field over the target's limit", b"GET / HTTP/1.1\r\nHost: a\r\nX: " + b"v" * MAX_URL + b"\r\n\r\n", 431),
+    (
+        "one field over the target's limit",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: " + b"v" * MAX_URL + b"\r\n\r\n",
+        431,
+    ),
     (
         "fields over the head's limit together",
-        b"GET / HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 500) for i in range(10)) + b"\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n"
+        + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 500) for i in range(10))
+        + b"\r\n",
         431,
     ),
     (
         "fields under it",
-        b"GET / HTTP/1.1\r\nHost: a\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 300) for i in range(10)) + b"\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\n"
+        + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 300) for i in range(10))
+        + b"\r\n",
         None,
     ),
 ]
@@ -259,10 +275,15 @@ DOUBLED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "kept"), [row[1:] for row in DOUBLED], ids=[row[0] for row in DOUBLED])
+@pytest.mark.parametrize(
+    ("name", "value", "kept"), [row[1:] for row in DOUBLED], ids=[row[0] for row in DOUBLED]
+)
 def test_a_field_that_decides_who_writes_given_twice(name: bytes, value: bytes, kept: bytes) -> None:
     r, rec = reader(uploads=True, gated=True)
-    r.feed(b"PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n%s: %s\r\n%s: %s\r\n\r\n" % (name, value, name, value))
+    r.feed(
+        b"PUT /f HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n%s: %s\r\n%s: %s\r\n\r\n"
+        % (name, value, name, value)
+    )
     head = rec.heads[0]
     assert {b"Authorization": head.authorization, b"Origin": head.origin, b"Sec-Fetch-Site": head.fetch_site}[
         name
@@ -307,7 +328,9 @@ def test_a_plain_request_is_the_one_the_heads_memo_may_keep() -> None:
 
 def test_the_access_log_fields() -> None:
     r, rec = reader(logging=True)
-    r.feed(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\nReferer: http://a/\r\nUser-Agent: curl\r\n\r\n" + GET)
+    r.feed(
+        b"GET / HTTP/1.0\r\nConnection: keep-alive\r\nReferer: http://a/\r\nUser-Agent: curl\r\n\r\n" + GET
+    )
     assert [x.log for x in rec.exchanges] == [("1.0", b"http://a/", b"curl"), ("1.1", None, None)]
     assert events(GET)[0] == ("request", b"GET", b"/", KEEP11)
 
@@ -335,7 +358,8 @@ def test_a_request_that_ends_outside_the_parser() -> None:
 def test_a_request_begun_is_told_to_start_its_header_timeout() -> None:
     r, _ = reader()
     r.feed(b"GET / HT")
-    assert r.began and r.in_request
+    assert r.began
+    assert r.in_request
     r.began = False
     r.feed(b"TP/1.1\r\n")
     assert not r.began

@@ -56,7 +56,7 @@ def change_file(path: Path, change: str, outside: Path) -> None:
         raise ValueError(change)
 
 
-# (size, how many): 1,000 downloads, about 640 MB in all (test_stress's and test_native_load's mix).
+# (size, how many): 1,000 downloads, about 640 MB in all (test_stress's and test_serve_load's mix).
 DOWNLOAD_MIX = [
     (1_000, 200),
     (30_000, 250),

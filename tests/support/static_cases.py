@@ -1,9 +1,9 @@
 """The static-file cases both doors answer alike, written and asserted once.
 
-The aiohttp plugin (``tests/test_aiohttp_plugin.py``, mounted at ``/static``) and the native
-engine (``tests/test_native_http.py``, mounted at ``/``) run ``StaticCases``, whose tests
-parametrize over the tables here, each module through its own thin door fixture ``site``:
-``await site(**config)`` gives a ``Door`` (``root``, ``mount``, ``tls``, ``session``, ``url``,
+The aiohttp plugin (``tests/aiohttp/test_aiohttp_plugin.py``, mounted at ``/static``) and the native
+engine (``tests/serve/test_serve_http.py``, mounted at ``/``) run ``StaticCases``, whose tests
+parametrize over the tables here, each module through its own thin door fixture ``make_door``:
+``await make_door(**config)`` gives a ``Door`` (``root``, ``mount``, ``tls``, ``session``, ``url``,
 ``get`` through aiohttp's client, ``raw`` for a request line sent as written; ``DoorClient``
 has both, ``door_session`` the session). ``build_tree``
 makes the fixture tree: ``public/`` (served) beside ``secret.txt`` (which must never leak).
@@ -27,8 +27,7 @@ from aiohttp import BodyPartReader, ClientSession, MultipartReader, TCPConnector
 from aiosendfile import _platform
 
 from .files import pattern
-from .native import Blob
-from .raw_http import Response
+from .raw_http import Blob, Response
 
 __all__ = (
     "BIG",
@@ -258,14 +257,14 @@ def case_id(value: object) -> str | None:
 
 class StaticCases:
     """The tests both doors pass: a door's module subclasses this as ``TestStaticCases`` beside
-    its ``site`` fixture (``await site(**config)`` gives a ``Door``)."""
+    its ``make_door`` fixture (``await make_door(**config)`` gives a ``Door``)."""
 
     def check_a_304(self, headers: Any) -> None:
         """A door's own rule for a 304's headers, beyond the shared ones (none by default)."""
 
     @pytest.mark.parametrize(("name", "size"), FULL_FILES)
-    async def test_get_full_file(self, site: Any, name: str, size: int) -> None:
-        s: Door = await site()
+    async def test_get_full_file(self, make_door: Any, name: str, size: int) -> None:
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/{name}")
         assert status == 200
         assert Blob(body) == Blob((s.root / name).read_bytes())
@@ -276,16 +275,16 @@ class StaticCases:
         assert email.utils.parsedate_to_datetime(headers["Last-Modified"]).timestamp() == int(st.st_mtime)
         assert "Content-Encoding" not in headers
 
-    async def test_big_file_is_zero_copy_except_over_tls(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_big_file_is_zero_copy_except_over_tls(self, make_door: Any) -> None:
+        s: Door = await make_door()
         for _ in range(2):  # and the keep-alive connection is fine afterwards
             status, _, body = await s.get(f"{s.mount}/big.bin")
             assert status == 200
             assert Blob(body) == Blob(pattern(BIG))
         assert _platform.counters.bytes == (0 if s.tls else 2 * BIG)
 
-    async def test_content_types(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_content_types(self, make_door: Any) -> None:
+        s: Door = await make_door()
         _, headers, body = await s.get(f"{s.mount}/archive.tar.gz")
         assert headers["Content-Type"] == "application/gzip"  # gzip data, served as itself
         assert "Content-Encoding" not in headers
@@ -294,8 +293,8 @@ class StaticCases:
         assert (await s.get(f"{s.mount}/big.bin"))[1]["Content-Type"] == "application/octet-stream"
         assert (await s.get(f"{s.mount}/small.txt"))[1]["Content-Type"].startswith("text/plain")
 
-    async def test_head_sends_headers_only(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_head_sends_headers_only(self, make_door: Any) -> None:
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/big.bin", method="HEAD")
         assert status == 200
         assert body == b""
@@ -310,8 +309,10 @@ class StaticCases:
     # -- conditional requests
 
     @pytest.mark.parametrize(("headers_in", "expected"), CONDITIONAL, ids=case_id)
-    async def test_conditional_requests(self, site: Any, headers_in: dict[str, str], expected: int) -> None:
-        s: Door = await site()
+    async def test_conditional_requests(
+        self, make_door: Any, headers_in: dict[str, str], expected: int
+    ) -> None:
+        s: Door = await make_door()
         validators = await _validators(s, "small.txt")
         sent = {k: v.format(**validators) for k, v in headers_in.items()}
         status, headers_out, body = await s.get(f"{s.mount}/small.txt", **sent)
@@ -329,8 +330,8 @@ class StaticCases:
 
     @pytest.mark.parametrize("case", SINGLE_RANGES, ids=case_id)
     @pytest.mark.parametrize("name", ["big.bin", "small.txt"])
-    async def test_single_ranges(self, site: Any, name: str, case: SingleRange) -> None:
-        s: Door = await site()
+    async def test_single_ranges(self, make_door: Any, name: str, case: SingleRange) -> None:
+        s: Door = await make_door()
         data = (s.root / name).read_bytes()
         size = len(data)
         header, (start, stop) = case.header(size), case.span(size)
@@ -340,27 +341,27 @@ class StaticCases:
         assert headers["Content-Range"] == f"bytes {start}-{stop - 1}/{size}"
         assert headers["Content-Length"] == str(stop - start)
 
-    async def test_unsatisfiable_range(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_unsatisfiable_range(self, make_door: Any) -> None:
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/small.txt", Range=f"bytes={SMALL}-")
         assert status == 416
         assert headers["Content-Range"] == f"bytes */{SMALL}"
         assert body == b""
 
     @pytest.mark.parametrize("ignored", IGNORED_RANGES)
-    async def test_ignored_ranges(self, site: Any, ignored: str) -> None:
-        s: Door = await site()
+    async def test_ignored_ranges(self, make_door: Any, ignored: str) -> None:
+        s: Door = await make_door()
         status, _, body = await s.get(f"{s.mount}/small.txt", Range=ignored)
         assert (status, body) == (200, pattern(SMALL)), ignored
 
     @pytest.mark.parametrize("rejected", REJECTED_RANGES)
-    async def test_rejected_ranges(self, site: Any, rejected: str) -> None:
-        s: Door = await site()
+    async def test_rejected_ranges(self, make_door: Any, rejected: str) -> None:
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/small.txt", Range=rejected)
         assert (status, headers["Content-Range"], body) == (416, f"bytes */{SMALL}", b""), rejected
 
-    async def test_multiple_ranges_are_multipart(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_multiple_ranges_are_multipart(self, make_door: Any) -> None:
+        s: Door = await make_door()
         data = pattern(BIG)
         parts = []
         async with s.session.get(
@@ -380,23 +381,23 @@ class StaticCases:
             (f"bytes {BIG - 5}-{BIG - 1}/{BIG}", Blob(data[-5:])),
         ]
 
-    async def test_overlapping_ranges_are_coalesced(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_overlapping_ranges_are_coalesced(self, make_door: Any) -> None:
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/small.txt", Range="bytes=0-99,50-149,150-199")
         assert status == 206
         assert headers["Content-Range"] == f"bytes 0-199/{SMALL}"
         assert body == pattern(SMALL)[:200]
 
     @pytest.mark.parametrize(("if_range", "expected"), IF_RANGE)
-    async def test_if_range(self, site: Any, if_range: str, expected: int) -> None:
-        s: Door = await site()
+    async def test_if_range(self, make_door: Any, if_range: str, expected: int) -> None:
+        s: Door = await make_door()
         sent = if_range.format(**await _validators(s, "big.bin"))
         status, _, body = await s.get(f"{s.mount}/big.bin", Range="bytes=0-9", **{"If-Range": sent})
         assert status == expected, sent
         assert Blob(body) == Blob(pattern(BIG)[:10] if expected == 206 else pattern(BIG))
 
-    async def test_file_changing_between_requests(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_file_changing_between_requests(self, make_door: Any) -> None:
+        s: Door = await make_door()
         path = s.root / "small.txt"
         _, h1, b1 = await s.get(f"{s.mount}/small.txt")
         path.write_bytes(b"shorter now")
@@ -411,9 +412,9 @@ class StaticCases:
 
     @pytest.mark.parametrize(("accept", "encoding", "served"), PRECOMPRESSED)
     async def test_precompressed_siblings(
-        self, site: Any, accept: str, encoding: str | None, served: str
+        self, make_door: Any, accept: str, encoding: str | None, served: str
     ) -> None:
-        s: Door = await site()
+        s: Door = await make_door()
         status, headers, body = await s.get(f"{s.mount}/doc.txt", **{"Accept-Encoding": accept})
         assert status == 200
         assert headers.get("Content-Encoding") == encoding, accept
@@ -421,10 +422,10 @@ class StaticCases:
         assert headers["Content-Type"].startswith("text/plain")
         assert "Accept-Encoding" in headers.getall("Vary", [])
 
-    async def test_vary_on_a_plain_file(self, site: Any) -> None:
+    async def test_vary_on_a_plain_file(self, make_door: Any) -> None:
         """Vary whenever pre-compressed variants are on, as nginx's gzip_vary (and the .gz sibling
         is doc.txt compressed)."""
-        s: Door = await site()
+        s: Door = await make_door()
         assert gzip.decompress((s.root / "doc.txt.gz").read_bytes()) == (s.root / "doc.txt").read_bytes()
         _, headers, _ = await s.get(f"{s.mount}/small.txt", **{"Accept-Encoding": "gzip"})
         assert "Accept-Encoding" in headers.getall("Vary", [])
@@ -432,32 +433,32 @@ class StaticCases:
     # -- path safety
 
     @pytest.mark.parametrize("target", HOSTILE)
-    async def test_hostile_paths_never_escape(self, site: Any, target: str) -> None:
-        s: Door = await site()
+    async def test_hostile_paths_never_escape(self, make_door: Any, target: str) -> None:
+        s: Door = await make_door()
         status, raw = await s.raw(f"{s.mount}{target}")
         assert status in (400, 403, 404), (target, status)
         assert b"TOP SECRET" not in raw, target
 
     @pytest.mark.parametrize(("path", "encoding"), ESCAPING_SIBLINGS)
     async def test_symlinked_siblings_and_index_cannot_escape(
-        self, site: Any, path: str, encoding: str
+        self, make_door: Any, path: str, encoding: str
     ) -> None:
-        s: Door = await site()
+        s: Door = await make_door()
         status, _, body = await s.get(f"{s.mount}{path}", **{"Accept-Encoding": encoding} if encoding else {})
         assert b"TOP SECRET" not in body, path
         assert status in (403, 404, 200), path
 
-    async def test_symlinked_out_of_the_root(self, site: Any) -> None:
+    async def test_symlinked_out_of_the_root(self, make_door: Any) -> None:
         """page.html keeps its own bytes; a directory symlinked out is 404, and so is inside it."""
-        s: Door = await site()
+        s: Door = await make_door()
         assert (await s.get(f"{s.mount}/page.html", **{"Accept-Encoding": "gzip"}))[2] == b"<h1>hi</h1>"
         assert (await s.get(f"{s.mount}/outdir/"))[0] == 404
         assert (await s.get(f"{s.mount}/outdir/secret.txt"))[0] == 404
 
     # -- directories and symlinks
 
-    async def test_directories(self, site: Any) -> None:
-        s: Door = await site()
+    async def test_directories(self, make_door: Any) -> None:
+        s: Door = await make_door()
         status, headers, _ = await s.get(f"{s.mount}/dir")
         assert status == 301
         assert headers["Location"].endswith(f"{s.mount}/dir/")
@@ -468,16 +469,16 @@ class StaticCases:
         assert (await s.get(f"{s.mount}/missing.txt"))[0] == 404
         assert (await s.get(f"{s.mount}/space%20name.txt"))[2] == b"spaced"
         assert (await s.get(f"{s.mount}/%252e%252e"))[2] == b"literal percent name"
-        listing: Door = await site(show_index=True)
+        listing: Door = await make_door(show_index=True)
         status, _, body = await listing.get(f"{s.mount}/noindex/")
         assert status == 200
         assert b'<a href="a.txt">a.txt</a>' in body
 
-    async def test_symlinks(self, site: Any) -> None:
+    async def test_symlinks(self, make_door: Any) -> None:
         """A link that stays inside is served; one out of the root only with follow_symlinks."""
-        s: Door = await site()
+        s: Door = await make_door()
         assert (await s.get(f"{s.mount}/inner-link"))[2] == pattern(SMALL)
         assert (await s.get(f"{s.mount}/escape"))[0] == 404
-        s2: Door = await site(follow_symlinks=True)
+        s2: Door = await make_door(follow_symlinks=True)
         status, _, body = await s2.get(f"{s.mount}/escape")
         assert (status, body) == (200, b"TOP SECRET")

@@ -2,7 +2,7 @@
 
 Every door that serves a directory (the aiohttp plugin in an ``Application`` or on ``web.Server``,
 the native engine) must give these requests the same status line, headers (but ``Date`` and
-``Server``) and body. ``tests/test_static_golden.py`` records the plugin's answers in
+``Server``) and body. ``tests/static/test_static_golden.py`` records the plugin's answers in
 ``tests/data/static_golden.json``; a door's differential test sends the same bytes.
 
 * ``build_tree(tmp)`` makes the served directory (``tmp/public``) and, beside it, ``tmp/outside``
@@ -22,7 +22,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ("KNOWN_DIFFERENCES", "POLICIES", "STAMP_NS", "build_tree", "etag_of", "normalise", "requests")
+__all__ = (
+    "GOLDEN_PATH",
+    "KNOWN_DIFFERENCES",
+    "POLICIES",
+    "STAMP_NS",
+    "build_tree",
+    "etag_of",
+    "normalise",
+    "requests",
+)
+
+#: The recorded table: the plugin's answers to these requests (``tests/static/test_static_golden.py``).
+GOLDEN_PATH = Path(__file__).resolve().parent.parent / "data" / "static_golden.json"
 
 #: Requests whose recorded plugin answer is aiohttp's quirk, not the static core's rule.
 KNOWN_DIFFERENCES = {

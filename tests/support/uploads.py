@@ -1,5 +1,6 @@
 """What the upload tests share (``test_serve_upload``, ``test_serve_form``; their fixtures ``public``
-and ``transport`` are conftest's): an answer's status, and what a directory holds afterwards."""
+and ``site_kwargs`` are ``tests/serve/conftest.py``'s): what a directory holds afterwards, and a
+``serve --upload`` process stopped mid-body."""
 
 from __future__ import annotations
 
@@ -11,12 +12,7 @@ from pathlib import Path
 
 from .processes import Server
 
-__all__ = ("left", "status", "stopped_mid_body")
-
-
-def status(raw: bytes) -> int:
-    """The status code of a raw response."""
-    return int(raw.split(b" ", 2)[1])
+__all__ = ("left", "stopped_mid_body")
 
 
 def left(directory: Path) -> list[str]:

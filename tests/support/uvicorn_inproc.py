@@ -4,21 +4,26 @@
 TLS (trustme files, uvicorn's ``ssl_keyfile``/``ssl_certfile``), on the test's loop (``loop="none"``),
 logging left to the test (``log_config=None``: ``caplog`` sees ``uvicorn.error``). ``Site`` opens
 raw connections to it and finds the server side of one (its protocol and transport).
-``read_response`` reads one HTTP/1.1 response off a keep-alive connection, keeping its framing
-(Content-Length, chunk sizes, or to the end).
+Its responses are read with ``raw_http``'s reader (``read_response``: framing and chunk sizes kept).
+The apps the tests write are ``routes`` of scripts that send ``start`` and the body messages;
+``sent_zero_copy`` checks the shim's counters, ``problems`` the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import uvicorn
+
+from aiosendfile import _platform
 
 from .raw_http import connect
 
@@ -75,44 +80,46 @@ async def serve(
             await asyncio.sleep(0.01)
 
 
-@dataclass
-class Reply:
-    status: int
-    head: bytes
-    headers: dict[bytes, bytes]
-    body: bytes
-    chunks: list[int] = field(default_factory=list)  # chunk sizes, when chunked
-
-
-async def read_response(reader: asyncio.StreamReader, method: bytes = b"GET") -> Reply:
-    """One response: its head, then its body framed as the head says (and the chunk sizes)."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head[:-4].split(b"\r\n")
-    status = int(lines[0].split(b" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        headers[name.strip().lower()] = value.strip()
-    reply = Reply(status, head, headers, b"")
-    if method == b"HEAD" or status in (204, 304):
-        return reply
-    if b"content-length" in headers:
-        reply.body = await reader.readexactly(int(headers[b"content-length"]))
-    elif headers.get(b"transfer-encoding") == b"chunked":
-        parts = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
-            reply.chunks.append(size)
-            if size == 0:
-                assert await reader.readexactly(2) == b"\r\n"
-                break
-            parts.append(await reader.readexactly(size))
-            assert await reader.readexactly(2) == b"\r\n"
-        reply.body = b"".join(parts)
-    else:
-        reply.body = await reader.read()
-    return reply
-
-
 def request(target: bytes = b"/", method: bytes = b"GET", extra: bytes = b"") -> bytes:
     return method + b" " + target + b" HTTP/1.1\r\nHost: localhost\r\n" + extra + b"\r\n"
+
+
+PATHSEND = "http.response.pathsend"
+ZEROCOPYSEND = "http.response.zerocopysend"
+MIB = 2**20
+
+Script = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def routes(table: dict[str, Script], seen: list[dict[str, Any]] | None = None) -> Any:
+    """An ASGI app: each path runs its script (scope, receive, send)."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if seen is not None:
+            seen.append(scope)
+        if scope["type"] != "http":
+            return
+        await table[scope["path"]](scope, receive, send)
+
+    return app
+
+
+def start(
+    length: int | None = None, status: int = 200, extra: list[tuple[bytes, bytes]] | None = None
+) -> Any:
+    headers = [(b"content-type", b"application/octet-stream"), *(extra or [])]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {"type": "http.response.start", "status": status, "headers": headers}
+
+
+def sent_zero_copy(kind: str, nbytes: int) -> None:
+    """What went through the shim: every file byte zero-copy, or none at all under TLS."""
+    if kind == "tls":
+        assert _platform.counters.calls == 0
+    else:
+        assert _platform.counters.bytes == nbytes
+
+
+def problems(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -1,4 +1,5 @@
-"""Waiting on the loop, by polling, until something holds: a condition, an event, a stuck transfer.
+"""Waiting until something holds, with a deadline: on the loop by polling it (a condition, an event, a
+stuck transfer), or off any loop (``wait_for``, for a server in another process).
 
 Polling keeps the loop running (nothing here blocks it), and every wait has a deadline so
 a test that goes wrong fails instead of hanging.
@@ -40,3 +41,12 @@ async def stalled(conn: Any, coro: Any) -> asyncio.Task[Any]:
     await asyncio.sleep(0.05)
     assert not task.done(), "the transfer should be waiting for the slow peer"
     return task
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    """Poll *predicate* (sync, off any loop) until it holds, or fail after *timeout* seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached in {timeout} s")
+        time.sleep(0.05)

@@ -1,0 +1,234 @@
+"""Misuse: a typed error, nothing sent, the file untouched, the connection still usable.
+
+* bad arguments (offset, count, file mode, a closed or write-only file, a descriptor closed
+  underneath) and bad targets (not a stream, blocking, closing, unconnected);
+* ``fallback=False`` where zero-copy is impossible;
+* misuse during a transfer: writes to the transport, a second ``sendfile`` on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import io
+import os
+import socket
+from typing import Any
+
+import pytest
+
+import aiosendfile
+from aiosendfile import _platform
+
+from ..support.connections import Connector, loop_name, zero_copy_expected
+from ..support.files import pattern
+from ..support.waiting import stalled
+
+# -- bad arguments: a typed error before any byte, file untouched ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offset", "count", "error"),
+    [
+        (-1, None, ValueError),
+        (0, -1, ValueError),
+        (1.5, None, TypeError),
+        (0, 2.0, TypeError),
+        (True, None, TypeError),
+        (0, False, TypeError),
+        ("0", None, TypeError),
+        (1001, None, ValueError),  # past EOF
+    ],
+)
+async def test_bad_offset_and_count(
+    connect: Connector, make_file: Any, offset: Any, count: Any, error: type
+) -> None:
+    conn = await connect()
+    with open(make_file(1000), "rb") as f:
+        f.seek(17)
+        with pytest.raises(error):
+            await aiosendfile.sendfile(conn.writer, f, offset, count)
+        assert f.tell() == 17
+    assert conn.transport.get_write_buffer_size() == 0
+    assert _platform.counters.calls == 0
+
+
+async def test_count_beyond_eof_is_refused_before_the_first_byte(connect: Connector, make_file: Any) -> None:
+    conn = await connect()
+    with open(make_file(1000), "rb") as f:
+        with pytest.raises(aiosendfile.FileTruncatedError) as exc_info:
+            await aiosendfile.sendfile(conn.writer, f, 500, 501)
+        assert exc_info.value.sent == 0
+        assert exc_info.value.expected == 501
+        assert f.tell() == 0
+    conn.writer.write(b"end")
+    conn.writer.close()
+    assert await conn.read_all() == b"end"
+
+
+async def test_text_mode_and_closed_files(connect: Connector, make_file: Any) -> None:
+    conn = await connect()
+    path = make_file(10)
+    with open(path) as text, pytest.raises(ValueError, match="binary mode"):
+        await aiosendfile.sendfile(conn.writer, text)
+    f = open(path, "rb")  # noqa: SIM115
+    f.close()
+    with pytest.raises(ValueError, match="closed file"):
+        await aiosendfile.sendfile(conn.writer, f)
+    with pytest.raises(TypeError):
+        await aiosendfile.sendfile(conn.writer, b"not a file")  # type: ignore[arg-type]
+
+
+async def test_write_only_file_is_refused_before_anything_is_sent(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    path = make_file(1000)
+    conn = await connect()
+    fd = os.open(path, os.O_WRONLY)
+    with open(fd, "wb", buffering=0) as f:
+        f.seek(9)
+        with pytest.raises((ValueError, OSError)) as exc_info:
+            await aiosendfile.sendfile(conn.writer, f, headers=b"HEADERS", trailers=b"TRAILERS")
+        assert getattr(exc_info.value, "sent", 0) == 0
+        assert f.tell() == 9
+    conn.writer.write(b"|end")
+    conn.writer.close()
+    # Nothing of the failed call reached the peer, its headers included.
+    assert await asyncio.wait_for(conn.read_all(), 10) == b"|end"
+
+
+async def test_file_whose_descriptor_was_closed_underneath(connect: Connector, make_file: Any) -> None:
+    conn = await connect()
+    f = open(make_file(1000), "rb")  # noqa: SIM115
+    os.close(f.fileno())  # closed behind the file object's back
+    try:
+        with pytest.raises(OSError, match="Bad file descriptor") as exc_info:
+            await aiosendfile.sendfile(conn.writer, f)
+        assert exc_info.value.errno == errno.EBADF
+    finally:
+        with contextlib.suppress(OSError):
+            f.close()
+    conn.writer.write(b"ok")
+    conn.writer.close()
+    assert await asyncio.wait_for(conn.read_all(), 10) == b"ok"
+
+
+async def test_fallback_false(connect: Connector, kind: str, make_file: Any) -> None:
+    conn = await connect()
+    with open(make_file(1000), "rb") as f:
+        if zero_copy_expected(kind):
+            assert await aiosendfile.sendfile(conn.writer, f, fallback=False) == 1000
+        else:
+            with pytest.raises(aiosendfile.SendfileNotAvailableError, match="TLS") as exc_info:
+                await aiosendfile.sendfile(conn.writer, f, 5, fallback=False)
+            assert isinstance(exc_info.value, asyncio.SendfileNotAvailableError)
+            assert exc_info.value.sent == 0
+            assert f.tell() == 0
+    with pytest.raises(aiosendfile.SendfileNotAvailableError):
+        await aiosendfile.sendfile(conn.writer, io.BytesIO(b"abc"), fallback=False)
+    conn.writer.write(b"|end")
+    conn.writer.close()
+    assert await conn.read_all() == (pattern(1000) if zero_copy_expected(kind) else b"") + b"|end"
+
+
+# -- bad targets -------------------------------------------------------------------------------------
+
+
+async def test_bad_targets(make_file: Any) -> None:
+    with open(make_file(10), "rb") as f:
+        with pytest.raises(TypeError, match="target must be"):
+            await aiosendfile.sendfile(object(), f)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.setblocking(False)
+        with udp, pytest.raises(ValueError, match="SOCK_STREAM"):
+            await aiosendfile.sendfile(udp, f)
+        a, b = socket.socketpair()
+        with a, b:
+            with pytest.raises(ValueError, match="non-blocking"):
+                await aiosendfile.sendfile(a, f)
+            with pytest.raises(TypeError):
+                await aiosendfile.sock_sendfile("sock", f)  # type: ignore[arg-type]
+
+
+async def test_closing_transport(connect: Connector, make_file: Any) -> None:
+    conn = await connect()
+    with open(make_file(1000), "rb") as f:
+        f.seek(3)
+        conn.writer.close()
+        with pytest.raises(RuntimeError, match="Transport is closing"):
+            await aiosendfile.sendfile(conn.writer, f)
+        assert f.tell() == 3
+
+
+async def test_raw_socket_argument_errors(make_file: Any) -> None:
+    with open(make_file(1000), "rb") as f:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        with a, b:
+            with pytest.raises(ValueError, match="past the end"):
+                await aiosendfile.sock_sendfile(a, f, 1001)
+            with pytest.raises(aiosendfile.FileTruncatedError):
+                await aiosendfile.sock_sendfile(a, f, 10, 991)
+            assert f.tell() == 0
+        # a closed socket: refused before anything, file untouched
+        with pytest.raises(OSError, match="closed"):
+            await aiosendfile.sock_sendfile(a, f)
+        seq = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        seq.setblocking(False)
+        with seq, pytest.raises(ValueError, match="SOCK_STREAM"):
+            await aiosendfile.sock_sendfile(seq, f)
+        assert f.tell() == 0
+
+
+async def test_unconnected_socket_is_a_connection_error(make_file: Any) -> None:
+    sock = socket.socket()
+    sock.setblocking(False)
+    with sock, open(make_file(1000), "rb") as f:
+        with pytest.raises(ConnectionError) as exc_info:
+            await aiosendfile.sock_sendfile(sock, f)
+        assert exc_info.value.sent == 0  # type: ignore[attr-defined]
+        assert f.tell() == 0
+
+
+# -- misuse during a transfer ------------------------------------------------------------------------
+
+
+async def test_writes_during_transfer_are_refused(connect: Connector, kind: str, make_file: Any) -> None:
+    conn = await connect(rcvbuf=4096)
+    size = 8 * 2**20
+    with open(make_file(size), "rb") as f:
+        task = await stalled(conn, aiosendfile.sendfile(conn.writer, f))
+        with pytest.raises(RuntimeError, match="sendfile is in progress"):
+            conn.writer.write(b"interloper")
+        with pytest.raises(RuntimeError, match="sendfile is in progress"):
+            conn.writer.writelines([b"interloper"])
+        if loop_name() == "asyncio":  # uvloop's compiled transports cannot be guarded
+            with pytest.raises(RuntimeError, match="sendfile is in progress"):
+                conn.transport.write(b"interloper")
+        reader = asyncio.create_task(conn.read_all())
+        assert await task == size
+        conn.writer.write(b"ok")  # allowed again
+        conn.writer.close()
+        assert await reader == pattern(size) + b"ok"
+
+
+async def test_second_concurrent_sendfile_on_a_transport_is_refused(
+    connect: Connector, make_file: Any
+) -> None:
+    size = 8 * 2**20
+    conn = await connect(rcvbuf=4096)
+    transport = conn.transport
+    protocol, limits = transport.get_protocol(), transport.get_write_buffer_limits()
+    with open(make_file(size), "rb") as f1, open(make_file(size, "b.bin"), "rb") as f2:
+        first = asyncio.create_task(aiosendfile.sendfile(conn.writer, f1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="in progress"):
+            await aiosendfile.sendfile(conn.writer, f2)
+        assert f2.tell() == 0
+        reader = asyncio.create_task(conn.read_all())
+        assert await first == size
+    assert transport.get_protocol() is protocol
+    assert transport.get_write_buffer_limits() == limits
+    conn.writer.close()
+    assert await reader == pattern(size)

@@ -1,0 +1,1 @@
+"""The pair's tests: ``python -m aiosendfile send`` and ``recv`` as subprocesses."""

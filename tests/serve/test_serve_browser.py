@@ -1,0 +1,139 @@
+"""``serve --upload``'s listing page in a real browser (headless Chromium, ``support.browser``).
+
+With script: the page lists, sorts by its column headings, uploads a file chosen in the form and
+one dropped on the page (each then listed, and byte-exact on disk), and downloads a file back
+byte-exact through the browser; names holding markup (``<img onerror=...>``, ``<svg onload=...>``)
+are shown as text and run nothing. Without script: the headings still sort and the form still
+uploads (a plain form post, answered 303 back to the page). The server runs in its own process,
+on each loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..support.browser import browser
+from ..support.processes import Server
+
+pytest.importorskip("httptools")
+pytest.importorskip("python_multipart")
+pytest.importorskip("selenium")
+
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+HOSTILE = ("<img src=x onerror=document.title='pwned'>", "<svg onload=alert(1)>")
+
+
+@pytest.fixture
+def public(tmp_path: Path) -> Path:
+    root = tmp_path / "public"
+    (root / "folder").mkdir(parents=True)
+    (root / "small.txt").write_bytes(b"small file")
+    (root / "big.bin").write_bytes(os.urandom(300_000))
+    for name in HOSTILE:
+        (root / name).write_bytes(b"<")  # (smaller than small.txt)
+    return root
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def serve_cli(request: pytest.FixtureRequest, public: Path) -> Any:
+    server = Server(str(public), "--port", "0", "--upload", "--loop", request.param)
+    yield server
+    server.close()
+
+
+def _names(driver: Any) -> list[str]:
+    """The names the page lists, in order (read in one script: a page reloading meanwhile gives
+    the old list or the new one, never a stale element)."""
+    script = 'return Array.from(document.querySelectorAll("tbody td:first-child a"), a => a.textContent);'
+    return list(driver.execute_script(script) or [])
+
+
+def _listed(driver: Any, name: str) -> None:
+    """Wait for the page (reloaded after an upload) to list *name*."""
+    WebDriverWait(driver, 30).until(lambda d: name in _names(d))
+
+
+def _no_script_ran(driver: Any) -> None:
+    assert driver.title == "Index of /"
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert  # noqa: B018
+
+
+_DROP = """
+const bytes = new Uint8Array(arguments[0]).map((_, i) => (i * 7 + 3) % 251);
+const data = new DataTransfer();
+data.items.add(new File([bytes], "dropped.bin"));
+for (const kind of ["dragover", "drop"]) {
+  document.body.dispatchEvent(new DragEvent(kind, {dataTransfer: data, bubbles: true, cancelable: true}));
+}
+"""
+
+_DIGEST = """
+const done = arguments[arguments.length - 1];
+fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => crypto.subtle.digest("SHA-256", b)).then(
+  d => done(Array.from(new Uint8Array(d)).map(x => x.toString(16).padStart(2, "0")).join("")),
+  e => done("failed: " + e));
+"""
+
+
+def test_the_listing_page_lists_sorts_uploads_and_downloads(
+    serve_cli: Any, public: Path, tmp_path: Path
+) -> None:
+    picked = tmp_path / "picked.bin"
+    picked.write_bytes(os.urandom(3 * 2**20 + 5))
+    with browser(tmp_path / "profile") as driver:
+        driver.get(serve_cli.url)
+        _no_script_ran(driver)
+        assert _names(driver) == ["folder/", *sorted(HOSTILE), "big.bin", "small.txt"]
+        driver.find_element(By.LINK_TEXT, "Size").click()  # small to large, then large to small
+        WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
+        assert _names(driver)[0] == "folder/"
+        assert _names(driver)[-2:] == ["small.txt", "big.bin"]
+        driver.find_element(By.LINK_TEXT, "Size").click()
+        WebDriverWait(driver, 10).until(lambda d: "order=desc" in d.current_url)
+        assert _names(driver)[:2] == ["folder/", "big.bin"]
+        _no_script_ran(driver)
+
+        driver.get(serve_cli.url)
+        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+        _listed(driver, "picked.bin")
+        assert (public / "picked.bin").read_bytes() == picked.read_bytes()
+
+        driver.execute_script(_DROP, 100_000)
+        _listed(driver, "dropped.bin")
+        assert (public / "dropped.bin").read_bytes() == bytes((i * 7 + 3) % 251 for i in range(100_000))
+
+        digest = driver.execute_async_script(_DIGEST, "picked.bin")
+        assert digest == hashlib.sha256(picked.read_bytes()).hexdigest()
+        _no_script_ran(driver)
+    assert sorted(os.listdir(public)) == sorted(
+        ["folder", "small.txt", "big.bin", *HOSTILE, "picked.bin", "dropped.bin"]
+    )
+
+
+def test_without_script_the_page_still_sorts_and_uploads(
+    serve_cli: Any, public: Path, tmp_path: Path
+) -> None:
+    picked = tmp_path / "plain form.txt"
+    picked.write_bytes(b"sent by a form without script\n" * 1000)
+    with browser(tmp_path / "profile", javascript=False) as driver:
+        driver.get("data:text/html,<title>before</title><script>document.title='ran'</script>")
+        assert driver.title == "before"  # (scripts are off in this browser)
+        driver.get(serve_cli.url)
+        driver.find_element(By.LINK_TEXT, "Size").click()
+        WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
+        assert _names(driver)[-2:] == ["small.txt", "big.bin"]
+        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+        _listed(driver, "plain form.txt")
+        _no_script_ran(driver)
+    assert (public / "plain form.txt").read_bytes() == picked.read_bytes()
