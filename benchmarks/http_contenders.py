@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 SERVE = "serve"
+#: ``serve`` from another checkout (``AIOSENDFILE_BEFORE=DIR``): a change against the tree before
+#: it, interleaved in one run (asked for by name).
+SERVE_BEFORE = "serve-before"
+BEFORE_ENV = "AIOSENDFILE_BEFORE"
 BASE = "nginx"  # every ratio is to nginx
 # The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
 ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
@@ -91,16 +95,17 @@ CONTENDERS = (
     *ASGI_MEMORY,
     "py-floor",
     "py-floor+probe",
+    SERVE_BEFORE,
 )
 # aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
 DEFAULT_CONTENDERS = CONTENDERS[:6]
 ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
-MULTI_WORKER = (SERVE, "nginx")  # the contenders of the --workers N > 1 cases
+MULTI_WORKER = (SERVE, SERVE_BEFORE, "nginx")  # the contenders of the --workers N > 1 cases
 # Hold the files in memory: not for the mixed (cold) set.
 SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
 # The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key: the
 # uvicorn rows (issue #25) with uvicorn's --ssl-certfile/--ssl-keyfile, run when named or with --asgi.
-TLS_CONTENDERS = (SERVE, "nginx", "uvicorn+asf/asf.asgi", "uvicorn/starlette")
+TLS_CONTENDERS = (SERVE, SERVE_BEFORE, "nginx", "uvicorn+asf/asf.asgi", "uvicorn/starlette")
 
 # The py-floor rows (references, asked for by name): python -m FLOOR_SERVER DIR HOST PORT [--probe].
 FLOOR_SERVER = "benchmarks.programs.floor_server"
@@ -194,14 +199,20 @@ def start_server(
     cpus = ctx.server_cpus
     if tls is not None and name not in TLS_CONTENDERS:
         raise TrialError(f"{name} has no HTTPS mode here")
-    if name == SERVE:
+    if name in (SERVE, SERVE_BEFORE):
+        env = repo_env()
+        if name == SERVE_BEFORE:
+            before = os.environ.get(BEFORE_ENV)
+            if not before:
+                raise TrialError(f"{SERVE_BEFORE} needs {BEFORE_ENV}=DIR, a checkout of the tree before")
+            env["PYTHONPATH"] = os.pathsep.join([before, env["PYTHONPATH"]])
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--workers", str(ctx.workers)]
         if tls is not None:
             cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         # With workers, the parent forks them: wait for the whole tree.
         procs = 1 + ctx.workers if ctx.workers > 1 else 1
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env(), processes=procs)
+        return servers.start_server(name, cmd, port, log, cpus=cpus, env=env, processes=procs)
     if ctx.workers != 1 and name != "nginx":
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if is_asgi(name):
