@@ -18,7 +18,7 @@ what llhttp leaves to a server:
 
 Events are delivered as llhttp finds them (it parses by pushing), and a consumer stops the parse
 by raising :class:`Stop` from a callback: a refused upload's body is never parsed. Its rules are
-tested by tables (``tests/serve/test_reader.py``), without sockets.
+tested by tables (``tests/serve/test_serve_reader.py``), without sockets.
 """
 
 from __future__ import annotations
