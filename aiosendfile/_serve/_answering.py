@@ -21,8 +21,8 @@ from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
 from .._static._core import decide as core_decide
 from .._static._core import route
-from .._static._fs import POOL_FS, DecideInPool
-from .._static._inline import decide_looked_up, first_look, from_memory, look_up, read_first, reopen_kept
+from .._static._fs import POOL_FS, DecideInPool, read_first
+from .._static._inline import decide_looked_up, first_look, from_memory, look_up, reopen_kept
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT

@@ -28,7 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .._outlet import Outlet
-from ._answering import render, replay, respond
+from ._answering import replay, respond
 from ._auth import address_key
 from ._bounds import FLUSH_AT, MAX_PENDING, TURN_BUDGET
 from ._date import CLOSE
@@ -352,9 +352,6 @@ class HttpProtocol(asyncio.Protocol):
         """The answer in flight is given (or given up): what waits may go, with a fresh budget."""
         self.busy = False
         self.budget = TURN_BUDGET
-
-    def _render(self, exchange: Exchange, ans: Any) -> None:
-        render(self, exchange, ans)
 
     # -- turns ------------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ closing, when the client waits for ``100 Continue`` or too much is to come).
 
 What it uses of its connection (:class:`~._protocol.HttpProtocol`) is its state (``transport``,
 ``reader``, ``engine``, ``busy``, ``pending``, ``write_paused``, ``dead``, ``since``, ``budget``)
-and its steps (``_put``, ``_flush``, ``_render``, ``_fail``, ``_close``, ``_free``, ``_resume``,
-``_update_reading``, ``_start``, ``_on_loop``, ``_key_of``): nothing else reaches into it.
+and its steps (``_put``, ``_flush``, ``_fail``, ``_close``, ``_free``, ``_resume``,
+``_update_reading``, ``_start``, ``_on_loop``, ``_key_of``); it answers through ``_answering.render``.
+Nothing else reaches into it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .._platform import HAS_SPLICE
 from .._sink import FileSink
 from .._splice import splice_to_file
 from .._static._answer import Answer, error
+from ._answering import render
 from ._auth import ALLOWED
 from ._date import CLOSE
 from ._exchange import Exchange
@@ -180,7 +182,7 @@ class UploadReceiver:
                     error_response(status, self.engine.clock, mode=exchange.mode, extra=extra)
                 )
             else:
-                conn._render(exchange, error(status, "PUT", *extra))
+                render(conn, exchange, error(status, "PUT", *extra))
             return
         self.landing = r
         conn.busy = True
@@ -306,7 +308,7 @@ class UploadReceiver:
             self.discard = r.length - r.got
             if self.discard > DISCARD_MAX:
                 conn.dead = True  # (answered now, and closed)
-            conn._render(exchange, error(status, "PUT"))
+            render(conn, exchange, error(status, "PUT"))
             if conn.out:
                 conn._flush()
             conn._update_reading()
@@ -342,11 +344,11 @@ class UploadReceiver:
         self.landing = None
         conn._free()
         if exc is not None:
-            conn._render(exchange, error(status_of(exc), "PUT"))
+            render(conn, exchange, error(status_of(exc), "PUT"))
         else:
             assert upload is not None
             status, extra = upload.answer(job.result())
-            conn._render(exchange, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
+            render(conn, exchange, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
         conn._resume()
 
     def _refused(self, r: Receiving, status: int, *extra: tuple[str, str], now: bool = False) -> None:
@@ -363,7 +365,7 @@ class UploadReceiver:
             assert isinstance(exchange, Exchange)
             self.landing = None
             conn.busy = False
-            conn._render(exchange, error(status, "PUT", *extra))
+            render(conn, exchange, error(status, "PUT", *extra))
             conn._resume()
             return
         to_come = None if r.length is None else r.length - r.got

@@ -369,12 +369,9 @@ def read_back(
     admitted = hot.admits(size)
     if not admitted and size > read_max:
         return None
-    try:
-        read = _platform.read_nowait(fd, size, 0, st.st_dev)
-    except OSError:
-        return None
+    read = read_first(fd, size, st.st_dev)
     if not isinstance(read, bytearray):
-        return read  # False: cold; None: cannot tell
+        return read  # False: cold; None: cannot tell, or an error
     if len(read) != size:
         return None
     os.close(fd)

@@ -24,11 +24,11 @@ from typing import Literal
 from . import _hot
 from ._answer import Answer
 from ._core import decide, route
-from ._fs import look_up_path, lookup_cached, open_cached, read_back, read_first, reopen, same_file
+from ._fs import look_up_path, lookup_cached, open_cached, read_back, reopen, same_file
 from ._policy import DirectoryPolicy
 from ._request import Request
 
-__all__ = ("decide_looked_up", "first_look", "from_memory", "look_up", "read_first", "reopen_kept")
+__all__ = ("decide_looked_up", "first_look", "from_memory", "look_up", "reopen_kept")
 
 # (Every system call here is _fs's: the rest of _static stays pure.)
 
