@@ -106,16 +106,22 @@ def _fds_before() -> set[int]:
 def _assert_no_fd_leaked(before: set[int]) -> None:
     """A leak is a descriptor still open once garbage is collected. ``gc.collect()`` costs ~0.1 s
     with the whole suite loaded, so it runs only when a descriptor is found open (then the check
-    is the same as collecting first): before, it ran twice per test, half the suite's time."""
+    is the same as collecting first)."""
     close_idle_pipes()  # recvfile's pipe pool is a cache, not a leak
-    if not open_fds() - before:
+    if not _opened_since(before):
         return
     gc.collect()
     close_idle_pipes()
-    leaked = {fd: describe_fd(fd) for fd in open_fds() - before}
-    # libuv opens /dev/null once per loop as its reserve fd for EMFILE; it is the loop's.
-    leaked = {fd: d for fd, d in leaked.items() if d != "/dev/null"}
+    leaked = _opened_since(before)
     assert not leaked, f"file descriptors leaked: {leaked}"
+
+
+def _opened_since(before: set[int]) -> dict[int, str]:
+    """The descriptors opened since *before*, but the loop's own: libuv opens ``/dev/null``
+    once per loop as its reserve for EMFILE (so nearly every uvloop test would otherwise pay a
+    ``gc.collect()``)."""
+    opened = {fd: describe_fd(fd) for fd in open_fds() - before}
+    return {fd: what for fd, what in opened.items() if what != "/dev/null"}
 
 
 @pytest.fixture(autouse=True)
