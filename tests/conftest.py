@@ -146,8 +146,7 @@ def tls_server_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
 
 @pytest.fixture(scope="session")
 def tls_client_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    tls_ca.configure_trust(ctx)
+    ctx = ssl.create_default_context(cadata=tls_ca.cert_pem.bytes().decode())
     return ctx
 
 

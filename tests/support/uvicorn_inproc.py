@@ -58,8 +58,7 @@ async def serve(
         pem = tmp_path / "server.pem"
         tls_ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(pem))
         where.update(ssl_keyfile=str(pem), ssl_certfile=str(pem))
-        ctx = ssl.create_default_context()
-        tls_ca.configure_trust(ctx)
+        ctx = ssl.create_default_context(cadata=tls_ca.cert_pem.bytes().decode())  # (no system CAs: ~30 ms)
     config.setdefault("lifespan", "off")
     cfg = uvicorn.Config(app, http=http, loop="none", log_config=None, **where, **config)
     server = uvicorn.Server(cfg)
