@@ -3,6 +3,7 @@ page-cache eviction, a slow disk, the ways a served file changes between two req
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -18,10 +19,18 @@ from aiosendfile import _platform
 
 
 def pattern(size: int, seed: int = 0) -> bytes:
-    """Deterministic, position-dependent bytes: misordered or repeated chunks show up."""
+    """Deterministic, position-dependent bytes: misordered or repeated chunks show up. Sizes up
+    to 16 MiB are kept (the most recent 16): the suite asks for the same few thousands of times."""
+    return _kept_pattern(size, seed) if size <= 16 * 2**20 else _pattern(size, seed)
+
+
+def _pattern(size: int, seed: int) -> bytes:
     block = bytes((i * 7 + seed) & 0xFF for i in range(251))  # prime length
     reps = size // len(block) + 1
     return (block * reps)[:size]
+
+
+_kept_pattern = functools.lru_cache(maxsize=16)(_pattern)
 
 
 #: The ways a served file changes between two requests (the answer caches' stale-file tables): each
