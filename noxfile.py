@@ -20,6 +20,12 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv|virtualenv"
 # uv may only use the interpreters on this machine: never download one.
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+# The sessions start hundreds of Python processes (servers, clients, pytest's workers), each
+# importing the package, its hosts and pytest: with bytecode writing off (PYTHONDONTWRITEBYTECODE,
+# set in some CI images), each compiled every module again from source, uv installing none, and
+# pytest rewrote every test module's asserts in every worker. The .pyc files go in __pycache__
+# folders (ignored by git) and in .nox.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 
