@@ -10,6 +10,7 @@ suite runs again stock, and :func:`._verdict.judge` decides. There is no skip li
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,8 +20,10 @@ __all__ = ("main", "outcomes")
 
 
 def _run(which: str, root: Path, args: list[str]) -> tuple[int, dict[str, str], str]:
-    """pytest on uvicorn's tests, with the swap for ``ours``."""
-    arguments = ["tests", "--ignore=tests/benchmarks", "-p", "no:cacheprovider", "-n", "2", "-q", *args]
+    """pytest on uvicorn's tests, with the swap for ``ours``: two workers per core, as most of
+    them wait (a server starting, a timeout running out)."""
+    workers = str(2 * (os.cpu_count() or 1))
+    arguments = ["tests", "--ignore=tests/benchmarks", "-p", "no:cacheprovider", "-n", workers, "-q", *args]
     return run_pytest(arguments, root, "aiosendfile_uvicorn_swap" if which == "ours" else None)
 
 
