@@ -33,7 +33,7 @@ import uvloop
 from aiosendfile import _platform
 from aiosendfile._splice import close_idle_pipes
 
-from .support.connections import Connector
+from .support.connections import Connector, trusting
 from .support.fds import describe_fd, open_fds
 from .support.files import pattern
 
@@ -146,8 +146,7 @@ def tls_server_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
 
 @pytest.fixture(scope="session")
 def tls_client_ctx(tls_ca: trustme.CA) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cadata=tls_ca.cert_pem.bytes().decode())
-    return ctx
+    return trusting(tls_ca)
 
 
 # -- files -----------------------------------------------------------------------

@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 import trustme
 
+from ..support.connections import trusting
 from ..support.files import pattern
 from ..support.processes import BANNER, Server, alive, cli_process, signal_while_starting
 
@@ -116,7 +116,7 @@ def test_serve_https_with_tls_cert_and_key(
         tls = ["--tls-cert", str(chain)]
     server = server_factory(str(served_dir), "--port", "0", "--loop", loop, *tls)
     assert server.url.startswith("https://127.0.0.1:")
-    client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    client = trusting(ca)
     assert server.get("/file.bin", context=client)[::2] == (200, pattern(300_000))
     status, _, body = server.get("/file.bin", context=client, Range="bytes=5-9")
     assert (status, body) == (206, pattern(300_000)[5:10])

@@ -46,6 +46,7 @@ from yarl import URL
 import aiosendfile.aiohttp as sf
 from aiosendfile import _platform
 
+from ..support.connections import trusting
 from ..support.files import pattern
 from ..support.processes import Server
 from ..support.ranges import model
@@ -190,21 +191,15 @@ def serve_cli(
         assert code == 0
 
 
-_client_contexts: dict[trustme.CA, ssl.SSLContext] = {}
-
-
 def serve_fetch(server: Server, data: bytes, ca: trustme.CA | None = None) -> Response:
     """*data* sent raw to ``serve`` (over TLS, trusting *ca*, when it serves https)."""
     host, port = server.url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
     if not server.url.startswith("https:"):
         return parse_response(raw_sync(host, int(port), data))
     assert ca is not None
-    ctx = _client_contexts.get(ca)
-    if ctx is None:  # (a context trusting the system's CAs as well costs ~30 ms to make)
-        ctx = _client_contexts[ca] = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     with (
         socket.create_connection((host, int(port)), timeout=20) as raw,
-        ctx.wrap_socket(raw, server_hostname="localhost") as sock,
+        trusting(ca).wrap_socket(raw, server_hostname="localhost") as sock,
     ):
         sock.sendall(data)
         chunks = []
