@@ -62,6 +62,8 @@ SERVE = "serve"
 #: it, interleaved in one run (asked for by name).
 SERVE_BEFORE = "serve-before"
 BEFORE_ENV = "AIOSENDFILE_BEFORE"
+#: An ASGI row with this suffix runs the app from that checkout too (asked for by name).
+BEFORE_SUFFIX = "@before"
 BASE = "nginx"  # every ratio is to nginx
 # The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
 ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
@@ -83,6 +85,7 @@ ASGI_CONTENDERS = (
 )
 # References, asked for by name: a bare ASGI app answering from memory (no framework, no file).
 ASGI_MEMORY = ("uvicorn/memory", "granian/memory")
+ASGI_BEFORE = ("uvicorn+asf/asf.asgi" + BEFORE_SUFFIX,)
 CONTENDERS = (
     SERVE,
     "nginx",
@@ -96,6 +99,7 @@ CONTENDERS = (
     "py-floor",
     "py-floor+probe",
     SERVE_BEFORE,
+    *ASGI_BEFORE,
 )
 # aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
 DEFAULT_CONTENDERS = CONTENDERS[:6]
@@ -202,10 +206,7 @@ def start_server(
     if name in (SERVE, SERVE_BEFORE):
         env = repo_env()
         if name == SERVE_BEFORE:
-            before = os.environ.get(BEFORE_ENV)
-            if not before:
-                raise TrialError(f"{SERVE_BEFORE} needs {BEFORE_ENV}=DIR, a checkout of the tree before")
-            env["PYTHONPATH"] = os.pathsep.join([before, env["PYTHONPATH"]])
+            _from_before(name, env)
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--workers", str(ctx.workers)]
         if tls is not None:
@@ -216,12 +217,14 @@ def start_server(
     if ctx.workers != 1 and name != "nginx":
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if is_asgi(name):
-        server, app = name.split("/")
+        server, app = name.removesuffix(BEFORE_SUFFIX).split("/")
         cmd = [sys.executable, *asgi_command(server, app)]
         cmd += ["--host", "127.0.0.1", "--port", str(port)]
         if tls is not None:
             cmd += ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]]
         env = dict(repo_env(), **{ROOT_ENV: ctx.root})
+        if name.endswith(BEFORE_SUFFIX):
+            _from_before(name, env)
         # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
         # after its graceful shutdown (its exit status is then -15).
         granian = server == "granian"
@@ -282,16 +285,24 @@ def start_server(
     raise ValueError(name)
 
 
+def _from_before(name: str, env: dict[str, str]) -> None:
+    """Put the checkout named by :data:`BEFORE_ENV` first on *env*'s ``PYTHONPATH``."""
+    before = os.environ.get(BEFORE_ENV)
+    if not before:
+        raise TrialError(f"{name} needs {BEFORE_ENV}=DIR, a checkout of the tree before")
+    env["PYTHONPATH"] = os.pathsep.join([before, env["PYTHONPATH"]])
+
+
 def is_asgi(name: str) -> bool:
-    """Whether contender ``name`` is one of the ASGI rows (``SERVER/APP``)."""
-    return name in ASGI_CONTENDERS or name in ASGI_MEMORY
+    """Whether contender ``name`` is one of the ASGI rows (``SERVER/APP``, maybe ``@before``)."""
+    return name in ASGI_CONTENDERS or name in ASGI_MEMORY or name in ASGI_BEFORE
 
 
 def asgi_versions(names: list[str]) -> dict[str, str | None]:
     """The versions of the ASGI servers, frameworks and parsers the rows ``names`` run."""
     wanted = {"uvicorn", "starlette", "uvloop", "httptools", "anyio"}
     for name in names:
-        server, app = name.split("/")
+        server, app = name.removesuffix(BEFORE_SUFFIX).split("/")
         wanted.add("granian" if server == "granian" else "uvicorn")
         if app == "fastapi":
             wanted.add("fastapi")

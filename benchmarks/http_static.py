@@ -99,6 +99,7 @@ from benchmarks.http_contenders import (
     ASGI_APPS_SOURCE,
     ASGI_CONTENDERS,
     BASE,
+    BEFORE_SUFFIX,
     CONTENDERS,
     DEFAULT_CONTENDERS,
     MULTI_WORKER,
@@ -554,7 +555,13 @@ def main(argv: list[str] | None = None) -> int:
             "probe": probe_info,
             "tls": tls_info,
             "asgi_commands": {
-                name: [*asgi_command(*name.split("/")), "--host", "H", "--port", "P"]
+                name: [
+                    *asgi_command(*name.removesuffix(BEFORE_SUFFIX).split("/")),
+                    "--host",
+                    "H",
+                    "--port",
+                    "P",
+                ]
                 for name in args.contenders
                 if is_asgi(name)
             },
