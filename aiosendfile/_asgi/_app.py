@@ -23,10 +23,11 @@ Per request, cheapest first:
   from the peer) included. An answer is kept only where the mount's prefix the core read is
   ``root_path`` itself (Starlette's ``Mount``, a server's ``--root-path``), and checked against it
   on a hit.
-* A path decided in the last seconds (:class:`~aiosendfile._static._recent.RecentPaths`): decided
-  inline (``answer()``: a stat, maybe an open; microseconds on cached metadata).
-* Any other: decided in the cold-read pool, which reads a small body too, so a first sight never
-  waits for the disk on the loop.
+* Any other: the first sight every door shares (``_static._inline.first_look``): decided on the
+  loop where the lookup waits for no disk (the file opened at once) or the path was decided in the
+  last seconds (:class:`~aiosendfile._static._recent.RecentPaths`); else looked up in the cold-read
+  pool first, then decided on the loop. Only a directory listing is built in the pool. A body whose
+  pages are not cached is read off the loop (or sent by the server from the file).
 
 The answer is rendered by :mod:`._render`; its descriptor, if any, is closed when ``send`` returns
 or raises, and on cancellation (a decision cancelled in the pool is closed when it comes back). A
@@ -40,15 +41,15 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
-from .._static._core import Located, answer, resolve, respond, route
+from .._static._core import Located, answer, respond
 from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy
-from .._static._inline import from_memory, reopen_kept
+from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up, reopen_kept
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, file_policy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
@@ -61,6 +62,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 PathLike = str | os.PathLike[str]
+_R = TypeVar("_R")
 
 _WANTED = BytesHeaders.WANTED
 #: The longest ``Accept-Encoding`` value that may be part of a memo key. Browsers send 20 to 60
@@ -109,9 +111,9 @@ def _no_sibling_names(path: str) -> bool:
     return True
 
 
-async def _decide_off_loop(fn: Callable[..., Answer], *args: Any) -> Answer:
-    """``fn(*args)`` (a core decision) in the cold-read pool; if we are cancelled meanwhile, an
-    answer that still comes back is closed (its descriptor would leak)."""
+async def _off_loop(fn: Callable[..., _R], *args: Any) -> _R:
+    """``fn(*args)`` (a lookup, a core decision) in the cold-read pool; if we are cancelled
+    meanwhile, an answer that still comes back is closed (its descriptor would leak)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio through anyio): its threads; the result comes back
@@ -121,8 +123,8 @@ async def _decide_off_loop(fn: Callable[..., Answer], *args: Any) -> Answer:
     return await in_pool(default_cold_executor(), fn, *args, if_cancelled=_close_late)
 
 
-def _close_late(late: Answer | None) -> None:
-    if late is not None:
+def _close_late(late: object) -> None:
+    if isinstance(late, Answer):
         late.close()
 
 
@@ -301,26 +303,19 @@ class StaticFiles:
             prefix,
         )
         policy = self.policy
-        recent = self._recent
         folder = None
-        if not recent.seen(key, time.monotonic()):
-            ans = await _decide_off_loop(answer, req, policy, POOL_FS)
-            recent.saw(key, time.monotonic())
-        else:
-            try:
-                if kind is True or kind is False:
-                    ans = answer(req, policy, REAL_FS)
-                else:  # only Accept-Encoding: note the directory before the core looks for siblings
-                    path = route(req, policy)
-                    if isinstance(path, Answer):
-                        ans = path
-                    else:
-                        folder = _folder(path)
-                        found = resolve(req, path, policy, REAL_FS)
-                        ans = found if isinstance(found, Answer) else respond(req, found, policy, REAL_FS)
-            except DecideInPool:  # a directory listing to build: in the pool, never on the loop
-                folder = None
-                ans = await _decide_off_loop(answer, req, policy, POOL_FS)
+        try:
+            looked = first_look(req, policy, self._recent, key, time.monotonic())
+            if looked is None:  # its lookup would read the disk: in the pool first
+                await _off_loop(look_up, req, policy)
+                self._recent.saw(key, time.monotonic())
+                looked = look_again(req, policy)
+            if kind is not True and kind is not False and isinstance(looked[0], str):
+                folder = _folder(looked[0])  # (only Accept-Encoding: before the core looks for siblings)
+            ans = decide_looked(req, looked, policy)
+        except DecideInPool:  # a directory listing to build: in the pool, never on the loop
+            folder = None
+            ans = await _off_loop(answer, req, policy, POOL_FS)
         with ans:
             status = None
             if ans.status == 404 and self.html and ans.fields:
@@ -360,7 +355,7 @@ class StaticFiles:
         assert root is not None
         page = os.path.join(root, "404.html")
         located = Located(page)
-        found = await _decide_off_loop(respond, Request(method, b""), located, self.policy, POOL_FS)
+        found = await _off_loop(respond, Request(method, b""), located, self.policy, POOL_FS)
         if found.status != 200:
             found.close()
             return ans, None
@@ -451,7 +446,7 @@ class FileResponse(_ResponseBase):
         if _RECENT_FILES.seen(key, time.monotonic()):
             ans = respond(req, located, self.policy, REAL_FS)
         else:
-            ans = await _decide_off_loop(respond, req, located, self.policy, POOL_FS)
+            ans = await _off_loop(respond, req, located, self.policy, POOL_FS)
             _RECENT_FILES.saw(key, time.monotonic())
         with ans:
             status = self.status_code if ans.status == 200 else None

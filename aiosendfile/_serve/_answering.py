@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING
 from .._outlet import PROBED_COLD, READ_MAX
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
-from .._static._core import decide as core_decide
-from .._static._core import route
 from .._static._fs import POOL_FS, DecideInPool, read_first
-from .._static._inline import decide_looked_up, first_look, from_memory, look_up, reopen_kept
+from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up, reopen_kept
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT
@@ -157,15 +155,12 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
     exchange.raw = raw
     engine = conn.engine
     policy = engine.policy
-    looked = first_look(request, policy)
-    if looked is None:  # its lookup would read the disk: in the pool first, unless decided a moment ago
-        if not engine.seen(raw):
-            _to_pool(conn, exchange, first=True)
-            return
-        looked = route(request, policy), None
-    path, opened = looked
+    looked = first_look(request, policy, engine.recent, raw, engine.now)
+    if looked is None:  # its lookup would read the disk: in the pool first
+        _to_pool(conn, exchange, first=True)
+        return
     try:
-        ans = path if isinstance(path, Answer) else core_decide(request, path, policy, opened=opened)
+        ans = decide_looked(request, looked, policy)
     except DecideInPool:  # a directory listing to build: in the pool, as a first sight
         _to_pool(conn, exchange, first=True)
         return
@@ -222,7 +217,7 @@ def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.F
         if conn.transport is None:
             return
         try:
-            ans = decide_looked_up(exchange.request, engine.policy)
+            ans = decide_looked(exchange.request, look_again(exchange.request, engine.policy), engine.policy)
         except DecideInPool:  # a directory listing to build: in the pool after all
             _to_pool(conn, exchange, first=False)
             return

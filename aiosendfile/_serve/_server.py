@@ -196,10 +196,6 @@ class Engine:
     def forget(self, raw: bytes) -> None:
         self.answers.pop(raw)
 
-    def seen(self, raw: bytes) -> bool:
-        """Whether *raw* was decided recently enough to decide it inline (then: noted again)."""
-        return self.recent.seen(raw, self.now)
-
     def saw(self, raw: bytes) -> None:
         self.recent.saw(raw, self.now)
 

@@ -12,8 +12,11 @@ Anything else is decided again, and the door forgets what it kept.
 **First sight.** A path not kept is routed, then looked up and opened at once where that waits
 for no disk and crosses no symlink (:func:`first_look`); a lookup that would read the disk goes to
 the pool (:func:`look_up` there: a ``stat`` brings the metadata into the kernel's caches) unless
-the path was decided a moment ago, and is then decided on the loop (:func:`decide_looked_up`), so
-no decision's Python runs in a thread, contending for the GIL with the loop.
+the door decided the path a moment ago (its ``RecentPaths``), and is then looked at again on the
+loop (:func:`look_again`). Either way the loop decides (:func:`decide_looked`), so no decision's
+Python runs in a thread, contending for the GIL with the loop; only a directory listing to build
+is decided in the pool. A small body whose pages are not cached is sent from the file, by a sender
+that reads cold pages off the loop.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from ._answer import Answer
 from ._core import decide, route
 from ._fs import look_up_path, lookup_cached, open_cached, read_back, reopen, same_file
 from ._policy import DirectoryPolicy
+from ._recent import RecentPaths
 from ._request import Request
 
-__all__ = ("decide_looked_up", "first_look", "from_memory", "look_up", "reopen_kept")
+__all__ = ("Looked", "decide_looked", "first_look", "from_memory", "look_again", "look_up", "reopen_kept")
 
 # (Every system call here is _fs's: the rest of _static stays pure.)
 
@@ -72,20 +76,24 @@ def reopen_kept(
     return fd, st.st_size, body
 
 
+#: A first sight's route, and for a file its descriptor and ``fstat`` where it was opened already.
+Looked = tuple[str | Answer, tuple[int, os.stat_result] | None]
+
+
 def first_look(
-    request: Request, policy: DirectoryPolicy
-) -> tuple[str | Answer, tuple[int, os.stat_result] | None] | None:
+    request: Request, policy: DirectoryPolicy, recent: RecentPaths, key: bytes, now: float
+) -> Looked | None:
     """A request's route, and for a file its descriptor and ``fstat`` where its lookup waited for
-    no disk (``decide(..., opened=)`` skips its own open then). None: the lookup would read the
-    disk: unless the path was decided a moment ago (then ``route`` it and decide as usual),
-    :func:`look_up` it in the pool first."""
+    no disk (``decide(..., opened=)`` skips its own open then), to :func:`decide_looked` on the
+    loop. None: the lookup would read the disk and *key* was not decided within *recent*'s
+    seconds of *now*: :func:`look_up` it in the pool, note it in *recent*, then :func:`look_again`."""
     path = route(request, policy)
     if isinstance(path, Answer):
         return path, None
     found = open_cached(path)
     if type(found) is tuple:
         return path, found
-    if found is False or (found is None and lookup_cached(path) is not True):
+    if (found is False or (found is None and lookup_cached(path) is not True)) and not recent.seen(key, now):
         return None
     return path, None
 
@@ -99,11 +107,19 @@ def look_up(request: Request, policy: DirectoryPolicy) -> None:
         look_up_path(path)
 
 
-def decide_looked_up(request: Request, policy: DirectoryPolicy) -> Answer:
-    """The core's answer on the loop for a path the pool just looked up (its lookup cached now):
-    the file opened by ``open_cached`` where no symlink lies on the way, as at a first sight."""
+def look_again(request: Request, policy: DirectoryPolicy) -> Looked:
+    """A first sight's route on the loop once the pool has looked it up (its lookup cached now):
+    the file opened by ``open_cached`` where no symlink lies on the way, as :func:`first_look`."""
     path = route(request, policy)
     if isinstance(path, Answer):
-        return path
+        return path, None
     found = open_cached(path)
-    return decide(request, path, policy, opened=found if type(found) is tuple else None)
+    return path, found if type(found) is tuple else None
+
+
+def decide_looked(request: Request, looked: Looked, policy: DirectoryPolicy) -> Answer:
+    """The core's answer on the loop for what :func:`first_look` or :func:`look_again` found (a
+    descriptor in *looked* is the answer's now: used or closed). Raises ``DecideInPool`` for a
+    directory listing to build: the door decides that in its pool (``answer(..., POOL_FS)``)."""
+    path, opened = looked
+    return path if isinstance(path, Answer) else decide(request, path, policy, opened=opened)

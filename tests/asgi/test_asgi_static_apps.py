@@ -17,6 +17,7 @@ import pytest
 
 from aiosendfile import asgi
 from aiosendfile._asgi import _app
+from aiosendfile._static._recent import RecentPaths
 
 from ..support.asgi_fake_server import (
     BODY,
@@ -32,6 +33,7 @@ from ..support.asgi_fake_server import (
     no_core,
     scope_of,
 )
+from ..support.fake_fs import kernel_caches
 from ..support.static_requests import (
     GOLDEN_PATH,
     KNOWN_DIFFERENCES,
@@ -163,7 +165,8 @@ async def test_cancelled_during_send_closes_the_descriptor(public: Path, extensi
 async def test_cancelled_during_a_cold_decision_closes_what_comes_back(
     public: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The decision runs in the pool and opens the file; cancelled meanwhile, its answer is closed."""
+    """A FileResponse's first sight is decided in the pool, which opens the file; cancelled
+    meanwhile, its answer is closed."""
     import threading
 
     from aiosendfile._static import _core
@@ -171,13 +174,14 @@ async def test_cancelled_during_a_cold_decision_closes_what_comes_back(
     release = threading.Event()
     started = threading.Event()
 
-    def slow_answer(*args: Any) -> Any:
+    def slow_respond(*args: Any) -> Any:
         started.set()
         release.wait(10)
-        return _core.answer(*args)
+        return _core.respond(*args)
 
-    monkeypatch.setattr(_app, "answer", slow_answer)
-    app = asgi.StaticFiles(directory=public)
+    monkeypatch.setattr(_app, "respond", slow_respond)
+    monkeypatch.setattr(_app, "_RECENT_FILES", RecentPaths())
+    app = asgi.FileResponse(public / "large.bin")
     scope = scope_of(GET_LARGE)
     task = asyncio.ensure_future(app(scope, FakeServer(scope).receive, FakeServer(scope).send))
     while not started.is_set():
@@ -187,6 +191,34 @@ async def test_cancelled_during_a_cold_decision_closes_what_comes_back(
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["lookup-needs-disk", "lookup-cached"])
+async def test_a_path_is_looked_up_in_the_cold_pool_at_first_sight_then_decided_inline(
+    public: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """The first sight serve's engine has (``_inline.first_look``): a path whose lookup would read
+    the disk is looked up in the cold pool, once, then decided on the loop; one the kernel's
+    caches hold is decided inline at once, with no hop. The answers are the same either way."""
+    kernel_caches(monkeypatch, cached)
+    real_off_loop = _app._off_loop
+    hops: list[tuple[str, bytes]] = []
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        hops.append((fn.__name__, args[0].raw_path))
+        return await real_off_loop(fn, *args)
+
+    monkeypatch.setattr(_app, "_off_loop", counting)
+    app = asgi.StaticFiles(directory=public)
+    statuses = []
+    for target in (b"/large.bin", b"/large.bin", b"/missing", b"/missing", b"/a.txt", b"/a.txt"):
+        # (a Range: never kept in the answer cache, so every request meets the first sight's rule)
+        reply = await call(app, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nRange: bytes=0-0\r\n\r\n")
+        statuses.append(reply.status)
+    assert statuses == [206, 206, 404, 404, 206, 206]
+    assert hops == (
+        [] if cached else [("look_up", b"/large.bin"), ("look_up", b"/missing"), ("look_up", b"/a.txt")]
+    )
 
 
 # -- FileResponse ----------------------------------------------------------------------------
@@ -396,7 +428,6 @@ async def test_a_long_body_stops_when_the_client_leaves(public: Path, spec_versi
 
 
 def test_recent_paths_remember_for_a_while_and_within_bounds() -> None:
-    from aiosendfile._static._recent import RecentPaths
 
     recent = RecentPaths(seconds=10, max_entries=2, max_bytes=100)
     assert not recent.seen(b"/a", 0)

@@ -18,6 +18,7 @@ import pytest
 
 from aiosendfile._serve import _sending
 
+from ..support.fake_fs import kernel_caches
 from ..support.files import CHANGES, change_file, pattern
 from ..support.raw_http import all_responses, read_response, read_to_eof
 from ..support.serve import (
@@ -104,16 +105,7 @@ async def test_a_path_is_decided_in_the_cold_pool_at_first_sight_then_inline(
     """At first sight a path whose lookup would read the disk is looked up in the cold pool, once;
     one the kernel's caches hold (``open_cached``, ``lookup_cached``) is decided inline at once,
     with no hop."""
-    from aiosendfile import _platform
-
-    monkeypatch.setattr(_platform, "lookup_cached", lambda path: cached)
-    real_open = _platform.open_cached
-    if cached:  # (a name never looked up has no dentry yet: EAGAIN from the real call)
-        monkeypatch.setattr(
-            _platform, "open_cached", lambda path: real_open(path) if os.path.exists(path) else -errno.ENOENT
-        )
-    else:
-        monkeypatch.setattr(_platform, "open_cached", lambda path: -errno.EAGAIN)
+    kernel_caches(monkeypatch, cached)
     engine_ = engine()._engines[www_site.server]
     pool = engine_.executor
     submitted: list[object] = []

@@ -214,8 +214,7 @@ async def test_a_failing_core_gives_500_and_is_reported(
         raise ZeroDivisionError("core bug")
 
     monkeypatch.setattr(_answering, "core_answer", broken)
-    monkeypatch.setattr(_answering, "core_decide", broken)
-    monkeypatch.setattr(_inline, "decide", broken)  # (a path the pool looked up)
+    monkeypatch.setattr(_inline, "decide", broken)  # (the first sight's decision on the loop)
     with reported() as errors:
         for target in ("/first-sight", "/first-sight"):  # in the cold pool, then inline
             raw = await www_site.exchange(get(target))

@@ -195,5 +195,5 @@ def no_core(monkeypatch: pytest.MonkeyPatch) -> None:
     def asked(*args: Any) -> Any:
         raise AssertionError("the core was asked")
 
-    for name in ("answer", "_decide_off_loop", "route", "resolve", "respond"):
+    for name in ("answer", "_off_loop", "first_look", "look_again", "decide_looked", "respond"):
         monkeypatch.setattr(_app, name, asked)

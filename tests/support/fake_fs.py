@@ -1,6 +1,7 @@
 """The static core's fake file system (``FakeFS``: files, directories, errors, real paths, cold
 files in dicts; descriptors counted) and what the core's table tests build on it: the tree
-``sample_fs``, requests (``req``), a policy, and ``route_and_resolve``."""
+``sample_fs``, requests (``req``), a policy, and ``route_and_resolve``; and ``kernel_caches``, the
+real file system's lookup probes made to say cached or not."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import errno
 import os
 import stat
 from typing import Any
+
+import pytest
 
 from aiosendfile._static import _http
 from aiosendfile._static._answer import Answer, FileRange
@@ -156,3 +159,19 @@ def route_and_resolve(fs: FakeFS, r: Request, policy: DirectoryPolicy = POLICY) 
     path = route(r, policy)
     assert isinstance(path, str)
     return resolve(r, path, policy, fs)
+
+
+def kernel_caches(monkeypatch: pytest.MonkeyPatch, cached: bool) -> None:
+    """The first sight's probes (``_platform.lookup_cached``, ``open_cached``) say every lookup is
+    in the kernel's caches (*cached*: the real open, ENOENT for a name that does not exist) or
+    that none is (EAGAIN: it would read the disk)."""
+    from aiosendfile import _platform
+
+    monkeypatch.setattr(_platform, "lookup_cached", lambda path: cached)
+    real_open = _platform.open_cached
+    if cached:  # (a name never looked up has no dentry yet: EAGAIN from the real call)
+        monkeypatch.setattr(
+            _platform, "open_cached", lambda path: real_open(path) if os.path.exists(path) else -errno.ENOENT
+        )
+    else:
+        monkeypatch.setattr(_platform, "open_cached", lambda path: -errno.EAGAIN)
