@@ -13,12 +13,17 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from urllib.parse import unquote_to_bytes
 
 __all__ = ("decode", "inside", "checked")
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+#: A component that starts with "." and is not "." alone. (Searched in C: a peer's target of
+#: thousands of "/." segments must not cost a loop in Python over each.)
+_DOT_NAME = re.compile(r"/\.[^/]")  # (searched in "/" + the name: no alternation, faster)
+_WELL_KNOWN = ".well-known/"
 
 
 def inside(path: str, root: str) -> bool:
@@ -40,9 +45,8 @@ def checked(filename: str, dotfiles: bool) -> bool:
     if ".." in filename and ".." in filename.split("/"):
         return False
     if not dotfiles and (filename.startswith(".") or "/." in filename):
-        parts = filename.split("/")
-        if parts[0] == ".well-known":
-            parts = parts[1:]
-        if any(part.startswith(".") and part != "." for part in parts):
+        if filename.startswith(_WELL_KNOWN) or filename == ".well-known":
+            filename = filename[len(".well-known") :]
+        if _DOT_NAME.search("/" + filename):
             return False
     return True

@@ -40,6 +40,32 @@ from ..support.fake_fs import (
 pytestmark = pytest.mark.usefixtures("fresh_caches")
 
 
+def _dotfile_rule(filename: str) -> bool:
+    """The dotfile rule read plainly: a component starting with "." (not "." alone) is refused,
+    but for a leading ``.well-known``."""
+    parts = filename.split("/")
+    if parts[0] == ".well-known":
+        parts = parts[1:]
+    return not any(part.startswith(".") and part != "." for part in parts)
+
+
+def test_the_dotfile_check_is_the_rule_read_plainly() -> None:
+    """``_paths.checked`` (a search in C) agrees with the rule read plainly on every name made of
+    these pieces, up to four components."""
+    import itertools
+
+    from aiosendfile._static._paths import checked
+
+    pieces = ["", ".", "a", ".a", "a.", ".well-known", ".well-knownx", "well-known", "x.y", "..."]
+    for n in range(1, 5):
+        for parts in itertools.product(pieces, repeat=n):
+            name = "/".join(parts)
+            if name.startswith("/") or ".." in name.split("/"):
+                continue  # (refused before the dotfile rule)
+            assert checked(name, dotfiles=False) is _dotfile_rule(name), name
+            assert checked(name, dotfiles=True) is True, name
+
+
 # -- route ------------------------------------------------------------------------------------
 
 ROUTES: list[tuple[str, bytes, dict[str, Any], str | int]] = [
