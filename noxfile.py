@@ -161,10 +161,9 @@ def django(session: nox.Session, django: str) -> None:
     series = ".".join(str(version).strip().split(".")[:2])
     if django == "newest" and series in DJANGO_PYTHONS:
         session.skip(f"the newest Django for Python {session.python} is {series}, run as such")
-    session.run("python", "-m", "tests.host_suites.django_suite", *session.posargs)
     runs_on = [python for python in DJANGO_PYTHONS.get(django, INSTALLED) if python in INSTALLED]
-    if session.python == runs_on[-1] and not session.posargs:
-        session.run("python", "-m", "tests.host_suites.django_suite", "--loop", "uvloop")
+    loops = ["--loop", "asyncio", "--loop", "uvloop"] if session.python == runs_on[-1] else []
+    session.run("python", "-m", "tests.host_suites.django_suite", *(session.posargs or loops))
 
 
 #: What uvicorn's own tests import (its dev dependency group, less the tools that are not tests).

@@ -14,6 +14,7 @@ when a test that passes stock fails with ours, or when ours leaves more ``Resour
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -122,20 +123,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("labels", nargs="*", default=list(LABELS))
     parser.add_argument("--child", choices=("ours", "stock"), help=argparse.SUPPRESS)
     parser.add_argument("--tests", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the tests' loop")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        action="append",
+        help="the tests' loop (default asyncio); given twice, both runs at once, each judged",
+    )
     parser.add_argument("--verbose", action="store_true", help="print the runs' whole output")
     args, rest = parser.parse_known_args(argv)
+    loops = list(dict.fromkeys(args.loop or ["asyncio"]))
     if args.child:
-        return _child(args.child, args.tests, args.loop, [a for a in rest if a != "--"] or args.labels)
+        return _child(args.child, args.tests, loops[0], [a for a in rest if a != "--"] or args.labels)
 
     import django
 
     from ._sdist import sdist_folder
+
+    tests = sdist_folder("Django", django.get_version(), "tests")
+    # Each run is a child process that waits on its own (Django's runner starts two workers):
+    # the loops' runs go at once, then each is judged in turn.
+    with concurrent.futures.ThreadPoolExecutor(len(loops)) as pool:
+        runs = list(pool.map(lambda loop: _run("ours", tests, loop, args.labels), loops))
+    return max(_judge(run, tests, loop, args) for run, loop in zip(runs, loops, strict=True))
+
+
+def _judge(
+    run: tuple[int, dict[str, str], int, str], tests: Path, loop: str, args: argparse.Namespace
+) -> int:
+    """The verdict on our run of the labels on *loop* (stock run only if ours failed)."""
+    import django
+
     from ._verdict import Run, judge
 
-    version = django.get_version()
-    tests = sdist_folder("Django", version, "tests")
-    code, results, warnings, output = _run("ours", tests, args.loop, args.labels)
+    code, results, warnings, output = run
     if args.verbose or code not in (0, 1):
         print(output)
     ours = Run(code, results, output, warnings)
@@ -146,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def stock_run() -> Run:
-        code, results, warnings, output = _run("stock", tests, args.loop, args.labels)
+        code, results, warnings, output = _run("stock", tests, loop, args.labels)
         return Run(code, results, output, warnings)
 
-    host = f"Django {version} ({args.loop}, {' '.join(args.labels)})"
+    host = f"Django {django.get_version()} ({loop}, {' '.join(args.labels)})"
     return judge(ours, swapped, stock_run, "aiosendfile.django", host)
 
 
