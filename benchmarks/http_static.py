@@ -42,6 +42,8 @@ connection count only:
   (``tls_static.make_cert``); with them (issue #25), when named or with ``--asgi``, uvicorn over
   HTTPS (``--ssl-certfile``/``--ssl-keyfile``): ``uvicorn+asf/asf.asgi`` (aiosendfile's uvicorn
   protocol and ``aiosendfile.asgi.StaticFiles``) and stock ``uvicorn/starlette``.
+* ``4KiB-close`` (issue #53): the 4 KiB file, one request per connection (``wrk -H "Connection:
+  close"``): the cost of accepting, setting up and closing a connection.
 
 Then the ``--workers 2`` cases: ``serve --workers 2`` against nginx with ``worker_processes 2``
 on the plain sets at the first connection count, the servers on both CPUs (wrk shares one of them).
@@ -142,8 +144,11 @@ MIXED = "mixed"
 PROBE = "probe"
 # The single files over HTTPS, serve and nginx only (one worker, first --connections): label -> file label.
 TLS_SETS = {f"{f[0]}-tls": f[0] for f in FILES}
-SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS)
-ONE_CASE_SETS = (PROBE, *TLS_SETS)  # run with one worker at the first connection count only
+# The 4 KiB file with a new connection for every request (wrk -H "Connection: close"): what a
+# connection's set-up and close cost (health checks, scripts, every browser's first request).
+CLOSE = "4KiB-close"
+SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS, CLOSE)
+ONE_CASE_SETS = (PROBE, *TLS_SETS, CLOSE)  # run with one worker at the first connection count only
 HOT_NAME, HOT_SIZE = "hot.bin", 1024  # the probe's file, kept in the page cache
 PROBE_INTERVAL_MS = 10.0
 MIXED_SEED = 15
@@ -176,6 +181,7 @@ class FileSet:
     script: str | None = None
     files: list[str] | None = None  # the mixed set's files on disk (evicted before each run)
     scheme: str = "http"  # "https": the *-tls sets
+    headers: tuple[str, ...] = ()  # more request fields (the 4KiB-close set's Connection: close)
     probe: ProbeSpec | None = None  # the probe set: the hot-file probe beside wrk
 
 
@@ -333,12 +339,15 @@ def make_sets(
     bodies: dict[str, bytes] = {}
     for label, name, size in FILES:
         tls = f"{label}-tls"
-        if label in labels or tls in labels:
+        close = CLOSE if label == "4KiB" else None
+        if label in labels or tls in labels or close in labels:
             bodies[name] = os.urandom(size)
             (root / name).write_bytes(bodies[name])
             warm(str(root / name))
             sets[label] = FileSet(label, name, size)
             sets[tls] = FileSet(tls, name, size, scheme="https")
+            if close is not None:
+                sets[close] = FileSet(close, name, size, headers=("Connection: close",))
     if MIXED in labels or PROBE in labels:
         sizes, paths, script, files = write_mixed_set(root, tmp, mixed_files)
         check = paths[0].lstrip("/")
@@ -439,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                     connections=case.connections,
                     workers=case.workers,
                     script=fs.script,
+                    headers=fs.headers,
                     server_cpus=args.server_cpus if case.workers == 1 else args.multi_server_cpus,
                 )
                 start = partial(start_server, ctx, tools, tls=tls if fs.scheme == "https" else None)

@@ -53,6 +53,7 @@ class Context:
     client_cpus: str | None
     bodies: dict[str, bytes]  # file name -> expected body
     script: str | None = None  # wrk -s: a Lua script that picks the paths (overrides the URL's path)
+    headers: tuple[str, ...] = ()  # wrk -H: request fields ("Connection: close": a connection per request)
     workers: int = 1  # server processes (worker processes: nginx's, serve's --workers)
 
     def wrk_command(self, url: str, duration: int) -> list[str]:
@@ -64,6 +65,7 @@ class Context:
             connections=self.connections,
             cpus=self.client_cpus,
             script=self.script,
+            headers=self.headers,
         )
 
 

@@ -89,10 +89,12 @@ def wrk_command(
     connections: int,
     cpus: str | None,
     script: str | None = None,
+    headers: tuple[str, ...] = (),
 ) -> list[str]:
     """``wrk --latency`` for ``duration`` whole seconds, on the CPUs ``cpus`` (taskset list) if given.
 
-    ``script``: a Lua script (``wrk -s``), e.g. one that picks the paths (:func:`paths_script`).
+    ``script``: a Lua script (``wrk -s``), e.g. one that picks the paths (:func:`paths_script`);
+    ``headers``: request fields (``wrk -H``), e.g. ``Connection: close`` (a connection per request).
     """
     return [
         *pin_prefix(cpus),
@@ -105,6 +107,7 @@ def wrk_command(
         f"{duration}s",
         "--latency",
         *(["-s", script] if script else []),
+        *(arg for field in headers for arg in ("-H", field)),
         url,
     ]
 
