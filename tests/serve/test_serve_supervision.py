@@ -302,8 +302,19 @@ def test_a_line_writer_never_blocks_drops_and_counts_and_says_so() -> None:
 def test_sighup_is_a_logged_graceful_stop(
     served: Path, server_factory: Callable[..., Server], loop: str, workers: str
 ) -> None:
-    """A hangup stops serve as SIGTERM does (the download in flight finishes, exit 0), and says so."""
-    server = server_factory(str(served), "--port", "0", "--loop", loop, "--workers", workers)
+    """A hangup stops serve as SIGTERM does (the download in flight finishes, exit 0), and says so.
+    (serve starts with SIGHUP at its default, whatever the test runner's is: under ``nohup`` it
+    would be ignored, as the next test checks.)"""
+    server = server_factory(
+        str(served),
+        "--port",
+        "0",
+        "--loop",
+        loop,
+        "--workers",
+        workers,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )
     workers_before = children(server.proc.pid)
     with Client(server, timeout=5.0) as client:
         status, length = client.head("/big.bin", agent="t")
