@@ -37,14 +37,13 @@ is gone; :func:`._render.transport_gone`); any other error from ``send`` is rais
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
+from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, respond
@@ -53,8 +52,7 @@ from .._static._inline import decide_looked, first_look, from_memory, look_again
 from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, file_policy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, BytesHeaders, Request
-from .._threads import in_pool
-from ._render import BODY_TYPE, START, file_mode, header_pairs, send_answer, transport_gone
+from ._render import BODY_TYPE, START, file_mode, header_pairs, off_loop, send_answer, transport_gone
 
 __all__ = ("FileResponse", "StaticFiles")
 
@@ -112,15 +110,9 @@ def _no_sibling_names(path: str) -> bool:
 
 
 async def _off_loop(fn: Callable[..., _R], *args: Any) -> _R:
-    """``fn(*args)`` (a lookup, a core decision) in the cold-read pool; if we are cancelled
-    meanwhile, an answer that still comes back is closed (its descriptor would leak)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio through anyio): its threads; the result comes back
-        import anyio.to_thread  # even if cancelled (the caller closes it)
-
-        return await anyio.to_thread.run_sync(fn, *args)
-    return await in_pool(default_cold_executor(), fn, *args, if_cancelled=_close_late)
+    """``fn(*args)`` (a lookup, a core decision) off the loop (``_render.off_loop``); if we are
+    cancelled meanwhile, an answer that still comes back is closed (its descriptor would leak)."""
+    return await off_loop(fn, *args, if_cancelled=_close_late)
 
 
 def _close_late(late: object) -> None:
@@ -310,7 +302,7 @@ class StaticFiles:
                 await _off_loop(look_up, req, policy)
                 self._recent.saw(key, time.monotonic())
                 looked = look_again(req, policy)
-            if kind is not True and kind is not False and isinstance(looked[0], str):
+            if isinstance(kind, bytes) and isinstance(looked[0], str):
                 folder = _folder(looked[0])  # (only Accept-Encoding: before the core looks for siblings)
             ans = decide_looked(req, looked, policy)
         except DecideInPool:  # a directory listing to build: in the pool, never on the loop

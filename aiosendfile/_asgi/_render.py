@@ -104,11 +104,14 @@ def header_pairs(fields: list[tuple[str, str]], length: int | None) -> list[tupl
     return pairs
 
 
-async def off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+async def off_loop(
+    fn: Callable[..., _T], *args: Any, if_cancelled: Callable[[_T | None], object] | None = None
+) -> _T:
     """``fn(*args)`` in a thread: the cold-read pool under asyncio, anyio's threads elsewhere (trio).
 
     Cancelled meanwhile: a call already running is waited for before re-raising (it may use a
-    descriptor the caller closes next).
+    descriptor the caller closes next), and its result goes to *if_cancelled* (close what it
+    opened). Under anyio the result comes back even if cancelled: the caller closes it.
     """
     try:
         asyncio.get_running_loop()
@@ -116,7 +119,7 @@ async def off_loop(fn: Callable[..., _T], *args: Any) -> _T:
         import anyio.to_thread  # (not asyncio: trio through anyio)
 
         return await anyio.to_thread.run_sync(fn, *args)
-    return await in_pool(default_cold_executor(), fn, *args)
+    return await in_pool(default_cold_executor(), fn, *args, if_cancelled=if_cancelled)
 
 
 async def _read(fd: int, size: int, offset: int) -> bytes:

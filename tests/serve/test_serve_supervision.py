@@ -297,6 +297,11 @@ def test_a_line_writer_never_blocks_drops_and_counts_and_says_so() -> None:
 # -- item 6: signals ---------------------------------------------------------------------------------
 
 
+def _sighup(disposition: signal.Handlers) -> Callable[[], object]:
+    """A ``preexec_fn`` that starts serve with SIGHUP at *disposition*, whatever the runner's is."""
+    return lambda: signal.signal(signal.SIGHUP, disposition)
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("loop", LOOPS)
 def test_sighup_is_a_logged_graceful_stop(
@@ -306,14 +311,7 @@ def test_sighup_is_a_logged_graceful_stop(
     (serve starts with SIGHUP at its default, whatever the test runner's is: under ``nohup`` it
     would be ignored, as the next test checks.)"""
     server = server_factory(
-        str(served),
-        "--port",
-        "0",
-        "--loop",
-        loop,
-        "--workers",
-        workers,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        str(served), "--port", "0", "--loop", loop, "--workers", workers, preexec_fn=_sighup(signal.SIG_DFL)
     )
     workers_before = children(server.proc.pid)
     with Client(server, timeout=5.0) as client:
@@ -339,14 +337,7 @@ def test_sighup_stays_ignored_when_serve_starts_with_it_ignored(
     served: Path, server_factory: Callable[..., Server], loop: str
 ) -> None:
     """Under nohup (SIGHUP ignored from the start), a hangup changes nothing."""
-    server = server_factory(
-        str(served),
-        "--port",
-        "0",
-        "--loop",
-        loop,
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
-    )
+    server = server_factory(str(served), "--port", "0", "--loop", loop, preexec_fn=_sighup(signal.SIG_IGN))
     server.proc.send_signal(signal.SIGHUP)
     time.sleep(0.3)
     assert server.proc.poll() is None
