@@ -25,7 +25,9 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   part of is sent when the socket has room, without probing it again. A cold chunk of up to
   ``READ_AHEAD_MAX`` bytes is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts,
   nothing waits for it) and probed again from a timer, 1 ms later, then twice as long each time,
-  ``COLD_WAITS`` times: no pool thread, so no hand-off of the GIL per cold file and back (h2o
+  ``COLD_WAITS`` times, every page of it this time (``is_cold(read_in=True)``: a read's pages come
+  in out of order on a busy device, and the last one in says nothing of the others): no pool
+  thread, so no hand-off of the GIL per cold file and back (h2o
   tries ``RWF_NOWAIT`` first for the same reason). The read is asked from the read-ahead thread
   (``_coldread.read_ahead``, a loop turn's chunks together), never from the loop's: submitting
   it may wait in the block layer for milliseconds. A larger chunk, or one still cold after the waits
@@ -272,7 +274,7 @@ class Transfer:
                     )
                 else:
                     cold = self.warm_to == PROBED_COLD or is_cold(
-                        self.file_fd, self.position, size, DEFAULT_OPTIONS
+                        self.file_fd, self.position, size, DEFAULT_OPTIONS, read_in=self.waits > 0
                     )
                 if cold:
                     self.warm_to = 0  # (probed again after the wait)

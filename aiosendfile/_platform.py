@@ -52,6 +52,7 @@ __all__ = (
     "page_cached",
     "range_cached",
     "range_cached_available",
+    "range_readable",
     "pread_cached",
     "read_nowait",
     "push",
@@ -225,6 +226,41 @@ _no_probe_devices: set[int] = set()  # file systems (st_dev) where RWF_NOWAIT is
 _PROBE_BYTE = [bytearray(1)]
 
 
+#: Where :func:`range_readable` reads to: one buffer named over and over in the read's vector, so a
+#: range of any length costs no allocation and stays in the CPU's cache (never looked at).
+_SCRATCH = memoryview(bytearray(64 * 1024))
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def range_readable(fd: int, offset: int, size: int) -> bool | None:
+    """Whether every byte of [offset, offset+size) can be read now, without waiting for the disk:
+    one ``RWF_NOWAIT`` read of the whole range into a scratch buffer (its bytes are dropped).
+
+    The one check that sees every page: ``cachestat`` counts a page still being read in as
+    cached, and a probe of the last page says nothing of the ones before it, while any of them
+    makes ``sendfile`` wait for the disk. Call it only where :func:`range_cached` said every page
+    is there: a refused read of a missing page starts reading it from the calling thread. False
+    also when the file ends inside the range; None where the platform cannot tell.
+    """
+    if not HAS_RWF_NOWAIT or size <= 0:
+        return None
+    whole, rest = divmod(size, len(_SCRATCH))
+    parts = [_SCRATCH] * whole
+    if rest:
+        parts.append(_SCRATCH[:rest])
+    if len(parts) > _IOV_MAX:
+        return None
+    try:
+        got = os.preadv(fd, parts, offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _nowait_unsupported_errnos:
+            return None
+        raise
+    return got >= size
+
+
 def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
     """Whether the page holding *offset* is in the page cache (a 1-byte ``RWF_NOWAIT`` read).
 
@@ -325,7 +361,8 @@ def range_cached(fd: int, offset: int, size: int) -> bool | None:
 
     None where the kernel cannot tell (not Linux >= 6.5, or the file system
     declines). Pages still being read in count as cached here, so callers pair a
-    True with :func:`page_cached` on the last page, which says "not yet" for those.
+    True with :func:`page_cached` on the last page, which says "not yet" for those,
+    or, where a read of the range was just started, with :func:`range_readable`.
     """
     call = _cachestat.call
     if call is None or size <= 0:

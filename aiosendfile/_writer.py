@@ -31,8 +31,10 @@ Theory of operation
 * **Cold pages.** Before a chunk, ``cachestat(2)`` counts its pages in the
   page cache (no side effects), and a 1-byte ``RWF_NOWAIT`` read of its last
   page says whether the pages are readable yet (pages still being read in are
-  in the cache but not ready). Without ``cachestat`` (Linux < 6.5, BSD) the
-  first and last page are probed. If any page is missing, that chunk's
+  in the cache but not ready). A caller that had the chunk read ahead a moment
+  ago asks for every page (``read_in``: one ``RWF_NOWAIT`` read of the chunk into
+  a scratch buffer), since a read's pages may come in out of order. Without
+  ``cachestat`` (Linux < 6.5, BSD) the first and last page are probed. If any page is missing, that chunk's
   ``sendfile`` runs in the cold-read pool (see ``_options``), so the disk wait
   happens off the loop thread. The transfer stays zero-copy. (Measured and
   dropped: a ``POSIX_FADV_WILLNEED`` of the next chunk from the pool halved
@@ -248,18 +250,33 @@ async def _send_file(
             await yield_to_others(loop)
 
 
-def is_cold(file_fd: int, position: int, size: int, options: Options, device: int | None = None) -> bool:
+def is_cold(
+    file_fd: int,
+    position: int,
+    size: int,
+    options: Options,
+    device: int | None = None,
+    *,
+    read_in: bool = False,
+) -> bool:
     """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool).
 
     *device* (the file's ``st_dev``) only spares ``page_cached`` an ``fstat`` where a file system refused.
+    *read_in*: the caller had the chunk read ahead a moment ago, so any of its pages may still be
+    on the way (a throttled or busy device completes a read's pages out of order): every page is
+    checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer).
     """
     if not options.probe:
         return False
     last = position + size - 1
     whole = _platform.range_cached(file_fd, position, size)
     if whole is not None:
+        if not whole:
+            return True
+        if read_in and _platform.range_readable(file_fd, position, size) is False:
+            return True
         # All pages present: ready unless the last is still being read in.
-        return not whole or _platform.page_cached(file_fd, last, device) is False
+        return _platform.page_cached(file_fd, last, device) is False
     first = _platform.page_cached(file_fd, position, device)
     if first is None:
         return True  # cannot tell: the conservative path

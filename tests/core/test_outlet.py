@@ -158,7 +158,7 @@ async def test_where_the_read_cannot_tell_the_chunk_is_probed_and_sent_with_send
     data = pattern(3_000, seed=4)
     path.write_bytes(data)
     monkeypatch.setattr(_platform, "read_nowait", lambda *args: None)
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args: False)
+    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: False)
     calls = _platform.counters.calls
     got, sock, (sent, exc) = await transfer(path, len(data))
     assert got == b"HEAD\r\n\r\n" + data
@@ -302,3 +302,83 @@ def test_read_nowait_says_read_cold_or_cannot_tell(tmp_path: Path) -> None:
     finally:
         os.close(fd)
         os.close(other)
+
+
+async def test_a_chunk_read_ahead_is_sent_only_once_every_page_is_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a wait for its pages, a chunk's every page is checked, not only its last: on a slow
+    or busy device a read's pages come in out of order, ``cachestat`` counts the ones on the way
+    as cached, and one of them makes ``sendfile`` wait for the disk on the loop's thread (seen as
+    loop stalls of 70-300 ms with the reads throttled to 200 a second). Here the kernel's answers
+    are played: absent, then present with the last page in but one before it still on the way,
+    then all in."""
+    path = tmp_path / "chunk.bin"
+    data = pattern(4 * _outlet.READ_MAX, seed=7)
+    path.write_bytes(data)
+    events: list[str] = []
+    present = iter([False])
+    readable = iter([False])
+
+    def range_cached(fd: int, offset: int, size: int) -> bool:
+        events.append("present?")
+        return next(present, True)
+
+    def range_readable(fd: int, offset: int, size: int) -> bool:
+        assert (offset, size) == (0, len(data))
+        events.append(f"readable {(answer := next(readable, True))}")
+        return answer
+
+    real_send = _outlet.sendfile_once
+
+    def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        events.append("sendfile")
+        return real_send(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(_platform, "range_cached", range_cached)
+    monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
+    monkeypatch.setattr(_platform, "range_readable", range_readable, raising=False)
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
+    monkeypatch.setattr(_outlet, "sendfile_once", sendfile_once)
+    got, _, (sent, exc) = await transfer(path, len(data))
+    assert got == b"HEAD\r\n\r\n" + data
+    assert (sent, exc) == (len(data), None)
+    first_send = events.index("sendfile")
+    assert "readable False" in events[:first_send]
+    assert events[first_send - 1] == "readable True", events
+
+
+def test_range_readable_sees_a_page_the_last_page_probe_misses(tmp_path: Path) -> None:
+    """``range_readable`` reads the whole range (several scratch buffers' worth here) without
+    waiting: True when every page is in, False when one before the last is not, or when the range
+    runs past the end; the last page's probe, for the same range, says yes."""
+    if not _platform.HAS_RWF_NOWAIT:
+        pytest.skip("no RWF_NOWAIT")
+    data = pattern(200 * 1024 + 123, seed=8)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ready = _platform.range_readable(fd, 0, len(data))
+        if ready is None:
+            pytest.skip("RWF_NOWAIT is refused on this file system")
+        assert ready is True
+        assert _platform.range_readable(fd, 4096, len(data) - 4096) is True
+        assert _platform.range_readable(fd, 0, len(data) + 1) is False  # (past the end)
+        os.fsync(fd)
+        # The pages dropped and the last one read back in, not the first. A refused read starts
+        # the read of the missing pages, and where the disk is the VM host's cache that read can
+        # be done before the call looks at them (then the range is readable): a few tries.
+        answers = []
+        for _ in range(5):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.pread(fd, 1, len(data) - 1)
+            if _platform.range_cached(fd, 0, 4096) is not False:
+                pytest.skip("the pages could not be dropped here")
+            assert _platform.page_cached(fd, len(data) - 1) is True
+            answers.append(_platform.range_readable(fd, 0, len(data)))
+            if answers[-1] is False:
+                break
+        assert answers[-1] is False, answers
+    finally:
+        os.close(fd)

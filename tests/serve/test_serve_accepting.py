@@ -144,7 +144,7 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
     (www_site.public / "medium.bin").write_bytes(body)
     probes: list[int] = []
 
-    def is_cold(*args: Any) -> bool:
+    def is_cold(*args: Any, **kwargs: Any) -> bool:
         probes.append(1)
         return cold == "always" or len(probes) == 1
 
@@ -176,7 +176,7 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
     (www_site.public / "medium.bin").write_bytes(body)
     probes: list[int] = []
 
-    def is_cold(*args: Any) -> bool:
+    def is_cold(*args: Any, **kwargs: Any) -> bool:
         probes.append(1)
         return len(probes) == 1
 
@@ -228,7 +228,7 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
         if not waiting.done():
             waiting.set_result(None)
 
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args: True)
+    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: True)
     monkeypatch.setattr(_outlet.Transfer, "_wait_for_pages", wait_for_pages)
     sock = socket.create_connection((www_site.host, www_site.port))
     try:
@@ -253,7 +253,7 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(
 
     probes: list[int] = []
 
-    def is_cold(fd: int, position: int, size: int, *args: Any) -> bool:
+    def is_cold(fd: int, position: int, size: int, *args: Any, **kwargs: Any) -> bool:
         probes.append(position)
         return False
 
@@ -293,7 +293,7 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
             disk.wait(20)  # the slow disk
         return real_send(out_fd, in_fd, offset, count)
 
-    def cold_if_big(fd: int, *args: Any) -> bool:
+    def cold_if_big(fd: int, *args: Any, **kwargs: Any) -> bool:
         return os.readlink(f"/proc/self/fd/{fd}") == str(big)
 
     if not sys.platform.startswith("linux"):

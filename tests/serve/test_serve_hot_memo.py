@@ -432,7 +432,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
             assert (await read_response(reader)).body == body
         probes: list[int] = []
 
-        def cold_once(*args: Any) -> bool:
+        def cold_once(*args: Any, **kwargs: Any) -> bool:
             probes.append(1)
             return len(probes) == 1  # cold at the straight line's probe, warm when probed again
 

@@ -66,7 +66,7 @@ async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_not
     guard) and nothing reported (the loop guard)."""
     from aiosendfile import _outlet, _platform
 
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args: True)
+    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: True)
     small, big = (www_site.public / "small.txt").read_bytes(), (www_site.public / "big.bin").read_bytes()
     before = _platform.counters.cold
     raw = await www_site.exchange(
