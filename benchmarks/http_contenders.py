@@ -46,6 +46,7 @@ __all__ = [
     "FLOORS",
     "FLOOR_SERVER",
     "MULTI_WORKER",
+    "NGINX_AIO",
     "NGINX_CONF",
     "NGINX_TLS",
     "SERVE",
@@ -65,6 +66,10 @@ BEFORE_ENV = "AIOSENDFILE_BEFORE"
 #: An ASGI row with this suffix runs the app from that checkout too (asked for by name).
 BEFORE_SUFFIX = "@before"
 BASE = "nginx"  # every ratio is to nginx
+#: nginx with ``aio threads`` (asked for by name): its reads and ``sendfile`` in a thread pool, as
+#: the nginx documentation advises where a slow disk would block the worker (its ``open`` and
+#: ``fstat`` still run on the worker).
+NGINX_AIO = "nginx-aio"
 # The ASGI rows (issue #16), SERVER/APP: the server's command and the app in benchmarks.asgi_apps.
 ASGI_SERVERS = ("uvicorn", "uvicorn+asf", "granian")
 ASGI_APPS = {
@@ -98,13 +103,14 @@ CONTENDERS = (
     *ASGI_MEMORY,
     "py-floor",
     "py-floor+probe",
+    NGINX_AIO,
     SERVE_BEFORE,
     *ASGI_BEFORE,
 )
 # aiohttp-memory is a reference, asked for by name; the ASGI rows run with --asgi or by name.
 DEFAULT_CONTENDERS = CONTENDERS[:6]
 ALIASES = {"aiosendfile-plugin": SERVE}  # the serve command's name before issue #15
-MULTI_WORKER = (SERVE, SERVE_BEFORE, "nginx")  # the contenders of the --workers N > 1 cases
+MULTI_WORKER = (SERVE, SERVE_BEFORE, "nginx", NGINX_AIO)  # the contenders of the --workers N > 1 cases
 # Hold the files in memory: not for the mixed (cold) set.
 SINGLE_FILE_ONLY = ("aiohttp-memory", *ASGI_MEMORY)
 # The contenders of the HTTPS cases (the *-tls sets), each given the same certificate and key: the
@@ -157,7 +163,7 @@ events {{
     worker_connections 4096;
 }}
 http {{
-    access_log off;
+    access_log off;{aio}
     sendfile on;
     tcp_nopush on;
     tcp_nodelay on;
@@ -213,8 +219,8 @@ def start_server(
             cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         # With workers, the parent forks them: wait for the whole tree.
         procs = 1 + ctx.workers if ctx.workers > 1 else 1
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=env, processes=procs)
-    if ctx.workers != 1 and name != "nginx":
+        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=env, processes=procs)
+    if ctx.workers != 1 and name not in MULTI_WORKER:
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if is_asgi(name):
         server, app = name.removesuffix(BEFORE_SUFFIX).split("/")
@@ -230,7 +236,7 @@ def start_server(
         granian = server == "granian"
         return servers.start_server(
             name,
-            cmd,
+            [*ctx.wrap, *cmd],
             port,
             log,
             cpus=cpus,
@@ -241,21 +247,23 @@ def start_server(
     if name in AIOHTTP_KINDS:
         cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
         # The program is this repository's (and the plugin imports aiosendfile from it).
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
+        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=repo_env())
     if name in FLOORS:
         cmd = [sys.executable, "-m", FLOOR_SERVER, ctx.root, "127.0.0.1", str(port), *FLOORS[name]]
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=repo_env())
+        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=repo_env())
     if name == "http.server":
         cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
         # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
-        return servers.start_server(name, cmd, port, log, cpus=cpus, stop_signal=signal.SIGINT)
+        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, stop_signal=signal.SIGINT)
     if name == "caddy":
         caddy = tools["caddy"]
         assert caddy is not None
         # file-server disables caddy's admin endpoint; stdout/stderr: its JSON log (info level).
         cmd = [caddy, "file-server", "--root", ctx.root, "--listen", f"127.0.0.1:{port}"]
-        return servers.start_server(name, cmd, port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp))
-    if name == "nginx":
+        return servers.start_server(
+            name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp)
+        )
+    if name in ("nginx", NGINX_AIO):
         nginx = tools["nginx"]
         assert nginx is not None
         ngx = Path(ctx.tmp, "nginx")
@@ -266,7 +274,14 @@ def start_server(
         ssl, tls_conf = (" ssl", NGINX_TLS.format(cert=tls[0], key=tls[1])) if tls is not None else ("", "")
         conf.write_text(
             NGINX_CONF.format(
-                user=user, workers=ctx.workers, tmp=ngx, port=port, root=ctx.root, ssl=ssl, tls=tls_conf
+                user=user,
+                workers=ctx.workers,
+                tmp=ngx,
+                port=port,
+                root=ctx.root,
+                ssl=ssl,
+                tls=tls_conf,
+                aio="\n    aio threads;" if name == NGINX_AIO else "",
             )
         )
         cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
@@ -274,7 +289,7 @@ def start_server(
         # SIGQUIT is nginx's graceful stop.
         return servers.start_server(
             name,
-            cmd,
+            [*ctx.wrap, *cmd],
             port,
             log,
             cpus=cpus,

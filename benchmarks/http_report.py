@@ -165,7 +165,8 @@ def _probe_rows(summary: dict[str, Any], probe_rat: dict[str, Any]) -> list[list
                     if name == BASE and label in probe_rat
                     else (f"{vs['median']:.2f}x [{min(paired):.2f}-{max(paired):.2f}]" if paired else ""),
                     _num(row, "probe_requests_median", ".0f"),
-                    f"{row['probe_errors_total']}/{row['probe_reconnects_total']}/{row['probe_late_ticks_total']}",
+                    f"{row['probe_errors_total']}/{row['probe_reconnects_total']}/{row['probe_late_ticks_total']}"
+                    f"/{row.get('probe_unfinished_total', 0)}",
                     median_range(row, "req_per_s", ".0f"),
                     _num(row, "latency_p99_ms_median", ".2f"),
                     str(row["socket_errors_total"]),
@@ -301,6 +302,8 @@ def report(
             f"{probe['cpus'] or '(unpinned)'}, GETs {probe['path']} ({probe['bytes']} B, in the page cache) "
             f"every {probe['interval_ms']:.0f} ms over one keep-alive HTTP/1.1 connection."
         )
+        if probe.get("slow_disk"):
+            out.append(f"slow disk: {probe['slow_disk']}.")
     if tls:
         out.append(
             "*-tls: the file over HTTPS, " + " and ".join(tls["contenders"]) + " with the same "
@@ -357,7 +360,7 @@ def report(
                     "probe max ms med/max",
                     "p99 x nginx [rounds]",
                     "GETs",
-                    "err/reconn/late",
+                    "err/reconn/late/unans",
                     "wrk req/s",
                     "wrk p99 ms",
                     "wrk sock errs",
@@ -368,8 +371,9 @@ def report(
             "probe: one GET per 10 ms tick, timed from its first byte sent to its last body byte; only the",
             "GETs that started inside wrk's run; medians [min-max] over rounds (max: median / worst round).",
             "p99 x nginx: the probe's p99 median over nginx's in the same case [per-round ratios].",
-            "GETs: per trial (median). err/reconn/late, all rounds: failed GETs, GETs that had to connect",
-            "first (the server closed the connection), ticks skipped while a GET was still running.",
+            "GETs: answered per trial (median). err/reconn/late/unans, all rounds: failed GETs, GETs that",
+            "had to connect first (the server closed the connection), ticks skipped while a GET was still",
+            "running, GETs unanswered when wrk's run ended (counted as the time waited, a lower bound).",
             "wrk req/s, p99, sock errs: the same trials' wrk figures.",
         ]
         for label, by_name in (probe_rat or {}).items():

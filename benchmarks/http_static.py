@@ -44,6 +44,11 @@ connection count only:
   protocol and ``aiosendfile.asgi.StaticFiles``) and stock ``uvicorn/starlette``.
 * ``4KiB-close`` (issue #53): the 4 KiB file, one request per connection (``wrk -H "Connection:
   close"``): the cost of accepting, setting up and closing a connection.
+* ``probe-slow`` (issue #53): the ``probe`` set on a slow disk. The server runs in a cgroup that
+  holds its reads of the disk under the set to ``--slow-read-iops`` a second (default 200:
+  ``benchmarks.harness.throttle``; root and a blkio or io controller, else the set is skipped with
+  the reason); wrk and the probe wait up to 60 s for an answer. Whether one client's cold files
+  hold up another's hot one: the case for ``nginx-aio`` (nginx with ``aio threads``) beside nginx.
 
 Then the ``--workers 2`` cases: ``serve --workers 2`` against nginx with ``worker_processes 2``
 on the plain sets at the first connection count, the servers on both CPUs (wrk shares one of them).
@@ -67,6 +72,7 @@ Run from the repository root::
     python -m benchmarks.http_static --sets 4KiB,1MiB --connections 64 --workers 1
     python -m benchmarks.http_static --asgi          # the ASGI rows and nginx: 4KiB, 1MiB at 64 connections
     python -m benchmarks.http_static --sets probe --contenders serve,nginx --workers 1
+    python -m benchmarks.http_static --sets probe-slow --contenders serve,nginx,nginx-aio --workers 1
     python -m benchmarks.http_static --sets 4KiB-tls,1MiB-tls --workers 1
     python -m benchmarks.http_static --sets 4KiB-tls,1MiB-tls --workers 1 \
         --contenders serve,nginx,uvicorn+asf/asf.asgi,uvicorn/starlette
@@ -75,6 +81,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import ssl
 import statistics
@@ -94,6 +101,7 @@ from benchmarks.harness.http_trial import WARMUP_S, Context, Sample, progress_li
 from benchmarks.harness.probe import PROBE_PROGRAM, ProbeSpec
 from benchmarks.harness.report import document_head, finish_samples, machine_info
 from benchmarks.harness.servers import can_pin, ensure_caddy, ensure_tools, raise_nofile, tool_version
+from benchmarks.harness.throttle import ReadThrottle, read_throttle
 from benchmarks.harness.wrk import paths_script
 from benchmarks.http_contenders import (
     AIOHTTP_APP_SOURCE,
@@ -105,6 +113,7 @@ from benchmarks.http_contenders import (
     CONTENDERS,
     DEFAULT_CONTENDERS,
     MULTI_WORKER,
+    NGINX_AIO,
     NGINX_CONF,
     NGINX_TLS,
     SINGLE_FILE_ONLY,
@@ -147,8 +156,13 @@ TLS_SETS = {f"{f[0]}-tls": f[0] for f in FILES}
 # The 4 KiB file with a new connection for every request (wrk -H "Connection: close"): what a
 # connection's set-up and close cost (health checks, scripts, every browser's first request).
 CLOSE = "4KiB-close"
-SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS, CLOSE)
-ONE_CASE_SETS = (PROBE, *TLS_SETS, CLOSE)  # run with one worker at the first connection count only
+# The probe set with the server's disk reads throttled (a slow device): --slow-read-iops.
+SLOW = "probe-slow"
+SLOW_READ_IOPS = 200
+SLOW_TIMEOUT_S = 60  # wrk's and the probe's wait for one answer on the slow disk
+SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS, CLOSE, SLOW)
+ONE_CASE_SETS = (PROBE, *TLS_SETS, CLOSE, SLOW)  # run with one worker at the first connection count only
+PROBE_SETS = (PROBE, SLOW)  # the mixed set, cold, with the hot-file probe beside wrk
 HOT_NAME, HOT_SIZE = "hot.bin", 1024  # the probe's file, kept in the page cache
 PROBE_INTERVAL_MS = 10.0
 MIXED_SEED = 15
@@ -182,7 +196,8 @@ class FileSet:
     files: list[str] | None = None  # the mixed set's files on disk (evicted before each run)
     scheme: str = "http"  # "https": the *-tls sets
     headers: tuple[str, ...] = ()  # more request fields (the 4KiB-close set's Connection: close)
-    probe: ProbeSpec | None = None  # the probe set: the hot-file probe beside wrk
+    probe: ProbeSpec | None = None  # the probe sets: the hot-file probe beside wrk
+    slow: bool = False  # the probe-slow set: the server's disk reads throttled
 
 
 # ---------------------------------------------------------------------------
@@ -243,13 +258,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="sets",
         default=None,
         help=f"comma-separated subset of {','.join(SETS)} "
-        f"(default: all; 4KiB,{MIXED},{PROBE},4KiB-tls --quick; 4KiB,1MiB --asgi). {PROBE}: the mixed set "
-        "with the hot-file probe beside wrk; *-tls: the file over HTTPS (serve, nginx and the uvicorn rows "
+        f"(default: all but {SLOW}; 4KiB,{MIXED},{PROBE},4KiB-tls --quick; 4KiB,1MiB --asgi). {PROBE}: the "
+        f"mixed set with the hot-file probe beside wrk; {SLOW}: the same with the server's disk reads "
+        "throttled (--slow-read-iops); *-tls: the file over HTTPS (serve, nginx and the uvicorn rows "
         "uvicorn+asf/asf.asgi, uvicorn/starlette); these "
         "run with one worker at the first --connections",
     )
     p.add_argument(
         "--mixed-files", type=int, default=None, help="files in the mixed set (default 10000; 1000 --quick)"
+    )
+    p.add_argument(
+        "--slow-read-iops",
+        type=int,
+        default=SLOW_READ_IOPS,
+        help=f"the {SLOW} set's disk: reads per second the server may make (default {SLOW_READ_IOPS})",
     )
     p.add_argument("--server-cpus", default="0", help="taskset CPU list for the servers (default 0)")
     p.add_argument("--client-cpus", default="1", help="taskset CPU list for wrk (default 1)")
@@ -281,12 +303,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mixed_files = args.mixed_files if args.mixed_files is not None else (1000 if q else 10_000)
     named = ",".join(ALIASES.get(c.strip(), c.strip()) for c in args.contenders.split(","))
     args.contenders = list(dict.fromkeys(comma_list(p, named, CONTENDERS)))
-    default_sets = "4KiB,1MiB" if asgi else f"4KiB,{MIXED},{PROBE},4KiB-tls" if q else ",".join(SETS)
+    every = ",".join(s for s in SETS if s != SLOW)
+    default_sets = "4KiB,1MiB" if asgi else f"4KiB,{MIXED},{PROBE},4KiB-tls" if q else every
     args.sets = comma_list(p, args.sets or default_sets, SETS, "sets")
     if args.duration < 1 or args.rounds < 1 or args.threads < 1 or min(args.connections) < args.threads:
         p.error("--duration, --rounds and --threads must be >= 1, and --connections >= --threads")
-    if args.mixed_files < 1:
-        p.error("--mixed-files must be >= 1")
+    if args.mixed_files < 1 or args.slow_read_iops < 1:
+        p.error("--mixed-files and --slow-read-iops must be >= 1")
     if args.no_pin:
         args.server_cpus = args.client_cpus = args.multi_server_cpus = None
     elif not can_pin():
@@ -310,7 +333,7 @@ def plan(args: argparse.Namespace) -> list[tuple[Case, list[str]]]:
                 if label in TLS_SETS:
                     mine = [c for c in names if c in TLS_CONTENDERS]
                 else:
-                    mine = [c for c in names if not (label in (MIXED, PROBE) and c in SINGLE_FILE_ONLY)]
+                    mine = [c for c in names if not (label in (MIXED, *PROBE_SETS) and c in SINGLE_FILE_ONLY)]
                 if mine:
                     out.append((Case(label, n, workers), mine))
     return out
@@ -348,17 +371,19 @@ def make_sets(
             sets[tls] = FileSet(tls, name, size, scheme="https")
             if close is not None:
                 sets[close] = FileSet(close, name, size, headers=("Connection: close",))
-    if MIXED in labels or PROBE in labels:
+    if MIXED in labels or any(label in labels for label in PROBE_SETS):
         sizes, paths, script, files = write_mixed_set(root, tmp, mixed_files)
         check = paths[0].lstrip("/")
         bodies[check] = (root / check).read_bytes()
         sets[MIXED] = FileSet(MIXED, check, statistics.fmean(sizes), script, files)
-    if PROBE in labels:
+    if any(label in labels for label in PROBE_SETS):
         bodies[HOT_NAME] = os.urandom(HOT_SIZE)
         (root / HOT_NAME).write_bytes(bodies[HOT_NAME])
         warm(str(root / HOT_NAME))
         spec = ProbeSpec(HOT_NAME, HOT_SIZE, PROBE_INTERVAL_MS)
         sets[PROBE] = replace(sets[MIXED], label=PROBE, probe=spec)
+        slow_spec = replace(spec, timeout_s=SLOW_TIMEOUT_S)
+        sets[SLOW] = replace(sets[MIXED], label=SLOW, probe=slow_spec, slow=True)
     return sets, bodies
 
 
@@ -375,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = sys.stderr
     skipped: dict[str, str] = {}
-    wrk, nginx = ensure_tools("nginx" in args.contenders, "http_static")
+    wrk, nginx = ensure_tools(any(c in args.contenders for c in ("nginx", NGINX_AIO)), "http_static")
     caddy = None
     if "caddy" in args.contenders:
         caddy, why = ensure_caddy("http_static")
@@ -403,6 +428,17 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp, "www")
         root.mkdir()
         sets, bodies = make_sets(root, tmp, args.sets, args.mixed_files)
+        throttle: ReadThrottle | None = None
+        slow_disk = None
+        if SLOW in args.sets:
+            made = read_throttle(str(root), args.slow_read_iops)
+            if isinstance(made, str):
+                skipped[SLOW] = made
+                print(f"http_static: no {SLOW} set: {made}", file=log)
+                cases = [(case, names) for case, names in cases if case.set != SLOW]
+            else:
+                throttle, slow_disk = made, made.describe()
+                atexit.register(made.close)  # (an interrupted run leaves no group behind)
         tls = make_cert(tmp) if any(label in TLS_SETS for label in args.sets) else None
         mixed_info = None
         if MIXED in sets:
@@ -450,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
                     script=fs.script,
                     headers=fs.headers,
                     server_cpus=args.server_cpus if case.workers == 1 else args.multi_server_cpus,
+                    wrap=tuple(throttle.prefix()) if fs.slow and throttle is not None else (),
+                    wrk_timeout=SLOW_TIMEOUT_S if fs.slow else None,
                 )
                 start = partial(start_server, ctx, tools, tls=tls if fs.scheme == "https" else None)
                 before = partial(_evict, fs.files) if fs.files else None
@@ -485,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
                             break
                         time.sleep(2 * (attempt + 1))  # let a burst of other load pass
         elapsed = time.perf_counter() - t_bench
+        if throttle is not None:
+            throttle.close()
 
     labels = [case.label for case, _names in cases]
     summary = summarize(samples, args.contenders, labels, key="case")
@@ -499,8 +539,9 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": args.client_cpus,
             "program": PROBE_PROGRAM,
             "load": f"wrk on the {MIXED} set ({args.mixed_files} files), evicted before each measured run",
+            "slow_disk": slow_disk and f"{SLOW}: {slow_disk}; wrk --timeout {SLOW_TIMEOUT_S}s",
         }
-        if PROBE in args.sets
+        if any(label in args.sets for label in PROBE_SETS)
         else None
     )
     tls_info = (

@@ -55,6 +55,8 @@ class Context:
     script: str | None = None  # wrk -s: a Lua script that picks the paths (overrides the URL's path)
     headers: tuple[str, ...] = ()  # wrk -H: request fields ("Connection: close": a connection per request)
     workers: int = 1  # server processes (worker processes: nginx's, serve's --workers)
+    wrap: tuple[str, ...] = ()  # a prefix of the server's command (the probe-slow set's read throttle)
+    wrk_timeout: int | None = None  # wrk --timeout, seconds (None: wrk's 2 s)
 
     def wrk_command(self, url: str, duration: int) -> list[str]:
         return wrk_command(
@@ -66,6 +68,7 @@ class Context:
             cpus=self.client_cpus,
             script=self.script,
             headers=self.headers,
+            timeout=self.wrk_timeout,
         )
 
 
@@ -154,6 +157,7 @@ class Sample:
     probe_reconnects: int | None = None  # requests that had to connect first (server closed, or an error)
     probe_late_ticks: int | None = None  # 10 ms ticks skipped because a request was still running
     probe_cpu_s: float | None = None  # the probe process's CPU (not counted as other load)
+    probe_unfinished: int | None = None  # 1: a GET unanswered at the stop (counted as waited so far)
     probe_first_errors: list[str] | None = None
     wrk_output: str | None = None
 
@@ -213,7 +217,7 @@ def run_trial(
             result, running = running.finish(), None
             for key, value in probe_stats(result, t0, t1).items():
                 setattr(sample, key, value)
-            if not sample.probe_requests:
+            if not sample.probe_requests and not sample.probe_unfinished:
                 raise TrialError(f"the hot-file probe completed no request: {result['first_errors']}")
         if server.proc.poll() is not None:
             raise TrialError(f"{contender} died during the wrk run (status {server.proc.returncode})")
@@ -273,7 +277,7 @@ def progress_line(s: Sample) -> str:
         msg += f"  evicted ({s.cache_resident_pages} of {s.cache_pages} pages left)"
     if s.cold_read_us is not None:
         msg += f"  cold read {s.cold_read_us:.0f} us"
-    if s.probe_requests:
+    if s.probe_requests or s.probe_unfinished:
         msg += (
             f"  probe p50 {s.probe_p50_ms:.2f} p99 {s.probe_p99_ms:.2f} max {s.probe_max_ms:.2f} ms"
             f" ({s.probe_requests} GETs"
@@ -283,6 +287,7 @@ def progress_line(s: Sample) -> str:
                     (s.probe_errors, "errors"),
                     (s.probe_reconnects, "reconnects"),
                     (s.probe_late_ticks, "late ticks"),
+                    (s.probe_unfinished, "unanswered at the stop"),
                 )
                 if n
             )
@@ -326,6 +331,7 @@ def summarize(
                 "probe_errors_total": sum(s.probe_errors or 0 for s in ok),
                 "probe_reconnects_total": sum(s.probe_reconnects or 0 for s in ok),
                 "probe_late_ticks_total": sum(s.probe_late_ticks or 0 for s in ok),
+                "probe_unfinished_total": sum(s.probe_unfinished or 0 for s in ok),
                 "unclean_server_exits": sum(s.server_exit != 0 for s in mine),
             }
             for figure in (

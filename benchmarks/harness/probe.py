@@ -4,7 +4,9 @@ A trial with a :class:`ProbeSpec` starts ``benchmarks.programs.hot_probe`` (its 
 pinned to the client CPUs like wrk) right before the measured wrk run: it opens one keep-alive
 connection, GETs the hot file once untimed, says ``ready``, then GETs it on every tick (10 ms)
 and times each request. After wrk ends, the trial closes the probe's stdin and reads its JSON:
-only the requests that started inside wrk's window count (both sides use ``CLOCK_MONOTONIC``).
+only the requests that started inside wrk's window count (both sides use ``CLOCK_MONOTONIC``). A
+request still unanswered at the stop counts with the time it had waited: a lower bound, so a server
+that answers the hot file once a minute shows a p99 of at least that long, not no figures at all.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class ProbeSpec:
     path: str
     size: int  # the hot file's bytes
     interval_ms: float = 10.0
+    timeout_s: float = 10.0  # a request's socket timeout (an error and a new connection after it)
 
 
 class Probe:
@@ -42,7 +45,7 @@ class Probe:
 
     def __init__(self, spec: ProbeSpec, port: int, cpus: str | None) -> None:
         cmd = [sys.executable, "-m", PROBE_PROGRAM, "127.0.0.1", str(port), "/" + spec.path]
-        cmd += ["--interval-ms", str(spec.interval_ms)]
+        cmd += ["--interval-ms", str(spec.interval_ms), "--timeout", str(spec.timeout_s)]
         self.proc = subprocess.Popen(
             [*pin_prefix(cpus), *cmd],
             stdin=subprocess.PIPE,
@@ -92,13 +95,19 @@ def _readline(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
 
 def probe_stats(result: dict[str, Any], t0: float, t1: float) -> dict[str, Any]:
     """The probe's figures over the window [t0, t1] (``perf_counter`` seconds), latencies in ms."""
-    window = sorted(lat for start, lat in result["samples"] if t0 <= start <= t1)
+    window = [lat for start, lat in result["samples"] if t0 <= start <= t1]
+    unfinished: list[float] | None = result.get("unfinished")
+    waiting = unfinished is not None and t0 <= unfinished[0] <= t1
+    if unfinished is not None and waiting:
+        window.append(unfinished[1])
+    window.sort()
     out: dict[str, Any] = {
-        "probe_requests": len(window),
+        "probe_requests": len(window) - waiting,  # answered
         "probe_errors": result["errors"],
         "probe_reconnects": result["reconnects"],
         "probe_late_ticks": result["late_ticks"],
         "probe_cpu_s": result["cpu_s"],
+        "probe_unfinished": int(waiting),
         "probe_first_errors": result["first_errors"] or None,
     }
     if window:

@@ -90,11 +90,14 @@ def wrk_command(
     cpus: str | None,
     script: str | None = None,
     headers: tuple[str, ...] = (),
+    timeout: int | None = None,
 ) -> list[str]:
     """``wrk --latency`` for ``duration`` whole seconds, on the CPUs ``cpus`` (taskset list) if given.
 
     ``script``: a Lua script (``wrk -s``), e.g. one that picks the paths (:func:`paths_script`);
-    ``headers``: request fields (``wrk -H``), e.g. ``Connection: close`` (a connection per request).
+    ``headers``: request fields (``wrk -H``), e.g. ``Connection: close`` (a connection per request);
+    ``timeout``: wrk's ``--timeout`` in seconds (its default, 2 s, counts a slow disk's answers as
+    socket errors and leaves them out of the latencies).
     """
     return [
         *pin_prefix(cpus),
@@ -108,6 +111,7 @@ def wrk_command(
         "--latency",
         *(["-s", script] if script else []),
         *(arg for field in headers for arg in ("-H", field)),
+        *(["--timeout", f"{timeout}s"] if timeout else []),
         url,
     ]
 

@@ -14,8 +14,11 @@ again, its connect time included in its latency (counted as ``reconnects``; erro
 It stops when its stdin reaches end of file and prints one JSON object on stdout: ``samples``
 (``[start, latency]`` pairs in ``perf_counter`` seconds; on Linux that clock is ``CLOCK_MONOTONIC``,
 the same in every process, so the caller keeps the requests that started inside its own window),
-``errors``, ``first_errors``, ``reconnects``, ``late_ticks`` and ``cpu_s`` (this process's CPU from
-``ready`` to the stop). ``benchmarks.harness.probe`` runs it beside wrk.
+``errors``, ``first_errors``, ``reconnects``, ``late_ticks``, ``cpu_s`` (this process's CPU from
+``ready`` to the stop) and ``unfinished``: the request still waiting for its answer when the stop
+came, as ``[start, waited so far]`` (or null). A server that holds the hot file up for longer than
+the caller's window (nginx behind a slow disk) is so seen waiting, not missing.
+``benchmarks.harness.probe`` runs it beside wrk.
 """
 
 from __future__ import annotations
@@ -29,16 +32,24 @@ import socket
 import sys
 import time
 
-__all__ = ["Connection", "main"]
+__all__ = ["Connection", "Stopped", "main"]
+
+
+class Stopped(Exception):
+    """The stop (end of file on the stop descriptor) came while a response was awaited."""
 
 
 class Connection:
-    """One keep-alive HTTP/1.1 connection that GETs one path and reads each response by Content-Length."""
+    """One keep-alive HTTP/1.1 connection that GETs one path and reads each response by Content-Length.
 
-    def __init__(self, host: str, port: int, path: str, timeout: float) -> None:
+    *stop_fd*: a descriptor whose end of file, seen while a response is awaited, raises
+    :class:`Stopped` (None: wait on until *timeout*)."""
+
+    def __init__(self, host: str, port: int, path: str, timeout: float, stop_fd: int | None = None) -> None:
         self.address = (host, port)
         self.request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: hot_probe\r\n\r\n".encode()
         self.timeout = timeout
+        self.stop_fd = stop_fd
         self.sock: socket.socket | None = None
         self.buffer = b""
 
@@ -50,6 +61,17 @@ class Connection:
 
     def _recv(self) -> bytes:
         assert self.sock is not None
+        if self.stop_fd is not None:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no answer in {self.timeout} s")
+                ready, _, _ = select.select([self.sock.fileno(), self.stop_fd], [], [], left)
+                if self.sock.fileno() in ready:
+                    break
+                if ready and not os.read(self.stop_fd, 4096):
+                    raise Stopped
         data = self.sock.recv(65536)
         if not data:
             raise ConnectionError("server closed the connection mid-response")
@@ -97,14 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval-ms", type=float, default=10.0, help="one GET per interval (default 10)")
     p.add_argument("--timeout", type=float, default=10.0, help="socket timeout per request, s (default 10)")
     args = p.parse_args(argv)
+    stdin = sys.stdin.fileno()
     conn = Connection(args.host, args.port, args.path, args.timeout)
     conn.get()  # untimed: the connection is open and the file is hot before "ready"
     print("ready", flush=True)
+    conn.stop_fd = stdin
     interval = args.interval_ms / 1e3
-    stdin = sys.stdin.fileno()
     samples: list[tuple[float, float]] = []
     first_errors: list[str] = []
     errors = reconnects = late = 0
+    unfinished: tuple[float, float] | None = None
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     next_tick = time.perf_counter()
     while True:
@@ -117,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         try:
             _, connected = conn.get()
+        except Stopped:
+            unfinished = (t, time.perf_counter() - t)
+            break
         except (OSError, ValueError) as exc:
             errors += 1
             if len(first_errors) < 5:
@@ -140,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "reconnects": reconnects,
         "late_ticks": late,
         "cpu_s": cpu,
+        "unfinished": unfinished,
     }
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
