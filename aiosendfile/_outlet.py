@@ -358,6 +358,7 @@ class Transfer:
         outlet = self.outlet
         outlet.in_pool = True
         _platform.counters.cold += 1
+        _platform.started_reading()
         job = DEFAULT_OPTIONS.cold_executor.submit(
             sendfile_once, outlet.fd, self.file_fd, self.position, size
         )

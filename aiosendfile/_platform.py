@@ -26,6 +26,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,6 +54,8 @@ __all__ = (
     "range_cached",
     "range_cached_available",
     "range_readable",
+    "reading_in",
+    "started_reading",
     "pread_cached",
     "read_nowait",
     "push",
@@ -114,6 +117,24 @@ class ShimCounters:
 
 
 counters = ShimCounters()
+
+#: How long after this process last started reading a file in (a chunk sent or read in the
+#: cold-read pool, a read ahead asked) pages may still be on the way, which ``cachestat`` counts
+#: as cached: a throttled device of 200 reads a second took up to 0.7 s for a read queued behind
+#: 64 others. Until then every page of a chunk is checked before it is sent on the loop.
+READING_IN_S = 2.0
+_reading_in_until = 0.0
+
+
+def started_reading() -> None:
+    """This process started reading a file in: pages may be on the way for a while."""
+    global _reading_in_until
+    _reading_in_until = time.monotonic() + READING_IN_S
+
+
+def reading_in() -> bool:
+    """Whether a read this process started may still be bringing pages in (:data:`READING_IN_S`)."""
+    return _reading_in_until != 0.0 and time.monotonic() < _reading_in_until
 
 
 def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:

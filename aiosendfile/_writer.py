@@ -223,6 +223,7 @@ async def _send_file(
         try:
             if is_cold(file_fd, position, size, options):
                 _platform.counters.cold += 1
+                _platform.started_reading()
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
                 pending = asyncio.wrap_future(pool_job)
@@ -264,7 +265,10 @@ def is_cold(
     *device* (the file's ``st_dev``) only spares ``page_cached`` an ``fstat`` where a file system refused.
     *read_in*: the caller had the chunk read ahead a moment ago, so any of its pages may still be
     on the way (a throttled or busy device completes a read's pages out of order): every page is
-    checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer).
+    checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer). The
+    same while any read this process started may still be bringing pages in
+    (``_platform.reading_in``: another connection's read of the same file), and only then: a
+    server with every file cached pays nothing for it.
     """
     if not options.probe:
         return False
@@ -273,7 +277,7 @@ def is_cold(
     if whole is not None:
         if not whole:
             return True
-        if read_in and _platform.range_readable(file_fd, position, size) is False:
+        if (read_in or _platform.reading_in()) and _platform.range_readable(file_fd, position, size) is False:
             return True
         # All pages present: ready unless the last is still being read in.
         return _platform.page_cached(file_fd, last, device) is False

@@ -382,3 +382,41 @@ def test_range_readable_sees_a_page_the_last_page_probe_misses(tmp_path: Path) -
         assert answers[-1] is False, answers
     finally:
         os.close(fd)
+
+
+def test_while_a_read_of_ours_may_bring_pages_in_every_page_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first look at a file whose pages another connection's read is bringing in (the answer
+    cache's replay of a file just evicted) sees them all present and the last one in, while one
+    in the middle is still on the way. So for a while after this process starts a read (a read
+    ahead asked, a chunk sent or read in the pool), every page of a chunk is checked; otherwise
+    only the last (nothing copied: a server whose files are all cached pays nothing for it)."""
+    from aiosendfile._options import DEFAULT_OPTIONS
+    from aiosendfile._writer import is_cold
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(64 * 1024, seed=9))
+    checked: list[int] = []
+
+    def range_readable(fd: int, offset: int, size: int) -> bool:
+        checked.append(size)
+        return False  # (a page in the middle still on the way)
+
+    monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
+    monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
+    monkeypatch.setattr(_platform, "range_readable", range_readable, raising=False)
+    monkeypatch.setattr(_platform, "_reading_in_until", 0.0, raising=False)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is False
+        assert checked == []
+        read_ahead_later(fd, 0, 4096)  # (a read of ours started: from the read-ahead thread)
+        assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is True
+        assert checked == [64 * 1024]
+        assert _platform.reading_in()
+        monkeypatch.setattr(_platform, "_reading_in_until", time.monotonic() - 0.001)  # (long after)
+        assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is False
+        assert checked == [64 * 1024]
+    finally:
+        os.close(fd)
