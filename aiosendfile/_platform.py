@@ -120,8 +120,9 @@ counters = ShimCounters()
 
 #: How long after this process last started reading a file in (a chunk sent or read in the
 #: cold-read pool, a read ahead asked) pages may still be on the way, which ``cachestat`` counts
-#: as cached: a throttled device of 200 reads a second took up to 0.7 s for a read queued behind
-#: 64 others. Until then every page of a chunk is checked before it is sent on the loop.
+#: as cached: on a slow device a read waits behind the others for a good part of a second
+#: (docs/performance.md, "A slow disk"). Until then every page of a chunk is checked before it is
+#: sent on the loop.
 READING_IN_S = 2.0
 _reading_in_until = 0.0
 

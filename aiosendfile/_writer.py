@@ -31,12 +31,14 @@ Theory of operation
 * **Cold pages.** Before a chunk, ``cachestat(2)`` counts its pages in the
   page cache (no side effects), and a 1-byte ``RWF_NOWAIT`` read of its last
   page says whether the pages are readable yet (pages still being read in are
-  in the cache but not ready). A caller that had the chunk read ahead a moment
-  ago asks for every page (``read_in``: one ``RWF_NOWAIT`` read of the chunk into
-  a scratch buffer), since a read's pages may come in out of order. Without
-  ``cachestat`` (Linux < 6.5, BSD) the first and last page are probed. If any page is missing, that chunk's
-  ``sendfile`` runs in the cold-read pool (see ``_options``), so the disk wait
-  happens off the loop thread. The transfer stays zero-copy. (Measured and
+  in the cache but not ready). A read's pages may come in out of order, so
+  every page is checked (one ``RWF_NOWAIT`` read of the chunk into a scratch
+  buffer) where the caller had the chunk read ahead a moment ago, and while any
+  read this process started may still be bringing pages in. Without
+  ``cachestat`` (Linux < 6.5, BSD) the first and last page are probed. If any
+  page is missing, that chunk's ``sendfile`` runs in the cold-read pool (see
+  ``_options``), so the disk wait happens off the loop thread. The transfer
+  stays zero-copy. (Measured and
   dropped: a ``POSIX_FADV_WILLNEED`` of the next chunk from the pool halved
   cold throughput and doubled CPU; see ``benchmarks/loop_stall.py``.)
 * **Headers and trailers** go to the same socket with ``send()``. On Linux
