@@ -25,9 +25,15 @@ target: ``serve``'s worst ≤ 5 ms; the report says the floor's worst beside it.
 The server is pinned to one CPU and wrk to another, so the cold-read pool's threads, the disk's
 interrupts and the loop share one CPU (as in ``http_static``).
 
+``--slow-read-iops N`` runs every row on a slow disk: the server (and the floor's readers) in a
+cgroup that holds its reads of the disk to N a second (``benchmarks.harness.throttle``; root).
+Where a read's pages come in slowly and out of order, a probe that trusts the page cache's count
+sends on the loop's thread and waits (issue #53's slow-disk run found 200-300 ms stalls so).
+
 Run from the repository root::
 
     python -m benchmarks.mixed_stall --quick       # 1,000 files, 2 s trials, 1 round (< 1 min)
+    python -m benchmarks.mixed_stall --slow-read-iops 200 --loops uvloop   # on a slow disk
     python -m benchmarks.mixed_stall               # 10,000 files, 5 s trials, 3 rounds
     python -m benchmarks.loop_stall --mixed        # the same
 """
@@ -35,6 +41,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -64,6 +71,7 @@ from benchmarks.harness.servers import (
     start_server,
     stop_server,
 )
+from benchmarks.harness.throttle import ReadThrottle, read_throttle
 from benchmarks.harness.wrk import parse_wrk, run_wrk, wrk_command
 from benchmarks.http_static import write_mixed_set
 
@@ -113,6 +121,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--loops", default=",".join(LOOPS), help="uvloop,asyncio (default both)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="serve,serve-no-probe,floor (default all)")
     p.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results file (default {DEFAULT_JSON})")
+    p.add_argument(
+        "--slow-read-iops",
+        type=int,
+        default=None,
+        help="a slow disk: the server's reads of it held to N a second (a cgroup; root)",
+    )
     args = p.parse_args(argv)
     q = args.quick
     args.files = args.files if args.files is not None else (1000 if q else 10_000)
@@ -120,8 +134,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.rounds = args.rounds if args.rounds is not None else (1 if q else 3)
     args.loops = comma_list(p, args.loops, LOOPS, "loops")
     args.variants = comma_list(p, args.variants, tuple(VARIANTS), "variants")
-    if min(args.files, args.duration, args.rounds, args.connections) < 1:
-        p.error("--files, --duration, --rounds and --connections must be >= 1")
+    if min(args.files, args.duration, args.rounds, args.connections, args.slow_read_iops or 1) < 1:
+        p.error("--files, --duration, --rounds, --connections and --slow-read-iops must be >= 1")
     return args
 
 
@@ -135,7 +149,14 @@ def _get(port: int, path: str) -> None:
 
 
 def trial(
-    sample: Sample, root: Path, tmp: Path, script: str, files: list[str], wrk: str, args: argparse.Namespace
+    sample: Sample,
+    root: Path,
+    tmp: Path,
+    script: str,
+    files: list[str],
+    wrk: str,
+    args: argparse.Namespace,
+    wrap: list[str],
 ) -> None:
     """Start the ticked server (or, for the floor, the bare ticker), warm it up (not the set), evict
     the set, load it, collect the ticks."""
@@ -152,7 +173,7 @@ def trial(
         ]  # fmt: skip
     log = tmp / f"server-{sample.variant}-{sample.loop}.log"
     server = start_server(
-        sample.variant, cmd, port, log, cpus=SERVER_CPUS if pinned else None, env=repo_env()
+        sample.variant, [*wrap, *cmd], port, log, cpus=SERVER_CPUS if pinned else None, env=repo_env()
     )
     try:
         if not floor:  # One-time costs (the first answer's imports and tables) are not stalls under load.
@@ -164,11 +185,11 @@ def trial(
             raise TrialError(f"page cache not cold: {resident} of {total} pages still cached")
         start = time.perf_counter()
         if floor:
-            read = _read_cold(files, tmp, args.duration, args.connections, pinned)
+            read = _read_cold(files, tmp, args.duration, args.connections, pinned, wrap)
         else:
             cmd = wrk_command(
                 wrk, f"http://127.0.0.1:{port}/", args.duration, threads=1, connections=args.connections,
-                cpus=CLIENT_CPUS if pinned else None, script=script,
+                cpus=CLIENT_CPUS if pinned else None, script=script, timeout=60 if wrap else None,
             )  # fmt: skip
             report = run_wrk(cmd, args.duration)
         end = time.perf_counter()
@@ -205,11 +226,14 @@ def trial(
     sample.ok = True
 
 
-def _read_cold(files: list[str], tmp: Path, seconds: int, threads: int, pinned: bool) -> dict[str, Any]:
-    """The floor's load: *threads* readers of *files* on wrk's CPU for *seconds* (``cold_reader``)."""
+def _read_cold(
+    files: list[str], tmp: Path, seconds: int, threads: int, pinned: bool, wrap: list[str]
+) -> dict[str, Any]:
+    """The floor's load: *threads* readers of *files* on wrk's CPU for *seconds* (``cold_reader``;
+    *wrap*: the slow disk's cgroup, as the server's)."""
     listing = tmp / "files.txt"
     listing.write_text("\n".join(files))
-    cmd = [*pin_prefix(CLIENT_CPUS if pinned else None), sys.executable, "-m", READER_PROGRAM]
+    cmd = [*pin_prefix(CLIENT_CPUS if pinned else None), *wrap, sys.executable, "-m", READER_PROGRAM]
     done = subprocess.run(
         [*cmd, str(listing), str(seconds), str(threads)],
         capture_output=True,
@@ -260,6 +284,7 @@ def report(samples: list[Sample], args: argparse.Namespace, machine: dict[str, A
     head = (
         f"mixed_stall: {args.files} files, cold, wrk -c{args.connections} for {args.duration} s, "
         f"{args.rounds} round(s); 1 ms ticker on the server's loop; CPU {machine.get('cpu_model')}"
+        + (f"; the server's disk reads held to {args.slow_read_iops}/s" if args.slow_read_iops else "")
     )
     header = [
         "row",
@@ -292,16 +317,27 @@ def main(argv: list[str] | None = None) -> int:
         _, _, script, files = write_mixed_set(root, str(tmp), args.files)
         (root / "warmup.bin").write_bytes(os.urandom(4096))
         storage = storage_info(str(root))
+        throttle: ReadThrottle | None = None
+        if args.slow_read_iops is not None:
+            made = read_throttle(str(root), args.slow_read_iops)
+            if isinstance(made, str):
+                raise SystemExit(f"mixed_stall: no slow disk here: {made}")
+            throttle = made
+            atexit.register(made.close)  # (an interrupted run leaves no group behind)
+            storage["slow_disk"] = made.describe()
+        wrap = throttle.prefix() if throttle is not None else []
         for rnd in range(args.rounds):
             for loop in args.loops:
                 for variant in args.variants:
                     sample = Sample(variant, loop, rnd)
                     print(f"round {rnd + 1}/{args.rounds}: {variant} ({loop}) ...", file=log, flush=True)
                     try:
-                        trial(sample, root, tmp, script, files, wrk, args)
+                        trial(sample, root, tmp, script, files, wrk, args, wrap)
                     except TrialError as exc:
                         sample.error = str(exc)
                     samples.append(sample)
+        if throttle is not None:
+            throttle.close()
         text = report(samples, args, machine)
     document = document_head("mixed_stall", started)
     document.update(
@@ -316,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             "server_cpus": SERVER_CPUS if can_pin() else None,
             "client_cpus": CLIENT_CPUS if can_pin() else None,
             "target_worst_ms": TARGET_WORST_MS,
+            "slow_read_iops": args.slow_read_iops,
         },
     )
     return finish_samples(text, document, Sample, samples, args.json, log)
