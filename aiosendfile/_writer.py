@@ -279,8 +279,10 @@ def is_cold(
     if whole is not None:
         if not whole:
             return True
-        if (read_in or _platform.reading_in()) and _platform.range_readable(file_fd, position, size) is False:
-            return True
+        if read_in or _platform.reading_in():
+            every = _platform.range_readable(file_fd, position, size)
+            if every is not None:  # (it read every page, the last one too: no probe after it)
+                return not every
         # All pages present: ready unless the last is still being read in.
         return _platform.page_cached(file_fd, last, device) is False
     first = _platform.page_cached(file_fd, position, device)
