@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchmarks import asgi_apps
 from benchmarks.asgi_apps import ROOT_ENV
@@ -206,7 +207,11 @@ def start_server(
     """
     port = free_port()
     log = Path(ctx.tmp, f"server-{name.replace('/', '_')}.log")
-    cpus = ctx.server_cpus
+
+    def launch(cmd: list[str], **how: Any) -> Server:
+        """``servers.start_server`` of *cmd* with this trial's port, log, CPUs and command prefix."""
+        return servers.start_server(name, cmd, port, log, cpus=ctx.server_cpus, wrap=ctx.wrap, **how)
+
     if tls is not None and name not in TLS_CONTENDERS:
         raise TrialError(f"{name} has no HTTPS mode here")
     if name in (SERVE, SERVE_BEFORE):
@@ -219,7 +224,7 @@ def start_server(
             cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         # With workers, the parent forks them: wait for the whole tree.
         procs = 1 + ctx.workers if ctx.workers > 1 else 1
-        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=env, processes=procs)
+        return launch(cmd, env=env, processes=procs)
     if ctx.workers != 1 and name not in MULTI_WORKER:
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if is_asgi(name):
@@ -234,35 +239,24 @@ def start_server(
         # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
         # after its graceful shutdown (its exit status is then -15).
         granian = server == "granian"
-        return servers.start_server(
-            name,
-            [*ctx.wrap, *cmd],
-            port,
-            log,
-            cpus=cpus,
-            env=env,
-            processes=2 if granian else 1,
-            reraises_stop_signal=not granian,
-        )
+        return launch(cmd, env=env, processes=2 if granian else 1, reraises_stop_signal=not granian)
     if name in AIOHTTP_KINDS:
         cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
         # The program is this repository's (and the plugin imports aiosendfile from it).
-        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=repo_env())
+        return launch(cmd, env=repo_env())
     if name in FLOORS:
         cmd = [sys.executable, "-m", FLOOR_SERVER, ctx.root, "127.0.0.1", str(port), *FLOORS[name]]
-        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=repo_env())
+        return launch(cmd, env=repo_env())
     if name == "http.server":
         cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", ctx.root]
         # Its clean stop is Ctrl-C (exit 0); SIGTERM has no handler there.
-        return servers.start_server(name, [*ctx.wrap, *cmd], port, log, cpus=cpus, stop_signal=signal.SIGINT)
+        return launch(cmd, stop_signal=signal.SIGINT)
     if name == "caddy":
         caddy = tools["caddy"]
         assert caddy is not None
         # file-server disables caddy's admin endpoint; stdout/stderr: its JSON log (info level).
         cmd = [caddy, "file-server", "--root", ctx.root, "--listen", f"127.0.0.1:{port}"]
-        return servers.start_server(
-            name, [*ctx.wrap, *cmd], port, log, cpus=cpus, env=dict(os.environ, HOME=ctx.tmp)
-        )
+        return launch(cmd, env=dict(os.environ, HOME=ctx.tmp))
     if name in ("nginx", NGINX_AIO):
         nginx = tools["nginx"]
         assert nginx is not None
@@ -287,16 +281,7 @@ def start_server(
         cmd = [nginx, "-p", str(ngx), "-c", str(conf), "-e", str(ngx / "error.log")]
         # The master accepts into its backlog before the workers exist: wait for all processes.
         # SIGQUIT is nginx's graceful stop.
-        return servers.start_server(
-            name,
-            [*ctx.wrap, *cmd],
-            port,
-            log,
-            cpus=cpus,
-            processes=1 + ctx.workers,
-            stop_signal=signal.SIGQUIT,
-            error_log=ngx / "error.log",
-        )
+        return launch(cmd, processes=1 + ctx.workers, stop_signal=signal.SIGQUIT, error_log=ngx / "error.log")
     raise ValueError(name)
 
 

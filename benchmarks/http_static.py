@@ -81,7 +81,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import ssl
 import statistics
@@ -429,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir()
         sets, bodies = make_sets(root, tmp, args.sets, args.mixed_files)
         throttle: ReadThrottle | None = None
-        slow_disk = None
         if SLOW in args.sets:
             made = read_throttle(str(root), args.slow_read_iops)
             if isinstance(made, str):
@@ -437,8 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"http_static: no {SLOW} set: {made}", file=log)
                 cases = [(case, names) for case, names in cases if case.set != SLOW]
             else:
-                throttle, slow_disk = made, made.describe()
-                atexit.register(made.close)  # (an interrupted run leaves no group behind)
+                throttle = made
         tls = make_cert(tmp) if any(label in TLS_SETS for label in args.sets) else None
         mixed_info = None
         if MIXED in sets:
@@ -523,8 +520,6 @@ def main(argv: list[str] | None = None) -> int:
                             break
                         time.sleep(2 * (attempt + 1))  # let a burst of other load pass
         elapsed = time.perf_counter() - t_bench
-        if throttle is not None:
-            throttle.close()
 
     labels = [case.label for case, _names in cases]
     summary = summarize(samples, args.contenders, labels, key="case")
@@ -539,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": args.client_cpus,
             "program": PROBE_PROGRAM,
             "load": f"wrk on the {MIXED} set ({args.mixed_files} files), evicted before each measured run",
-            "slow_disk": slow_disk and f"{SLOW}: {slow_disk}; wrk --timeout {SLOW_TIMEOUT_S}s",
+            "slow_disk": throttle and f"{SLOW}: {throttle.describe()}; wrk --timeout {SLOW_TIMEOUT_S}s",
         }
         if any(label in args.sets for label in PROBE_SETS)
         else None

@@ -41,7 +41,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import statistics
@@ -71,7 +70,7 @@ from benchmarks.harness.servers import (
     start_server,
     stop_server,
 )
-from benchmarks.harness.throttle import ReadThrottle, read_throttle
+from benchmarks.harness.throttle import read_throttle
 from benchmarks.harness.wrk import parse_wrk, run_wrk, wrk_command
 from benchmarks.http_static import write_mixed_set
 
@@ -173,7 +172,7 @@ def trial(
         ]  # fmt: skip
     log = tmp / f"server-{sample.variant}-{sample.loop}.log"
     server = start_server(
-        sample.variant, [*wrap, *cmd], port, log, cpus=SERVER_CPUS if pinned else None, env=repo_env()
+        sample.variant, cmd, port, log, cpus=SERVER_CPUS if pinned else None, env=repo_env(), wrap=wrap
     )
     try:
         if not floor:  # One-time costs (the first answer's imports and tables) are not stalls under load.
@@ -317,15 +316,13 @@ def main(argv: list[str] | None = None) -> int:
         _, _, script, files = write_mixed_set(root, str(tmp), args.files)
         (root / "warmup.bin").write_bytes(os.urandom(4096))
         storage = storage_info(str(root))
-        throttle: ReadThrottle | None = None
+        wrap: list[str] = []
         if args.slow_read_iops is not None:
             made = read_throttle(str(root), args.slow_read_iops)
             if isinstance(made, str):
                 raise SystemExit(f"mixed_stall: no slow disk here: {made}")
-            throttle = made
-            atexit.register(made.close)  # (an interrupted run leaves no group behind)
+            wrap = made.prefix()
             storage["slow_disk"] = made.describe()
-        wrap = throttle.prefix() if throttle is not None else []
         for rnd in range(args.rounds):
             for loop in args.loops:
                 for variant in args.variants:
@@ -336,8 +333,6 @@ def main(argv: list[str] | None = None) -> int:
                     except TrialError as exc:
                         sample.error = str(exc)
                     samples.append(sample)
-        if throttle is not None:
-            throttle.close()
         text = report(samples, args, machine)
     document = document_head("mixed_stall", started)
     document.update(

@@ -20,7 +20,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,15 +254,19 @@ def start_server(
     stop_signal: int = signal.SIGTERM,
     error_log: Path | None = None,
     reraises_stop_signal: bool = False,
+    wrap: Sequence[str] = (),
 ) -> Server:
     """Start ``cmd`` (output to ``log``, on CPUs ``cpus``), wait until it listens on ``port``.
+
+    ``wrap``: a prefix the command runs under, inside the CPU pinning (a slow disk's cgroup:
+    ``throttle.ReadThrottle.prefix``).
 
     ``processes``: wait up to 5 s for the process tree to have that many members
     (nginx's master accepts into its backlog before its worker exists).
     """
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*pin_prefix(cpus), *cmd],
+            [*pin_prefix(cpus), *wrap, *cmd],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

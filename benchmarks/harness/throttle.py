@@ -13,6 +13,7 @@ Needs root and a blkio (v1) or io (v2) controller; :func:`read_throttle` says wh
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from pathlib import Path
@@ -49,12 +50,6 @@ class ReadThrottle:
         except OSError:
             pass
 
-    def __enter__(self) -> ReadThrottle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def block_device(path: str) -> str:
     """``MAJOR:MINOR`` of the whole disk that holds *path* (a partition's parent: throttling
@@ -70,7 +65,8 @@ def block_device(path: str) -> str:
 
 
 def read_throttle(path: str, iops: int) -> ReadThrottle | str:
-    """A :class:`ReadThrottle` for the device that holds *path*, or why there cannot be one."""
+    """A :class:`ReadThrottle` for the device that holds *path*, or why there cannot be one. The
+    group is removed when this process exits (an interrupted run leaves none behind)."""
     if os.geteuid() != 0:
         return "needs root (a cgroup of its own)"
     try:
@@ -95,7 +91,9 @@ def read_throttle(path: str, iops: int) -> ReadThrottle | str:
     except OSError as exc:
         ReadThrottle(group, device, iops).close()
         return f"cannot set {limit_file} to {limit!r}: {exc}"
-    return ReadThrottle(group, device, iops)
+    made = ReadThrottle(group, device, iops)
+    atexit.register(made.close)
+    return made
 
 
 def _read(path: Path) -> str:
