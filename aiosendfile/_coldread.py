@@ -44,8 +44,7 @@ async def read_range(
     data = _platform.pread_cached(fd, size, offset)
     if data is not None:
         return data
-    _platform.counters.cold += 1
-    _platform.started_reading()
+    _platform.went_to_pool()
     return await in_pool(executor or default_cold_executor(), os.pread, fd, size, offset)
 
 

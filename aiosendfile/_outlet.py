@@ -357,8 +357,7 @@ class Transfer:
         self._unwatch()
         outlet = self.outlet
         outlet.in_pool = True
-        _platform.counters.cold += 1
-        _platform.started_reading()
+        _platform.went_to_pool()
         job = DEFAULT_OPTIONS.cold_executor.submit(
             sendfile_once, outlet.fd, self.file_fd, self.position, size
         )

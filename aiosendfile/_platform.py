@@ -56,6 +56,7 @@ __all__ = (
     "range_readable",
     "reading_in",
     "started_reading",
+    "went_to_pool",
     "pread_cached",
     "read_nowait",
     "push",
@@ -131,6 +132,13 @@ def started_reading() -> None:
     """This process started reading a file in: pages may be on the way for a while."""
     global _reading_in_until
     _reading_in_until = time.monotonic() + READING_IN_S
+
+
+def went_to_pool() -> None:
+    """A chunk goes to the cold-read pool to be sent or read: counted (``counters.cold``), and a
+    read that may bring pages in (:func:`started_reading`)."""
+    counters.cold += 1
+    started_reading()
 
 
 def reading_in() -> bool:

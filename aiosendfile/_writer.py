@@ -224,8 +224,7 @@ async def _send_file(
         position = state.position
         try:
             if is_cold(file_fd, position, size, options):
-                _platform.counters.cold += 1
-                _platform.started_reading()
+                _platform.went_to_pool()
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
                 pending = asyncio.wrap_future(pool_job)

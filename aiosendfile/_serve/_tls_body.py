@@ -209,8 +209,7 @@ class TLSBody:
 
     def _to_pool(self, into: memoryview) -> None:
         self.in_pool = True
-        _platform.counters.cold += 1
-        _platform.started_reading()
+        _platform.went_to_pool()
         job = DEFAULT_OPTIONS.cold_executor.submit(os.preadv, self.fd, [into], self.position)
         loop = self.transport._loop
         asked = len(into)
