@@ -38,7 +38,7 @@ from .._coldread import read_range
 from .._errors import FileTruncatedError
 from .._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
 from .._platform import pread_cached
-from .._static._answer import Answer, FileRange, Multipart
+from .._static._answer import Answer, Archive, FileRange, Multipart
 from .._static._policy import ENCODINGS
 from .._threads import in_pool
 
@@ -203,6 +203,7 @@ async def _send_answer(
     if isinstance(body, bytes):
         await send({"type": BODY_TYPE, "body": body})
         return
+    assert not isinstance(body, Archive)  # (folder archives are serve's alone: its policy has them)
     source = body.fd if isinstance(body, FileRange) else body.source
     if isinstance(source, bytes):
         assert isinstance(body, Multipart)

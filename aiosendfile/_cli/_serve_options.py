@@ -8,6 +8,7 @@ import os
 import stat
 from typing import Any
 
+from .._static._archive import DEFAULT_MAX_ENTRIES
 from ._common import add_loop_option, in_words, port
 from ._serve import MAX_WORKERS, hash_password_command, serve_command
 
@@ -76,6 +77,14 @@ def _size(text: str) -> int:
     return int(value) * scale
 
 
+def _count(text: str) -> int:
+    """``--max-archive-entries``: a positive number."""
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"a positive number, not {text!r}")
+    return int(value)
+
+
 def _directory(text: str) -> str:
     """DIRECTORY: an existing directory this process can list and open files in; its absolute path.
 
@@ -138,6 +147,26 @@ def add_serve_command(commands: Any) -> None:
         dest="listing",
         action="store_false",
         help="answer 403 for a directory that has no index.html (default: a listing)",
+    )
+    serve.add_argument(
+        "--no-archives",
+        dest="archives",
+        action="store_false",
+        help="no folder archives (default: a listed folder's URL with ?tar downloads it as a tar archive, "
+        "linked from its listing; off with --no-listing)",
+    )
+    serve.add_argument(
+        "--max-archive-entries",
+        type=_count,
+        default=DEFAULT_MAX_ENTRIES,
+        metavar="N",
+        help="refuse (413) the archive of a folder holding more files and folders (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-archive-size",
+        type=_size,
+        metavar="SIZE",
+        help="refuse (413) the archive of a folder holding more bytes (with K, M, G, T; default: no limit)",
     )
     # (Listings are on by default; a script's --show-index is still taken, and changes nothing.)
     serve.add_argument("--show-index", action="store_true", help=argparse.SUPPRESS)

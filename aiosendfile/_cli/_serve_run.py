@@ -221,6 +221,9 @@ async def _serve_until(
         max_upload_size=args.max_upload_size,
         hosts=HostRule((args.host, *args.allow_host)),
         trusted_proxies=tuple(args.trusted_proxy),
+        archives=args.archives,
+        max_archive_entries=args.max_archive_entries,
+        max_archive_size=args.max_archive_size,
     )
     if args.access_log:
         stderr_lines()  # made here, so that its dropped-lines note starts with PROG

@@ -1,9 +1,10 @@
 """A connection's file bodies: which body sender takes one, and what happens when it ends.
 
-Three body senders share one small interface (:class:`BodySender`: ``run`` starts or goes on,
+Four body senders share one small interface (:class:`BodySender`: ``run`` starts or goes on,
 ``stop`` when the connection is gone, ``done(sent, exc)`` once at the end, ``progress`` on the
 way): ``_outlet.Transfer`` (``sendfile`` on the connection's own socket, plain TCP or Unix),
-``_tls_body.TLSBody`` (the connection's own TLS transport), and :class:`PublicBody` (the public
+``_tls_body.TLSBody`` (the connection's own TLS transport), ``_archive_body.ArchiveBody`` (a
+folder's tar archive), and :class:`PublicBody` (the public
 ``aiosendfile.sendfile`` in a task: answers still in the transport's buffer, a transport of another
 kind). A whole file of one chunk is first tried at once (``_outlet.send_first``), with no sender
 object at all: the common case. One body is in flight at a time (the connection is ``busy``); a
@@ -21,7 +22,8 @@ from typing import TYPE_CHECKING, Protocol
 from .._api import sendfile
 from .._errors import SendfileError
 from .._outlet import MAX_CHUNK, PROBED_COLD, Outlet, Transfer, send_first
-from .._static._answer import Answer, FileRange, Multipart
+from .._static._answer import Answer, Archive, FileRange, Multipart
+from ._archive_body import ArchiveBody
 from ._exchange import Exchange
 from ._tls import TLSTransport
 from ._tls_body import TLSBody
@@ -84,7 +86,7 @@ def send_body(
     conn: HttpProtocol,
     exchange: Exchange,
     ans: Answer,
-    body: FileRange | Multipart,
+    body: FileRange | Multipart | Archive,
     head: bytes,
     sent: int = 0,
     warm_to: int = 0,
@@ -106,7 +108,9 @@ def send_body(
         body_done(conn, exchange, body_sent, exc)
 
     sender: BodySender
-    if type(transport) is TLSTransport:
+    if isinstance(body, Archive):
+        sender = ArchiveBody(transport, ans, head, conn.engine.executor, done, conn._progress)
+    elif type(transport) is TLSTransport:
         if isinstance(body, FileRange):
             fd, segments, closing = body.fd, [(head, body.start, body.length)], b""
         else:

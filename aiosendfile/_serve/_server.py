@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, TextIO
 from .._options import default_cold_executor
 from .._outlet import Turn
 from .._static._answers import Decided
+from .._static._archive import DEFAULT_MAX_ENTRIES
 from .._static._fs import directory_policy
 from .._static._memo import MEMO_MAX_KEY, Memo
 from .._static._recent import RecentPaths
@@ -95,6 +96,9 @@ class ServeConfig:
     max_upload_size: int | None = None  # bytes; a larger body is refused (413)
     hosts: HostRule | None = None  # the Host names served (421 for others); None: any
     trusted_proxies: tuple[str, ...] = ()  # with auth: proxies whose forwarded client is locked out
+    archives: bool = False  # with show_index: GET /folder/?tar is the folder as a tar archive
+    max_archive_entries: int = DEFAULT_MAX_ENTRIES  # an archive of a larger folder: 413
+    max_archive_size: int | None = None  # bytes of files; a larger folder's archive: 413
 
 
 class Uploads(NamedTuple):
@@ -116,6 +120,9 @@ class Engine:
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,
             upload_form=config.upload,
+            archives=config.archives,
+            max_archive_entries=config.max_archive_entries,
+            max_archive_size=config.max_archive_size,
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         self.clock = Clock()

@@ -2,9 +2,10 @@
 
 A door renders it: the status line, ``fields`` in order, ``Content-Length: length`` (none when
 ``length`` is None: a 304), then the body unless ``head_only``. The body is cached bytes (a hot
-file's slice, a listing, an error text), a ``FileRange`` of an open descriptor, or a ``Multipart``
-of several ranges. A ``head_only`` answer may still hold its bytes (a HEAD of a hot file, a listing
-or an error: a door may build its head from them), never a descriptor. ``fields`` never carries
+file's slice, a listing, an error text), a ``FileRange`` of an open descriptor, a ``Multipart``
+of several ranges, or an ``Archive`` of a folder (``_archive``). A ``head_only`` answer may still
+hold its bytes (a HEAD of a hot file, a listing or an error: a door may build its head from them),
+never a descriptor. ``fields`` never carries
 ``Content-Length``, ``Date``, ``Server`` or ``Connection``: those are the door's. ``decided`` is
 set on a plain ``200`` of a whole file: what a door may keep in its answer cache (``_answers``).
 
@@ -22,9 +23,10 @@ from ._http import ByteRange
 
 if TYPE_CHECKING:
     from ._answers import Decided
+    from ._archive import Layout
     from ._hot import HotEntry
 
-__all__ = ("Answer", "Body", "FileRange", "Multipart", "error")
+__all__ = ("Answer", "Archive", "Body", "FileRange", "Multipart", "error")
 
 
 class FileRange(NamedTuple):
@@ -46,7 +48,17 @@ class Multipart(NamedTuple):
     closing: bytes
 
 
-Body = None | bytes | FileRange | Multipart
+class Archive(NamedTuple):
+    """Bytes [``start``, ``stop``) of the tar archive of the folder *path* (``_archive.Layout``):
+    the door opens each member's file as it comes to it (``_tree.open_member``)."""
+
+    path: str
+    layout: Layout
+    start: int
+    stop: int
+
+
+Body = None | bytes | FileRange | Multipart | Archive
 
 
 class Answer:

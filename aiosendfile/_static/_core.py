@@ -31,9 +31,10 @@ from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
 
 from . import _hot, _http, _listing
-from ._answer import Answer, FileRange, Multipart, error
+from ._answer import Answer, Archive, FileRange, Multipart, error
 from ._answers import Decided
-from ._fs import REAL_FS, FileSystem, NotRegular, OutsideRoot
+from ._archive import TooLarge, content_disposition
+from ._fs import REAL_FS, ArchivesBusy, FileSystem, NotRegular, OutsideRoot
 from ._hot import HotEntry
 from ._listing import listing_html, listing_json, view_of
 from ._mime import content_type_for
@@ -158,6 +159,8 @@ def _directory(
             raw.decode("latin-1") + "/" + (f"?{req.raw_query.decode('latin-1')}" if req.raw_query else "")
         )
         return error(301, req.method, ("Location", location))
+    if policy.archives and policy.listings and req.raw_query == b"tar":
+        return _archive(req, path, policy, fs)
     if policy.index:
         index = os.path.join(path, policy.index)
         if fs.is_file(index):
@@ -166,7 +169,17 @@ def _directory(
         root = None if policy.follow_symlinks else policy.root
         shown = unquote_to_bytes(raw)
         view = view_of(req.raw_query, req.headers.get("Accept"))
-        key = (st.st_dev, st.st_ino, shown, root, policy.root, policy.dotfiles, policy.upload_form, view)
+        key = (
+            st.st_dev,
+            st.st_ino,
+            shown,
+            root,
+            policy.root,
+            policy.dotfiles,
+            policy.upload_form,
+            policy.archives,
+            view,
+        )
         page = _listing.listings.get(key, st)
         if page is None:
             try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
@@ -179,7 +192,13 @@ def _directory(
                 page = listing_json(shown, entries, policy.dotfiles, view)
             else:
                 page = listing_html(
-                    shown, real == policy.root, entries, policy.dotfiles, view, policy.upload_form
+                    shown,
+                    real == policy.root,
+                    entries,
+                    policy.dotfiles,
+                    view,
+                    policy.upload_form,
+                    policy.archives,
                 )
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"
@@ -188,6 +207,59 @@ def _directory(
             fields.append(("Content-Security-Policy", _listing.LISTING_POLICY[policy.upload_form]))
         return Answer(200, fields, len(page), head_only=req.method == "HEAD", body=page, path=path)
     return error(403, req.method)
+
+
+def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer:
+    """``GET /folder/?tar``: the folder as a tar archive (``_archive``), with its validators and
+    ranges as a file's (one range; several are answered whole), or 413/503/403/404."""
+    top = os.path.basename(os.path.normpath(path)) or "archive"
+    try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
+        layout = fs.archive(path, top, policy)
+    except TooLarge:
+        return error(413, req.method)
+    except ArchivesBusy:
+        return error(503, req.method, ("Retry-After", "1"))
+    except PermissionError:
+        return error(403, req.method)
+    except OSError:  # removed meanwhile
+        return error(404, req.method)
+    size = layout.length
+    etag = layout.etag
+    last_modified = max(m.mtime_ns for m in layout.members) // 1_000_000_000
+    headers = req.headers
+    extra = [("Content-Disposition", content_disposition(top + ".tar"))]
+    if headers and any(field in headers for field in _CONDITIONAL):
+        status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
+        if status is not None:
+            fields = _http.file_headers(etag, last_modified)
+            return Answer(status, fields, None if status == 304 else 0, head_only=True, path=path)
+    start, stop = 0, size
+    content_range = None
+    if (
+        req.method == "GET"
+        and headers
+        and "Range" in headers
+        and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
+    ):
+        try:
+            ranges = _http.parse_ranges(headers.get("Range"), size, max_ranges=policy.max_ranges)
+        except _http.RangeNotSatisfiable:
+            fields = _http.file_headers(etag, last_modified, content_range=f"bytes */{size}")
+            return Answer(416, fields, 0, head_only=True, path=path)
+        if ranges is not None and len(ranges) == 1:
+            start, stop = ranges[0].start, ranges[0].stop
+            content_range = ranges[0].content_range(size)
+    fields = _http.file_headers(etag, last_modified, content_type=_TAR, content_range=content_range)
+    fields += extra
+    if layout.skipped:
+        fields.append(("X-Skipped-Entries", str(layout.skipped)))  # unreadable, special, links out
+    status = 200 if content_range is None else 206
+    if req.method == "HEAD":
+        return Answer(status, fields, stop - start, head_only=True, path=path)
+    return Answer(status, fields, stop - start, body=Archive(path, layout, start, stop), path=path)
+
+
+_TAR = "application/x-tar"
 
 
 def _plain_fields(

@@ -30,16 +30,21 @@ import contextlib
 import errno
 import os
 import stat
+import threading
+import weakref
 from typing import Any, Literal, Protocol
 
 from .. import _platform
 from . import _hot
+from ._archive import Layout
 from ._paths import inside
 from ._policy import DirectoryPolicy
+from ._tree import walk
 
 __all__ = (
     "POOL_FS",
     "REAL_FS",
+    "ArchivesBusy",
     "DecideInPool",
     "FileSystem",
     "KnownInside",
@@ -72,6 +77,36 @@ class NotRegular(Exception):
     """The opened file is a directory, FIFO, device or socket."""
 
 
+class ArchivesBusy(Exception):
+    """As many folders as :data:`MAX_WALKS` are being walked for archives already (503): each walk
+    holds a pool thread for as long as a tree of up to ``max_archive_entries`` takes to list."""
+
+
+#: Archive walks at once, per process (``PoolFS.archive``); the pool's other threads stay free.
+MAX_WALKS = 2
+_walks = threading.BoundedSemaphore(MAX_WALKS)
+#: The entries of the layouts of archives being sent, at most this many times an archive's bound
+#: (about 200 bytes each): a folder downloaded by many clients at once is laid out once (the same
+#: snapshot, the same ``Layout``), and many folders at once wait (503) past the budget.
+LIVE_LAYOUTS = 4
+_live: weakref.WeakValueDictionary[tuple[str, str], Layout] = weakref.WeakValueDictionary()
+_live_lock = threading.Lock()
+
+
+def _shared(path: str, layout: Layout, budget: int) -> Layout:
+    """The live layout of the same snapshot of *path* if one is being sent, else *layout*, counted
+    against *budget* entries of live layouts (:class:`ArchivesBusy` past it)."""
+    with _live_lock:
+        key = (path, layout.etag)
+        same = _live.get(key)
+        if same is not None:
+            return same
+        if sum(len(live.members) for live in _live.values()) + len(layout.members) > budget:
+            raise ArchivesBusy(path)
+        _live[key] = layout
+        return layout
+
+
 class DecideInPool(Exception):
     """This file system does not do that on the event loop (a directory listing): the door decides
     the request again in its pool, with :data:`POOL_FS`."""
@@ -100,6 +135,12 @@ class FileSystem(Protocol):
         regular files and directories; no broken symlink; with *root* given, no symlink out of it),
         and the directory's real path. Lists the directory it opened: raises OutsideRoot if that
         one lies outside *root*, OSError if it cannot be read, DecideInPool where that is not done."""
+        ...
+
+    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
+        """The layout of the tar archive of the directory *path*, its members under *top*
+        (``_tree.walk``, by *policy*'s rules and bounds). Raises ``TooLarge``, ``ArchivesBusy``,
+        OSError if *path* cannot be listed, DecideInPool where that is not done."""
         ...
 
     def close(self, fd: int) -> None: ...
@@ -173,6 +214,9 @@ class RealFS:
 
     def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
         raise DecideInPool(path)  # (thousands of stat calls: never on the loop)
+
+    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
+        raise DecideInPool(path)  # (a whole tree: never on the loop)
 
     def close(self, fd: int) -> None:
         os.close(fd)
@@ -259,6 +303,18 @@ class PoolFS(RealFS):
 
     def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
         return _scan(path, root)
+
+    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
+        if not _walks.acquire(blocking=False):
+            raise ArchivesBusy(path)
+        try:
+            root = None if policy.follow_symlinks else policy.root
+            layout = walk(
+                path, top, root, policy.dotfiles, policy.max_archive_entries, policy.max_archive_size
+            )
+        finally:
+            _walks.release()
+        return _shared(path, layout, LIVE_LAYOUTS * policy.max_archive_entries)
 
     def read_cached(self, fd: int, size: int) -> bytes | None:
         read = super().read_cached(fd, size)

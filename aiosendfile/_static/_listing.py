@@ -226,6 +226,10 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
+#: The folder as an archive (``archives``): the whole tree below, as ``_archive`` lays it out.
+_ARCHIVE_LINK = '<p class="archive"><a href="?tar" download>Download this folder (tar)</a></p>\n'
+
+
 def _policy(upload_form: bool) -> str:
     """The page's ``Content-Security-Policy``: its own style and script, by their hashes, and
     nothing else (no other script, no plugin, no frame around it, forms and requests to its
@@ -251,8 +255,10 @@ def listing_html(
     dotfiles: bool,
     view: View = DEFAULT_VIEW,
     upload_form: bool = False,
+    archives: bool = False,
 ) -> bytes:
-    """The page (see the module docstring); with *upload_form*, a form that uploads files here."""
+    """The page (see the module docstring); with *upload_form*, a form that uploads files here;
+    with *archives*, a link that downloads the folder as a tar archive (``?tar``)."""
     title = html.escape(f"Index of {_display(shown_path)}")
     rows = []
     if not at_root:
@@ -281,6 +287,7 @@ def listing_html(
         f"<title>{title}</title>\n<style>{_STYLE}{_FORM_STYLE if upload_form else ''}</style>\n"
         f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n"
         + (_FORM if upload_form else "")
+        + (_ARCHIVE_LINK if archives else "")
         + f"<table>\n<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)
         + "\n</tbody></table>\n"

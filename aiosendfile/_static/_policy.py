@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from ._archive import DEFAULT_MAX_ENTRIES
 from ._mime import read_type_tables
 
 __all__ = ("DEFAULT_INLINE_LIMIT", "ENCODINGS", "DirectoryPolicy", "file_policy")
@@ -26,7 +27,9 @@ class DirectoryPolicy:
     ``.`` (``/.well-known/`` is always served); ``listings`` shows a directory without an index;
     ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``;
     ``upload_form`` puts a form on listing pages that posts files to the directory (``serve
-    --upload``: the door receives them).
+    --upload``: the door receives them); ``archives`` answers ``?tar`` on a listed directory with
+    the folder as a tar archive (``_archive``), of at most ``max_archive_entries`` entries and
+    ``max_archive_size`` bytes of files (413 beyond), and links it from the listing.
     """
 
     root: str | None
@@ -39,6 +42,9 @@ class DirectoryPolicy:
     inline_limit: int = DEFAULT_INLINE_LIMIT
     max_ranges: int = 16
     upload_form: bool = False
+    archives: bool = False
+    max_archive_entries: int = DEFAULT_MAX_ENTRIES
+    max_archive_size: int | None = None
     #: The root hot entries are checked under (None when symlinks may point anywhere).
     cache_root: str | None = field(init=False, repr=False, compare=False)
 

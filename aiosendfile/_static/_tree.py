@@ -1,0 +1,171 @@
+"""A folder's tree for an archive (``_archive``), read from the file system in a pool thread.
+
+:func:`walk` lists a folder recursively under the listing's rules: no dotfile unless they are
+served, only what a request could fetch (a readable regular file, a folder that can be listed and
+entered), no symlink out of the root. A symlink to a file inside the root is taken as that file (as
+a request for it is answered); a symlink to a folder is left out (no loops, no folder twice). Each
+folder is opened by its parent's descriptor with ``O_NOFOLLOW`` and listed by its own descriptor,
+so a folder swapped for a symlink while the walk runs lists nothing outside. Names are sorted:
+the same tree gives the same archive, byte for byte.
+
+:func:`open_member` opens a member's file to send it, and checks by ``fstat`` that it is still the
+file the layout was made from (device and inode), not shorter, and regular: a file replaced, or a
+folder on its path swapped for a symlink out, is refused before a byte of it is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
+from ._paths import inside
+
+__all__ = ("MemberChanged", "open_member", "walk")
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
+_SUBDIR_FLAGS = _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+_EFFECTIVE = os.access in os.supports_effective_ids
+_ACCESS_BY_FD = os.access in os.supports_dir_fd
+
+
+class MemberChanged(OSError):
+    """A member's file is no longer the one the archive's layout was made from (the connection is
+    aborted, as for a file that shrinks: not a server error)."""
+
+
+def walk(
+    path: str,
+    top: str,
+    root: str | None,
+    dotfiles: bool,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_bytes: int | None = None,
+) -> Layout:
+    """The layout of the archive of the folder *path*, its members named under *top* (``top/``,
+    ``top/a.txt``...). *root*: where every member must lie (None: symlinks followed anywhere).
+    Raises :class:`TooLarge` past *max_entries* entries or *max_bytes* bytes of files, OSError if
+    *path* itself cannot be listed."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        real = _real_path(fd, path)
+        if root is not None and not inside(real, root):
+            raise PermissionError(path)  # (swapped for a symlink out since the core's check)
+        st = os.fstat(fd)
+        tree = _Tree(root, dotfiles, max_entries, max_bytes)
+        tree.add(Member(top + "/", 0, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+        tree.folder(fd, real, top, 0)
+    finally:
+        os.close(fd)
+    return Layout(tree.members, tree.skipped)
+
+
+#: Folders deeper than this are left out (noted as skipped): the walk recurses once a level.
+MAX_DEPTH = 64
+
+
+class _Tree:
+    """The members found so far, and the bounds they must stay within."""
+
+    __slots__ = ("dotfiles", "max_bytes", "max_entries", "members", "root", "skipped", "total")
+
+    def __init__(self, root: str | None, dotfiles: bool, max_entries: int, max_bytes: int | None) -> None:
+        self.root, self.dotfiles = root, dotfiles
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.members: list[Member] = []
+        self.skipped = 0
+        self.total = 0
+
+    def add(self, member: Member) -> None:
+        if len(self.members) >= self.max_entries:
+            raise TooLarge(f"more than {self.max_entries} entries")
+        self.total += member.size
+        if self.max_bytes is not None and self.total > self.max_bytes:
+            raise TooLarge(f"more than {self.max_bytes} bytes")
+        self.members.append(member)
+
+    def folder(self, dir_fd: int, real: str, prefix: str, depth: int) -> None:
+        """Add the members under the folder open as *dir_fd* (at *real*, named *prefix*)."""
+        for name, st in self._entries(dir_fd, real):
+            full = f"{prefix}/{name}"
+            if not stat.S_ISDIR(st.st_mode):
+                self.add(Member(full, st.st_size, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+                continue
+            if depth >= MAX_DEPTH:
+                self.skipped += 1
+                continue
+            try:
+                sub = os.open(name, _SUBDIR_FLAGS, dir_fd=dir_fd)
+            except OSError:  # gone meanwhile, or swapped for a symlink (ELOOP, ENOTDIR)
+                self.skipped += 1
+                continue
+            try:
+                self.add(Member(full + "/", 0, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+                self.folder(sub, f"{real}/{name}", full, depth + 1)
+            finally:
+                os.close(sub)
+
+    def _entries(self, dir_fd: int, real: str) -> list[tuple[str, os.stat_result]]:
+        """The entries of a folder an archive takes, sorted by name (see the module)."""
+        found: list[tuple[str, os.stat_result]] = []
+        root = self.root
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith(".") and not self.dotfiles:
+                    continue
+                try:
+                    if entry.is_symlink():
+                        st = os.stat(name, dir_fd=dir_fd)  # (followed: what a request for it gets)
+                        if not stat.S_ISREG(st.st_mode) or (
+                            root is not None and not inside(os.path.realpath(f"{real}/{name}"), root)
+                        ):
+                            self.skipped += 1  # a symlink to a folder, out of the root, or to a device
+                            continue
+                    else:
+                        st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):
+                        wanted = os.R_OK
+                    elif stat.S_ISDIR(st.st_mode):
+                        wanted = os.R_OK | os.X_OK
+                    else:
+                        self.skipped += 1  # a FIFO, socket or device
+                        continue
+                    if not (
+                        os.access(name, wanted, dir_fd=dir_fd, effective_ids=_EFFECTIVE)
+                        if _ACCESS_BY_FD
+                        else os.access(f"{real}/{name}", wanted, effective_ids=_EFFECTIVE)
+                    ):
+                        self.skipped += 1
+                        continue
+                except OSError:  # a broken symlink, or gone meanwhile
+                    self.skipped += 1
+                    continue
+                found.append((name, st))
+        found.sort(key=lambda e: e[0].encode("utf-8", "surrogateescape"))
+        return found
+
+
+def _real_path(fd: int, path: str) -> str:
+    """Where the folder open as *fd* really is (its ``/proc`` link; else the realpath of *path*)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def open_member(base: str, member: Member) -> int:
+    """*member*'s file under the folder *base* opened to be sent, checked to be the file the layout
+    was made from (see the module). Raises :class:`MemberChanged` (or OSError: it is gone)."""
+    fd = os.open(os.path.join(base, member.name.split("/", 1)[1]), _FILE_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (member.dev, member.ino) or not stat.S_ISREG(st.st_mode):
+            raise MemberChanged(member.name)
+        if st.st_size < member.size:
+            raise MemberChanged(f"{member.name} shrank from {member.size} to {st.st_size} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -1,0 +1,228 @@
+"""``serve``'s folder archives (``GET /folder/?tar``), on both loops, over TCP, Unix sockets and
+TLS: read back by ``tarfile`` (and by ``tar`` and ``bsdtar`` where installed) equal to the tree; a
+cut download resumed with ``Range``/``If-Range`` is byte-identical to a whole one; a file that
+shrinks while it is sent aborts the connection, one that grows is sent at its announced size; the
+bounds answer 413; and the archive is there only where listings are. Clients in another process
+too (``serve`` itself, fetched with ``urllib`` and ``curl``)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import ssl
+import subprocess
+import tarfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..support.files import pattern
+from ..support.raw_http import read_response, read_to_eof
+from ..support.serve import ServeSite, close_writer, serve_process, serve_site
+
+pytest.importorskip("httptools")
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(params=["tcp", "unix", "tls"])
+def where(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    tls_server_ctx: ssl.SSLContext,
+    tls_client_ctx: ssl.SSLContext,
+) -> dict[str, Any]:
+    """``serve_site``'s keyword arguments for a TCP, Unix socket or TLS site."""
+    if request.param == "tls":
+        return {"server_ctx": tls_server_ctx, "client_ctx": tls_client_ctx}
+    if request.param == "unix":
+        return {"unix_path": str(tmp_path / "s.sock")}
+    return {}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "public"
+    top = root / "photos"
+    (top / "sub" / "deeper").mkdir(parents=True)
+    (top / "big.bin").write_bytes(pattern(3 * MiB + 17, seed=5))
+    (top / "sub" / "b.bin").write_bytes(pattern(70_001, seed=6))
+    (top / "sub" / "deeper" / "empty").write_bytes(b"")
+    for i in range(40):
+        (top / "sub" / f"small-{i:02}.txt").write_bytes(b"x" * i)
+    (top / ("n" * 150 + ".txt")).write_bytes(b"long name")
+    os.close(os.open(os.fsencode(top) + b"/latin-\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    (top / ".env").write_bytes(b"secret")
+    (root / "index.html").write_bytes(b"<p>home</p>")
+    return root
+
+
+def files_of(data: bytes) -> dict[str, bytes]:
+    """The archive's files by name (folders as None), read back by ``tarfile``."""
+    out: dict[str, Any] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tf:
+        for info in tf:
+            extracted = tf.extractfile(info) if info.isfile() else None
+            out[info.name] = extracted.read() if extracted is not None else None
+    return out
+
+
+def tree_files(top: Path, name: str) -> dict[str, Any]:
+    """What the archive of *top* holds, read from the tree: every file and folder but dotfiles."""
+    out: dict[str, Any] = {name: None}
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(top)):
+        dirnames[:] = [d for d in dirnames if not d.startswith(b".")]
+        rel = os.path.relpath(dirpath, os.fsencode(top))
+        prefix = name if rel == b"." else f"{name}/{os.fsdecode(rel)}"
+        for d in dirnames:
+            out[f"{prefix}/{os.fsdecode(d)}"] = None
+        for f in filenames:
+            if not f.startswith(b"."):
+                with open(os.path.join(dirpath, f), "rb") as fh:
+                    out[f"{prefix}/{os.fsdecode(f)}"] = fh.read()
+    return out
+
+
+async def get(site: ServeSite, target: str, extra: str = "", method: str = "GET") -> Any:
+    reader, writer = await site.open()
+    try:
+        writer.write(f"{method} {target} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n".encode())
+        return await read_response(reader, method)
+    finally:
+        await close_writer(writer)
+
+
+async def test_a_folder_downloads_as_a_tar_archive_equal_to_the_tree(
+    tree: Path, where: dict[str, Any]
+) -> None:
+    async with serve_site(tree, show_index=True, archives=True, **where) as site:
+        r = await get(site, "/photos/?tar")
+        assert r.status == 200
+        assert r.headers["content-type"] == "application/x-tar"
+        assert r.headers["content-disposition"] == 'attachment; filename="photos.tar"'
+        assert int(r.headers["content-length"]) == len(r.body)
+        assert files_of(r.body) == tree_files(tree / "photos", "photos")
+        # HEAD: the same head, no body; the root's archive holds the whole tree, named after it.
+        h = await get(site, "/photos/?tar", method="HEAD")
+        assert (h.status, h.headers["content-length"], h.headers["etag"]) == (
+            200,
+            str(len(r.body)),
+            r.headers["etag"],
+        )
+        whole = await get(site, "/?tar")
+        assert files_of(whole.body) == tree_files(tree, "public")  # (index.html does not hide it)
+        listing = await get(site, "/photos/")
+        assert b'href="?tar"' in listing.body
+
+
+async def test_a_cut_download_resumes_byte_identical(tree: Path, where: dict[str, Any]) -> None:
+    async with serve_site(tree, show_index=True, archives=True, **where) as site:
+        whole = await get(site, "/photos/?tar")
+        etag = whole.headers["etag"]
+        size = len(whole.body)
+        for cut in (1, 511, 512, 1536, MiB + 3, size - 1025, size - 1):
+            rest = await get(site, "/photos/?tar", f"Range: bytes={cut}-\r\nIf-Range: {etag}\r\n")
+            assert rest.status == 206
+            assert rest.headers["content-range"] == f"bytes {cut}-{size - 1}/{size}"
+            assert whole.body[:cut] + rest.body == whole.body, cut
+        middle = await get(site, "/photos/?tar", "Range: bytes=1000-1999\r\n")
+        assert middle.body == whole.body[1000:2000]
+        (tree / "photos" / "sub" / "new.txt").write_bytes(b"new")  # the folder changed: a whole answer
+        stale = await get(site, "/photos/?tar", f"Range: bytes=10-\r\nIf-Range: {etag}\r\n")
+        assert stale.status == 200
+        assert stale.headers["etag"] != etag
+        assert "photos/sub/new.txt" in files_of(stale.body)
+        past = await get(site, "/photos/?tar", f"Range: bytes={10 * size}-\r\n")
+        assert (past.status, past.headers["content-range"]) == (416, f"bytes */{len(stale.body)}")
+        fresh = await get(site, "/photos/?tar", f"If-None-Match: {stale.headers['etag']}\r\n")
+        assert fresh.status == 304
+
+
+async def test_a_file_that_shrinks_while_it_is_sent_aborts_the_connection(
+    tree: Path, where: dict[str, Any]
+) -> None:
+    big = tree / "photos" / "big.bin"
+    big.write_bytes(pattern(24 * MiB, seed=7))
+    async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(b"GET /photos/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
+            with open(big, "r+b") as f:
+                f.truncate(2 * MiB)  # the server is well short of the end of it
+            got += await asyncio.wait_for(read_to_eof(reader), 20)
+        finally:
+            await close_writer(writer)
+        assert len(got) < length  # cut: never an archive passed off as whole
+        assert (await get(site, "/photos/?tar")).status == 200  # (the server goes on)
+
+
+async def test_a_file_that_grows_is_sent_at_its_announced_size(tree: Path, where: dict[str, Any]) -> None:
+    big = tree / "photos" / "big.bin"
+    big.write_bytes(pattern(24 * MiB, seed=7))
+    log = tree / "photos" / "sub" / "b.bin"  # sent after big.bin
+    before = log.read_bytes()
+    async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(b"GET /photos/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
+            with open(log, "ab") as f:
+                f.write(b"appended meanwhile" * 1000)
+            got += await asyncio.wait_for(reader.readexactly(length - MiB), 20)
+        finally:
+            await close_writer(writer)
+        assert files_of(got)["photos/sub/b.bin"] == before
+
+
+async def test_the_bounds_answer_413(tree: Path) -> None:
+    async with serve_site(tree, show_index=True, archives=True, max_archive_entries=10) as site:
+        assert (await get(site, "/photos/?tar")).status == 413
+        assert (await get(site, "/photos/sub/deeper/?tar")).status == 200
+    async with serve_site(tree, show_index=True, archives=True, max_archive_size=3 * MiB) as site:
+        assert (await get(site, "/photos/?tar")).status == 413
+        assert (await get(site, "/photos/sub/?tar")).status == 200
+
+
+async def test_no_archive_where_archives_or_listings_are_off(tree: Path) -> None:
+    async with serve_site(tree, show_index=True) as site:  # (the engine's own default)
+        r = await get(site, "/photos/?tar")
+        assert (r.status, r.headers["content-type"]) == (200, "text/html; charset=utf-8")
+        assert b"?tar" not in r.body
+    async with serve_site(tree, archives=True) as site:  # no listing: no archive either
+        assert (await get(site, "/photos/?tar")).status == 403
+        assert (await get(site, "/?tar")).body == b"<p>home</p>"
+    async with serve_site(tree, show_index=True, archives=True) as site:
+        assert (await get(site, "/photos/big.bin?tar")).body == (tree / "photos" / "big.bin").read_bytes()
+        assert (await get(site, "/photos/.env/?tar")).status == 404  # a dotfile stays hidden
+        assert (await get(site, "/photos?tar")).headers["location"] == "/photos/?tar"
+
+
+def _tools() -> list[list[str]]:
+    return [[tool, "-tvf", "-"] for tool in ("tar", "bsdtar") if shutil.which(tool)]
+
+
+def test_serve_in_its_own_process_sends_what_the_archive_tools_read(tree: Path) -> None:
+    with serve_process(tree, cli=True) as server:
+        with urllib.request.urlopen(server.url("/photos/?tar"), timeout=20) as response:
+            data = response.read()
+        assert files_of(data) == tree_files(tree / "photos", "photos")
+        for argv in _tools():
+            listed = subprocess.run(argv, input=data, capture_output=True, check=True, timeout=60).stdout
+            assert b"photos/sub/deeper/empty" in listed
+            assert b"n" * 150 in listed
+        if shutil.which("curl"):
+            out = tree.parent / "cut.tar"
+            out.write_bytes(data[: len(data) // 2])
+            subprocess.run(
+                ["curl", "-sS", "-C", "-", "-o", str(out), server.url("/photos/?tar")], check=True, timeout=60
+            )
+            assert out.read_bytes() == data  # curl -C -: resumed where the cut one stopped

@@ -1,0 +1,264 @@
+"""A folder's tar archive, without sockets: the layout (``_static._archive``) and the walk
+(``_static._tree``). The layout's bytes, put together here as a door sends them, are read back by
+``tarfile`` and equal the tree; every range of them is the same slice of the whole; the walk keeps
+to the listing's rules and bounds; a member's file is checked when it is opened to be sent."""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from aiosendfile._static import _fs
+from aiosendfile._static._archive import (
+    END,
+    Layout,
+    Member,
+    TooLarge,
+    content_disposition,
+    header_size,
+    tar_header,
+)
+from aiosendfile._static._tree import MemberChanged, open_member, walk
+
+from ..support.files import pattern
+
+GiB = 1024**3
+
+
+def archive_bytes(path: Path, layout: Layout, start: int = 0, stop: int | None = None) -> bytes:
+    """[*start*, *stop*) of the archive, put together from the layout's spans as a door sends it."""
+    stop = layout.length if stop is None else stop
+    out = bytearray()
+    for i, lo, hi in layout.spans(start, stop):
+        if i == len(layout.members):
+            out += END[lo:hi]
+            continue
+        member = layout.members[i]
+        header = tar_header(member)
+        h, size = len(header), member.size
+        out += header[lo:hi]
+        first, last = max(lo, h) - h, min(hi, h + size) - h
+        if last > first:
+            fd = open_member(str(path), member)
+            try:
+                out += os.pread(fd, last - first, first)
+            finally:
+                os.close(fd)
+        out += bytes(max(0, hi - max(lo, h + size)))
+    return bytes(out)
+
+
+def first_member(header: bytes) -> tarfile.TarInfo:
+    """The member a header describes, read as a stream (its body is not there to skip)."""
+    with tarfile.open(
+        fileobj=io.BytesIO(header), mode="r|", encoding="utf-8", errors="surrogateescape"
+    ) as tf:
+        info = tf.next()
+    assert info is not None
+    return info
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    top = tmp_path / "photos"
+    (top / "sub" / "deeper").mkdir(parents=True)
+    (top / "a.txt").write_bytes(b"alpha")
+    (top / "sub" / "b.bin").write_bytes(pattern(70_000, seed=3))
+    (top / "sub" / "deeper" / "empty").write_bytes(b"")
+    (top / ("n" * 180 + ".txt")).write_bytes(b"long name")
+    (top / "caf\u00e9.txt").write_bytes(b"utf-8 name")
+    os.close(os.open(os.fsencode(top) + b"/latin-\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    (top / ".env").write_bytes(b"secret")
+    (top / ".git").mkdir()
+    (top / ".git" / "config").write_bytes(b"secret")
+    (top / "link.txt").symlink_to("a.txt")
+    (top / "dirlink").symlink_to("sub")
+    (top / "out").symlink_to("/etc/hostname")
+    os.mkfifo(top / "fifo")
+    return top
+
+
+def test_the_archive_reads_back_as_the_tree(tree: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False)
+    data = archive_bytes(tree, layout)
+    assert len(data) == layout.length
+    names = []
+    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tf:
+        for info in tf:
+            names.append(info.name)
+            if info.isfile():
+                rel = os.fsencode(info.name).split(b"/", 1)[1]
+                extracted = tf.extractfile(info)
+                assert extracted is not None
+                with open(os.fsencode(tree) + b"/" + rel, "rb") as original:
+                    assert extracted.read() == original.read(), info.name
+    assert names[0] == "photos"
+    assert "photos/latin-\udce9.txt" in names  # (the name's own bytes, not UTF-8)
+    assert "photos/" + "n" * 180 + ".txt" in names
+    assert "photos/link.txt" in names  # a symlink inside the root: its file
+    assert "photos/sub/deeper/empty" in names
+    assert not any(n.split("/")[-1].startswith(".") for n in names)  # no dotfile
+    assert not {"photos/dirlink", "photos/out", "photos/fifo"} & set(names)
+    assert layout.skipped == 3  # the link to a folder, the link out of the root, the FIFO
+
+
+def test_every_range_is_the_slice_of_the_whole(tree: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False)
+    whole = archive_bytes(tree, layout)
+    cuts = sorted(
+        {0, 1, 511, 512, 513, 1000, 70_000, 71_000, layout.length - 1025, layout.length - 1, layout.length}
+    )
+    for a in cuts:
+        for b in cuts:
+            if a < b:
+                assert archive_bytes(tree, layout, a, b) == whole[a:b], (a, b)
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("a/b.txt", 1),
+        ("a/" + "x" * 96, 1),  # 98 characters
+        ("a/" + "x" * 97, 1),  # 99
+        ("a/" + "x" * 98, 1),  # 100: the ustar field's length
+        ("a/" + "x" * 99, 1),  # 101: a pax path
+        ("a/" + "x" * 96 + "/", 0),  # a folder's name and its slash
+        ("a/caf\u00e9", 1),
+        ("a/latin-\udce9", 1),
+        ("a/big", 0o77777777777),  # the largest size ustar holds
+        ("a/bigger", 0o77777777777 + 1),  # a pax size
+        ("a/huge", 5 * GiB),
+    ],
+)
+def test_header_size_is_the_headers_length(name: str, size: int) -> None:
+    member = Member(name, size, 1_700_000_000 * 10**9, 0o100644, 1, 2)
+    assert header_size(member) == len(tar_header(member))
+    info = first_member(tar_header(member))
+    assert (info.name, info.size) == (name.rstrip("/"), size)
+
+
+def test_dotfiles_are_taken_when_they_are_served(tree: Path) -> None:
+    names = [m.name for m in walk(str(tree), "photos", str(tree.parent), dotfiles=True).members]
+    assert {"photos/.env", "photos/.git/", "photos/.git/config"} <= set(names)
+
+
+def test_the_bounds_refuse_a_larger_folder(tree: Path) -> None:
+    count = len(walk(str(tree), "photos", str(tree.parent), dotfiles=False).members)
+    walk(str(tree), "photos", str(tree.parent), dotfiles=False, max_entries=count)
+    with pytest.raises(TooLarge):
+        walk(str(tree), "photos", str(tree.parent), dotfiles=False, max_entries=count - 1)
+    total = 5 + 70_000 + 9 + 10 + 5  # the files' bytes (link.txt is a.txt again)
+    walk(str(tree), "photos", str(tree.parent), dotfiles=False, max_bytes=total)
+    with pytest.raises(TooLarge):
+        walk(str(tree), "photos", str(tree.parent), dotfiles=False, max_bytes=total - 1)
+
+
+def test_the_etag_follows_the_tree(tree: Path) -> None:
+    def etag() -> str:
+        return walk(str(tree), "photos", str(tree.parent), dotfiles=False).etag
+
+    first = etag()
+    assert etag() == first  # the same tree, the same archive
+    (tree / "a.txt").write_bytes(b"alphA")  # same size, new date
+    os.utime(tree / "a.txt", ns=(1, 1))
+    second = etag()
+    assert second != first
+    (tree / "new.txt").write_bytes(b"")
+    assert etag() != second
+
+
+def test_a_member_replaced_shrunk_or_swapped_out_is_refused_when_opened(tree: Path, tmp_path: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False)
+    by_name = {m.name: m for m in layout.members}
+    b = by_name["photos/sub/b.bin"]
+    os.close(open_member(str(tree), b))  # unchanged: opened
+    (tree / "sub" / "b.bin").write_bytes(b"short")
+    with pytest.raises(MemberChanged):
+        open_member(str(tree), b)  # shrunk
+    a = by_name["photos/a.txt"]
+    (tree / "new").write_bytes(b"alpha")
+    os.rename(tree / "new", tree / "a.txt")
+    with pytest.raises(MemberChanged):
+        open_member(str(tree), a)  # another file under the name
+    # A folder on the way swapped for a symlink to a look-alike outside: not the file planned.
+    outside = tmp_path / "outside"
+    (outside / "deeper").mkdir(parents=True)
+    (outside / "deeper" / "empty").write_bytes(b"x")
+    e = by_name["photos/sub/deeper/empty"]
+    e = e._replace(size=1)
+    os.rename(tree / "sub", tmp_path / "moved")
+    (tree / "sub").symlink_to(outside)
+    with pytest.raises(MemberChanged):
+        open_member(str(tree), e)
+
+
+def test_a_sparse_file_past_8_gib_is_laid_out_with_a_pax_size(tmp_path: Path) -> None:
+    top = tmp_path / "big"
+    top.mkdir()
+    with open(top / "sparse.bin", "wb") as f:
+        f.truncate(9 * GiB)
+    layout = walk(str(top), "big", str(tmp_path), dotfiles=False)
+    sparse = layout.members[1]
+    assert sparse.size == 9 * GiB
+    assert layout.length == 512 + header_size(sparse) + 9 * GiB + len(END)
+    head = archive_bytes(top, layout, 0, 512 + header_size(sparse))
+    tail = archive_bytes(top, layout, layout.length - 2048, layout.length)
+    assert tail == bytes(2048)
+    info = first_member(head[512:])
+    assert (info.name, info.size) == ("big/sparse.bin", 9 * GiB)
+
+
+def test_the_pool_walks_at_most_two_folders_at_once(tree: Path) -> None:
+    policy = _fs.directory_policy(tree.parent, listings=True, archives=True)
+    assert _fs.POOL_FS.archive(str(tree), "photos", policy).members
+    held = [_fs._walks.acquire(blocking=False) for _ in range(_fs.MAX_WALKS)]
+    try:
+        assert all(held)
+        with pytest.raises(_fs.ArchivesBusy):
+            _fs.POOL_FS.archive(str(tree), "photos", policy)
+    finally:
+        for _ in held:
+            _fs._walks.release()
+    with pytest.raises(_fs.DecideInPool):
+        _fs.REAL_FS.archive(str(tree), "photos", policy)  # never on the loop
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("photos.tar", 'attachment; filename="photos.tar"'),
+        ('a"b.tar', "attachment; filename=\"a_b.tar\"; filename*=UTF-8''a%22b.tar"),
+        ("caf\u00e9.tar", "attachment; filename=\"caf_.tar\"; filename*=UTF-8''caf%C3%A9.tar"),
+        ("latin-\udce9.tar", "attachment; filename=\"latin-_.tar\"; filename*=UTF-8''latin-%E9.tar"),
+    ],
+)
+def test_content_disposition(name: str, field: str) -> None:
+    assert content_disposition(name) == field
+
+
+def test_live_layouts_are_shared_and_bounded(tree: Path, tmp_path: Path) -> None:
+    """Clients downloading one folder at once share its layout; many folders at once are refused
+    (503) past the budget of live entries, and admitted again once the downloads end."""
+    policy = _fs.directory_policy(tree.parent, listings=True, archives=True, max_archive_entries=20)
+    first = _fs.POOL_FS.archive(str(tree), "photos", policy)
+    assert _fs.POOL_FS.archive(str(tree), "photos", policy) is first  # the same snapshot: shared
+    del first
+    gc.collect()
+    folders = []
+    for i in range(_fs.LIVE_LAYOUTS + 1):
+        folder = tmp_path / f"folder-{i}"
+        folder.mkdir()
+        for j in range(19):  # and the folder itself: 20 entries, the bound
+            (folder / f"f{j}").write_bytes(b"")
+        folders.append(folder)
+    held = [_fs.POOL_FS.archive(str(f), f.name, policy) for f in folders[:-1]]  # 4 x 20: the budget
+    with pytest.raises(_fs.ArchivesBusy):
+        _fs.POOL_FS.archive(str(folders[-1]), "last", policy)
+    del held
+    gc.collect()
+    assert _fs.POOL_FS.archive(str(folders[-1]), "last", policy).members  # the budget is free again
