@@ -212,7 +212,7 @@ def _directory(
 def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer:
     """``GET /folder/?tar``: the folder as a tar archive (``_archive``), with its validators and
     ranges as a file's (one range; several are answered whole), or 413/503/403/404."""
-    top = os.path.basename(os.path.normpath(path)) or "archive"
+    top = os.path.basename(path.rstrip("/")) or "archive"
     try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
         layout = fs.archive(path, top, policy)
     except TooLarge:
