@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._outlet import Outlet
 from ._answering import replay, respond
+from ._archive_body import ArchiveBody
 from ._auth import address_key
 from ._bounds import FLUSH_AT, MAX_PENDING, TURN_BUDGET
 from ._date import CLOSE
@@ -164,6 +165,8 @@ class HttpProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         self.since = self.engine.now  # progress
+        if type(self.owned) is ArchiveBody:  # (it writes through the transport between files)
+            self.owned.resumed()
         self.budget = TURN_BUDGET
         self._resume()
 

@@ -66,7 +66,57 @@ class Member(NamedTuple):
 
 
 def tar_header(member: Member) -> bytes:
-    """*member*'s header: a ustar block, after a pax extended header where a field does not fit."""
+    """*member*'s header: a ustar block, after a pax extended header where a field does not fit
+    (then made by ``tarfile``; the common block is made here, the same bytes, several times faster)."""
+    if _fits_ustar(member):
+        return _ustar(member.name.encode("ascii"), member)
+    return _pax_header(member)
+
+
+def _fits_ustar(member: Member) -> bool:
+    """Whether *member* needs no pax record: a short ASCII name, a size and date ustar holds."""
+    name = member.name
+    return (
+        len(name) <= _NAME_FIELD
+        and name.isascii()
+        and member.size <= _MAX_OCTAL_SIZE
+        and member.mtime_ns // 1_000_000_000 <= _MAX_OCTAL_SIZE
+    )
+
+
+def _ustar(name: bytes, member: Member) -> bytes:
+    """The ustar block ``tarfile`` makes for a member that needs no pax record (fields by
+    offset: name, mode, uid, gid, size, mtime, checksum, type, ..., magic; the rest zeros)."""
+    mode = b"%07o\0" % (member.mode & 0o7777)
+    numbers = b"%011o\0%011o\0" % (member.size, max(0, member.mtime_ns // 1_000_000_000))
+    kind = b"5" if name.endswith(b"/") else b"0"
+    checksum = sum(name) + sum(mode) + _IDS_SUM + sum(numbers) + _SPACES_SUM + kind[0] + _MAGIC_SUM
+    return b"".join(
+        (
+            name,
+            bytes(_NAME_FIELD - len(name)),
+            mode,
+            _IDS,
+            numbers,
+            b"%06o\0 " % checksum,
+            kind,
+            _LINK_FIELD,
+            _MAGIC,
+            _TAIL,
+        )
+    )
+
+
+_IDS = b"0000000\0" * 2  # uid, gid: 0
+_IDS_SUM = sum(_IDS)
+_SPACES_SUM = 8 * 0x20  # (the checksum's own field counts as spaces)
+_LINK_FIELD = bytes(100)
+_MAGIC = b"ustar\x0000"
+_MAGIC_SUM = sum(_MAGIC)
+_TAIL = bytes(BLOCK - 265)  # uname, gname, devices, prefix: empty
+
+
+def _pax_header(member: Member) -> bytes:
     import tarfile  # (here: most servers never make an archive)
 
     info = tarfile.TarInfo(member.name)
@@ -82,10 +132,7 @@ def tar_header(member: Member) -> bytes:
 def header_size(member: Member) -> int:
     """``len(tar_header(member))``, without making it where no pax record is needed (the common
     case: a short ASCII name, a size under 8 GiB)."""
-    name = member.name
-    if len(name) < _NAME_FIELD and name.isascii() and member.size <= _MAX_OCTAL_SIZE:
-        return BLOCK
-    return len(tar_header(member))
+    return BLOCK if _fits_ustar(member) else len(_pax_header(member))
 
 
 def _padding(size: int) -> int:

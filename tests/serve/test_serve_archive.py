@@ -22,7 +22,7 @@ import pytest
 
 from ..support.files import pattern
 from ..support.raw_http import read_response, read_to_eof
-from ..support.serve import ServeSite, close_writer, serve_process, serve_site
+from ..support.serve import ServeSite, close_writer, engine, serve_process, serve_site
 
 pytest.importorskip("httptools")
 
@@ -226,3 +226,26 @@ def test_serve_in_its_own_process_sends_what_the_archive_tools_read(tree: Path) 
                 ["curl", "-sS", "-C", "-", "-o", str(out), server.url("/photos/?tar")], check=True, timeout=60
             )
             assert out.read_bytes() == data  # curl -C -: resumed where the cut one stopped
+
+
+async def test_a_client_that_does_not_read_holds_a_bounded_buffer(
+    tmp_path: Path, where: dict[str, Any]
+) -> None:
+    """Small files are gathered and written between the larger ones: while the client reads
+    nothing, what waits in the transport stays within the gather size and the high-water mark,
+    and the rest arrives whole once it reads."""
+    top = tmp_path / "public" / "many"
+    top.mkdir(parents=True)
+    for i in range(600):
+        (top / f"f{i:03}").write_bytes(pattern(16 * 1024, seed=i))
+    async with serve_site(top.parent, show_index=True, archives=True, limit=64 * 1024, **where) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(b"GET /many/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            await asyncio.sleep(1.0)  # (the server writes until the transport pauses it)
+            (conn,) = engine()._engines[site.server].connections
+            assert conn.transport.get_write_buffer_size() <= 2 * 1024 * 1024
+            response = await read_response(reader)
+        finally:
+            await close_writer(writer)
+        assert files_of(response.body) == tree_files(top, "many")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aiosendfile._static import _fs
+from aiosendfile._static import _archive, _fs
 from aiosendfile._static._archive import (
     END,
     Layout,
@@ -138,6 +138,7 @@ def test_every_range_is_the_slice_of_the_whole(tree: Path) -> None:
 def test_header_size_is_the_headers_length(name: str, size: int) -> None:
     member = Member(name, size, 1_700_000_000 * 10**9, 0o100644, 1, 2)
     assert header_size(member) == len(tar_header(member))
+    assert tar_header(member) == _archive._pax_header(member)  # (made here where it fits: the same bytes)
     info = first_member(tar_header(member))
     assert (info.name, info.size) == (name.rstrip("/"), size)
 
