@@ -152,8 +152,8 @@ def add_serve_command(commands: Any) -> None:
         "--no-archives",
         dest="archives",
         action="store_false",
-        help="no folder archives (default: a listed folder's URL with ?tar downloads it as a tar archive, "
-        "linked from its listing; off with --no-listing)",
+        help="no folder archives (default: a listed folder's URL with ?tar or ?zip downloads it as a tar "
+        "or stored zip archive, linked from its listing; off with --no-listing)",
     )
     serve.add_argument(
         "--max-archive-entries",

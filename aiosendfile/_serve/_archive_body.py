@@ -1,4 +1,4 @@
-"""A folder's tar archive as a connection's body (``_static._archive``): headers from memory,
+"""A folder's archive (tar or zip) as a connection's body (``_static._archive``): headers from memory,
 each larger member's bytes by the public ``aiosendfile.sendfile`` (zero-copy on a plain socket,
 the bounded copy over TLS), as a :class:`~._sending.BodySender` in a task. Between files it
 writes through the connection's transport and waits on the connection's own flow control
@@ -6,7 +6,7 @@ writes through the connection's transport and waits on the connection's own flow
 
 Members are prepared a batch at a time in the server's pool (an ``open`` or a read may wait for
 the disk): their headers made, each file checked to be the one the layout was made from
-(``_tree.open_member``), a small one (up to :data:`SMALL`) read there, a larger one left open to
+(``_tree.piece``), a small one (up to ``_tree.SMALL``) read there, a larger one left open to
 be sent. A member replaced, gone or shorter than announced, or one that shrinks while it is sent
 (``FileTruncatedError``), aborts the connection: never a silently short archive. One that grows
 is sent at its announced size. Headers, padding and small files' bytes gather in a buffer of
@@ -25,19 +25,17 @@ from typing import TYPE_CHECKING
 
 from .._api import sendfile
 from .._static._answer import Answer, Archive
-from .._static._archive import END, Layout, Member, tar_header
-from .._static._tree import MemberChanged, open_member
+from .._static._archive import Layout
+from .._static._tree import SMALL, Piece, piece
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol
 
 __all__ = ("ArchiveBody",)
 
-#: Members opened (and their headers made) per hop to the pool.
+#: Parts made ready (headers made, files opened and checked) per hop to the pool, and the bytes of
+#: small files (``_tree.SMALL``) read in one hop, about.
 BATCH = 32
-#: A member file this small is read in the pool, its bytes sent with the headers around it (one
-#: ``sendfile`` call costs more than copying this much), at most about :data:`BATCH_READ` a hop.
-SMALL = 64 * 1024
 BATCH_READ = 256 * 1024
 #: Header, padding and small-file bytes gathered before they are sent on their own.
 GATHER = 256 * 1024
@@ -101,43 +99,33 @@ class ArchiveBody:
         loop = asyncio.get_running_loop()
         transport = self.conn.transport
         layout = body.layout
-        members = layout.members
         pending = bytearray(self.head)
         for batch in _batches(layout, body.start, body.stop):
-            prepared = await loop.run_in_executor(self.executor, _prepare, body.path, layout, batch)
+            pieces = await loop.run_in_executor(self.executor, _prepare, body.path, layout, batch)
             try:
-                for (i, lo, hi), (header, fd, data) in zip(batch, prepared, strict=True):
-                    if i == len(members):  # the end blocks
-                        pending += END[lo:hi]
-                        continue
-                    size = members[i].size
-                    h = len(header)
-                    if lo < h:
-                        pending += header[lo : min(hi, h)]
+                for before, fd, data, first, length, after in pieces:
+                    pending += before
                     if data is not None:
                         pending += data
                     elif fd is not None:
-                        first, last = _body_part(members[i], lo, hi, h)
                         with io.FileIO(fd, "rb", closefd=False) as file:
                             await sendfile(
                                 transport,
                                 file,
                                 first,
-                                last - first,
+                                length,
                                 headers=bytes(pending),
                                 on_progress=self.progress,
                             )
                         pending.clear()
-                    pad = hi - max(lo, h + size)
-                    if pad > 0:
-                        pending += bytes(pad)
+                    pending += after
                     if len(pending) >= GATHER:
                         await self._write(pending)
                         pending = bytearray()
             finally:
-                for _, fd, _ in prepared:
-                    if fd is not None:
-                        os.close(fd)
+                for held in pieces:
+                    if held.fd is not None:
+                        os.close(held.fd)
         if pending:
             await self._write(pending)
 
@@ -157,22 +145,16 @@ class ArchiveBody:
             raise ConnectionResetError("the peer went away during an archive")
 
 
-def _body_part(member: Member, lo: int, hi: int, header_length: int) -> tuple[int, int]:
-    """The part [first, last) of *member*'s file a span [*lo*, *hi*) of its bytes takes."""
-    return max(lo, header_length) - header_length, min(hi, header_length + member.size) - header_length
-
-
 def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
-    """The spans of [*start*, *stop*), in groups of at most :data:`BATCH` members and about
+    """The spans of [*start*, *stop*), in groups of at most :data:`BATCH` parts and about
     :data:`BATCH_READ` bytes of small files read in the pool."""
-    members = layout.members
     batch: list[_Span] = []
     read = 0
     for span in layout.spans(start, stop):
         batch.append(span)
-        i = span[0]
-        if i < len(members) and members[i].size <= SMALL:
-            read += members[i].size
+        member = layout.body_of(span[0])
+        if member is not None and member.size <= SMALL:
+            read += member.size
         if len(batch) == BATCH or read >= BATCH_READ:
             yield batch
             batch = []
@@ -181,37 +163,16 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
         yield batch
 
 
-def _prepare(path: str, layout: Layout, batch: list[_Span]) -> list[tuple[bytes, int | None, bytes | None]]:
-    """(In the pool.) Each span's member header and, where the span takes some of its file, that
-    part read (a small file: at most :data:`SMALL` bytes) or the file opened to be sent; each file
-    checked first (``open_member``). If one fails, those opened are closed again."""
-    members = layout.members
-    out: list[tuple[bytes, int | None, bytes | None]] = []
+def _prepare(path: str, layout: Layout, batch: list[_Span]) -> list[Piece]:
+    """(In the pool.) Each span made ready (``_tree.piece``); if one fails, the files opened for
+    those before it are closed again."""
+    out: list[Piece] = []
     try:
-        for i, lo, hi in batch:
-            if i == len(members):
-                out.append((b"", None, None))
-                continue
-            member = members[i]
-            header = tar_header(member)
-            first, last = _body_part(member, lo, hi, len(header))
-            if last <= first:
-                out.append((header, None, None))
-                continue
-            fd = open_member(path, member)
-            if member.size > SMALL:
-                out.append((header, fd, None))
-                continue
-            try:
-                data = os.pread(fd, last - first, first)
-            finally:
-                os.close(fd)
-            if len(data) < last - first:  # (shrunk since it was checked)
-                raise MemberChanged(f"{member.name} shrank while it was read")
-            out.append((header, None, data))
+        for span in batch:
+            out.append(piece(path, layout, *span))
     except BaseException:
-        for _, held, _ in out:
-            if held is not None:
-                os.close(held)
+        for held in out:
+            if held.fd is not None:
+                os.close(held.fd)
         raise
     return out

@@ -33,7 +33,7 @@ from urllib.parse import unquote_to_bytes
 from . import _hot, _http, _listing
 from ._answer import Answer, Archive, FileRange, Multipart, error
 from ._answers import Decided
-from ._archive import TooLarge, content_disposition
+from ._archive import Layout, TooLarge, content_disposition
 from ._fs import REAL_FS, ArchivesBusy, FileSystem, NotRegular, OutsideRoot
 from ._hot import HotEntry
 from ._listing import listing_html, listing_json, view_of
@@ -41,6 +41,7 @@ from ._mime import content_type_for
 from ._paths import checked, decode, inside
 from ._policy import ENCODINGS, DirectoryPolicy
 from ._request import Request
+from ._zip import ZipLayout
 
 __all__ = ("Located", "answer", "decide", "present_siblings", "resolve", "respond", "route")
 
@@ -159,8 +160,8 @@ def _directory(
             raw.decode("latin-1") + "/" + (f"?{req.raw_query.decode('latin-1')}" if req.raw_query else "")
         )
         return error(301, req.method, ("Location", location))
-    if policy.archives and policy.listings and req.raw_query == b"tar":
-        return _archive(req, path, policy, fs)
+    if policy.archives and policy.listings and req.raw_query in _ARCHIVE_KINDS:
+        return _archive(req, path, policy, fs, _ARCHIVE_KINDS[req.raw_query])
     if policy.index:
         index = os.path.join(path, policy.index)
         if fs.is_file(index):
@@ -209,12 +210,13 @@ def _directory(
     return error(403, req.method)
 
 
-def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -> Answer:
-    """``GET /folder/?tar``: the folder as a tar archive (``_archive``), with its validators and
-    ranges as a file's (one range; several are answered whole), or 413/503/403/404."""
+def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, kind: type[Layout]) -> Answer:
+    """``GET /folder/?tar`` (``?zip``): the folder as a tar (a stored zip) archive (``_archive``,
+    ``_zip``), with its validators and ranges as a file's (one range; several are answered
+    whole), or 413/503/403/404."""
     top = os.path.basename(path.rstrip("/")) or "archive"
     try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
-        layout = fs.archive(path, top, policy)
+        layout = fs.archive(path, top, policy, kind)
     except TooLarge:
         return error(413, req.method)
     except ArchivesBusy:
@@ -227,7 +229,7 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -
     etag = layout.etag
     last_modified = max(m.mtime_ns for m in layout.members) // 1_000_000_000
     headers = req.headers
-    extra = [("Content-Disposition", content_disposition(top + ".tar"))]
+    extra = [("Content-Disposition", content_disposition(f"{top}.{layout.KIND}"))]
     if headers and any(field in headers for field in _CONDITIONAL):
         status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
         if status is not None:
@@ -249,7 +251,9 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -
         if ranges is not None and len(ranges) == 1:
             start, stop = ranges[0].start, ranges[0].stop
             content_range = ranges[0].content_range(size)
-    fields = _http.file_headers(etag, last_modified, content_type=_TAR, content_range=content_range)
+    fields = _http.file_headers(
+        etag, last_modified, content_type=layout.CONTENT_TYPE, content_range=content_range
+    )
     fields += extra
     if layout.skipped:
         fields.append(("X-Skipped-Entries", str(layout.skipped)))  # unreadable, special, links out
@@ -259,7 +263,8 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem) -
     return Answer(status, fields, stop - start, body=Archive(path, layout, start, stop), path=path)
 
 
-_TAR = "application/x-tar"
+#: The query that asks for a folder's archive, and its format.
+_ARCHIVE_KINDS: dict[bytes, type[Layout]] = {b"tar": Layout, b"zip": ZipLayout}
 
 
 def _plain_fields(

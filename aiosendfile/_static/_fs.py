@@ -86,7 +86,7 @@ class ArchivesBusy(Exception):
 MAX_WALKS = 2
 _walks = threading.BoundedSemaphore(MAX_WALKS)
 #: The entries of the layouts of archives being sent, at most this many times an archive's bound
-#: (about 200 bytes each): a folder downloaded by many clients at once is laid out once (the same
+#: (about 300 bytes each): a folder downloaded by many clients at once is laid out once (the same
 #: snapshot, the same ``Layout``), and many folders at once wait (503) past the budget.
 LIVE_LAYOUTS = 4
 _live: weakref.WeakValueDictionary[tuple[str, str], Layout] = weakref.WeakValueDictionary()
@@ -137,10 +137,11 @@ class FileSystem(Protocol):
         one lies outside *root*, OSError if it cannot be read, DecideInPool where that is not done."""
         ...
 
-    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
-        """The layout of the tar archive of the directory *path*, its members under *top*
-        (``_tree.walk``, by *policy*'s rules and bounds). Raises ``TooLarge``, ``ArchivesBusy``,
-        OSError if *path* cannot be listed, DecideInPool where that is not done."""
+    def archive(self, path: str, top: str, policy: DirectoryPolicy, kind: type[Layout] = Layout) -> Layout:
+        """The layout (*kind*: tar, or ``_zip.ZipLayout``) of the archive of the directory *path*,
+        its members under *top* (``_tree.walk``, by *policy*'s rules and bounds). Raises
+        ``TooLarge``, ``ArchivesBusy``, OSError if *path* cannot be listed, DecideInPool where that
+        is not done."""
         ...
 
     def close(self, fd: int) -> None: ...
@@ -215,7 +216,7 @@ class RealFS:
     def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
         raise DecideInPool(path)  # (thousands of stat calls: never on the loop)
 
-    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
+    def archive(self, path: str, top: str, policy: DirectoryPolicy, kind: type[Layout] = Layout) -> Layout:
         raise DecideInPool(path)  # (a whole tree: never on the loop)
 
     def close(self, fd: int) -> None:
@@ -304,13 +305,13 @@ class PoolFS(RealFS):
     def scan(self, path: str, root: str | None) -> tuple[list[tuple[str, os.stat_result]], str]:
         return _scan(path, root)
 
-    def archive(self, path: str, top: str, policy: DirectoryPolicy) -> Layout:
+    def archive(self, path: str, top: str, policy: DirectoryPolicy, kind: type[Layout] = Layout) -> Layout:
         if not _walks.acquire(blocking=False):
             raise ArchivesBusy(path)
         try:
             root = None if policy.follow_symlinks else policy.root
             layout = walk(
-                path, top, root, policy.dotfiles, policy.max_archive_entries, policy.max_archive_size
+                path, top, root, policy.dotfiles, policy.max_archive_entries, policy.max_archive_size, kind
             )
         finally:
             _walks.release()

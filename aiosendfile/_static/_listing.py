@@ -227,7 +227,10 @@ def _sha256(text: str) -> str:
 
 
 #: The folder as an archive (``archives``): the whole tree below, as ``_archive`` lays it out.
-_ARCHIVE_LINK = '<p class="archive"><a href="?tar" download>Download this folder (tar)</a></p>\n'
+_ARCHIVE_LINK = (
+    '<p class="archive">Download this folder: <a href="?tar" download>tar</a> '
+    '<a href="?zip" download>zip</a></p>\n'
+)
 
 
 def _policy(upload_form: bool) -> str:
@@ -258,7 +261,7 @@ def listing_html(
     archives: bool = False,
 ) -> bytes:
     """The page (see the module docstring); with *upload_form*, a form that uploads files here;
-    with *archives*, a link that downloads the folder as a tar archive (``?tar``)."""
+    with *archives*, links that download the folder as a tar or zip archive (``?tar``, ``?zip``)."""
     title = html.escape(f"Index of {_display(shown_path)}")
     rows = []
     if not at_root:

@@ -27,9 +27,10 @@ class DirectoryPolicy:
     ``.`` (``/.well-known/`` is always served); ``listings`` shows a directory without an index;
     ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``;
     ``upload_form`` puts a form on listing pages that posts files to the directory (``serve
-    --upload``: the door receives them); ``archives`` answers ``?tar`` on a listed directory with
-    the folder as a tar archive (``_archive``), of at most ``max_archive_entries`` entries and
-    ``max_archive_size`` bytes of files (413 beyond), and links it from the listing.
+    --upload``: the door receives them); ``archives`` answers ``?tar`` (``?zip``) on a listed
+    directory with the folder as a tar (stored zip) archive (``_archive``, ``_zip``), of at most
+    ``max_archive_entries`` entries and ``max_archive_size`` bytes of files (413 beyond), and
+    links it from the listing.
     """
 
     root: str | None

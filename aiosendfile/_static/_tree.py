@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+import zlib
+from collections import OrderedDict
+from typing import NamedTuple
 
 from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
 from ._paths import inside
 
-__all__ = ("MemberChanged", "open_member", "walk")
+__all__ = ("SMALL", "MemberChanged", "Piece", "crc_of", "open_member", "piece", "walk")
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
 _SUBDIR_FLAGS = _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0)
@@ -42,11 +46,12 @@ def walk(
     dotfiles: bool,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     max_bytes: int | None = None,
+    kind: type[Layout] = Layout,
 ) -> Layout:
     """The layout of the archive of the folder *path*, its members named under *top* (``top/``,
     ``top/a.txt``...). *root*: where every member must lie (None: symlinks followed anywhere).
     Raises :class:`TooLarge` past *max_entries* entries or *max_bytes* bytes of files, OSError if
-    *path* itself cannot be listed."""
+    *path* itself cannot be listed. *kind*: the format's layout (``Layout``: tar; ``ZipLayout``)."""
     fd = os.open(path, _DIR_FLAGS)
     try:
         real = _real_path(fd, path)
@@ -58,7 +63,7 @@ def walk(
         tree.folder(fd, real, top, 0)
     finally:
         os.close(fd)
-    return Layout(tree.members, tree.skipped)
+    return kind(tree.members, tree.skipped)
 
 
 #: Folders deeper than this are left out (noted as skipped): the walk recurses once a level.
@@ -169,3 +174,84 @@ def open_member(base: str, member: Member) -> int:
         os.close(fd)
         raise
     return fd
+
+
+#: A member file this small is read with its part (:func:`piece`): its bytes go with the headers
+#: around them (one ``sendfile`` call costs more than copying this much).
+SMALL = 64 * 1024
+
+
+class Piece(NamedTuple):
+    """A part of an archive made ready to send (in a pool thread): the bytes before the member's
+    file, then the file's bytes (read: ``data``; or ``length`` bytes from ``first`` of the open
+    ``fd``, the caller's to close), then the bytes after."""
+
+    before: bytes
+    fd: int | None
+    data: bytes | None
+    first: int
+    length: int
+    after: bytes
+
+
+def piece(path: str, layout: Layout, part: int, lo: int, hi: int) -> Piece:
+    """[*lo*, *hi*) of *layout*'s *part* (``Layout.spans``), its member's file checked (and its
+    CRC-32 computed, for a zip) first. Raises :class:`MemberChanged` or OSError."""
+    summed = layout.crc_of(part)
+    crc = 0 if summed is None else crc_of(path, summed)
+    before, first, last, after = layout.around(part, lo, hi, crc)
+    if last <= first:
+        return Piece(before, None, None, 0, 0, after)
+    member = layout.body_of(part)
+    assert member is not None
+    fd = open_member(path, member)
+    if member.size > SMALL:
+        return Piece(before, fd, None, first, last - first, after)
+    try:
+        data = os.pread(fd, last - first, first)
+    finally:
+        os.close(fd)
+    if len(data) < last - first:  # (shrunk since it was checked)
+        raise MemberChanged(f"{member.name} shrank while it was read")
+    return Piece(before, None, data, 0, 0, after)
+
+
+#: CRC-32s of member files by identity (device, inode, size, mtime): a folder zipped again is
+#: sent without reading its files first. At most this many (about 300 bytes each), the oldest
+#: dropped first.
+CRC_CACHE_ENTRIES = 65_536
+_crcs: OrderedDict[tuple[int, int, int, int], int] = OrderedDict()
+_crcs_lock = threading.Lock()
+_CRC_READ = 1024 * 1024
+
+
+def crc_of(path: str, member: Member) -> int:
+    """*member*'s CRC-32 (its file's first ``size`` bytes), from the cache or read (in a pool
+    thread: it reads the whole file, which leaves its pages cached for the ``sendfile`` after)."""
+    if member.is_dir or not member.size:
+        return 0
+    key = (member.dev, member.ino, member.size, member.mtime_ns)
+    with _crcs_lock:
+        known = _crcs.get(key)
+        if known is not None:
+            _crcs.move_to_end(key)
+            return known
+    fd = open_member(path, member)
+    try:
+        crc = 0
+        left = member.size
+        at = 0
+        while left:
+            block = os.pread(fd, min(left, _CRC_READ), at)
+            if not block:
+                raise MemberChanged(f"{member.name} shrank while it was read")
+            crc = zlib.crc32(block, crc)
+            at += len(block)
+            left -= len(block)
+    finally:
+        os.close(fd)
+    with _crcs_lock:
+        _crcs[key] = crc
+        if len(_crcs) > CRC_CACHE_ENTRIES:
+            _crcs.popitem(last=False)
+    return crc

@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import tarfile
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,37 @@ async def test_a_folder_downloads_as_a_tar_archive_equal_to_the_tree(
         assert b'href="?tar"' in listing.body
 
 
+def zip_files(data: bytes) -> dict[str, Any]:
+    """A zip's members by name, CRC-checked by ``zipfile`` (folders as None; names as tarfile's)."""
+    out: dict[str, Any] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        assert zf.testzip() is None
+        for info in zf.infolist():
+            name = info.filename
+            if info.flag_bits & 0x800 == 0 and not name.isascii():  # (raw bytes, read as cp437)
+                name = name.encode("cp437").decode("utf-8", "surrogateescape")
+            out[name.rstrip("/")] = None if info.is_dir() else zf.read(info)
+    return out
+
+
+async def test_a_folder_downloads_as_a_zip_equal_to_the_tree(tree: Path, where: dict[str, Any]) -> None:
+    async with serve_site(tree, show_index=True, archives=True, **where) as site:
+        r = await get(site, "/photos/?zip")
+        assert r.status == 200
+        assert r.headers["content-type"] == "application/zip"
+        assert r.headers["content-disposition"] == 'attachment; filename="photos.zip"'
+        assert zip_files(r.body) == tree_files(tree / "photos", "photos")
+        again = await get(site, "/photos/?zip")  # (the CRCs kept: the same bytes, no read first)
+        assert again.body == r.body
+        size = len(r.body)
+        cut = size // 2
+        rest = await get(site, "/photos/?zip", f"Range: bytes={cut}-\r\nIf-Range: {r.headers['etag']}\r\n")
+        assert rest.status == 206
+        assert r.body[:cut] + rest.body == r.body
+        listing = await get(site, "/photos/")
+        assert b'href="?zip"' in listing.body
+
+
 async def test_a_cut_download_resumes_byte_identical(tree: Path, where: dict[str, Any]) -> None:
     async with serve_site(tree, show_index=True, archives=True, **where) as site:
         whole = await get(site, "/photos/?tar")
@@ -142,15 +174,16 @@ async def test_a_cut_download_resumes_byte_identical(tree: Path, where: dict[str
         assert fresh.status == 304
 
 
+@pytest.mark.parametrize("kind", ["tar", "zip"])
 async def test_a_file_that_shrinks_while_it_is_sent_aborts_the_connection(
-    tree: Path, where: dict[str, Any]
+    tree: Path, where: dict[str, Any], kind: str
 ) -> None:
     big = tree / "photos" / "big.bin"
     big.write_bytes(pattern(24 * MiB, seed=7))
     async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
         reader, writer = await site.open()
         try:
-            writer.write(b"GET /photos/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            writer.write(f"GET /photos/?{kind} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
             got = await asyncio.wait_for(reader.readexactly(MiB), 10)
@@ -160,7 +193,7 @@ async def test_a_file_that_shrinks_while_it_is_sent_aborts_the_connection(
         finally:
             await close_writer(writer)
         assert len(got) < length  # cut: never an archive passed off as whole
-        assert (await get(site, "/photos/?tar")).status == 200  # (the server goes on)
+        assert (await get(site, f"/photos/?{kind}")).status == 200  # (the server goes on)
 
 
 async def test_a_file_that_grows_is_sent_at_its_announced_size(tree: Path, where: dict[str, Any]) -> None:
@@ -219,6 +252,14 @@ def test_serve_in_its_own_process_sends_what_the_archive_tools_read(tree: Path) 
             listed = subprocess.run(argv, input=data, capture_output=True, check=True, timeout=60).stdout
             assert b"photos/sub/deeper/empty" in listed
             assert b"n" * 150 in listed
+        with urllib.request.urlopen(server.url("/photos/?zip"), timeout=20) as response:
+            zipped = response.read()
+        assert zip_files(zipped) == tree_files(tree / "photos", "photos")
+        if shutil.which("unzip"):
+            kept = tree.parent / "t.zip"
+            kept.write_bytes(zipped)
+            tested = subprocess.run(["unzip", "-t", str(kept)], capture_output=True, check=True)
+            assert b"No errors detected" in tested.stdout
         if shutil.which("curl"):
             out = tree.parent / "cut.tar"
             out.write_bytes(data[: len(data) // 2])

@@ -8,12 +8,16 @@ from __future__ import annotations
 import gc
 import io
 import os
+import shutil
+import subprocess
 import tarfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
 
-from aiosendfile._static import _archive, _fs
+from aiosendfile._static import _archive, _fs, _tree
 from aiosendfile._static._archive import (
     END,
     Layout,
@@ -23,7 +27,8 @@ from aiosendfile._static._archive import (
     header_size,
     tar_header,
 )
-from aiosendfile._static._tree import MemberChanged, open_member, walk
+from aiosendfile._static._tree import MemberChanged, open_member, piece, walk
+from aiosendfile._static._zip import ZipLayout
 
 from ..support.files import pattern
 
@@ -31,26 +36,40 @@ GiB = 1024**3
 
 
 def archive_bytes(path: Path, layout: Layout, start: int = 0, stop: int | None = None) -> bytes:
-    """[*start*, *stop*) of the archive, put together from the layout's spans as a door sends it."""
+    """[*start*, *stop*) of the archive, put together from its parts as the door does
+    (``_tree.piece``, in order)."""
     stop = layout.length if stop is None else stop
     out = bytearray()
-    for i, lo, hi in layout.spans(start, stop):
-        if i == len(layout.members):
-            out += END[lo:hi]
-            continue
-        member = layout.members[i]
-        header = tar_header(member)
-        h, size = len(header), member.size
-        out += header[lo:hi]
-        first, last = max(lo, h) - h, min(hi, h + size) - h
-        if last > first:
-            fd = open_member(str(path), member)
+    for span in layout.spans(start, stop):
+        p = piece(str(path), layout, *span)
+        out += p.before
+        if p.data is not None:
+            out += p.data
+        elif p.fd is not None:
             try:
-                out += os.pread(fd, last - first, first)
+                out += os.pread(p.fd, p.length, p.first)
             finally:
-                os.close(fd)
-        out += bytes(max(0, hi - max(lo, h + size)))
+                os.close(p.fd)
+        out += p.after
     return bytes(out)
+
+
+def sparse_archive(path: Path, layout: Layout, out: Path) -> None:
+    """The archive written to *out* with holes where a large member's bytes go (its file is sparse:
+    zeros either way): an archive past 4 GiB without writing it."""
+    with open(out, "wb") as f:
+        for span in layout.spans(0, layout.length):
+            part, lo, _ = span
+            p = piece(str(path), layout, *span)
+            f.seek(layout.starts[part] + lo)
+            f.write(p.before)
+            if p.data is not None:
+                f.write(p.data)
+            elif p.fd is not None:
+                os.close(p.fd)
+                f.seek(p.length, os.SEEK_CUR)
+            f.write(p.after)
+        f.truncate(layout.length)
 
 
 def first_member(header: bytes) -> tarfile.TarInfo:
@@ -263,3 +282,113 @@ def test_live_layouts_are_shared_and_bounded(tree: Path, tmp_path: Path) -> None
     del held
     gc.collect()
     assert _fs.POOL_FS.archive(str(folders[-1]), "last", policy).members  # the budget is free again
+
+
+def zip_files(data: bytes) -> dict[str, bytes | None]:
+    """A zip's members by name, read and CRC-checked by ``zipfile`` (folders as None)."""
+    out: dict[str, bytes | None] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        assert zf.testzip() is None
+        for info in zf.infolist():
+            name = info.filename
+            if info.flag_bits & 0x800 == 0 and not name.isascii():  # (raw bytes, read as cp437)
+                name = name.encode("cp437").decode("utf-8", "surrogateescape")
+            out[name.rstrip("/")] = None if info.is_dir() else zf.read(info)
+    return out
+
+
+def test_the_zip_reads_back_as_the_tree(tree: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    tar = walk(str(tree), "photos", str(tree.parent), dotfiles=False)
+    data = archive_bytes(tree, layout)
+    assert len(data) == layout.length
+    expected = {}
+    with tarfile.open(
+        fileobj=io.BytesIO(archive_bytes(tree, tar)), encoding="utf-8", errors="surrogateescape"
+    ) as tf:
+        for info in tf:
+            extracted = tf.extractfile(info) if info.isfile() else None
+            expected[info.name] = extracted.read() if extracted is not None else None
+    assert zip_files(data) == expected
+    assert layout.etag != tar.etag
+    assert layout.etag.startswith('"zip-')
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        info = zf.getinfo("photos/caf\u00e9.txt")
+        assert info.flag_bits & 0x800  # UTF-8
+        assert (info.external_attr >> 16) & 0o777 == 0o644
+        assert zf.getinfo("photos/sub/").external_attr & 0x10  # a folder
+    if shutil.which("unzip"):
+        out = tree.parent / "t.zip"
+        out.write_bytes(data)
+        done = subprocess.run(["unzip", "-t", str(out)], capture_output=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert b"No errors detected" in done.stdout
+
+
+def test_every_range_of_the_zip_is_the_slice_of_the_whole(tree: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    whole = archive_bytes(tree, layout)
+    n = len(layout.members)
+    cuts = sorted(
+        {
+            0,
+            1,
+            29,
+            30,
+            31,
+            70_000,
+            layout.starts[n],
+            layout.starts[n] + 47,
+            layout.starts[2 * n],
+            layout.length - 1,
+            layout.length,
+        }
+    )
+    for a in cuts:
+        for b in cuts:
+            if a < b:
+                assert archive_bytes(tree, layout, a, b) == whole[a:b], (a, b)
+
+
+def test_a_zip_past_4_gib_takes_zip64_fields(tmp_path: Path) -> None:
+    top = tmp_path / "big"
+    top.mkdir()
+    with open(top / "a-sparse.bin", "wb") as f:
+        f.truncate(5 * GiB)
+    (top / "b-after.txt").write_bytes(b"after the big one")
+    layout = walk(str(top), "big", str(tmp_path), dotfiles=False, kind=ZipLayout)
+    sparse = layout.members[1]
+    # (its CRC would take reading 5 GiB: a made-up one, as the cache would hold it)
+    _tree._crcs[(sparse.dev, sparse.ino, sparse.size, sparse.mtime_ns)] = 0x1234ABCD
+    out = tmp_path / "big.zip"
+    sparse_archive(top, layout, out)
+    with zipfile.ZipFile(out) as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        assert infos["big/a-sparse.bin"].file_size == 5 * GiB
+        assert infos["big/a-sparse.bin"].CRC == 0x1234ABCD
+        assert infos["big/b-after.txt"].header_offset > 4 * GiB
+        assert zf.read("big/b-after.txt") == b"after the big one"  # (its CRC checked)
+    if shutil.which("zipinfo"):
+        listed = subprocess.run(["zipinfo", str(out)], capture_output=True, text=True, check=True).stdout
+        assert "5368709120" in listed
+
+
+def test_crcs_are_kept_by_identity(tree: Path) -> None:
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    b = next(m for m in layout.members if m.name == "photos/sub/b.bin")
+    first = _tree.crc_of(str(tree), b)
+    assert first == zlib.crc32((tree / "sub" / "b.bin").read_bytes())
+    os.rename(tree / "sub" / "b.bin", tree / "moved")  # gone: the kept CRC answers without opening it
+    assert _tree.crc_of(str(tree), b) == first
+    assert len(_tree._crcs) <= _tree.CRC_CACHE_ENTRIES
+
+
+def test_a_zip_of_more_than_65535_entries_takes_the_zip64_end_records() -> None:
+    members = [Member(f"top/d{i:05}/", 0, 10**18, 0o40755, 1, i) for i in range(70_000)]
+    layout = ZipLayout(members)
+    data = b"".join(layout.around(part, lo, hi)[0] for part, lo, hi in layout.spans(0, layout.length))
+    assert len(data) == layout.length
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        names = zf.namelist()
+    assert len(names) == 70_000
+    assert names[-1] == "top/d69999/"
