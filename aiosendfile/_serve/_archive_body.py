@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from .._api import sendfile
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
-from .._static._tree import SMALL, Piece, piece
+from .._static._tree import SMALL, Piece, crc_known, piece
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol
@@ -100,8 +100,13 @@ class ArchiveBody:
         transport = self.conn.transport
         layout = body.layout
         pending = bytearray(self.head)
+        progress = self.progress
+
+        def tick() -> None:  # (from the pool: a zip's CRC read of a large file is progress)
+            loop.call_soon_threadsafe(progress)
+
         for batch in _batches(layout, body.start, body.stop):
-            pieces = await loop.run_in_executor(self.executor, _prepare, body.path, layout, batch)
+            pieces = await loop.run_in_executor(self.executor, _prepare, body.path, layout, batch, tick)
             try:
                 for before, fd, data, first, length, after in pieces:
                     pending += before
@@ -155,7 +160,9 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
         member = layout.body_of(span[0])
         if member is not None and member.size <= SMALL:
             read += member.size
-        if len(batch) == BATCH or read >= BATCH_READ:
+        summed = layout.crc_of(span[0])  # (a large file's CRC not kept yet is read whole: one a hop)
+        reads = summed is not None and summed.size > SMALL and not crc_known(summed)
+        if len(batch) == BATCH or read >= BATCH_READ or reads:
             yield batch
             batch = []
             read = 0
@@ -163,13 +170,13 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
         yield batch
 
 
-def _prepare(path: str, layout: Layout, batch: list[_Span]) -> list[Piece]:
+def _prepare(path: str, layout: Layout, batch: list[_Span], tick: Callable[[], None]) -> list[Piece]:
     """(In the pool.) Each span made ready (``_tree.piece``); if one fails, the files opened for
     those before it are closed again."""
     out: list[Piece] = []
     try:
         for span in batch:
-            out.append(piece(path, layout, *span))
+            out.append(piece(path, layout, *span, tick))
     except BaseException:
         for held in out:
             if held.fd is not None:

@@ -5,8 +5,10 @@ served, only what a request could fetch (a readable regular file, a folder that 
 entered), no symlink out of the root. A symlink to a file inside the root is taken as that file (as
 a request for it is answered); a symlink to a folder is left out (no loops, no folder twice). Each
 folder is opened by its parent's descriptor with ``O_NOFOLLOW`` and listed by its own descriptor,
-so a folder swapped for a symlink while the walk runs lists nothing outside. Names are sorted:
-the same tree gives the same archive, byte for byte.
+so a folder swapped for a symlink while the walk runs lists nothing outside. A name with a
+backslash is left out, as from a listing: no request could fetch it, and some unzippers take
+the backslash for a separator (``..\\..\\x`` would land outside the folder they unpack into).
+Names are sorted: the same tree gives the same archive, byte for byte.
 
 :func:`open_member` opens a member's file to send it, and checks by ``fstat`` that it is still the
 file the layout was made from (device and inode), not shorter, and regular: a file replaced, or a
@@ -20,12 +22,13 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
 from ._paths import inside
 
-__all__ = ("SMALL", "MemberChanged", "Piece", "crc_of", "open_member", "piece", "walk")
+__all__ = ("SMALL", "MemberChanged", "Piece", "crc_known", "crc_of", "open_member", "piece", "walk")
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
 _SUBDIR_FLAGS = _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0)
@@ -120,6 +123,9 @@ class _Tree:
                 name = entry.name
                 if name.startswith(".") and not self.dotfiles:
                     continue
+                if "\\" in name:  # (no request could fetch it; a separator to some unzippers)
+                    self.skipped += 1
+                    continue
                 try:
                     if entry.is_symlink():
                         st = os.stat(name, dir_fd=dir_fd)  # (followed: what a request for it gets)
@@ -194,11 +200,14 @@ class Piece(NamedTuple):
     after: bytes
 
 
-def piece(path: str, layout: Layout, part: int, lo: int, hi: int) -> Piece:
+def piece(
+    path: str, layout: Layout, part: int, lo: int, hi: int, tick: Callable[[], None] | None = None
+) -> Piece:
     """[*lo*, *hi*) of *layout*'s *part* (``Layout.spans``), its member's file checked (and its
-    CRC-32 computed, for a zip) first. Raises :class:`MemberChanged` or OSError."""
+    CRC-32 computed, for a zip: *tick* is called on the way) first. Raises
+    :class:`MemberChanged` or OSError."""
     summed = layout.crc_of(part)
-    crc = 0 if summed is None else crc_of(path, summed)
+    crc = 0 if summed is None else crc_of(path, summed, tick)
     before, first, last, after = layout.around(part, lo, hi, crc)
     if last <= first:
         return Piece(before, None, None, 0, 0, after)
@@ -223,11 +232,20 @@ CRC_CACHE_ENTRIES = 65_536
 _crcs: OrderedDict[tuple[int, int, int, int], int] = OrderedDict()
 _crcs_lock = threading.Lock()
 _CRC_READ = 1024 * 1024
+TICK_BYTES = 64 * _CRC_READ
 
 
-def crc_of(path: str, member: Member) -> int:
+def crc_known(member: Member) -> bool:
+    """Whether *member*'s CRC-32 is known without reading its file (kept, or nothing to read)."""
+    if member.is_dir or not member.size:
+        return True
+    return (member.dev, member.ino, member.size, member.mtime_ns) in _crcs
+
+
+def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None) -> int:
     """*member*'s CRC-32 (its file's first ``size`` bytes), from the cache or read (in a pool
-    thread: it reads the whole file, which leaves its pages cached for the ``sendfile`` after)."""
+    thread: it reads the whole file, which leaves its pages cached for the ``sendfile`` after;
+    *tick* is called after each :data:`TICK_BYTES` read: a large file's read is progress too)."""
     if member.is_dir or not member.size:
         return 0
     key = (member.dev, member.ino, member.size, member.mtime_ns)
@@ -248,6 +266,8 @@ def crc_of(path: str, member: Member) -> int:
             crc = zlib.crc32(block, crc)
             at += len(block)
             left -= len(block)
+            if tick is not None and at % TICK_BYTES == 0:
+                tick()
     finally:
         os.close(fd)
     with _crcs_lock:

@@ -99,6 +99,7 @@ def tree(tmp_path: Path) -> Path:
     (top / "dirlink").symlink_to("sub")
     (top / "out").symlink_to("/etc/hostname")
     os.mkfifo(top / "fifo")
+    (top / "x\\..\\..\\evil.txt").write_bytes(b"a backslash")  # (a separator to some unzippers)
     return top
 
 
@@ -123,7 +124,8 @@ def test_the_archive_reads_back_as_the_tree(tree: Path) -> None:
     assert "photos/sub/deeper/empty" in names
     assert not any(n.split("/")[-1].startswith(".") for n in names)  # no dotfile
     assert not {"photos/dirlink", "photos/out", "photos/fifo"} & set(names)
-    assert layout.skipped == 3  # the link to a folder, the link out of the root, the FIFO
+    assert not any("\\" in n for n in names)
+    assert layout.skipped == 4  # the link to a folder, the link out of the root, the FIFO, the backslash
 
 
 def test_every_range_is_the_slice_of_the_whole(tree: Path) -> None:
@@ -392,3 +394,18 @@ def test_a_zip_of_more_than_65535_entries_takes_the_zip64_end_records() -> None:
         names = zf.namelist()
     assert len(names) == 70_000
     assert names[-1] == "top/d69999/"
+
+
+def test_a_large_files_crc_read_ticks_on_the_way(tmp_path: Path) -> None:
+    """Reading a large file's CRC-32 is progress for the connection's send timeout: ticks."""
+    top = tmp_path / "t"
+    top.mkdir()
+    with open(top / "sparse.bin", "wb") as f:
+        f.truncate(2 * _tree.TICK_BYTES + 5)
+    member = walk(str(top), "t", str(tmp_path), dotfiles=False, kind=ZipLayout).members[1]
+    ticks: list[int] = []
+    assert not _tree.crc_known(member)
+    crc = _tree.crc_of(str(top), member, lambda: ticks.append(1))
+    assert len(ticks) == 2
+    assert _tree.crc_known(member)
+    assert crc == zlib.crc32(bytes(5), zlib.crc32(bytes(2 * _tree.TICK_BYTES)))
