@@ -237,20 +237,14 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
             return Answer(status, fields, None if status == 304 else 0, head_only=True, path=path)
     start, stop = 0, size
     content_range = None
-    if (
-        req.method == "GET"
-        and headers
-        and "Range" in headers
-        and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
-    ):
-        try:
-            ranges = _http.parse_ranges(headers.get("Range"), size, max_ranges=policy.max_ranges)
-        except _http.RangeNotSatisfiable:
-            fields = _http.file_headers(etag, last_modified, content_range=f"bytes */{size}")
-            return Answer(416, fields, 0, head_only=True, path=path)
-        if ranges is not None and len(ranges) == 1:
-            start, stop = ranges[0].start, ranges[0].stop
-            content_range = ranges[0].content_range(size)
+    try:
+        ranges = _ranges_asked(req, etag, last_modified, size, policy, req.ranges_ok)
+    except _http.RangeNotSatisfiable:
+        fields = _http.file_headers(etag, last_modified, content_range=f"bytes */{size}")
+        return Answer(416, fields, 0, head_only=True, path=path)
+    if ranges is not None and len(ranges) == 1:
+        start, stop = ranges[0].start, ranges[0].stop
+        content_range = ranges[0].content_range(size)
     fields = _http.file_headers(
         etag, last_modified, content_type=layout.CONTENT_TYPE, content_range=content_range
     )
@@ -402,23 +396,15 @@ def _file_answer(
             return _headers_only(status, fields, None if status == 304 else 0, None, name, fd, fs)
 
     content_type = req.content_type or _content_type(os.path.basename(name))
-    ranges: list[_http.ByteRange] | None = None
-    # Ranges apply to GET only (RFC 9110 §14.2), and not to a body a middleware compresses (a
-    # pre-compressed sibling is sent as it is: the door turns compression off for it).
-    if (
-        req.method == "GET"
-        and (req.ranges_ok or encoding is not None)
-        and headers
-        and "Range" in headers
-        and _http.if_range_allows(headers.get("If-Range"), etag, last_modified)
-    ):
-        try:
-            ranges = _http.parse_ranges(headers.get("Range"), size, max_ranges=policy.max_ranges)
-        except _http.RangeNotSatisfiable:
-            fields = _http.file_headers(
-                etag, last_modified, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
-            )
-            return _headers_only(416, fields, 0, encoding, name, fd, fs)
+    # Not a body a middleware compresses (a pre-compressed sibling is sent as it is: the door
+    # turns compression off for it).
+    try:
+        ranges = _ranges_asked(req, etag, last_modified, size, policy, req.ranges_ok or encoding is not None)
+    except _http.RangeNotSatisfiable:
+        fields = _http.file_headers(
+            etag, last_modified, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
+        )
+        return _headers_only(416, fields, 0, encoding, name, fd, fs)
 
     close = fs.close if fd is not None else None
     if ranges is None:
@@ -464,6 +450,19 @@ def _file_answer(
         fd=fd,
         close=close,
     )
+
+
+def _ranges_asked(
+    req: Request, etag: str, last_modified: int, size: int, policy: DirectoryPolicy, ranges_ok: bool
+) -> list[_http.ByteRange] | None:
+    """The ranges a request asks of a representation of *size* bytes, if it may have them: a GET
+    (RFC 9110 §14.2) whose ``If-Range``, if any, still holds; raises ``RangeNotSatisfiable``."""
+    headers = req.headers
+    if req.method != "GET" or not ranges_ok or not headers or "Range" not in headers:
+        return None
+    if not _http.if_range_allows(headers.get("If-Range"), etag, last_modified):
+        return None
+    return _http.parse_ranges(headers.get("Range"), size, max_ranges=policy.max_ranges)
 
 
 def _headers_only(

@@ -8,19 +8,17 @@ too (``serve`` itself, fetched with ``urllib`` and ``curl``)."""
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import shutil
 import ssl
 import subprocess
-import tarfile
 import urllib.request
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..support.archives import tar_members, zip_members
 from ..support.files import pattern
 from ..support.raw_http import read_response, read_to_eof
 from ..support.serve import ServeSite, close_writer, engine, serve_process, serve_site
@@ -62,16 +60,6 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def files_of(data: bytes) -> dict[str, bytes]:
-    """The archive's files by name (folders as None), read back by ``tarfile``."""
-    out: dict[str, Any] = {}
-    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tf:
-        for info in tf:
-            extracted = tf.extractfile(info) if info.isfile() else None
-            out[info.name] = extracted.read() if extracted is not None else None
-    return out
-
-
 def tree_files(top: Path, name: str) -> dict[str, Any]:
     """What the archive of *top* holds, read from the tree: every file and folder but dotfiles."""
     out: dict[str, Any] = {name: None}
@@ -106,7 +94,7 @@ async def test_a_folder_downloads_as_a_tar_archive_equal_to_the_tree(
         assert r.headers["content-type"] == "application/x-tar"
         assert r.headers["content-disposition"] == 'attachment; filename="photos.tar"'
         assert int(r.headers["content-length"]) == len(r.body)
-        assert files_of(r.body) == tree_files(tree / "photos", "photos")
+        assert tar_members(r.body) == tree_files(tree / "photos", "photos")
         # HEAD: the same head, no body; the root's archive holds the whole tree, named after it.
         h = await get(site, "/photos/?tar", method="HEAD")
         assert (h.status, h.headers["content-length"], h.headers["etag"]) == (
@@ -115,22 +103,9 @@ async def test_a_folder_downloads_as_a_tar_archive_equal_to_the_tree(
             r.headers["etag"],
         )
         whole = await get(site, "/?tar")
-        assert files_of(whole.body) == tree_files(tree, "public")  # (index.html does not hide it)
+        assert tar_members(whole.body) == tree_files(tree, "public")  # (index.html does not hide it)
         listing = await get(site, "/photos/")
         assert b'href="?tar"' in listing.body
-
-
-def zip_files(data: bytes) -> dict[str, Any]:
-    """A zip's members by name, CRC-checked by ``zipfile`` (folders as None; names as tarfile's)."""
-    out: dict[str, Any] = {}
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        assert zf.testzip() is None
-        for info in zf.infolist():
-            name = info.filename
-            if info.flag_bits & 0x800 == 0 and not name.isascii():  # (raw bytes, read as cp437)
-                name = name.encode("cp437").decode("utf-8", "surrogateescape")
-            out[name.rstrip("/")] = None if info.is_dir() else zf.read(info)
-    return out
 
 
 async def test_a_folder_downloads_as_a_zip_equal_to_the_tree(tree: Path, where: dict[str, Any]) -> None:
@@ -139,7 +114,7 @@ async def test_a_folder_downloads_as_a_zip_equal_to_the_tree(tree: Path, where: 
         assert r.status == 200
         assert r.headers["content-type"] == "application/zip"
         assert r.headers["content-disposition"] == 'attachment; filename="photos.zip"'
-        assert zip_files(r.body) == tree_files(tree / "photos", "photos")
+        assert zip_members(r.body) == tree_files(tree / "photos", "photos")
         again = await get(site, "/photos/?zip")  # (the CRCs kept: the same bytes, no read first)
         assert again.body == r.body
         size = len(r.body)
@@ -167,7 +142,7 @@ async def test_a_cut_download_resumes_byte_identical(tree: Path, where: dict[str
         stale = await get(site, "/photos/?tar", f"Range: bytes=10-\r\nIf-Range: {etag}\r\n")
         assert stale.status == 200
         assert stale.headers["etag"] != etag
-        assert "photos/sub/new.txt" in files_of(stale.body)
+        assert "photos/sub/new.txt" in tar_members(stale.body)
         past = await get(site, "/photos/?tar", f"Range: bytes={10 * size}-\r\n")
         assert (past.status, past.headers["content-range"]) == (416, f"bytes */{len(stale.body)}")
         fresh = await get(site, "/photos/?tar", f"If-None-Match: {stale.headers['etag']}\r\n")
@@ -213,7 +188,7 @@ async def test_a_file_that_grows_is_sent_at_its_announced_size(tree: Path, where
             got += await asyncio.wait_for(reader.readexactly(length - MiB), 20)
         finally:
             await close_writer(writer)
-        assert files_of(got)["photos/sub/b.bin"] == before
+        assert tar_members(got)["photos/sub/b.bin"] == before
 
 
 async def test_the_bounds_answer_413(tree: Path) -> None:
@@ -247,14 +222,14 @@ def test_serve_in_its_own_process_sends_what_the_archive_tools_read(tree: Path) 
     with serve_process(tree, cli=True) as server:
         with urllib.request.urlopen(server.url("/photos/?tar"), timeout=20) as response:
             data = response.read()
-        assert files_of(data) == tree_files(tree / "photos", "photos")
+        assert tar_members(data) == tree_files(tree / "photos", "photos")
         for argv in _tools():
             listed = subprocess.run(argv, input=data, capture_output=True, check=True, timeout=60).stdout
             assert b"photos/sub/deeper/empty" in listed
             assert b"n" * 150 in listed
         with urllib.request.urlopen(server.url("/photos/?zip"), timeout=20) as response:
             zipped = response.read()
-        assert zip_files(zipped) == tree_files(tree / "photos", "photos")
+        assert zip_members(zipped) == tree_files(tree / "photos", "photos")
         if shutil.which("unzip"):
             kept = tree.parent / "t.zip"
             kept.write_bytes(zipped)
@@ -289,4 +264,4 @@ async def test_a_client_that_does_not_read_holds_a_bounded_buffer(
             response = await read_response(reader)
         finally:
             await close_writer(writer)
-        assert files_of(response.body) == tree_files(top, "many")
+        assert tar_members(response.body) == tree_files(top, "many")

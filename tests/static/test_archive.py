@@ -30,6 +30,7 @@ from aiosendfile._static._archive import (
 from aiosendfile._static._tree import MemberChanged, open_member, piece, walk
 from aiosendfile._static._zip import ZipLayout
 
+from ..support.archives import tar_members, zip_members
 from ..support.files import pattern
 
 GiB = 1024**3
@@ -286,32 +287,13 @@ def test_live_layouts_are_shared_and_bounded(tree: Path, tmp_path: Path) -> None
     assert _fs.POOL_FS.archive(str(folders[-1]), "last", policy).members  # the budget is free again
 
 
-def zip_files(data: bytes) -> dict[str, bytes | None]:
-    """A zip's members by name, read and CRC-checked by ``zipfile`` (folders as None)."""
-    out: dict[str, bytes | None] = {}
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        assert zf.testzip() is None
-        for info in zf.infolist():
-            name = info.filename
-            if info.flag_bits & 0x800 == 0 and not name.isascii():  # (raw bytes, read as cp437)
-                name = name.encode("cp437").decode("utf-8", "surrogateescape")
-            out[name.rstrip("/")] = None if info.is_dir() else zf.read(info)
-    return out
-
-
 def test_the_zip_reads_back_as_the_tree(tree: Path) -> None:
     layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
     tar = walk(str(tree), "photos", str(tree.parent), dotfiles=False)
     data = archive_bytes(tree, layout)
     assert len(data) == layout.length
-    expected = {}
-    with tarfile.open(
-        fileobj=io.BytesIO(archive_bytes(tree, tar)), encoding="utf-8", errors="surrogateescape"
-    ) as tf:
-        for info in tf:
-            extracted = tf.extractfile(info) if info.isfile() else None
-            expected[info.name] = extracted.read() if extracted is not None else None
-    assert zip_files(data) == expected
+    expected = tar_members(archive_bytes(tree, tar))
+    assert zip_members(data) == expected
     assert layout.etag != tar.etag
     assert layout.etag.startswith('"zip-')
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
