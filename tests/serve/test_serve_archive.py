@@ -265,3 +265,25 @@ async def test_a_client_that_does_not_read_holds_a_bounded_buffer(
         finally:
             await close_writer(writer)
         assert tar_members(response.body) == tree_files(top, "many")
+
+
+def test_ten_thousand_small_files_extract_byte_identical(tmp_path: Path) -> None:
+    """A folder of 10,000 small files, from ``serve`` in its own process, unpacked by GNU ``tar``
+    and ``unzip`` into trees equal to it."""
+    root = tmp_path / "public"
+    many = root / "many"
+    for d in range(10):
+        (many / f"d{d}").mkdir(parents=True)
+        for i in range(1000):
+            (many / f"d{d}" / f"f{i:04}.txt").write_bytes(b"%d/%d\n" % (d, i) * (i % 7))
+    with serve_process(root, cli=True) as server:
+        for kind, unpack in (("tar", ["tar", "-xf"]), ("zip", ["unzip", "-q"])):
+            if not shutil.which(unpack[0]):
+                continue
+            with urllib.request.urlopen(server.url(f"/many/?{kind}"), timeout=60) as response:
+                data = response.read()
+            out = tmp_path / kind
+            out.mkdir()
+            (out / f"a.{kind}").write_bytes(data)
+            subprocess.run([*unpack, f"a.{kind}"], cwd=out, check=True, timeout=120)
+            assert tree_files(out / "many", "many") == tree_files(many, "many"), kind
