@@ -98,14 +98,20 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, f"cannot use {exc}", 2)
     if args.public_read and not args.users:
         return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
-    if args.trusted_proxy and not args.users:
-        return fail(PROG, "--trusted-proxy goes with --auth or --auth-file (whose lockout it keys)", 2)
+    if args.trusted_proxy and not args.users and not args.access_log:
+        return fail(
+            PROG,
+            "--trusted-proxy goes with --auth or --auth-file (whose lockout it keys), or --access-log",
+            2,
+        )
     try:
         from .._serve._auth import TrustedProxies
 
         TrustedProxies(tuple(args.trusted_proxy))
     except ValueError as exc:
         return fail(PROG, f"cannot use --trusted-proxy: {exc}", 2)
+    if args.access_log_format != "combined" and not args.access_log:
+        return fail(PROG, "--access-log-format goes with --access-log", 2)
     if (args.overwrite or args.max_upload_size is not None) and not args.upload:
         return fail(PROG, "--overwrite and --max-upload-size go with --upload", 2)
     if args.upload and importlib.util.find_spec("python_multipart") is None:

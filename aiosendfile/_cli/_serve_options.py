@@ -8,6 +8,7 @@ import os
 import stat
 from typing import Any
 
+from .._serve._accesslog import FORMATS
 from .._static._archive import DEFAULT_MAX_ENTRIES
 from ._common import add_loop_option, in_words, port
 from ._serve import MAX_WORKERS, hash_password_command, serve_command
@@ -32,7 +33,8 @@ without kernel TLS (a file is read once into memory, encrypted and written);
 the banner says so, and whether this machine offers kernel TLS (not used
 yet).
 
---access-log writes a line per response to stderr (Combined Log Format).
+--access-log writes a line per response to stderr (Combined Log Format;
+--access-log-format common or json for the others).
 It never holds serving up: when stderr is not read, up to 1 MiB of lines
 waits, later ones are dropped, then a line says how many.
 
@@ -143,6 +145,13 @@ def add_serve_command(commands: Any) -> None:
         help="log every request to stderr; never blocks serving (default: off)",
     )
     serve.add_argument(
+        "--access-log-format",
+        choices=FORMATS,
+        default=FORMATS[0],
+        help="with --access-log: combined (Apache/nginx, the default), common (without Referer and "
+        "User-Agent) or json (a JSON object a line, nginx's field names)",
+    )
+    serve.add_argument(
         "--no-listing",
         dest="listing",
         action="store_false",
@@ -227,8 +236,8 @@ def add_serve_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="ADDR",
-        help="with --auth: a reverse proxy (an address or a network, repeatable) whose "
-        "X-Forwarded-For names the client that failed passwords are counted against",
+        help="a reverse proxy (an address or a network, repeatable) whose X-Forwarded-For names the "
+        "client: the one --auth counts failed passwords against, and the one --access-log writes",
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     serve.add_argument(

@@ -214,6 +214,7 @@ async def _serve_until(
         follow_symlinks=args.follow_symlinks,
         show_dotfiles=args.show_dotfiles,
         access_log=sys.stderr if args.access_log else None,
+        access_log_format=args.access_log_format,
         auth=args.users,
         public_read=args.public_read,
         upload=args.upload,

@@ -1,12 +1,19 @@
-"""The access log: one line per response in the Combined Log Format, as nginx and Apache write it.
+"""The access log: one line per response, in the Combined Log Format as nginx and Apache write it
+(the default), the Common Log Format (the same without ``Referer`` and ``User-Agent``), or JSON::
 
     127.0.0.1 - - [24/Nov/2026:08:09:07 +0000] "GET /a.txt HTTP/1.1" 200 4096 "-" "curl/8.5.0"
+    127.0.0.1 - - [24/Nov/2026:08:09:07 +0000] "GET /a.txt HTTP/1.1" 200 4096
+    {"time": "2026-11-24T08:09:07+00:00", "remote_addr": "127.0.0.1", "request": "GET /a.txt
+    HTTP/1.1", "status": 200, "body_bytes_sent": 4096, "http_referer": "", "http_user_agent":
+    "curl/8.5.0"}  (one line)
 
-``%b`` is the body bytes sent (``-`` for none). Request line, ``Referer`` and ``User-Agent`` are
-the client's bytes with ``"``, ``\\`` and non-printable bytes escaped as ``\\xHH`` (nginx's rule),
-so a line can be neither split nor forged. Lines are batched here, up to ``PIPE_BUF`` (4 KiB) of
-whole lines per batch; the engine flushes each second and at shutdown. Nothing here runs when no
-log is configured.
+``%b`` is the body bytes sent (``-`` for none; 0 in JSON). Request line, ``Referer`` and
+``User-Agent`` are the client's bytes with ``"``, ``\\`` and non-printable bytes escaped as
+``\\xHH`` (nginx's rule), so a line can be neither split nor forged; in JSON they are JSON strings
+of those escaped bytes (nginx's ``escape=json`` names the keys). The address is the client a
+trusted proxy names (``--trusted-proxy``), else the peer's. Lines are batched here, up to
+``PIPE_BUF`` (4 KiB) of whole lines per batch; the engine flushes each second and at shutdown.
+Nothing here runs when no log is configured.
 
 **A log never blocks serving.** A stream with a file descriptor (stderr, a file) is written by a
 :class:`LineWriter`: the loop only hands it a batch; its thread writes with ``os.write`` on the
@@ -34,9 +41,13 @@ import re
 import select
 import signal
 import threading
+import time
 from typing import TextIO
 
-__all__ = ("BUFFER_BYTES", "AccessLog", "LineWriter", "line_writer")
+__all__ = ("BUFFER_BYTES", "FORMATS", "AccessLog", "LineWriter", "line_writer")
+
+#: The line formats (``--access-log-format``), the first the default.
+FORMATS = ("combined", "common", "json")
 
 #: A batch of lines written at once: a write to a pipe up to PIPE_BUF is never interleaved.
 _BATCH = 4096
@@ -254,11 +265,15 @@ def _writer_for(stream: TextIO) -> LineWriter | None:
 
 
 class AccessLog:
-    """Writes Combined Log Format lines to *stream* (see the module docstring)."""
+    """Writes lines of *form* (:data:`FORMATS`) to *stream* (see the module docstring)."""
 
-    __slots__ = ("lines", "size", "stream", "writer")
+    __slots__ = ("form", "lines", "size", "stamped", "stream", "writer")
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, form: str = "combined") -> None:
+        if form not in FORMATS:
+            raise ValueError(f"an access log format is one of {', '.join(FORMATS)}, not {form!r}")
+        self.form = form
+        self.stamped = (0, "")  # (the second, its ISO 8601 time): JSON's, made once a second
         self.stream = stream
         self.writer = _writer_for(stream)  # None: a stream without a descriptor, written directly
         self.lines: list[str] = []  # not yet written: at most _BATCH characters, or one line
@@ -274,14 +289,41 @@ class AccessLog:
         referer: bytes | None,
         agent: bytes | None,
     ) -> None:
-        text = (
-            f'{peer} - - {stamp} "{_escape(request)}" {status} {sent or "-"} '
-            f'"{_escape(referer)}" "{_escape(agent)}"\n'
-        )
+        form = self.form
+        if form == "combined":
+            text = (
+                f'{peer} - - {stamp} "{_escape(request)}" {status} {sent or "-"} '
+                f'"{_escape(referer)}" "{_escape(agent)}"\n'
+            )
+        elif form == "common":
+            text = f'{peer} - - {stamp} "{_escape(request)}" {status} {sent or "-"}\n'
+        else:
+            text = self._json(peer, request, status, sent, referer, agent)
         if self.size + len(text) > _BATCH and self.lines:
             self._write()
         self.lines.append(text)
         self.size += len(text)
+
+    def _json(
+        self, peer: str, request: bytes, status: int, sent: int, referer: bytes | None, agent: bytes | None
+    ) -> str:
+        import json  # (here: only a JSON log needs it)
+
+        now = int(time.time())
+        second, iso = self.stamped
+        if second != now:
+            iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now))
+            self.stamped = (now, iso)
+        fields = {
+            "time": iso,
+            "remote_addr": peer,
+            "request": _escape(request) if request else "",
+            "status": status,
+            "body_bytes_sent": sent,
+            "http_referer": _escape(referer) if referer else "",
+            "http_user_agent": _escape(agent) if agent else "",
+        }
+        return json.dumps(fields, separators=(", ", ": ")) + "\n"
 
     def _write(self) -> None:
         text = "".join(self.lines)

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 __all__ = ("Exchange", "Guard", "Head", "Item", "LogFields")
 
-#: What the access log needs besides method and target: (HTTP version, Referer, User-Agent).
-LogFields = tuple[str, "bytes | None", "bytes | None"]
+#: What the access log needs besides method and target: (HTTP version, Referer, User-Agent, the
+#: client a trusted proxy names: ``TrustedProxies.client``, None without one).
+LogFields = tuple[str, "bytes | None", "bytes | None", "str | None"]
 
 #: What the gate checks of a request: its ``Authorization`` value, and the client a trusted proxy
 #: names (``TrustedProxies.client``; None: none, or no trusted proxy).

@@ -436,7 +436,7 @@ class HttpProtocol(asyncio.Protocol):
         if status is not None:
             self._emit(error_response(status, self.engine.clock, extra=extra))
             if self.engine.log is not None:  # (a request the parser refused: no method, no target)
-                unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None))
+                unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None, None))
                 unparsed.status = status
                 self._log(unparsed, 0)
 
@@ -549,7 +549,8 @@ class HttpProtocol(asyncio.Protocol):
         access = self.engine.log
         assert access is not None
         assert exchange.log is not None
-        version, referer, agent = exchange.log
+        version, referer, agent, client = exchange.log
         method = exchange.method
         request = method + b" " + exchange.url + b" HTTP/" + version.encode("ascii") if method else b""
-        access.line(self.peer, self.engine.clock.log_stamp, request, exchange.status, sent, referer, agent)
+        peer = client if client is not None and self.proxied else self.peer  # (a trusted proxy's word)
+        access.line(peer, self.engine.clock.log_stamp, request, exchange.status, sent, referer, agent)

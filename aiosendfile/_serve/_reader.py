@@ -84,8 +84,8 @@ def header_kinds(
     """The request headers a connection keeps (lowercase name → what for): the core's (``Accept``
     only when it names JSON), ``Expect``, ``Host``, ``Transfer-Encoding``, and with an access log
     ``Referer`` and ``User-Agent``; with authentication ``Authorization`` (a request with it stays
-    plain: the heads memo keys on the whole read, credentials included), and behind trusted
-    proxies their ``X-Forwarded-For``; with uploads what a body needs and
+    plain: the heads memo keys on the whole read, credentials included); behind trusted proxies
+    (for the gate or the log) their ``X-Forwarded-For``; with uploads what a body needs and
     what tells a browser's cross-site write (``Origin``, ``Sec-Fetch-Site``)."""
     kinds = dict.fromkeys(BytesHeaders.WANTED, CORE)
     kinds[b"accept"] = ACCEPT
@@ -94,8 +94,8 @@ def header_kinds(
     kinds[b"transfer-encoding"] = TE
     if auth:
         kinds[b"authorization"] = AUTH
-        if proxied:
-            kinds[b"x-forwarded-for"] = XFF
+    if proxied:
+        kinds[b"x-forwarded-for"] = XFF
     if uploads:
         kinds[b"content-length"] = LENGTH
         kinds[b"content-type"] = CTYPE
@@ -220,7 +220,7 @@ class EarlyHead:
 
     def log(self, rules: ReaderRules) -> LogFields | None:
         """The access log's fields of this request (None without an access log)."""
-        return (self.version, self.referer, self.agent) if rules.log else None
+        return (self.version, self.referer, self.agent, self.client) if rules.log else None
 
 
 class Consumer(Protocol):
@@ -482,7 +482,7 @@ class RequestReader:
         kept = self.kept
         log = None
         if rules.log:
-            log = (self.version, kept.get(REFERER), kept.get(AGENT))
+            log = (self.version, kept.get(REFERER), kept.get(AGENT), self.client)
         method = self.parser.get_method()
         exchange = Exchange(method, url, mode, fields, log)
         self.completed += 1

@@ -83,7 +83,8 @@ class ServeConfig:
     show_index: bool = False
     follow_symlinks: bool = False
     show_dotfiles: bool = False
-    access_log: TextIO | None = None  # Combined Log Format lines, one per response
+    access_log: TextIO | None = None  # a line per response (access_log_format: combined, common, json)
+    access_log_format: str = "combined"
     header_timeout: float = 20.0  # a request head must arrive within this (slowloris): 408, close
     keepalive_timeout: float = 75.0  # an idle keep-alive connection is closed after this (nginx)
     send_timeout: float = 60.0  # a file body that makes no progress this long is aborted (nginx)
@@ -95,7 +96,7 @@ class ServeConfig:
     overwrite: bool = False  # ... and may replace one
     max_upload_size: int | None = None  # bytes; a larger body is refused (413)
     hosts: HostRule | None = None  # the Host names served (421 for others); None: any
-    trusted_proxies: tuple[str, ...] = ()  # with auth: proxies whose forwarded client is locked out
+    trusted_proxies: tuple[str, ...] = ()  # proxies whose forwarded client is locked out and logged
     archives: bool = False  # with show_index: GET /folder/?tar is the folder as a tar archive
     max_archive_entries: int = DEFAULT_MAX_ENTRIES  # an archive of a larger folder: 413
     max_archive_size: int | None = None  # bytes of files; a larger folder's archive: 413
@@ -126,14 +127,19 @@ class Engine:
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         self.clock = Clock()
-        self.log = AccessLog(config.access_log) if config.access_log is not None else None
+        self.log = (
+            AccessLog(config.access_log, config.access_log_format) if config.access_log is not None else None
+        )
         #: who may come in (``_auth``): None without ``auth``
         self.gate = Gate(dict(config.auth), config.public_read) if config.auth else None
         #: what PUT may do: None without ``upload``
         self.uploads = Uploads(config.overwrite, config.max_upload_size) if config.upload else None
-        #: with auth, the proxies whose forwarded client address names the client: None without
+        #: the proxies whose forwarded client address names the client, for the gate (with auth) and
+        #: the access log: None without either
         self.trusted = (
-            TrustedProxies(config.trusted_proxies) if config.auth and config.trusted_proxies else None
+            TrustedProxies(config.trusted_proxies)
+            if config.trusted_proxies and (config.auth or config.access_log is not None)
+            else None
         )
         self.hosts = config.hosts
         self.sandbox = config.upload  # answers of types that run script get CSP sandbox (_rules)
@@ -195,7 +201,7 @@ class Engine:
         of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
         if len(data) <= HEADS_MAX_KEY:
             url, log, guarded = x.url, x.log, x.guarded  # (copies: charged too)
-            logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"")
+            logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"") + len(log[3] or "")
             if guarded is not None:
                 logged += len(guarded[0] or b"") + len(guarded[1] or "")
             self.heads.put(data, (x.method, url, x.mode, log, guarded), len(data) + len(url) + logged)

@@ -6,6 +6,7 @@ under test is chosen with ``--loop``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -97,6 +98,50 @@ def test_serve_access_log_is_opt_in(served_dir: Path, server_factory: type[Serve
     assert loud.interrupt() == 0
     assert loud.proc.stderr is not None
     assert "GET /hello.txt" in loud.proc.stderr.read()
+
+
+def test_serve_access_log_in_json_behind_a_trusted_proxy(
+    served_dir: Path, server_factory: type[Server]
+) -> None:
+    server = server_factory(
+        str(served_dir),
+        "--port",
+        "0",
+        "--access-log",
+        "--access-log-format",
+        "json",
+        "--trusted-proxy",
+        "127.0.0.1",
+    )
+    server.get("/hello.txt", **{"X-Forwarded-For": "203.0.113.5"})
+    assert server.interrupt() == 0
+    assert server.proc.stderr is not None
+    lines = [line for line in server.proc.stderr.read().splitlines() if line.startswith("{")]
+    (line,) = lines
+    fields = json.loads(line)
+    assert (fields["remote_addr"], fields["request"], fields["status"]) == (
+        "203.0.113.5",
+        "GET /hello.txt HTTP/1.1",
+        200,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--access-log-format", "json"], ("--access-log-format", "--access-log")),
+        (["--access-log-format", "xml"], ()),
+        (["--trusted-proxy", "10.0.0.1"], ("--trusted-proxy", "--access-log")),
+    ],
+)
+def test_log_options_without_their_log_are_refused(
+    tmp_path: Path, argv: list[str], words: tuple[str, ...]
+) -> None:
+    done = _run("serve", str(tmp_path), "--port", "0", *argv)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])

@@ -153,7 +153,7 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
             agent = b"a" * 900
             data = b"GET " + url + b" HTTP/1.1\r\nHost: h\r\nUser-Agent: " + agent + b"\r\n\r\n"
             assert len(data) <= HEADS_MAX_KEY
-            engine.learn(data, Exchange(b"GET", bytes(url), 1, None, ("1.1", None, bytes(agent))))
+            engine.learn(data, Exchange(b"GET", bytes(url), 1, None, ("1.1", None, bytes(agent), None)))
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         assert engine.heads.size <= HEADS_MAX_BYTES

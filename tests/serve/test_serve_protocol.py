@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 import ssl
 from email.utils import parsedate_to_datetime
@@ -339,6 +340,58 @@ async def test_access_log_lines_are_combined_log_format(tmp_path: Path) -> None:
         rf'127\.0\.0\.1 - - {stamp} "GET /big\.bin\?q=1 HTTP/1\.1" 200 {BIG} "-" "-"', lines[2]
     )
     assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "GET /missing HTTP/1\.1" 404 14 "-" "-"', lines[3])
+
+
+@pytest.mark.parametrize("form", ["common", "json"])
+async def test_access_log_lines_in_the_common_format_and_json(tmp_path: Path, form: str) -> None:
+    log = io.StringIO()
+    async with serving(tmp_path, access_log=log, access_log_format=form) as www_site:
+        hostile = 'Referer: http://r/\r\nUser-Agent: t"est\xe9\\x\r\n'
+        await www_site.exchange(get("/small.txt", hostile + "Connection: close\r\n"))
+        await www_site.exchange(get("/missing", "Connection: close\r\n", method="HEAD"))
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    if form == "common":
+        stamp = r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000\]"
+        assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "GET /small\.txt HTTP/1\.1" 200 4096', lines[0]), (
+            lines[0]
+        )
+        assert re.fullmatch(rf'127\.0\.0\.1 - - {stamp} "HEAD /missing HTTP/1\.1" 404 -', lines[1]), lines[1]
+        return
+    first, second = (json.loads(line) for line in lines)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", first.pop("time"))
+    assert first == {
+        "remote_addr": "127.0.0.1",
+        "request": "GET /small.txt HTTP/1.1",
+        "status": 200,
+        "body_bytes_sent": 4096,
+        "http_referer": "http://r/",
+        "http_user_agent": "t\\x22est\\xE9\\x5Cx",  # (the client's bytes escaped as in the other formats)
+    }
+    second.pop("time")
+    assert second == {
+        "remote_addr": "127.0.0.1",
+        "request": "HEAD /missing HTTP/1.1",
+        "status": 404,
+        "body_bytes_sent": 0,
+        "http_referer": "",
+        "http_user_agent": "",
+    }
+
+
+async def test_access_log_writes_the_client_a_trusted_proxy_names(tmp_path: Path) -> None:
+    """Behind a trusted proxy the log has the client it names; a client that is not a trusted
+    proxy cannot put another address in the log with its own X-Forwarded-For."""
+    log = io.StringIO()
+    xff = "X-Forwarded-For: 198.51.100.1, 203.0.113.9\r\nConnection: close\r\n"
+    async with serving(tmp_path, access_log=log, trusted_proxies=("127.0.0.1",)) as www_site:
+        await www_site.exchange(get("/small.txt", xff))
+    (tmp_path / "untrusted").mkdir()
+    async with serving(tmp_path / "untrusted", access_log=log, trusted_proxies=("10.0.0.0/8",)) as www_site:
+        await www_site.exchange(get("/small.txt", xff))
+    first, second = log.getvalue().splitlines()
+    assert first.startswith("203.0.113.9 - - ")
+    assert second.startswith("127.0.0.1 - - ")
 
 
 def test_access_log_writes_whole_lines_in_batches_up_to_pipe_buf() -> None:

@@ -265,7 +265,7 @@ def test_what_an_upload_head_carries() -> None:
         b"same-origin",
         b"Basic eDp5",
     )
-    assert head.log(r.rules) == ("1.1", b"http://a/", b"t")
+    assert head.log(r.rules) == ("1.1", b"http://a/", b"t", None)
 
 
 DOUBLED = [
@@ -331,7 +331,7 @@ def test_the_access_log_fields() -> None:
     r.feed(
         b"GET / HTTP/1.0\r\nConnection: keep-alive\r\nReferer: http://a/\r\nUser-Agent: curl\r\n\r\n" + GET
     )
-    assert [x.log for x in rec.exchanges] == [("1.0", b"http://a/", b"curl"), ("1.1", None, None)]
+    assert [x.log for x in rec.exchanges] == [("1.0", b"http://a/", b"curl", None), ("1.1", None, None, None)]
     assert events(GET)[0] == ("request", b"GET", b"/", KEEP11)
 
 
@@ -378,3 +378,10 @@ TARGETS = [
 @pytest.mark.parametrize(("url", "split"), TARGETS)
 def test_split_target(url: bytes, split: tuple[bytes, bytes] | None) -> None:
     assert split_target(url) == split
+
+
+def test_a_trusted_proxys_client_goes_to_the_access_log_without_auth() -> None:
+    """Behind a trusted proxy, the client it names is kept for the log, with no gate at all."""
+    r, rec = reader(logging=True, trusted=TrustedProxies(("10.0.0.0/8",)))
+    r.feed(b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.7, 10.0.0.2\r\n\r\n" + GET)
+    assert [x.log for x in rec.exchanges] == [("1.1", None, None, "203.0.113.7"), ("1.1", None, None, None)]
