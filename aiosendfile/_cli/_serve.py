@@ -15,6 +15,7 @@ import importlib.util
 import ssl
 import sys
 from typing import Any
+from urllib.parse import quote
 
 from .. import __version__
 from .._serve._listener import listening_socket
@@ -135,7 +136,7 @@ def serve_command(args: argparse.Namespace) -> int:
         sock.close()
         return fail(PROG, f"--upload on {host} lets anyone write files: add --auth USER:PASSWORD", 2)
     scheme = "https" if args.tls_cert else "http"
-    url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}/"
+    url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}{quote(args.path_prefix)}/"
     banner = (
         f"aiosendfile {__version__} serving {directory} at {url} "
         f"({loop_name}, {args.workers} worker{'s' if multi else ''}; Ctrl-C to stop)"

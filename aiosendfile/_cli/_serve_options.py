@@ -79,6 +79,20 @@ def _size(text: str) -> int:
     return int(value) * scale
 
 
+def _path_prefix(text: str) -> str:
+    """``--path-prefix``: a path as a proxy forwards it (``/files``), its last ``/`` dropped."""
+    value = text.strip().rstrip("/")
+    parts = value.split("/")[1:]
+    if value and (
+        not value.startswith("/")
+        or any(part in ("", ".", "..") for part in parts)
+        or any(c in value for c in "%?#\\")
+        or not value.isprintable()
+    ):
+        raise argparse.ArgumentTypeError(f"a path such as /files (no %, ?, # or . parts), not {text!r}")
+    return value
+
+
 def _count(text: str) -> int:
     """``--max-archive-entries``: a positive number."""
     value = text.strip()
@@ -156,6 +170,14 @@ def add_serve_command(commands: Any) -> None:
         dest="listing",
         action="store_false",
         help="answer 403 for a directory that has no index.html (default: a listing)",
+    )
+    serve.add_argument(
+        "--path-prefix",
+        type=_path_prefix,
+        default="",
+        metavar="PATH",
+        help="serve under PATH, as a reverse proxy forwards it (/files: /files/a.txt is DIRECTORY/a.txt, "
+        "/files redirects to /files/, anything else is 404; default: /)",
     )
     serve.add_argument(
         "--no-archives",

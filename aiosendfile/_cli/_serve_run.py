@@ -223,6 +223,7 @@ async def _serve_until(
         hosts=HostRule((args.host, *args.allow_host)),
         trusted_proxies=tuple(args.trusted_proxy),
         archives=args.archives,
+        path_prefix=args.path_prefix,
         max_archive_entries=args.max_archive_entries,
         max_archive_size=args.max_archive_size,
     )

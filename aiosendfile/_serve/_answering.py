@@ -150,7 +150,7 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
         raw, query = b"/", b""
     fields = exchange.fields
     request = exchange.request = Request(
-        method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY
+        method.decode("latin-1"), raw, query, BytesHeaders(fields) if fields else EMPTY, conn.engine.prefix
     )
     exchange.raw = raw
     engine = conn.engine

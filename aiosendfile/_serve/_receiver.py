@@ -128,14 +128,16 @@ class UploadReceiver:
         upload: Upload | FormUpload
         try:
             if method == b"PUT":
-                upload = Upload(upload_target(raw_path, engine.policy), engine.policy, uploads.overwrite)
+                upload = Upload(
+                    upload_target(raw_path, engine.policy, engine.prefix), engine.policy, uploads.overwrite
+                )
             else:
                 from ._form import FormUpload, form_boundary  # (python-multipart: with uploads only)
 
                 boundary = form_boundary(head.ctype)
                 if boundary is None:
                     raise Stop(415)  # (a form of files only: multipart/form-data)
-                directory = upload_directory(raw_path, engine.policy)
+                directory = upload_directory(raw_path, engine.policy, engine.prefix)
                 upload = FormUpload(directory, engine.policy, uploads.overwrite, boundary, _back_to(raw_path))
         except UploadRefused as exc:
             raise Stop(exc.status) from None

@@ -97,6 +97,7 @@ class ServeConfig:
     max_upload_size: int | None = None  # bytes; a larger body is refused (413)
     hosts: HostRule | None = None  # the Host names served (421 for others); None: any
     trusted_proxies: tuple[str, ...] = ()  # proxies whose forwarded client is locked out and logged
+    path_prefix: str = ""  # served under this path ("/files": /files/a.txt is DIRECTORY/a.txt); 404 outside
     archives: bool = False  # with show_index: GET /folder/?tar is the folder as a tar archive
     max_archive_entries: int = DEFAULT_MAX_ENTRIES  # an archive of a larger folder: 413
     max_archive_size: int | None = None  # bytes of files; a larger folder's archive: 413
@@ -126,6 +127,8 @@ class Engine:
             max_archive_size=config.max_archive_size,
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
+        #: the path everything is served under, decoded, without its trailing "/" ("" for none)
+        self.prefix = config.path_prefix.rstrip("/")
         self.clock = Clock()
         self.log = (
             AccessLog(config.access_log, config.access_log_format) if config.access_log is not None else None

@@ -87,10 +87,11 @@ class UploadRefused(Exception):
         self.status = status
 
 
-def upload_target(raw_path: bytes, policy: DirectoryPolicy) -> Target:
-    """The directory and name a ``PUT`` of *raw_path* writes (UploadRefused if none may be)."""
+def upload_target(raw_path: bytes, policy: DirectoryPolicy, prefix: str = "") -> Target:
+    """The directory and name a ``PUT`` of *raw_path* (under the mount *prefix*) writes
+    (UploadRefused if none may be)."""
     root = policy.root
-    full = decode(raw_path)
+    full = _below(decode(raw_path), prefix)
     if root is None or not full.startswith("/"):
         raise UploadRefused(404)
     filename = full[1:]
@@ -100,14 +101,22 @@ def upload_target(raw_path: bytes, policy: DirectoryPolicy) -> Target:
     return Target(os.path.join(root, *parts[:-1]), parts[-1])
 
 
-def upload_directory(raw_path: bytes, policy: DirectoryPolicy) -> str:
-    """The directory a form ``POST`` to *raw_path* writes into (UploadRefused if none may be)."""
+def upload_directory(raw_path: bytes, policy: DirectoryPolicy, prefix: str = "") -> str:
+    """The directory a form ``POST`` to *raw_path* (under the mount *prefix*) writes into
+    (UploadRefused if none may be)."""
     root = policy.root
-    full = decode(raw_path)
+    full = _below(decode(raw_path), prefix)
     if root is None or not full.startswith("/"):
         raise UploadRefused(404)
     directory = full[1:].rstrip("/")
     return os.path.join(root, *_parts(directory, policy)) if directory else root
+
+
+def _below(full: str, prefix: str) -> str:
+    """*full* (a decoded request path) below the mount *prefix*, or "" if it is not under it."""
+    if not prefix:
+        return full
+    return full[len(prefix) :] if full.startswith(prefix + "/") else ""
 
 
 def _parts(relative: str, policy: DirectoryPolicy) -> list[str]:

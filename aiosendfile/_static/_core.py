@@ -76,6 +76,9 @@ def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
         head = req.prefix + "/"
         if full.startswith(head):
             filename = full[len(head) :]
+        elif full == req.prefix and req.prefix:  # the mount itself, without its slash: to it
+            query = f"?{req.raw_query.decode('latin-1')}" if req.raw_query else ""
+            return error(301, req.method, ("Location", req.raw_path.decode("latin-1") + "/" + query))
         elif filename is None:
             return error(404, req.method)
     root = policy.root
@@ -169,6 +172,8 @@ def _directory(
     if policy.listings:
         root = None if policy.follow_symlinks else policy.root
         shown = unquote_to_bytes(raw)
+        if req.prefix:  # (the page starts at the mount: its breadcrumbs go no higher)
+            shown = shown[len(req.prefix.encode("utf-8", "surrogateescape")) :]
         view = view_of(req.raw_query, req.headers.get("Accept"))
         key = (
             st.st_dev,

@@ -29,6 +29,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,8 +240,8 @@ class ServeProcess:
                 banner = BANNER.search(line)
                 if banner is None:
                     raise ValueError(line)
-                host, port = banner["url"].split("//", 1)[1].rstrip("/").rsplit(":", 1)
-                info = {"host": host, "port": int(port)}
+                where = urllib.parse.urlsplit(banner["url"])  # (a --path-prefix follows the port)
+                info = {"host": where.netloc.rsplit(":", 1)[0], "port": where.port}
             else:
                 info = json.loads(line)
         except ValueError:

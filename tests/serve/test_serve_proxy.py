@@ -1,0 +1,84 @@
+"""``serve`` behind a reverse proxy: under a path prefix (``--path-prefix``), on both loops, in the
+test's loop and in its own process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..support.processes import cli_env
+from ..support.serve import get, serve_process, serving
+
+pytest.importorskip("httptools")
+
+
+def put(target: bytes) -> bytes:
+    return (
+        b"PUT "
+        + target
+        + b" HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nConnection: close\r\n\r\nnew"
+    )
+
+
+async def test_a_path_prefix_serves_under_it_and_nothing_else(tmp_path: Path) -> None:
+    """``path_prefix="/files"``: /files/x is the tree's x (files, listings with breadcrumbs from
+    the prefix, archives, the redirect of a folder without its slash), /files goes to /files/,
+    anything outside is 404; uploads land under the root too."""
+    async with serving(tmp_path, path_prefix="/files", show_index=True, upload=True) as site:
+        small = await site.fetch(get("/files/small.txt", "Connection: close\r\n"))
+        assert small.status == 200
+        assert small.body == (site.public / "small.txt").read_bytes()
+        assert (await site.fetch(get("/small.txt", "Connection: close\r\n"))).status == 404
+        assert (await site.fetch(get("/filesx/small.txt", "Connection: close\r\n"))).status == 404
+        bare = await site.fetch(get("/files?sort=size", "Connection: close\r\n"))
+        assert (bare.status, bare.headers["location"]) == (301, "/files/?sort=size")
+        sub = await site.fetch(get("/files/sub", "Connection: close\r\n"))
+        assert (sub.status, sub.headers["location"]) == (301, "/files/sub/")
+        (site.public / "dir").mkdir()
+        listing = await site.fetch(get("/files/dir/", "Connection: close\r\n"))
+        assert listing.status == 200
+        assert b"<title>Index of /dir/</title>" in listing.body  # (the page starts at the prefix)
+        assert b'href="../"' in listing.body
+        assert (await site.fetch(put(b"/files/dir/new.txt"))).status == 201
+        assert (site.public / "dir" / "new.txt").read_bytes() == b"new"
+        outside = (
+            b"PUT /new.txt HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nConnection: close\r\n\r\nnew"
+        )
+        assert (await site.fetch(outside)).status == 404
+        assert not (site.public / "new.txt").exists()
+        for _ in range(3):  # (kept answers: the same, by the prefixed path only)
+            assert (await site.fetch(get("/files/small.txt", "Connection: close\r\n"))).status == 200
+            assert (await site.fetch(get("/small.txt", "Connection: close\r\n"))).status == 404
+
+
+def test_serve_path_prefix_from_the_command_line(tmp_path: Path) -> None:
+    root = tmp_path / "public"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"under the prefix")
+    with serve_process(root, cli=True, options=["--path-prefix", "/files/"]) as server:
+        with urllib.request.urlopen(server.url("/files/a.txt"), timeout=10) as response:
+            assert response.read() == b"under the prefix"
+        with pytest.raises(urllib.error.HTTPError) as outside:
+            urllib.request.urlopen(server.url("/a.txt"), timeout=10)
+        assert outside.value.code == 404
+        outside.value.close()
+
+
+@pytest.mark.parametrize("value", ["files", "/a/../b", "/a//b", "/a%20b", "/a?b", "/./a"])
+def test_a_bad_path_prefix_is_refused_in_one_line(tmp_path: Path, value: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "serve", str(tmp_path), "--port", "0", "--path-prefix", value],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=cli_env(),
+        timeout=30,
+    )
+    assert done.returncode == 2, done
+    assert "--path-prefix" in done.stderr
+    assert "Traceback" not in done.stderr
