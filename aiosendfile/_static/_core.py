@@ -172,8 +172,6 @@ def _directory(
     if policy.listings:
         root = None if policy.follow_symlinks else policy.root
         shown = unquote_to_bytes(raw)
-        if req.prefix:  # (the page starts at the mount: its breadcrumbs go no higher)
-            shown = shown[len(req.prefix.encode("utf-8", "surrogateescape")) :]
         view = view_of(req.raw_query, req.headers.get("Accept"))
         key = (
             st.st_dev,
