@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from .._api import sendfile
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece
+from .._threads import shielded
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol
@@ -46,21 +48,20 @@ _Span = tuple[int, int, int]
 class ArchiveBody:
     """Send an :class:`~.._static._answer.Archive` body after *head* on *conn* (see the module)."""
 
-    __slots__ = ("ans", "conn", "done", "executor", "head", "progress", "task", "waiter")
+    __slots__ = ("ans", "conn", "done", "head", "progress", "task", "waiter", "written")
 
     def __init__(
         self,
         conn: HttpProtocol,
         ans: Answer,
         head: bytes,
-        executor: Executor,
         done: Callable[[int, BaseException | None], None],
         progress: Callable[..., None],
     ) -> None:
         self.conn = conn
         self.ans = ans
         self.head = head
-        self.executor = executor
+        self.written = 0  # bytes handed to the transport or sendfile, the head's included
         self.done = done
         self.progress = progress
         self.task: asyncio.Task[None] | None = None
@@ -91,7 +92,7 @@ class ArchiveBody:
         except Exception as exc:  # the peer went away, a member changed; else a bug, reported
             if isinstance(exc, RuntimeError) and transport.is_closing():
                 exc = ConnectionResetError("the peer went away during an archive")
-            self.done(0, exc)
+            self.done(max(0, self.written - len(self.head)), exc)  # (about: what was handed on)
             return
         self.done(body.stop - body.start, None)
 
@@ -106,15 +107,18 @@ class ArchiveBody:
             loop.call_soon_threadsafe(progress)
 
         for batch in _batches(layout, body.start, body.stop):
-            pieces = await loop.run_in_executor(self.executor, _prepare, body.path, layout, batch, tick)
+            job = loop.run_in_executor(archive_executor(), _prepare, body.path, layout, batch, tick)
+            # (cancelled meanwhile: the files the job opens are closed once it is done)
+            pieces = await shielded(job, _close_pieces)
             try:
                 for before, fd, data, first, length, after in pieces:
                     pending += before
                     if data is not None:
                         pending += data
                     elif fd is not None:
+                        self.written += len(pending)
                         with io.FileIO(fd, "rb", closefd=False) as file:
-                            await sendfile(
+                            self.written += await sendfile(
                                 transport,
                                 file,
                                 first,
@@ -139,6 +143,7 @@ class ArchiveBody:
         is over its high-water mark (the connection's own flow control: ``resumed``)."""
         conn = self.conn
         conn.transport.write(data)
+        self.written += len(data)
         self.progress()
         while conn.write_paused:
             self.waiter = asyncio.get_running_loop().create_future()
@@ -160,14 +165,37 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
         member = layout.body_of(span[0])
         if member is not None and member.size <= SMALL:
             read += member.size
-        summed = layout.crc_of(span[0])  # (a large file's CRC not kept yet is read whole: one a hop)
-        reads = summed is not None and summed.size > SMALL and not crc_known(summed)
+        index = layout.crc_index(span[0])  # (a large file's CRC not known yet is read whole: one a hop)
+        reads = index is not None and layout.members[index].size > SMALL and not crc_known(layout, index)
         if len(batch) == BATCH or read >= BATCH_READ or reads:
             yield batch
             batch = []
             read = 0
     if batch:
         yield batch
+
+
+#: Threads that prepare archive parts (open and check files, read small ones and CRC-32s): their
+#: own pool, so that archives, whose reads can be long (a zip's first CRC of a large file, a range
+#: deep in a zip that needs every CRC before it), never hold the cold-read pool's threads.
+ARCHIVE_THREADS = 2
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def archive_executor() -> ThreadPoolExecutor:
+    """The process-wide pool for archive parts, made on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(ARCHIVE_THREADS, thread_name_prefix="aiosendfile-archive")
+        return _pool
+
+
+def _close_pieces(pieces: list[Piece] | None) -> None:
+    for held in pieces or ():
+        if held.fd is not None:
+            os.close(held.fd)
 
 
 def _prepare(path: str, layout: Layout, batch: list[_Span], tick: Callable[[], None]) -> list[Piece]:

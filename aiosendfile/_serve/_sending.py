@@ -109,7 +109,7 @@ def send_body(
 
     sender: BodySender
     if isinstance(body, Archive):
-        sender = ArchiveBody(conn, ans, head, conn.engine.executor, done, conn._progress)
+        sender = ArchiveBody(conn, ans, head, done, conn._progress)
     elif type(transport) is TLSTransport:
         if isinstance(body, FileRange):
             fd, segments, closing = body.fd, [(head, body.start, body.length)], b""

@@ -36,7 +36,7 @@ BLOCK = 512
 #: Two zero blocks: the end of a tar archive.
 END = bytes(2 * BLOCK)
 #: Entries (files and folders) an archive may hold unless the server says otherwise: its layout
-#: costs about 300 bytes of memory an entry while it is sent.
+#: costs about 350 bytes of memory an entry while it is sent.
 DEFAULT_MAX_ENTRIES = 100_000
 
 #: ustar's numeric fields: sizes and dates past these need a pax record.
@@ -59,6 +59,7 @@ class Member(NamedTuple):
     mode: int
     dev: int
     ino: int
+    ctime_ns: int = 0  # (any change to the file, its bytes or its metadata, moves it)
 
     @property
     def is_dir(self) -> bool:
@@ -147,17 +148,22 @@ class Layout:
 
     KIND = "tar"
     CONTENT_TYPE = "application/x-tar"
+    NEEDS_CRC = False
 
-    __slots__ = ("__weakref__", "etag", "length", "members", "skipped", "starts")
+    __slots__ = ("__weakref__", "crcs", "etag", "length", "members", "root", "skipped", "starts")
 
-    def __init__(self, members: list[Member], skipped: int = 0) -> None:
+    def __init__(self, members: list[Member], skipped: int = 0, root: str | None = None) -> None:
         self.members = members
+        #: where every member's file must lie when it is opened to be sent (None: anywhere)
+        self.root = root
+        #: each member's CRC-32 once known (-1: not yet), for a format that needs them (zip)
+        self.crcs = array("q", [-1]) * len(members) if self.NEEDS_CRC else array("q")
         #: entries left out (unreadable, a special file, a symlink to a folder or out of the root)
         self.skipped = skipped
         digest = hashlib.blake2b(digest_size=12)
         for m in members:
             digest.update(
-                f"{m.name}\0{m.size}\0{m.mtime_ns}\0{m.mode}\0{m.dev}\0{m.ino}\n".encode(
+                f"{m.name}\0{m.size}\0{m.mtime_ns}\0{m.mode}\0{m.dev}\0{m.ino}\0{m.ctime_ns}\n".encode(
                     "utf-8", "surrogateescape"
                 )
             )
@@ -195,13 +201,13 @@ class Layout:
         """The member whose file's bytes *part* carries (between its headers), if any."""
         return self.members[part] if part < len(self.members) else None
 
-    def crc_of(self, part: int) -> Member | None:
-        """The member whose CRC-32 *part*'s headers carry, if any (a tar has none)."""
+    def crc_index(self, part: int) -> int | None:
+        """The index of the member whose CRC-32 *part*'s headers carry, if any (a tar has none)."""
         return None
 
     def around(self, part: int, lo: int, hi: int, crc: int = 0) -> tuple[bytes, int, int, bytes]:
         """[*lo*, *hi*) of *part*: the bytes before its file's, the file's [first, last), the bytes
-        after (*crc*: the CRC-32 ``crc_of(part)`` asks for)."""
+        after (*crc*: the CRC-32 of the member ``crc_index(part)`` names)."""
         members = self.members
         if part == len(members):
             return END[lo:hi], 0, 0, b""
@@ -217,6 +223,10 @@ def content_disposition(name: str) -> str:
     the exact one as ``filename*`` (RFC 6266) where it is not plain ASCII."""
     ascii_name = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\' else "_" for c in name)
     field = f'attachment; filename="{ascii_name}"'
+    try:
+        exact = name.encode("utf-8")
+    except UnicodeEncodeError:  # (the file system's bytes, not UTF-8: no exact name to give)
+        return field
     if ascii_name != name:
-        field += "; filename*=UTF-8''" + quote(name.encode("utf-8", "surrogateescape"), safe="")
+        field += "; filename*=UTF-8''" + quote(exact, safe="")
     return field

@@ -240,8 +240,12 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
             return Answer(status, fields, None if status == 304 else 0, head_only=True, path=path)
     start, stop = 0, size
     content_range = None
+    # An If-Range date is not believed: a chmod, or a member dated in the future, changes the
+    # archive and not its date; only the ETag (the snapshot) says a range goes with the bytes before.
+    if_range = headers.get("If-Range") if headers else None
+    ranges_ok = req.ranges_ok and (if_range is None or if_range.strip() == etag)
     try:
-        ranges = _ranges_asked(req, etag, last_modified, size, policy, req.ranges_ok)
+        ranges = _ranges_asked(req, etag, last_modified, size, policy, ranges_ok)
     except _http.RangeNotSatisfiable:
         fields = _http.file_headers(etag, last_modified, content_range=f"bytes */{size}")
         return Answer(416, fields, 0, head_only=True, path=path)

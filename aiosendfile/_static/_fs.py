@@ -86,7 +86,7 @@ class ArchivesBusy(Exception):
 MAX_WALKS = 2
 _walks = threading.BoundedSemaphore(MAX_WALKS)
 #: The entries of the layouts of archives being sent, at most this many times an archive's bound
-#: (about 300 bytes each): a folder downloaded by many clients at once is laid out once (the same
+#: (about 350 bytes each): a folder downloaded by many clients at once is laid out once (the same
 #: snapshot, the same ``Layout``), and many folders at once wait (503) past the budget.
 LIVE_LAYOUTS = 4
 _live: weakref.WeakValueDictionary[tuple[str, str], Layout] = weakref.WeakValueDictionary()

@@ -28,7 +28,17 @@ from typing import NamedTuple
 from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
 from ._paths import inside
 
-__all__ = ("SMALL", "MemberChanged", "Piece", "crc_known", "crc_of", "open_member", "piece", "walk")
+__all__ = (
+    "SMALL",
+    "MemberChanged",
+    "Piece",
+    "crc_known",
+    "crc_of",
+    "member_crc",
+    "open_member",
+    "piece",
+    "walk",
+)
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
 _SUBDIR_FLAGS = _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0)
@@ -62,11 +72,17 @@ def walk(
             raise PermissionError(path)  # (swapped for a symlink out since the core's check)
         st = os.fstat(fd)
         tree = _Tree(root, dotfiles, max_entries, max_bytes)
-        tree.add(Member(top + "/", 0, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+        tree.add(_member(top + "/", st))
         tree.folder(fd, real, top, 0)
     finally:
         os.close(fd)
-    return kind(tree.members, tree.skipped)
+    return kind(tree.members, tree.skipped, root)
+
+
+def _member(name: str, st: os.stat_result) -> Member:
+    """A member named *name* (a folder's ends with ``/``: its size is 0) as *st* describes it."""
+    size = 0 if name.endswith("/") else st.st_size
+    return Member(name, size, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 #: Folders deeper than this are left out (noted as skipped): the walk recurses once a level.
@@ -98,7 +114,9 @@ class _Tree:
         for name, st in self._entries(dir_fd, real):
             full = f"{prefix}/{name}"
             if not stat.S_ISDIR(st.st_mode):
-                self.add(Member(full, st.st_size, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+                self.add(
+                    Member(full, st.st_size, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino, st.st_ctime_ns)
+                )
                 continue
             if depth >= MAX_DEPTH:
                 self.skipped += 1
@@ -109,7 +127,9 @@ class _Tree:
                 self.skipped += 1
                 continue
             try:
-                self.add(Member(full + "/", 0, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino))
+                self.add(
+                    Member(full + "/", 0, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino, st.st_ctime_ns)
+                )
                 self.folder(sub, f"{real}/{name}", full, depth + 1)
             finally:
                 os.close(sub)
@@ -128,10 +148,8 @@ class _Tree:
                     continue
                 try:
                     if entry.is_symlink():
-                        st = os.stat(name, dir_fd=dir_fd)  # (followed: what a request for it gets)
-                        if not stat.S_ISREG(st.st_mode) or (
-                            root is not None and not inside(os.path.realpath(f"{real}/{name}"), root)
-                        ):
+                        st = _link_target(name, dir_fd, root)  # (followed: what a request for it gets)
+                        if st is None:
                             self.skipped += 1  # a symlink to a folder, out of the root, or to a device
                             continue
                     else:
@@ -158,22 +176,52 @@ class _Tree:
         return found
 
 
+def _link_target(name: str, dir_fd: int, root: str | None) -> os.stat_result | None:
+    """The ``fstat`` of the regular file the symlink *name* leads to, checked to lie inside *root*
+    on the descriptor opened (a link swapped between two looks cannot pass); None if it is not
+    such a file."""
+    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if root is not None and not inside(_real_path(fd, ""), root):
+            return None
+        return st
+    finally:
+        os.close(fd)
+
+
 def _real_path(fd: int, path: str) -> str:
-    """Where the folder open as *fd* really is (its ``/proc`` link; else the realpath of *path*)."""
+    """Where the file or folder open as *fd* really is: its ``/proc`` link; without ``/proc``
+    (macOS, BSD) the realpath of *path* if that names what *fd* is, else "" (nowhere known)."""
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return os.path.realpath(path)
+        pass
+    if not path:
+        return ""
+    real = os.path.realpath(path)
+    try:
+        st, there = os.fstat(fd), os.stat(real)
+    except OSError:
+        return ""
+    return real if (st.st_dev, st.st_ino) == (there.st_dev, there.st_ino) else ""
 
 
-def open_member(base: str, member: Member) -> int:
+def open_member(base: str, member: Member, root: str | None = None) -> int:
     """*member*'s file under the folder *base* opened to be sent, checked to be the file the layout
-    was made from (see the module). Raises :class:`MemberChanged` (or OSError: it is gone)."""
-    fd = os.open(os.path.join(base, member.name.split("/", 1)[1]), _FILE_FLAGS)
+    was made from (see the module) and, with *root*, to lie inside it on the descriptor opened (a
+    symlink turned outside since the walk cannot pass). Raises :class:`MemberChanged` (or
+    OSError: it is gone)."""
+    path = os.path.join(base, member.name.split("/", 1)[1])
+    fd = os.open(path, _FILE_FLAGS)
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (member.dev, member.ino) or not stat.S_ISREG(st.st_mode):
             raise MemberChanged(member.name)
+        if root is not None and not inside(_real_path(fd, path), root):
+            raise MemberChanged(f"{member.name} is no longer inside the root")
         if st.st_size < member.size:
             raise MemberChanged(f"{member.name} shrank from {member.size} to {st.st_size} bytes")
     except BaseException:
@@ -206,14 +254,13 @@ def piece(
     """[*lo*, *hi*) of *layout*'s *part* (``Layout.spans``), its member's file checked (and its
     CRC-32 computed, for a zip: *tick* is called on the way) first. Raises
     :class:`MemberChanged` or OSError."""
-    summed = layout.crc_of(part)
-    crc = 0 if summed is None else crc_of(path, summed, tick)
+    crc = member_crc(path, layout, layout.crc_index(part), tick)
     before, first, last, after = layout.around(part, lo, hi, crc)
     if last <= first:
         return Piece(before, None, None, 0, 0, after)
     member = layout.body_of(part)
     assert member is not None
-    fd = open_member(path, member)
+    fd = open_member(path, member, layout.root)
     if member.size > SMALL:
         return Piece(before, fd, None, first, last - first, after)
     try:
@@ -225,36 +272,56 @@ def piece(
     return Piece(before, None, data, 0, 0, after)
 
 
-#: CRC-32s of member files by identity (device, inode, size, mtime): a folder zipped again is
-#: sent without reading its files first. At most this many (about 300 bytes each), the oldest
-#: dropped first.
+#: CRC-32s of member files by identity (device, inode, size, mtime, ctime): a folder zipped
+#: again is sent without reading its files first (within one archive, ``Layout.crcs`` keeps them
+#: whatever this drops). At most this many (about 330 bytes each), the oldest dropped first.
 CRC_CACHE_ENTRIES = 65_536
-_crcs: OrderedDict[tuple[int, int, int, int], int] = OrderedDict()
+_crcs: OrderedDict[tuple[int, int, int, int, int], int] = OrderedDict()
 _crcs_lock = threading.Lock()
 _CRC_READ = 1024 * 1024
 TICK_BYTES = 64 * _CRC_READ
 
 
-def crc_known(member: Member) -> bool:
-    """Whether *member*'s CRC-32 is known without reading its file (kept, or nothing to read)."""
+def member_crc(path: str, layout: Layout, index: int | None, tick: Callable[[], None] | None = None) -> int:
+    """The CRC-32 of *layout*'s member *index* (0 for None): the layout's own once known (so an
+    archive needs each file's read once however many members it has), else :func:`crc_of`."""
+    if index is None:
+        return 0
+    known = layout.crcs[index]
+    if known >= 0:
+        return known
+    crc = crc_of(path, layout.members[index], tick, layout.root)
+    layout.crcs[index] = crc
+    return crc
+
+
+def crc_known(layout: Layout, index: int | None) -> bool:
+    """Whether the CRC-32 of *layout*'s member *index* is known without reading its file."""
+    if index is None or layout.crcs[index] >= 0:
+        return True
+    member = layout.members[index]
     if member.is_dir or not member.size:
         return True
-    return (member.dev, member.ino, member.size, member.mtime_ns) in _crcs
+    return _crc_key(member) in _crcs
 
 
-def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None) -> int:
+def _crc_key(member: Member) -> tuple[int, int, int, int, int]:
+    return (member.dev, member.ino, member.size, member.mtime_ns, member.ctime_ns)
+
+
+def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, root: str | None = None) -> int:
     """*member*'s CRC-32 (its file's first ``size`` bytes), from the cache or read (in a pool
     thread: it reads the whole file, which leaves its pages cached for the ``sendfile`` after;
     *tick* is called after each :data:`TICK_BYTES` read: a large file's read is progress too)."""
     if member.is_dir or not member.size:
         return 0
-    key = (member.dev, member.ino, member.size, member.mtime_ns)
+    key = _crc_key(member)
     with _crcs_lock:
         known = _crcs.get(key)
         if known is not None:
             _crcs.move_to_end(key)
             return known
-    fd = open_member(path, member)
+    fd = open_member(path, member, root)
     try:
         crc = 0
         left = member.size

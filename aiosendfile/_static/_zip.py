@@ -2,11 +2,12 @@
 (``_archive``): for the people whose systems open nothing else.
 
 Pure: the bytes are made here from each member's name, size, date and mode, and its CRC-32 (which
-the door computes off the loop, ``_tree.crc_of``). Every member's local header carries its sizes
-and CRC (no data descriptor: any unzip can read it front to back), then its bytes as they are;
-the central directory and the end records follow. Sizes or offsets past 4 GiB, or more than
-65,534 entries, take ZIP64 fields. A name in UTF-8 sets the language encoding flag; one that is
-not (a file system's own bytes) is written as it is, without the flag. Dates are MS-DOS dates
+the door computes off the loop, ``_tree.member_crc``, and keeps in ``Layout.crcs``). Every
+member's local header carries its sizes and CRC (no data descriptor: any unzip can read it
+front to back), then its bytes as they are; the central directory and the end records follow.
+Sizes or offsets past 4 GiB, or more than 65,534 entries, take ZIP64 fields. A name in UTF-8
+sets the language encoding flag; one that is not (a file system's own bytes) is written as it
+is, without the flag. Dates are MS-DOS dates
 (UTC, two-second steps, 1980 to 2107) and permissions Unix modes ("made by" Unix).
 
 Parts (``Layout.spans``): member *i*'s local header and bytes, then member *i*'s central record
@@ -160,6 +161,7 @@ class ZipLayout(Layout):
 
     KIND = "zip"
     CONTENT_TYPE = "application/zip"
+    NEEDS_CRC = True
 
     __slots__ = ()
 
@@ -181,11 +183,9 @@ class ZipLayout(Layout):
     def body_of(self, part: int) -> Member | None:
         return self.members[part] if part < len(self.members) else None
 
-    def crc_of(self, part: int) -> Member | None:
+    def crc_index(self, part: int) -> int | None:
         n = len(self.members)
-        if part < 2 * n:
-            return self.members[part % n]
-        return None
+        return part % n if part < 2 * n else None
 
     def around(self, part: int, lo: int, hi: int, crc: int = 0) -> tuple[bytes, int, int, bytes]:
         members = self.members
