@@ -132,9 +132,7 @@ class ArchiveBody:
                         await self._write(pending)
                         pending = bytearray()
             finally:
-                for held in pieces:
-                    if held.fd is not None:
-                        os.close(held.fd)
+                _close_pieces(pieces)
         if pending:
             await self._write(pending)
 
@@ -193,6 +191,7 @@ def archive_executor() -> ThreadPoolExecutor:
 
 
 def _close_pieces(pieces: list[Piece] | None) -> None:
+    """Close the files *pieces* hold open (None: a job that failed, nothing to close)."""
     for held in pieces or ():
         if held.fd is not None:
             os.close(held.fd)
@@ -206,8 +205,6 @@ def _prepare(path: str, layout: Layout, batch: list[_Span], tick: Callable[[], N
         for span in batch:
             out.append(piece(path, layout, *span, tick))
     except BaseException:
-        for held in out:
-            if held.fd is not None:
-                os.close(held.fd)
+        _close_pieces(out)
         raise
     return out

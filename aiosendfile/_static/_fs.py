@@ -39,7 +39,6 @@ from . import _hot
 from ._archive import Layout
 from ._paths import inside
 from ._policy import DirectoryPolicy
-from ._tree import walk
 
 __all__ = (
     "POOL_FS",
@@ -310,6 +309,8 @@ class PoolFS(RealFS):
             raise ArchivesBusy(path)
         try:
             root = None if policy.follow_symlinks else policy.root
+            from ._tree import walk  # (here: _tree builds on this module's open and checks)
+
             layout = walk(
                 path, top, root, policy.dotfiles, policy.max_archive_entries, policy.max_archive_size, kind
             )

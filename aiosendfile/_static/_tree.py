@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
+from ._fs import _O_DIRECTORY_FLAGS, _O_FLAGS, _may, _real_path_of, opened_inside
 from ._paths import inside
 
 __all__ = (
@@ -40,11 +41,7 @@ __all__ = (
     "walk",
 )
 
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_DIRECTORY", 0)
-_SUBDIR_FLAGS = _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0)
-_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-_EFFECTIVE = os.access in os.supports_effective_ids
-_ACCESS_BY_FD = os.access in os.supports_dir_fd
+_SUBDIR_FLAGS = _O_DIRECTORY_FLAGS | getattr(os, "O_NOFOLLOW", 0)
 
 
 class MemberChanged(OSError):
@@ -65,9 +62,9 @@ def walk(
     ``top/a.txt``...). *root*: where every member must lie (None: symlinks followed anywhere).
     Raises :class:`TooLarge` past *max_entries* entries or *max_bytes* bytes of files, OSError if
     *path* itself cannot be listed. *kind*: the format's layout (``Layout``: tar; ``ZipLayout``)."""
-    fd = os.open(path, _DIR_FLAGS)
+    fd = os.open(path, _O_DIRECTORY_FLAGS)
     try:
-        real = _real_path(fd, path)
+        real = _real_path_of(fd, path)
         if root is not None and not inside(real, root):
             raise PermissionError(path)  # (swapped for a symlink out since the core's check)
         st = os.fstat(fd)
@@ -148,7 +145,7 @@ class _Tree:
                     continue
                 try:
                     if entry.is_symlink():
-                        st = _link_target(name, dir_fd, root)  # (followed: what a request for it gets)
+                        st = _link_target(name, dir_fd, real, root)  # (followed: as a request for it)
                         if st is None:
                             self.skipped += 1  # a symlink to a folder, out of the root, or to a device
                             continue
@@ -161,11 +158,7 @@ class _Tree:
                     else:
                         self.skipped += 1  # a FIFO, socket or device
                         continue
-                    if not (
-                        os.access(name, wanted, dir_fd=dir_fd, effective_ids=_EFFECTIVE)
-                        if _ACCESS_BY_FD
-                        else os.access(f"{real}/{name}", wanted, effective_ids=_EFFECTIVE)
-                    ):
+                    if not _may(name, wanted, dir_fd, real):
                         self.skipped += 1
                         continue
                 except OSError:  # a broken symlink, or gone meanwhile
@@ -176,37 +169,20 @@ class _Tree:
         return found
 
 
-def _link_target(name: str, dir_fd: int, root: str | None) -> os.stat_result | None:
-    """The ``fstat`` of the regular file the symlink *name* leads to, checked to lie inside *root*
-    on the descriptor opened (a link swapped between two looks cannot pass); None if it is not
-    such a file."""
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+def _link_target(name: str, dir_fd: int, directory: str, root: str | None) -> os.stat_result | None:
+    """The ``fstat`` of the regular file the symlink *name* (in the folder open as *dir_fd*, at
+    *directory*) leads to, checked to lie inside *root* on the descriptor opened (a link swapped
+    between two looks cannot pass); None if it is not such a file."""
+    fd = os.open(name, _O_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        if root is not None and not inside(_real_path(fd, ""), root):
+        if root is not None and not opened_inside(fd, os.path.join(directory, name), root):
             return None
         return st
     finally:
         os.close(fd)
-
-
-def _real_path(fd: int, path: str) -> str:
-    """Where the file or folder open as *fd* really is: its ``/proc`` link; without ``/proc``
-    (macOS, BSD) the realpath of *path* if that names what *fd* is, else "" (nowhere known)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        pass
-    if not path:
-        return ""
-    real = os.path.realpath(path)
-    try:
-        st, there = os.fstat(fd), os.stat(real)
-    except OSError:
-        return ""
-    return real if (st.st_dev, st.st_ino) == (there.st_dev, there.st_ino) else ""
 
 
 def open_member(base: str, member: Member, root: str | None = None) -> int:
@@ -215,12 +191,12 @@ def open_member(base: str, member: Member, root: str | None = None) -> int:
     symlink turned outside since the walk cannot pass). Raises :class:`MemberChanged` (or
     OSError: it is gone)."""
     path = os.path.join(base, member.name.split("/", 1)[1])
-    fd = os.open(path, _FILE_FLAGS)
+    fd = os.open(path, _O_FLAGS)
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (member.dev, member.ino) or not stat.S_ISREG(st.st_mode):
             raise MemberChanged(member.name)
-        if root is not None and not inside(_real_path(fd, path), root):
+        if root is not None and not opened_inside(fd, path, root):
             raise MemberChanged(f"{member.name} is no longer inside the root")
         if st.st_size < member.size:
             raise MemberChanged(f"{member.name} shrank from {member.size} to {st.st_size} bytes")

@@ -180,9 +180,6 @@ class ZipLayout(Layout):
         starts.append(at + _end_size(len(members), directory_start, at - directory_start))
         return starts
 
-    def body_of(self, part: int) -> Member | None:
-        return self.members[part] if part < len(self.members) else None
-
     def crc_index(self, part: int) -> int | None:
         n = len(self.members)
         return part % n if part < 2 * n else None
