@@ -113,8 +113,19 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, f"cannot use --trusted-proxy: {exc}", 2)
     if args.access_log_format != "combined" and not args.access_log:
         return fail(PROG, "--access-log-format goes with --access-log", 2)
-    if (args.overwrite or args.max_upload_size is not None) and not args.upload:
-        return fail(PROG, "--overwrite and --max-upload-size go with --upload", 2)
+    resumable_options = (
+        not args.resumable
+        or args.upload_expiry is not None
+        or args.max_partial_uploads is not None
+        or args.max_partial_size is not None
+    )
+    if (args.overwrite or args.max_upload_size is not None or resumable_options) and not args.upload:
+        return fail(
+            PROG,
+            "--overwrite, --max-upload-size, --no-resumable, --upload-expiry, --max-partial-uploads and "
+            "--max-partial-size go with --upload",
+            2,
+        )
     if args.upload and importlib.util.find_spec("python_multipart") is None:
         return fail(PROG, "--upload needs python-multipart (pip install 'aiosendfile[serve]')", 2)
     if args.tls_cert:
@@ -149,6 +160,8 @@ def serve_command(args: argparse.Namespace) -> int:
         limit = "" if args.max_upload_size is None else f", up to {args.max_upload_size} bytes"
         verb = "write and replace" if args.overwrite else "write"
         banner += f"\nuploads: PUT and the listing's form (POST) {verb} files{limit}"
+        if args.resumable:
+            banner += "; resumable (IETF draft, tus 1.0)"
     if args.users:
         n = len(args.users)
         who = f"{n} user{'s' if n > 1 else ''}"

@@ -79,6 +79,18 @@ def _size(text: str) -> int:
     return int(value) * scale
 
 
+def _duration(text: str) -> float:
+    """``--upload-expiry``: seconds, or a number with s, m, h or d."""
+    value = text.strip().lower()
+    scale = 1
+    if value[-1:] in ("s", "m", "h", "d"):
+        scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[value[-1]]
+        value = value[:-1]
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"a time such as 3600, 30m, 12h or 1d, not {text!r}")
+    return float(int(value) * scale)
+
+
 def _path_prefix(text: str) -> str:
     """``--path-prefix``: a path as a proxy forwards it (``/files``), its last ``/`` dropped."""
     value = text.strip().rstrip("/")
@@ -225,6 +237,32 @@ def add_serve_command(commands: Any) -> None:
         type=_size,
         metavar="SIZE",
         help="with --upload: refuse larger bodies with 413 (bytes, or with K, M, G; default: no limit)",
+    )
+    serve.add_argument(
+        "--no-resumable",
+        dest="resumable",
+        action="store_false",
+        help="with --upload: no resumable uploads (the IETF draft's and tus 1.0's; default: on, and the "
+        "listing's uploads resume after a dropped connection)",
+    )
+    serve.add_argument(
+        "--upload-expiry",
+        type=_duration,
+        metavar="TIME",
+        help="with --upload: an unfinished resumable upload with no progress for this long is removed "
+        "(seconds, or with m, h, d; default: 1d)",
+    )
+    serve.add_argument(
+        "--max-partial-uploads",
+        type=_count,
+        metavar="N",
+        help="with --upload: unfinished resumable uploads one user (or address) may have (default: 16)",
+    )
+    serve.add_argument(
+        "--max-partial-size",
+        type=_size,
+        metavar="SIZE",
+        help="with --upload: and their bytes, all together (default: 64G)",
     )
     serve.add_argument(
         "--auth",

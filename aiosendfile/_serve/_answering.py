@@ -38,11 +38,21 @@ __all__ = ("decide", "render", "replay", "respond")
 _GET, _HEAD = b"GET", b"HEAD"
 
 
+#: Requests that may be a resumable upload's without a body (``_resumable_door``; a HEAD only with
+#: an upload token in its query).
+RESUMABLE_BODILESS = (b"HEAD", b"DELETE", b"OPTIONS")
+
+
 def respond(conn: HttpProtocol, exchange: Exchange) -> None:
     """Answer *exchange*: judged by the gate if it must be, replayed if it can be, else decided."""
+    method = exchange.method
+    if method is not _GET and method in RESUMABLE_BODILESS and conn.engine.resumable is not None:
+        from ._resumable_door import answer_resumable  # (it answers through this module)
+
+        if answer_resumable(conn, exchange):
+            return
     if exchange.auth is not None and not _authorize(conn, exchange):
         return
-    method = exchange.method
     if (
         exchange.fields is None
         and method in GET_HEAD

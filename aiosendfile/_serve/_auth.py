@@ -433,6 +433,12 @@ def _canonical(value: bytes) -> bool:
     return value.startswith(b"Basic ") and b" " not in value[6:]
 
 
+def user_of(value: bytes | None) -> str | None:
+    """The user name a ``Basic`` *value* gives (the gate checked it), or None."""
+    found = None if value is None else _credentials(value)
+    return None if found is None else found[0].decode("utf-8", "surrogateescape")
+
+
 def _credentials(value: bytes) -> tuple[bytes, bytes] | None:
     """(user, password) of a ``Basic`` value, or None if it is not one."""
     scheme, _, token = value.strip().partition(b" ")

@@ -28,6 +28,7 @@ from typing import Any
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from .._static._answer import Answer, error
 from .._static._paths import checked
 from .._static._policy import DirectoryPolicy
 from ._upload import Target, Upload, UploadRefused, bad_name, open_directory
@@ -111,10 +112,10 @@ class FormUpload:
         self._close()
         return self.landed
 
-    def answer(self, _landed: list[str]) -> tuple[int, tuple[tuple[str, str], ...]]:
+    def answer(self, _landed: list[str]) -> Answer:
         """The answer once :meth:`commit` returned: 303 See Other, to the directory's listing (a
         form posted without script lands on the page that shows what it sent)."""
-        return 303, (("Location", self.location),)
+        return error(303, "POST", ("Location", self.location))
 
     def abort(self) -> None:
         """Drop the part being written (the files already named stay)."""

@@ -31,6 +31,8 @@ import httptools
 from .._static._request import BytesHeaders, accept_matters
 from ._date import CLOSE, KEEP10, KEEP11
 from ._exchange import Exchange, LogFields
+from ._resumable import MARK
+from ._resumable import WANTED as RESUMABLE_FIELDS
 
 if TYPE_CHECKING:
     from ._auth import TrustedProxies
@@ -75,7 +77,7 @@ PARSE_SLICE = 8 * 1024
 _READ_ALLOWANCE = 256 * 1024
 
 GET_HEAD = (b"GET", b"HEAD")
-UPLOADS = (b"PUT", b"POST")  # (with uploads on: a file, a form of files)
+UPLOADS = (b"PUT", b"POST", b"PATCH")  # (with uploads on: a file, a form of files, an upload's part)
 
 
 def header_kinds(
@@ -97,6 +99,7 @@ def header_kinds(
     if proxied:
         kinds[b"x-forwarded-for"] = XFF
     if uploads:
+        kinds.update(dict.fromkeys(RESUMABLE_FIELDS, CORE))  # (a request with them is never memoised)
         kinds[b"content-length"] = LENGTH
         kinds[b"content-type"] = CTYPE
         kinds[b"origin"] = ORIGIN
@@ -189,6 +192,7 @@ class EarlyHead:
         "ctype",
         "expects_continue",
         "fetch_site",
+        "fields",
         "host",
         "length",
         "method",
@@ -217,6 +221,7 @@ class EarlyHead:
         self.fetch_site = kept.get(FETCH_SITE)
         self.referer = kept.get(REFERER)
         self.agent = kept.get(AGENT)
+        self.fields = reader.fields  # (the core's pairs: a resumable upload's fields among them)
 
     def log(self, rules: ReaderRules) -> LogFields | None:
         """The access log's fields of this request (None without an access log)."""
@@ -486,7 +491,7 @@ class RequestReader:
         method = self.parser.get_method()
         exchange = Exchange(method, url, mode, fields, log)
         self.completed += 1
-        if rules.gated and not (rules.public_read and method in GET_HEAD):
+        if rules.gated and not (rules.public_read and method in GET_HEAD and MARK not in url):
             # (judged when answered: after the guesses before it; memoised once allowed)
             exchange.auth = exchange.guarded = (kept.get(AUTH), self.client)
         if kept:

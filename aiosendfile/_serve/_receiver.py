@@ -22,19 +22,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from .._platform import HAS_SPLICE
 from .._sink import FileSink
 from .._splice import splice_to_file
-from .._static._answer import Answer, error
+from .._static._answer import error
 from ._answering import render
-from ._auth import ALLOWED
+from ._auth import ALLOWED, user_of
 from ._date import CLOSE
 from ._exchange import Exchange
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, ResumableUpload
 from ._reader import EarlyHead, Stop, split_target
 from ._refusal import failure, refusal, verdict_of
 from ._render import error_response
+from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, id_of, new_token, tus_filename, upload_fields
 from ._tls import TLSTransport
 from ._upload import (
     DISCARD_MAX,
@@ -42,6 +46,8 @@ from ._upload import (
     Receiving,
     Upload,
     UploadRefused,
+    bad_name,
+    fields_of,
     status_of,
     upload_directory,
     upload_target,
@@ -54,6 +60,9 @@ if TYPE_CHECKING:
 __all__ = ("CONTINUE", "UploadReceiver")
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: A PATCH of no upload resource (with Expect: 100-continue: answered now, not read)
+ALLOW = ("Allow", "GET,HEAD,POST,PUT")
+_TUS_FIELDS = (("Tus-Resumable", "1.0.0"),)
 
 
 def _back_to(raw_path: bytes) -> str:
@@ -83,9 +92,11 @@ class UploadReceiver:
         return self.splicing or (self.receiving is not None and self.receiving.full())
 
     def lost(self) -> None:
-        """The connection is gone: nothing stays (temporary files go)."""
+        """The connection is gone: nothing stays (temporary files go; a resumable upload keeps
+        what it was given)."""
         for r in (self.receiving, self.landing):
             if r is not None:
+                self._let_go(r.upload)
                 r.drop()
         self.receiving = self.landing = None
 
@@ -124,10 +135,20 @@ class UploadReceiver:
         split = split_target(head.url)
         if split is None:
             raise Stop(400)
-        raw_path = split[0]
+        raw_path, query = split
         upload: Upload | FormUpload
+        ask = None
+        if engine.resumable is not None:
+            ask = ask_of(method, raw_path.endswith(b"/"), query, upload_fields(head.fields), head.ctype)
+        if ask is None and method == b"PATCH":  # not an upload's: the core refuses it (405), body dropped
+            if self.continue_owed:
+                self.continue_owed = False
+                raise Stop(405, ALLOW)
+            return
         try:
-            if method == b"PUT":
+            if ask is not None:
+                upload = self._resumable(head, ask, raw_path, size)
+            elif method == b"PUT":
                 upload = Upload(
                     upload_target(raw_path, engine.policy, engine.prefix), engine.policy, uploads.overwrite
                 )
@@ -142,6 +163,7 @@ class UploadReceiver:
         except UploadRefused as exc:
             raise Stop(exc.status) from None
         r = self.receiving = Receiving(upload, size, head.mode, head.log(conn.reader.rules))
+        r.http11 = head.version == "1.1"
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             conn._update_reading()
@@ -149,6 +171,46 @@ class UploadReceiver:
             verdict.add_done_callback(functools.partial(conn._on_loop, self._verified, r))
         else:
             self._open(r)
+
+    def _resumable(self, head: EarlyHead, ask: Ask, raw_path: bytes, size: int | None) -> ResumableUpload:
+        """The upload a step of a resumable upload (``_resumable``) writes: a new one's, or the one
+        its token names (whose request under way, if any, is stopped: a client resuming knows
+        that request is over). Stop for a request that is not one."""
+        engine = self.engine
+        store = engine.resumable
+        assert store is not None
+        extra = _TUS_FIELDS if ask.tus else ()
+        if ask.bad:
+            raise Stop(ask.bad, *extra)
+        user = user_of(head.authorization) if engine.gate is not None else None
+        owner = f"user:{user}" if user is not None else f"address:{self.conn._key_of(head.client)}"
+        if ask.step == CREATE:
+            token = new_token()
+            if ask.tus:
+                if size and (head.ctype or b"").partition(b";")[0].strip().lower() != TUS_TYPE:
+                    raise Stop(415, *extra)
+                try:
+                    name = tus_filename(ask.metadata)
+                except ValueError:
+                    raise Stop(400, *extra) from None
+                if name is None:
+                    raise Stop(400, *extra)  # (where it goes: Upload-Metadata's filename)
+                if bad_name(name):
+                    raise Stop(403, *extra)
+                raw_path += quote(name, safe="").encode()
+        else:
+            assert ask.token is not None
+            token = ask.token
+            holder = engine.appending.pop(id_of(token), None)
+            if holder is not None and holder is not self.conn and holder.transport is not None:
+                holder.transport.abort()
+        try:
+            target = upload_target(raw_path, engine.policy, engine.prefix)
+        except UploadRefused as exc:
+            raise Stop(exc.status, *extra) from None
+        location = raw_path.decode("latin-1") + "?upload=" + token.decode()
+        path = os.path.relpath(target.path, store.root)
+        return ResumableUpload(store, ask, target, path, token, user, owner, location, size)
 
     def body(self, data: bytes) -> None:
         """Body bytes of the upload being received (or dropped, refused)."""
@@ -209,17 +271,31 @@ class UploadReceiver:
         job = self.engine.executor.submit(r.upload.open)
         job.add_done_callback(functools.partial(self.conn._on_loop, self._opened, r))
 
+    def _open_again(self, r: Receiving) -> None:
+        if self.conn.transport is not None and r.refused is None and r.upload is not None:
+            self._open(r)
+
     def _opened(self, r: Receiving, job: concurrent.futures.Future[None]) -> None:
         r.working = False
         if self._gone(r):  # (whatever open made is aborted)
             return
         exc = failure(job)
         if exc is not None:
+            if isinstance(exc, Busy) and r.tries < BUSY_TRIES:  # (written by another request: soon free)
+                r.tries += 1  # (open left nothing open: it is tried again as it is)
+                self.engine.loop.call_later(BUSY_WAIT, self._open_again, r)
+                return
             self._abort(r.upload)
             r.upload = None
-            self._refused(r, status_of(exc))
+            self._refused(r, 423 if isinstance(exc, Busy) else status_of(exc), *fields_of(exc))
             return
         r.opened = True
+        if isinstance(r.upload, ResumableUpload):
+            self.engine.appending[r.upload.id] = self.conn  # (a newer request for it stops this one)
+            early = r.upload.interim() if r.http11 else None
+            if early is not None:  # 104: where the client resumes if this connection breaks
+                self.conn._put(early)
+                self.conn._flush()
         if self.continue_owed:
             self.continue_owed = False
             self.conn._put(CONTINUE)
@@ -310,7 +386,7 @@ class UploadReceiver:
             self.discard = r.length - r.got
             if self.discard > DISCARD_MAX:
                 conn.dead = True  # (answered now, and closed)
-            render(conn, exchange, error(status, "PUT"))
+            render(conn, exchange, error(status, "PUT", *fields_of(exc)))
             if conn.out:
                 conn._flush()
             conn._update_reading()
@@ -326,7 +402,7 @@ class UploadReceiver:
             return
         exc = failure(job)
         if exc is not None:
-            self._refused(r, status_of(exc))
+            self._refused(r, status_of(exc), *fields_of(exc))
             return
         r.buffered -= n
         self.conn._update_reading()
@@ -338,6 +414,7 @@ class UploadReceiver:
         exc = failure(job)
         if exc is not None:
             self._abort(upload)  # (a hidden temporary file left by a failed link)
+        self._let_go(upload)
         conn = self.conn
         if conn.transport is None:
             return
@@ -346,11 +423,10 @@ class UploadReceiver:
         self.landing = None
         conn._free()
         if exc is not None:
-            render(conn, exchange, error(status_of(exc), "PUT"))
+            render(conn, exchange, error(status_of(exc), "PUT", *fields_of(exc)))
         else:
             assert upload is not None
-            status, extra = upload.answer(job.result())
-            render(conn, exchange, Answer(204, [], None) if status == 204 else error(status, "PUT", *extra))
+            render(conn, exchange, upload.answer(job.result()))
         conn._resume()
 
     def _refused(self, r: Receiving, status: int, *extra: tuple[str, str], now: bool = False) -> None:
@@ -393,4 +469,10 @@ class UploadReceiver:
 
     def _abort(self, upload: Upload | FormUpload | None) -> None:
         if upload is not None:
+            self._let_go(upload)
             self.engine.executor.submit(upload.abort)
+
+    def _let_go(self, upload: Upload | FormUpload | None) -> None:
+        """*upload*'s request is over: no newer request has this connection to stop."""
+        if isinstance(upload, ResumableUpload) and self.engine.appending.get(upload.id) is self.conn:
+            del self.engine.appending[upload.id]

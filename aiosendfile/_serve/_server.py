@@ -15,6 +15,7 @@ connections past their header, keep-alive or send timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl as _ssl
 import time
@@ -35,6 +36,7 @@ from ._auth import Gate, Secret, TrustedProxies
 from ._date import Clock
 from ._exchange import Exchange, Head
 from ._listener import BACKLOG, Listener, listening_socket
+from ._partial import AVAILABLE, Limits, Store
 from ._protocol import HttpProtocol
 from ._reader import ReaderRules, header_kinds
 from ._rules import HostRule
@@ -73,6 +75,9 @@ ITERATION_BUDGET = 0.0005
 #: a sleeping task waits through two batches of turns where uvloop (timers first) makes it wait
 #: through one: half the budget gives both loops the same delay.
 CALLBACKS_FIRST_SHARE = 0.5
+#: Expired partial uploads are looked for at the start and this often (seconds; more often when
+#: they expire sooner).
+SWEEP_EVERY = 600.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,10 @@ class ServeConfig:
     upload: bool = False  # PUT writes files (see _upload)
     overwrite: bool = False  # ... and may replace one
     max_upload_size: int | None = None  # bytes; a larger body is refused (413)
+    resumable: bool = True  # with upload: resumable uploads (IETF draft, tus 1.0; see _partial)
+    upload_expiry: float = 86400.0  # seconds without progress before a partial upload is removed
+    max_partial_uploads: int = 16  # uploads in progress per user (or address)
+    max_partial_size: int = 64 << 30  # and their bytes
     hosts: HostRule | None = None  # the Host names served (421 for others); None: any
     trusted_proxies: tuple[str, ...] = ()  # proxies whose forwarded client is locked out and logged
     path_prefix: str = ""  # served under this path ("/files": /files/a.txt is DIRECTORY/a.txt); 404 outside
@@ -122,6 +131,7 @@ class Engine:
             dotfiles=config.show_dotfiles,
             follow_symlinks=config.follow_symlinks,
             upload_form=config.upload,
+            resumable_uploads=config.upload and config.resumable and AVAILABLE,
             archives=config.archives,
             max_archive_entries=config.max_archive_entries,
             max_archive_size=config.max_archive_size,
@@ -137,6 +147,24 @@ class Engine:
         self.gate = Gate(dict(config.auth), config.public_read) if config.auth else None
         #: what PUT may do: None without ``upload``
         self.uploads = Uploads(config.overwrite, config.max_upload_size) if config.upload else None
+        #: resumable uploads' records and partial files: None without them
+        self.resumable = (
+            Store(
+                self.policy,
+                config.overwrite,
+                Limits(
+                    config.upload_expiry,
+                    config.max_partial_uploads,
+                    config.max_partial_size,
+                    config.max_upload_size,
+                ),
+            )
+            if config.upload and config.resumable and AVAILABLE
+            else None
+        )
+        #: resumable upload id → the connection writing it (a newer request for it stops that one)
+        self.appending: dict[str, HttpProtocol] = {}
+        self.next_sweep = 0.0  # (loop time) when expired partial uploads are next looked for
         #: the proxies whose forwarded client address names the client, for the gate (with auth) and
         #: the access log: None without either
         self.trusted = (
@@ -261,6 +289,15 @@ class Engine:
         config = self.config
         for conn in list(self.connections):
             conn.expire(now, config)
+        if self.resumable is not None and now >= self.next_sweep:
+            self.next_sweep = now + min(SWEEP_EVERY, config.upload_expiry / 4)
+            self.executor.submit(self._sweep)
+
+    def _sweep(self) -> None:
+        """(In the pool.) Remove the partial uploads that expired (a failure waits for next time)."""
+        assert self.resumable is not None
+        with contextlib.suppress(Exception):
+            self.resumable.sweep()
 
     def stop(self) -> None:
         if self.gate is not None:

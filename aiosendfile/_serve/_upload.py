@@ -41,6 +41,7 @@ try:
 except ImportError:  # (Windows: no flock; the link's EEXIST still keeps a name from two uploads)
     fcntl = None  # type: ignore[assignment]
 
+from .._static._answer import Answer, error
 from .._static._fs import opened_inside
 from .._static._paths import checked, decode
 from .._static._policy import DirectoryPolicy
@@ -55,6 +56,7 @@ __all__ = (
     "Upload",
     "UploadRefused",
     "bad_name",
+    "fields_of",
     "open_directory",
     "sibling_of",
     "status_of",
@@ -82,9 +84,10 @@ class Target(NamedTuple):
 class UploadRefused(Exception):
     """An upload that cannot go where it asks: *status* is the answer (403, 404, 409, 405, 507)."""
 
-    def __init__(self, status: int, why: str = "") -> None:
+    def __init__(self, status: int, why: str = "", *extra: tuple[str, str]) -> None:
         super().__init__(status, why)
         self.status = status
+        self.extra = extra  # fields its answer carries
 
 
 def upload_target(raw_path: bytes, policy: DirectoryPolicy, prefix: str = "") -> Target:
@@ -179,6 +182,11 @@ def open_directory(path: str, policy: DirectoryPolicy) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def fields_of(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """The fields the answer to an upload that failed with *exc* carries (a refusal's own)."""
+    return exc.extra if isinstance(exc, UploadRefused) else ()
 
 
 def status_of(exc: BaseException) -> int:
@@ -323,9 +331,9 @@ class Upload:
         return not existed
 
     @staticmethod
-    def answer(new: bool) -> tuple[int, tuple[tuple[str, str], ...]]:
+    def answer(new: bool) -> Answer:
         """The answer once :meth:`commit` returned *new*: 201 Created, or 204 for a file replaced."""
-        return (201 if new else 204), ()
+        return error(201, "PUT") if new else Answer(204, [], None)
 
     def abort(self) -> None:
         """Drop it: nothing stays (a hidden temporary file is removed)."""
@@ -398,11 +406,13 @@ class Receiving:
         "chunks",
         "done",
         "got",
+        "http11",
         "length",
         "log",
         "mode",
         "opened",
         "refused",
+        "tries",
         "upload",
         "working",
         "zero_copy",
@@ -423,6 +433,8 @@ class Receiving:
         self.zero_copy = False  # the rest of the body (after what came with the head) is spliced
         self.refused: tuple[int, tuple[tuple[str, str], ...]] | None = None  # the answer, its fields
         self.done: object | None = None  # the request, once its body is all there
+        self.tries = 0  # opens found the partial file busy (a resumable upload's)
+        self.http11 = True  # (an HTTP/1.0 client gets no 1xx answer)
 
     def full(self) -> bool:
         return self.buffered >= BUFFER

@@ -181,6 +181,7 @@ def _directory(
             policy.root,
             policy.dotfiles,
             policy.upload_form,
+            policy.resumable_uploads,
             policy.archives,
             view,
         )
@@ -203,6 +204,7 @@ def _directory(
                     view,
                     policy.upload_form,
                     policy.archives,
+                    policy.resumable_uploads,
                 )
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"

@@ -34,6 +34,8 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from ._paths import RESERVED
+
 __all__ = (
     "LISTING_POLICY",
     "LISTINGS_MAX_BYTES",
@@ -135,7 +137,7 @@ def _shown(
     first either way)."""
     shown = []
     for name, st in entries:
-        if name.startswith(".") and not dotfiles:
+        if name.startswith(".") and (not dotfiles or name.startswith(RESERVED)):
             continue
         if "\\" in name:  # refused by the path rules: nothing to fetch
             continue
@@ -180,31 +182,82 @@ _FORM = (
     '<progress hidden max="1" value="0"></progress><span id="upload-status" role="status"></span>'
     "</form>\n"
 )
+_FORM_RESUMABLE = _FORM.replace('<form id="upload"', '<form id="upload" data-resumable')
+#: With resumable uploads (``data-resumable``), each file is a resumable upload of the IETF draft's:
+#: made by a PUT with ``Upload-Complete: ?0``, sent by one PATCH; a dropped connection is retried
+#: (a HEAD for the offset, then a PATCH of the rest), eight times with growing pauses.
 _SCRIPT = """<script>
 (function () {
   var form = document.getElementById("upload"), input = form.querySelector("input");
   var bar = form.querySelector("progress"), said = document.getElementById("upload-status");
+  var resumable = form.hasAttribute("data-resumable");
   function send(files) {
     var list = Array.prototype.slice.call(files), total = 0, done = 0, i = 0;
     if (!list.length) return;
     list.forEach(function (f) { total += f.size; });
     bar.hidden = false;
+    function show(file, sent) {
+      bar.value = total ? Math.min(1, (done + Math.min(sent, file.size)) / total) : 1;
+      said.textContent = file.name + " " + Math.round(100 * bar.value) + "%";
+    }
+    function failed(file, x) {
+      var why = x && x.status ? x.status + " " + x.statusText : "the upload failed";
+      said.textContent = file.name + ": " + why;
+    }
     function next() {
       if (i >= list.length) { said.textContent = "Uploaded"; location.reload(); return; }
-      var file = list[i++], data = new FormData(), x = new XMLHttpRequest();
+      var file = list[i++];
+      (resumable ? resumably : whole)(file, function () { done += file.size; next(); });
+    }
+    function whole(file, then) {
+      var data = new FormData(), x = new XMLHttpRequest();
       data.append("file", file, file.name);
       x.open("POST", location.pathname);
-      x.upload.onprogress = function (e) {
-        bar.value = total ? Math.min(1, (done + Math.min(e.loaded, file.size)) / total) : 1;
-        said.textContent = file.name + " " + Math.round(100 * bar.value) + "%";
-      };
-      x.onload = function () {
-        if (x.status >= 400) { said.textContent = file.name + ": " + x.status + " " + x.statusText; return; }
-        done += file.size;
-        next();
-      };
-      x.onerror = function () { said.textContent = file.name + ": the upload failed"; };
+      x.upload.onprogress = function (e) { show(file, e.loaded); };
+      x.onload = function () { if (x.status >= 400) failed(file, x); else then(); };
+      x.onerror = function () { failed(file); };
       x.send(data);
+    }
+    function resumably(file, then) {
+      var where = null, tries = 0;
+      function ask(method, url, fields, body, at, ok) {
+        var x = new XMLHttpRequest();
+        x.open(method, url);
+        x.setRequestHeader("Upload-Draft-Interop-Version", "8");
+        Object.keys(fields).forEach(function (k) { x.setRequestHeader(k, fields[k]); });
+        if (body) x.upload.onprogress = function (e) { show(file, at + e.loaded); };
+        x.onload = function () { if (x.status < 500) { tries = 0; ok(x); } else retry(); };
+        x.onerror = x.ontimeout = retry;
+        x.send(body);
+      }
+      function retry() {
+        if (++tries > 8) { failed(file); return; }
+        said.textContent = file.name + ": the connection dropped, resuming";
+        setTimeout(where ? probe : create, Math.min(30000, 250 * Math.pow(2, tries)));
+      }
+      function create() {
+        var fields = {"Upload-Complete": "?0", "Upload-Length": String(file.size)};
+        ask("PUT", location.pathname + encodeURIComponent(file.name), fields, null, 0, function (x) {
+          where = x.status == 201 && x.getResponseHeader("Location");
+          if (where) append(0); else failed(file, x);
+        });
+      }
+      function probe() {
+        ask("HEAD", where, {}, null, 0, function (x) {
+          var at = parseInt(x.getResponseHeader("Upload-Offset"), 10);
+          if (x.status >= 400 || isNaN(at)) failed(file, x);
+          else if (x.getResponseHeader("Upload-Complete") == "?1") then();
+          else append(at);
+        });
+      }
+      function append(at) {
+        var fields = {"Content-Type": "application/partial-upload", "Upload-Offset": String(at),
+                      "Upload-Complete": "?1"};
+        ask("PATCH", where, fields, file.slice(at), at, function (x) {
+          if (x.status == 409) probe(); else if (x.status >= 400) failed(file, x); else then();
+        });
+      }
+      create();
     }
     next();
   }
@@ -259,9 +312,11 @@ def listing_html(
     view: View = DEFAULT_VIEW,
     upload_form: bool = False,
     archives: bool = False,
+    resumable: bool = False,
 ) -> bytes:
-    """The page (see the module docstring); with *upload_form*, a form that uploads files here;
-    with *archives*, links that download the folder as a tar or zip archive (``?tar``, ``?zip``)."""
+    """The page (see the module docstring); with *upload_form*, a form that uploads files here
+    (*resumable*: its script sends each as a resumable upload); with *archives*, links that
+    download the folder as a tar or zip archive (``?tar``, ``?zip``)."""
     title = html.escape(f"Index of {_display(shown_path)}")
     rows = []
     if not at_root:
@@ -289,7 +344,7 @@ def listing_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{title}</title>\n<style>{_STYLE}{_FORM_STYLE if upload_form else ''}</style>\n"
         f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n"
-        + (_FORM if upload_form else "")
+        + ((_FORM_RESUMABLE if resumable else _FORM) if upload_form else "")
         + (_ARCHIVE_LINK if archives else "")
         + f"<table>\n<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
         + "\n".join(rows)

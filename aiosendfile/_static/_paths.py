@@ -6,6 +6,8 @@
 * Dotfiles are refused unless allowed: any component starting with ``.`` (``/.env``,
   ``/a/.ssh/id_rsa``), except a leading ``.well-known`` (RFC 8615) and ``.`` segments. As nginx's
   usual ``location ~ /\\. { deny all; }`` this looks at the request path only.
+* Names starting ``.upload-`` (``RESERVED``) are ``serve --upload``'s uploads in progress and its
+  records of them: never looked up, even with dotfiles allowed.
 * A name that is not valid UTF-8 is decoded from the raw bytes with ``os.fsdecode``, as the file
   system names it.
 """
@@ -17,13 +19,15 @@ import re
 import sys
 from urllib.parse import unquote_to_bytes
 
-__all__ = ("decode", "inside", "checked")
+__all__ = ("RESERVED", "checked", "decode", "inside")
 
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 #: A component that starts with "." and is not "." alone. (Searched in C: a peer's target of
 #: thousands of "/." segments must not cost a loop in Python over each.)
 _DOT_NAME = re.compile(r"/\.[^/]")  # (searched in "/" + the name: no alternation, faster)
 _WELL_KNOWN = ".well-known/"
+#: What names of files no request reaches start with (see the module).
+RESERVED = ".upload-"
 
 
 def inside(path: str, root: str) -> bool:
@@ -43,6 +47,8 @@ def checked(filename: str, dotfiles: bool) -> bool:
     if "\x00" in filename or "\\" in filename or filename.startswith("/"):
         return False
     if ".." in filename and ".." in filename.split("/"):
+        return False
+    if dotfiles and RESERVED in filename and (filename.startswith(RESERVED) or "/" + RESERVED in filename):
         return False
     if not dotfiles and (filename.startswith(".") or "/." in filename):
         if filename.startswith(_WELL_KNOWN) or filename == ".well-known":

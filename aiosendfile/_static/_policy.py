@@ -27,10 +27,11 @@ class DirectoryPolicy:
     ``.`` (``/.well-known/`` is always served); ``listings`` shows a directory without an index;
     ``precompressed`` serves ``.br``/``.gz`` siblings and sends ``Vary: Accept-Encoding``;
     ``upload_form`` puts a form on listing pages that posts files to the directory (``serve
-    --upload``: the door receives them); ``archives`` answers ``?tar`` (``?zip``) on a listed
-    directory with the folder as a tar (stored zip) archive (``_archive``, ``_zip``), of at most
-    ``max_archive_entries`` entries and ``max_archive_size`` bytes of files (413 beyond), and
-    links it from the listing.
+    --upload``: the door receives them; with ``resumable_uploads`` its script sends each file as a
+    resumable upload, resumed after a dropped connection); ``archives`` answers ``?tar``
+    (``?zip``) on a listed directory with the folder as a tar (stored zip) archive (``_archive``,
+    ``_zip``), of at most ``max_archive_entries`` entries and ``max_archive_size`` bytes of files
+    (413 beyond), and links it from the listing.
     """
 
     root: str | None
@@ -43,6 +44,7 @@ class DirectoryPolicy:
     inline_limit: int = DEFAULT_INLINE_LIMIT
     max_ranges: int = 16
     upload_form: bool = False
+    resumable_uploads: bool = False
     archives: bool = False
     max_archive_entries: int = DEFAULT_MAX_ENTRIES
     max_archive_size: int | None = None

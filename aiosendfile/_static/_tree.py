@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from ._archive import DEFAULT_MAX_ENTRIES, Layout, Member, TooLarge
 from ._fs import _O_DIRECTORY_FLAGS, _O_FLAGS, _may, _real_path_of, opened_inside
-from ._paths import inside
+from ._paths import RESERVED, inside
 
 __all__ = (
     "SMALL",
@@ -138,7 +138,7 @@ class _Tree:
         with os.scandir(dir_fd) as entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith(".") and not self.dotfiles:
+                if name.startswith(".") and (not self.dotfiles or name.startswith(RESERVED)):
                     continue
                 if "\\" in name:  # (no request could fetch it; a separator to some unzippers)
                     self.skipped += 1

@@ -344,7 +344,10 @@ def test_curl_t_uploads_byte_exact_to_serve(public: Path, tmp_path: Path) -> Non
     try:
         assert server.proc.stdout is not None
         banner = server.proc.stdout.readline().strip()
-        assert banner == "uploads: PUT and the listing's form (POST) write files"
+        assert (
+            banner
+            == "uploads: PUT and the listing's form (POST) write files; resumable (IETF draft, tus 1.0)"
+        )
         url = server.url + "sub/blob"
         done = subprocess.run(
             ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", str(blob), url],
@@ -374,7 +377,8 @@ def test_a_server_stopped_mid_upload_leaves_nothing(public: Path) -> None:
     ("options", "says"),
     [
         (["--host", "0.0.0.0", "--upload"], "--upload on 0.0.0.0 lets anyone write files: add --auth"),
-        (["--overwrite"], "--overwrite and --max-upload-size go with --upload"),
+        (["--overwrite"], "--overwrite, --max-upload-size, --no-resumable, --upload-expiry"),
+        (["--upload-expiry", "1h"], "--max-partial-uploads and --max-partial-size go with --upload"),
         (["--upload", "--max-upload-size", "ten"], "a size in bytes"),
     ],
 )

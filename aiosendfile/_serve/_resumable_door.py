@@ -1,0 +1,142 @@
+"""Resumable uploads' requests without a body: ``HEAD`` of an upload resource (where it stands),
+``DELETE`` (cancel it), ``OPTIONS`` (what the server takes). Their bodies' steps (creation,
+``PATCH``) are the upload receiver's (``_receiver``).
+
+Each is judged by the gate as a write (``PATCH``: a ``HEAD`` of an upload needs the password even
+with ``--public-read``), stops the request still writing the same upload on another connection
+(the client resuming knows it is over), and is answered from the store, in the pool.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+from typing import TYPE_CHECKING, Any
+
+from .._static._answer import Answer, error
+from ._answering import refuse, render
+from ._auth import ALLOWED, user_of
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, options_answer, status_answer
+from ._reader import split_target
+from ._refusal import failure, verdict_of
+from ._resumable import CANCEL, MARK, OPTIONS, Ask, ask_of, id_of, upload_fields
+from ._upload import UploadRefused, fields_of, status_of, upload_target
+
+if TYPE_CHECKING:
+    from ._exchange import Exchange
+    from ._protocol import HttpProtocol
+
+__all__ = ("answer_resumable",)
+
+_TUS = (("Tus-Resumable", "1.0.0"),)
+
+
+def answer_resumable(conn: HttpProtocol, exchange: Exchange) -> bool:
+    """Answer *exchange* if it is one of these requests (False: it is not; the core answers it)."""
+    url = exchange.url
+    if exchange.method == b"HEAD" and MARK not in url:
+        return False
+    split = split_target(url)
+    if split is None:
+        return False
+    raw, query = split
+    ask = ask_of(exchange.method, raw.endswith(b"/"), query, upload_fields(exchange.fields), None)
+    if ask is None:
+        return False
+    gate = conn.engine.gate
+    if gate is not None:
+        value, client = exchange.guarded or (None, None)
+        verdict = gate.judge(b"PATCH", value, conn._key_of(client))
+        if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
+            conn.busy = True
+            conn._update_reading()
+            verdict.add_done_callback(functools.partial(conn._on_loop, _verified, conn, exchange, ask, raw))
+            return True
+        if verdict != ALLOWED:
+            refuse(conn, exchange, verdict)
+            return True
+    exchange.auth = None
+    _answer(conn, exchange, ask, raw)
+    return True
+
+
+def _verified(
+    conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes, job: concurrent.futures.Future[float]
+) -> None:
+    conn._free()
+    if conn.transport is None:
+        return
+    verdict = verdict_of(job)
+    if verdict == ALLOWED:
+        exchange.auth = None
+        _answer(conn, exchange, ask, raw)
+    else:
+        refuse(conn, exchange, verdict)
+    conn._resume()
+
+
+def _error(conn: HttpProtocol, exchange: Exchange, ask: Ask, status: int, *extra: tuple[str, str]) -> None:
+    render(
+        conn, exchange, error(status, exchange.method.decode("latin-1"), *(_TUS if ask.tus else ()), *extra)
+    )
+
+
+def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> None:
+    engine = conn.engine
+    store = engine.resumable
+    assert store is not None
+    if ask.step == OPTIONS:
+        render(conn, exchange, options_answer(store.limits))
+        return
+    if ask.bad:
+        _error(conn, exchange, ask, ask.bad)
+        return
+    try:
+        target = upload_target(raw, engine.policy, engine.prefix)
+    except UploadRefused as exc:
+        _error(conn, exchange, ask, exc.status)
+        return
+    assert ask.token is not None
+    upload_id = id_of(ask.token)
+    holder = engine.appending.pop(upload_id, None)
+    if holder is not None and holder is not conn and holder.transport is not None:
+        holder.transport.abort()  # (the client has given up on that request: it resumes)
+    user = user_of(exchange.guarded[0]) if engine.gate is not None and exchange.guarded else None
+    path = os.path.relpath(target.path, store.root)
+    step = store.cancel if ask.step == CANCEL else store.look
+    conn.busy = True
+    conn._update_reading()
+    _submit(conn, exchange, ask, functools.partial(step, upload_id, path, user), 0)
+
+
+def _submit(conn: HttpProtocol, exchange: Exchange, ask: Ask, step: Any, tries: int) -> None:
+    job = conn.engine.executor.submit(step)
+    job.add_done_callback(functools.partial(conn._on_loop, _done, conn, exchange, ask, step, tries))
+
+
+def _done(
+    conn: HttpProtocol,
+    exchange: Exchange,
+    ask: Ask,
+    step: Any,
+    tries: int,
+    job: concurrent.futures.Future[Any],
+) -> None:
+    if conn.transport is None:
+        return
+    exc = failure(job)
+    if isinstance(exc, Busy) and tries < BUSY_TRIES:  # (written by a request that is stopping)
+        conn.engine.loop.call_later(BUSY_WAIT, _submit, conn, exchange, ask, step, tries + 1)
+        return
+    conn._free()
+    if exc is not None:
+        _error(conn, exchange, ask, 423 if isinstance(exc, Busy) else status_of(exc), *fields_of(exc))
+    elif ask.step == CANCEL:
+        render(conn, exchange, Answer(204, list(_TUS) if ask.tus else [], None))
+    else:
+        record, offset = job.result()
+        store = conn.engine.resumable
+        assert store is not None
+        render(conn, exchange, status_answer(ask, record, offset, store.limits))
+    conn._resume()
