@@ -52,10 +52,12 @@ __all__ = (
     "MAX_RECORDS",
     "REGISTRY",
     "Busy",
+    "Landing",
     "Limits",
     "ResumableUpload",
     "Store",
     "options_answer",
+    "stop_holder",
     "status_answer",
 )
 
@@ -65,6 +67,9 @@ REGISTRY = ".upload-state"
 MAX_RECORDS = 1024
 #: Seconds a completed upload is remembered (at most its expiry).
 KEEP_DONE = 600.0
+#: Seconds an upload nothing was sent to is kept (at most its expiry): a made-up upload costs a
+#: record for ten minutes, not a day.
+KEEP_EMPTY = 600.0
 
 _TUS = ("Tus-Resumable", "1.0.0")
 #: A request finding the partial file written by another is tried again, this often, this far
@@ -74,7 +79,13 @@ BUSY_WAIT = 0.05
 
 
 class Busy(Exception):
-    """The partial file is being written by another request (its lock is held): try again soon."""
+    """The partial file is being written by another request (its lock is held): try again soon
+    (the record was found, and is the asker's: the request writing it may be stopped)."""
+
+
+class Landing(Busy):
+    """The partial file is gone but its record does not say the upload is complete yet: it is being
+    given its name. Asked again, it is complete, or (still so) gone: 404."""
 
 
 class Limits(NamedTuple):
@@ -178,8 +189,9 @@ class Store:
                 try:
                     name = partial_name(upload_id)
                     st = os.lstat(name, dir_fd=dir_fd)
-                    if (st.st_dev, st.st_ino) == (record["dev"], record["ino"]):
-                        os.unlink(name, dir_fd=dir_fd)
+                    recorded = (record.get("dev"), record.get("ino"))
+                    if recorded == (None, None) or (st.st_dev, st.st_ino) == recorded:
+                        os.unlink(name, dir_fd=dir_fd)  # (None: made under its name, not yet noted)
                 finally:
                     os.close(dir_fd)
         with contextlib.suppress(OSError):
@@ -189,9 +201,29 @@ class Store:
         parent = os.path.dirname(record["path"])
         return os.path.join(self.root, parent) if parent else self.root
 
-    def expired(self, record: dict[str, Any], now: float) -> bool:
-        keep = self.limits.expiry if record.get("done") is None else min(KEEP_DONE, self.limits.expiry)
-        return now - float(record.get("touched", 0)) > keep
+    def expired(self, record: dict[str, Any], now: float, upload_id: str | None = None) -> bool:
+        """Whether *record*'s upload has had no progress for its time: its expiry (ten minutes
+        for one that was never sent to, or is complete). With *upload_id*, its partial file's
+        last write counts as progress (a request cut before it noted any)."""
+        expiry = self.limits.expiry
+        if record.get("done") is not None:
+            keep = min(KEEP_DONE, expiry)
+        elif not record.get("size") and not record.get("length"):
+            keep = min(KEEP_EMPTY, expiry)
+        else:
+            keep = expiry
+        if now - float(record.get("touched", 0)) <= keep:
+            return False
+        if upload_id is None or record.get("done") is not None:
+            return True
+        with contextlib.suppress(UploadRefused, OSError):
+            dir_fd = open_directory(self._parent(record), self.policy)
+            try:
+                written = os.lstat(partial_name(upload_id), dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+            return now - max(written.st_mtime, float(record.get("touched", 0))) > self.limits.expiry
+        return True
 
     def _records(self, reg: int) -> list[tuple[str, dict[str, Any]]]:
         found = []
@@ -210,7 +242,7 @@ class Store:
             return 0  # (no upload was ever made here)
         with self.registry(exclusive=True) as reg:
             for upload_id, record in self._records(reg):
-                if self.expired(record, now) and not self._held(record, upload_id):
+                if self.expired(record, now, upload_id) and not self._held(record, upload_id):
                     self.forget(reg, upload_id, record)
                     removed += 1
             for name in os.listdir(reg):  # (a record half-written by a worker that died)
@@ -247,7 +279,7 @@ class Store:
         has expired first (UploadRefused 507 if it has no room)."""
         records = []
         for upload_id, record in self._records(reg):
-            if self.expired(record, now) and not self._held(record, upload_id):
+            if self.expired(record, now, upload_id) and not self._held(record, upload_id):
                 self.forget(reg, upload_id, record)
             else:
                 records.append((upload_id, record))
@@ -265,6 +297,23 @@ class Store:
         if held + (length or 0) > self.limits.owner_bytes:
             raise UploadRefused(507, "too many bytes in uploads in progress for this client")
 
+    def room(self, reg: int, owner: str, upload_id: str) -> int:
+        """The bytes *owner*'s upload *upload_id* may hold: ``owner_bytes`` less what the owner's
+        other uploads in progress hold (their lengths, else their sizes)."""
+        held = 0
+        for other, record in self._records(reg):
+            if other != upload_id and record.get("owner") == owner and record.get("done") is None:
+                length = record.get("length")
+                held += int(length) if length is not None else int(record.get("size", 0))
+        return self.limits.owner_bytes - held
+
+    def note(self, upload_id: str, record: dict[str, Any]) -> None:
+        """Save *record* if it is still there (an upload cancelled meanwhile, by another worker,
+        stays cancelled)."""
+        with contextlib.suppress(UploadRefused, OSError), self.registry() as reg:
+            if self.load(reg, upload_id) is not None:
+                self.save(reg, upload_id, record)
+
     # -- bodiless steps ---------------------------------------------------------------------------
 
     def look(self, upload_id: str, path: str, user: str | None) -> tuple[dict[str, Any], int]:
@@ -274,9 +323,13 @@ class Store:
             record = self._mine(reg, upload_id, path, user)
         if record.get("done") is not None:
             return record, int(record["length"])
-        dir_fd, fd = self._open_partial(upload_id, record)
+        try:
+            dir_fd, fd = self._open_partial(upload_id, record)
+        except UploadRefused:
+            raise Landing() from None  # (or gone: asked again, 404)
         try:
             _lock(fd)
+            os.fdatasync(fd)  # (the offset told is never one a crash takes back)
             return record, os.fstat(fd).st_size
         finally:
             os.close(fd)
@@ -295,9 +348,8 @@ class Store:
         record = self.load(reg, upload_id)
         if record is None or record.get("path") != path or record.get("user") != user:
             raise UploadRefused(404)
-        if self.expired(record, time.time()):
-            if not self._held(record, upload_id):
-                self.forget(reg, upload_id, record)
+        if self.expired(record, time.time(), upload_id) and not self._held(record, upload_id):
+            self.forget(reg, upload_id, record)
             raise UploadRefused(404)
         return record
 
@@ -316,6 +368,14 @@ class Store:
             os.close(dir_fd)
             raise UploadRefused(404)
         return dir_fd, fd
+
+
+def stop_holder(engine: Any, upload_id: str, conn: Any) -> None:
+    """Stop the request of another connection of this worker that is writing *upload_id* (the
+    client has given up on it, and resumes): its connection is dropped, what it wrote stays."""
+    holder = engine.appending.pop(upload_id, None)
+    if holder is not None and holder is not conn and holder.transport is not None:
+        holder.transport.abort()
 
 
 def _lock(fd: int) -> None:
@@ -363,6 +423,7 @@ class ResumableUpload(Upload):
         self.record: dict[str, Any] | None = None
         self.replay: Answer | None = None  # an append to a completed upload: its final answer again
         self.locked = False
+        self.room = store.limits.owner_bytes  # the bytes it may hold: its owner's share, less the others'
 
     # -- the fields of its answers -----------------------------------------------------------------
 
@@ -412,6 +473,11 @@ class ResumableUpload(Upload):
                 self._create()
             else:
                 self._resume()
+        except UploadRefused as exc:
+            self.abort()
+            if not exc.extra and self.ask.tus:
+                exc.extra = tuple(self.fields(None, None))  # (every tus answer says its version)
+            raise
         except BaseException:
             self.abort()
             raise
@@ -431,16 +497,14 @@ class ResumableUpload(Upload):
         if len(lengths) > 1:
             raise self.refused(400, "inconsistent upload length", offset)
         length = lengths.pop() if lengths else None
-        if length is not None:
-            if length < offset + (self.body_length or 0):
-                raise self.refused(400, "inconsistent upload length", offset)
-            if self.store.limits.max_size is not None and length > self.store.limits.max_size:
-                raise self.refused(413, "larger than the server takes", offset)
-        elif (
-            self.store.limits.max_size is not None
-            and offset + (self.body_length or 0) > self.store.limits.max_size
-        ):
+        reach = offset + (self.body_length or 0)
+        if length is not None and length < reach:
+            raise self.refused(400, "inconsistent upload length", offset)
+        largest = self.store.limits.max_size
+        if largest is not None and (reach if length is None else length) > largest:
             raise self.refused(413, "larger than the server takes", offset)
+        if (reach if length is None else length) > self.room:
+            raise self.refused(507, "too many bytes in uploads in progress for this client", offset)
         return length
 
     def _create(self) -> None:
@@ -450,17 +514,8 @@ class ResumableUpload(Upload):
         now = time.time()
         with self.store.registry(exclusive=True, make=True) as reg:
             self.store.make_room(reg, self.owner, self.length, now)
-            name = partial_name(self.id)
-            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            try:
-                self.fd = os.open(name, flags, 0o644, dir_fd=self.dir_fd)
-            except OSError as exc:
-                raise self.refused(status_of(exc)) from None
-            self.temp = name
-            _lock(self.fd)
-            self.locked = True
-            st = os.fstat(self.fd)
-            self.record = {
+            self.room = self.store.room(reg, self.owner, self.id)
+            record = {
                 "v": 1,
                 "path": self.path,
                 "length": self.length,
@@ -468,17 +523,29 @@ class ResumableUpload(Upload):
                 "owner": self.owner,
                 "tus": self.ask.tus,
                 "metadata": (self.ask.metadata or b"").decode("latin-1"),
-                "dev": st.st_dev,
-                "ino": st.st_ino,
+                "dev": None,  # (until its partial file is made: a crash between leaves no orphan)
+                "ino": None,
                 "size": 0,
                 "created": now,
                 "touched": now,
                 "done": None,
             }
+            name = partial_name(self.id)
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                self.store.save(reg, self.id, self.record)
+                self.store.save(reg, self.id, record)
+                self.fd = os.open(name, flags, 0o644, dir_fd=self.dir_fd)
+                self.temp = name
+                _lock(self.fd)
+                self.locked = True
+                st = os.fstat(self.fd)
+                record.update(dev=st.st_dev, ino=st.st_ino)
+                self.store.save(reg, self.id, record)
             except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.id + ".json", dir_fd=reg)
                 raise self.refused(status_of(exc)) from None
+            self.record = record
 
     def _resume(self) -> None:
         store = self.store
@@ -494,8 +561,13 @@ class ResumableUpload(Upload):
         offset = os.fstat(self.fd).st_size
         if self.ask.offset != offset:
             raise self.refused(409, "mismatching upload offset", offset)
+        with store.registry() as reg:
+            self.room = store.room(reg, str(record.get("owner")), self.id)
         self.length = self._announced(offset)
         self.start = self.written = offset
+        if self.length is not None and record.get("length") is None:  # told now: kept, even if cut
+            record["length"] = self.length
+            store.note(self.id, record)
 
     def _completed(self, record: dict[str, Any]) -> None:
         """An append to an upload already complete: its final answer again if the request is the
@@ -514,6 +586,8 @@ class ResumableUpload(Upload):
             raise self.refused(400, "inconsistent upload length", self.written)
         if self.store.limits.max_size is not None and end > self.store.limits.max_size:
             raise self.refused(413, "larger than the server takes", self.written)
+        if end > self.room:
+            raise self.refused(507, "too many bytes in uploads in progress for this client", self.written)
         super().write(data)
 
     def commit(self, size: int) -> Answer:  # type: ignore[override]
@@ -537,9 +611,9 @@ class ResumableUpload(Upload):
         record = self.record
         assert record is not None
         if not complete:
+            os.fdatasync(self.fd)  # (the offset told is never one a crash takes back)
             record.update(length=length, size=offset, touched=time.time())
-            with self.store.registry() as reg:
-                self.store.save(reg, self.id, record)
+            self.store.note(self.id, record)
             self._release()
             if self.ask.step == CREATE:
                 return Answer(201, [("Location", self.location), *self.fields(offset, False)], 0, body=b"")
@@ -554,8 +628,7 @@ class ResumableUpload(Upload):
         finally:
             self._release()
         record.update(length=offset, size=offset, touched=time.time(), done=201 if new else 204)
-        with contextlib.suppress(OSError, UploadRefused), self.store.registry() as reg:
-            self.store.save(reg, self.id, record)
+        self.store.note(self.id, record)
         return self.final(new)
 
     def _land(self, size: int) -> bool:
@@ -576,9 +649,13 @@ class ResumableUpload(Upload):
     def abort(self) -> None:
         """This request is over without completing the upload: what was written stays (the client
         resumes at its end), unless the upload was being created and has no record."""
-        if self.record is None and self.temp is not None and self.dir_fd >= 0:
+        record = self.record
+        if record is None and self.temp is not None and self.dir_fd >= 0:
             with contextlib.suppress(OSError):
                 os.unlink(self.temp, dir_fd=self.dir_fd)
+        elif record is not None and self.fd >= 0 and record.get("done") is None and self.written > self.start:
+            record.update(size=self.written, touched=time.time())  # (progress, even cut short)
+            self.store.note(self.id, record)
         self._release()
 
     def _release(self) -> None:
@@ -608,8 +685,7 @@ def status_answer(ask: Ask, record: dict[str, Any], offset: int, limits: Limits)
         fields += [("Upload-Offset", str(offset)), ("Upload-Complete", "?1" if done else "?0")]
         if length is not None:
             fields.append(("Upload-Length", str(length)))
-        if not done:
-            fields.append(limit_field(limits.max_size, expires - time.time()))
+        fields.append(limit_field(limits.max_size, None if done else expires - time.time()))
         status = 204
     fields.append(("Cache-Control", "no-store"))
     return Answer(status, fields, None, head_only=True)

@@ -37,6 +37,7 @@ from ._exchange import Exchange, Item
 from ._reader import GET_HEAD, PARSE_SLICE, UPLOADS, EarlyHead, RequestReader, Stop
 from ._receiver import CONTINUE, UploadReceiver
 from ._render import error_response
+from ._resumable import MARK, redacted
 from ._rules import same_origin
 
 if TYPE_CHECKING:
@@ -116,7 +117,8 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = transport
         self.engine.connections.add(self)
         engine = self.engine
-        if engine.log is not None or engine.gate is not None:  # (logged; locked out by address)
+        if engine.log is not None or engine.gate is not None or engine.uploads is not None:
+            # (logged; locked out by address; an address's share of uploads in progress)
             peer = transport.get_extra_info("peername")
             if isinstance(peer, tuple) and peer:
                 self.peer = str(peer[0])
@@ -551,6 +553,9 @@ class HttpProtocol(asyncio.Protocol):
         assert exchange.log is not None
         version, referer, agent, client = exchange.log
         method = exchange.method
-        request = method + b" " + exchange.url + b" HTTP/" + version.encode("ascii") if method else b""
+        url = exchange.url
+        if MARK in url:  # a resumable upload's token is its capability: not for the log
+            url = redacted(url)
+        request = method + b" " + url + b" HTTP/" + version.encode("ascii") if method else b""
         peer = client if client is not None and self.proxied else self.peer  # (a trusted proxy's word)
         access.line(peer, self.engine.clock.log_stamp, request, exchange.status, sent, referer, agent)

@@ -34,11 +34,11 @@ from ._answering import render
 from ._auth import ALLOWED, user_of
 from ._date import CLOSE
 from ._exchange import Exchange
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, ResumableUpload
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, ResumableUpload, stop_holder
 from ._reader import EarlyHead, Stop, split_target
 from ._refusal import failure, refusal, verdict_of
 from ._render import error_response
-from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, id_of, new_token, tus_filename, upload_fields
+from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, new_token, tus_filename, upload_fields
 from ._tls import TLSTransport
 from ._upload import (
     DISCARD_MAX,
@@ -181,13 +181,13 @@ class UploadReceiver:
         assert store is not None
         extra = _TUS_FIELDS if ask.tus else ()
         if ask.bad:
-            raise Stop(ask.bad, *extra)
+            raise Stop(ask.bad, *extra, *((("Tus-Version", "1.0.0"),) if ask.bad == 412 else ()))
         user = user_of(head.authorization) if engine.gate is not None else None
         owner = f"user:{user}" if user is not None else f"address:{self.conn._key_of(head.client)}"
         if ask.step == CREATE:
             token = new_token()
             if ask.tus:
-                if size and (head.ctype or b"").partition(b";")[0].strip().lower() != TUS_TYPE:
+                if size != 0 and (head.ctype or b"").partition(b";")[0].strip().lower() != TUS_TYPE:
                     raise Stop(415, *extra)
                 try:
                     name = tus_filename(ask.metadata)
@@ -201,9 +201,6 @@ class UploadReceiver:
         else:
             assert ask.token is not None
             token = ask.token
-            holder = engine.appending.pop(id_of(token), None)
-            if holder is not None and holder is not self.conn and holder.transport is not None:
-                holder.transport.abort()
         try:
             target = upload_target(raw_path, engine.policy, engine.prefix)
         except UploadRefused as exc:
@@ -281,13 +278,21 @@ class UploadReceiver:
             return
         exc = failure(job)
         if exc is not None:
+            upload = r.upload
             if isinstance(exc, Busy) and r.tries < BUSY_TRIES:  # (written by another request: soon free)
+                if r.tries == 0 and isinstance(upload, ResumableUpload):
+                    stop_holder(self.engine, upload.id, self.conn)  # (this request is the upload's)
                 r.tries += 1  # (open left nothing open: it is tried again as it is)
                 self.engine.loop.call_later(BUSY_WAIT, self._open_again, r)
                 return
-            self._abort(r.upload)
+            self._abort(upload)
             r.upload = None
-            self._refused(r, 423 if isinstance(exc, Busy) else status_of(exc), *fields_of(exc))
+            if isinstance(exc, Busy):
+                status = 404 if isinstance(exc, Landing) else 423
+                extra = upload.fields(None, None) if isinstance(upload, ResumableUpload) else []
+                self._refused(r, status, *extra)
+                return
+            self._refused(r, status_of(exc), *fields_of(exc))
             return
         r.opened = True
         if isinstance(r.upload, ResumableUpload):

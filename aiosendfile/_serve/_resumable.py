@@ -43,6 +43,7 @@ __all__ = (
     "interim",
     "limit_field",
     "new_token",
+    "redacted",
     "token_of",
     "tus_filename",
     "upload_fields",
@@ -67,6 +68,7 @@ WANTED = (
 )
 
 _TOKEN = re.compile(rb"(?:^|&)upload=([A-Za-z0-9_-]{32})(?:&|$)")
+_TOKEN_IN_URL = re.compile(rb"([?&])upload=[A-Za-z0-9_-]{32}")
 _DIGITS = re.compile(rb"[0-9]{1,15}")
 #: What the query of an upload resource holds (and only it): how HEAD, PATCH and DELETE of one
 #: are told from those of a file, cheaply.
@@ -130,6 +132,11 @@ def token_of(query: bytes) -> bytes | None:
 def new_token() -> bytes:
     """A new upload's token: 192 random bits, 32 URL-safe characters."""
     return secrets.token_urlsafe(24).encode()
+
+
+def redacted(url: bytes) -> bytes:
+    """*url* with its upload token hidden (what the access log writes)."""
+    return _TOKEN_IN_URL.sub(rb"\1upload=[token]", url)
 
 
 def id_of(token: bytes) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .._static._answer import Answer, error
 from ._answering import refuse, render
 from ._auth import ALLOWED, user_of
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, options_answer, status_answer
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, options_answer, status_answer, stop_holder
 from ._reader import split_target
 from ._refusal import failure, verdict_of
 from ._resumable import CANCEL, MARK, OPTIONS, Ask, ask_of, id_of, upload_fields
@@ -90,7 +90,7 @@ def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> Non
         render(conn, exchange, options_answer(store.limits))
         return
     if ask.bad:
-        _error(conn, exchange, ask, ask.bad)
+        _error(conn, exchange, ask, ask.bad, *((("Tus-Version", "1.0.0"),) if ask.bad == 412 else ()))
         return
     try:
         target = upload_target(raw, engine.policy, engine.prefix)
@@ -99,26 +99,26 @@ def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> Non
         return
     assert ask.token is not None
     upload_id = id_of(ask.token)
-    holder = engine.appending.pop(upload_id, None)
-    if holder is not None and holder is not conn and holder.transport is not None:
-        holder.transport.abort()  # (the client has given up on that request: it resumes)
     user = user_of(exchange.guarded[0]) if engine.gate is not None and exchange.guarded else None
     path = os.path.relpath(target.path, store.root)
     step = store.cancel if ask.step == CANCEL else store.look
     conn.busy = True
     conn._update_reading()
-    _submit(conn, exchange, ask, functools.partial(step, upload_id, path, user), 0)
+    _submit(conn, exchange, ask, upload_id, functools.partial(step, upload_id, path, user), 0)
 
 
-def _submit(conn: HttpProtocol, exchange: Exchange, ask: Ask, step: Any, tries: int) -> None:
+def _submit(conn: HttpProtocol, exchange: Exchange, ask: Ask, upload_id: str, step: Any, tries: int) -> None:
     job = conn.engine.executor.submit(step)
-    job.add_done_callback(functools.partial(conn._on_loop, _done, conn, exchange, ask, step, tries))
+    job.add_done_callback(
+        functools.partial(conn._on_loop, _done, conn, exchange, ask, upload_id, step, tries)
+    )
 
 
 def _done(
     conn: HttpProtocol,
     exchange: Exchange,
     ask: Ask,
+    upload_id: str,
     step: Any,
     tries: int,
     job: concurrent.futures.Future[Any],
@@ -127,11 +127,15 @@ def _done(
         return
     exc = failure(job)
     if isinstance(exc, Busy) and tries < BUSY_TRIES:  # (written by a request that is stopping)
-        conn.engine.loop.call_later(BUSY_WAIT, _submit, conn, exchange, ask, step, tries + 1)
+        if tries == 0:
+            stop_holder(conn.engine, upload_id, conn)  # (the client has given up on it: it resumes)
+        conn.engine.loop.call_later(BUSY_WAIT, _submit, conn, exchange, ask, upload_id, step, tries + 1)
         return
     conn._free()
-    if exc is not None:
-        _error(conn, exchange, ask, 423 if isinstance(exc, Busy) else status_of(exc), *fields_of(exc))
+    if isinstance(exc, Busy):
+        _error(conn, exchange, ask, 404 if isinstance(exc, Landing) else 423)
+    elif exc is not None:
+        _error(conn, exchange, ask, status_of(exc), *fields_of(exc))
     elif ask.step == CANCEL:
         render(conn, exchange, Answer(204, list(_TUS) if ask.tus else [], None))
     else:

@@ -137,7 +137,7 @@ def _shown(
     first either way)."""
     shown = []
     for name, st in entries:
-        if name.startswith(".") and (not dotfiles or name.startswith(RESERVED)):
+        if name.startswith(".") and (not dotfiles or name[:8].lower() == RESERVED):
             continue
         if "\\" in name:  # refused by the path rules: nothing to fetch
             continue
@@ -184,8 +184,9 @@ _FORM = (
 )
 _FORM_RESUMABLE = _FORM.replace('<form id="upload"', '<form id="upload" data-resumable')
 #: With resumable uploads (``data-resumable``), each file is a resumable upload of the IETF draft's:
-#: made by a PUT with ``Upload-Complete: ?0``, sent by one PATCH; a dropped connection is retried
-#: (a HEAD for the offset, then a PATCH of the rest), eight times with growing pauses.
+#: made by a PUT with ``Upload-Complete: ?0``, sent by one PATCH; a dropped connection (or a 409,
+#: 423, or a 5xx that may pass) is retried with a HEAD for the offset, then a PATCH of the rest:
+#: eight times with growing pauses, counted afresh only when the upload got further.
 _SCRIPT = """<script>
 (function () {
   var form = document.getElementById("upload"), input = form.querySelector("input");
@@ -219,19 +220,22 @@ _SCRIPT = """<script>
       x.send(data);
     }
     function resumably(file, then) {
-      var where = null, tries = 0;
+      var where = null, tries = 0, reached = -1, last = null;
       function ask(method, url, fields, body, at, ok) {
         var x = new XMLHttpRequest();
         x.open(method, url);
         x.setRequestHeader("Upload-Draft-Interop-Version", "8");
         Object.keys(fields).forEach(function (k) { x.setRequestHeader(k, fields[k]); });
         if (body) x.upload.onprogress = function (e) { show(file, at + e.loaded); };
-        x.onload = function () { if (x.status < 500) { tries = 0; ok(x); } else retry(); };
+        x.onload = function () {
+          last = x;
+          if (x.status == 423 || (x.status >= 500 && x.status != 501 && x.status != 507)) retry(); else ok(x);
+        };
         x.onerror = x.ontimeout = retry;
         x.send(body);
       }
       function retry() {
-        if (++tries > 8) { failed(file); return; }
+        if (++tries > 8) { failed(file, last); return; }
         said.textContent = file.name + ": the connection dropped, resuming";
         setTimeout(where ? probe : create, Math.min(30000, 250 * Math.pow(2, tries)));
       }
@@ -245,16 +249,17 @@ _SCRIPT = """<script>
       function probe() {
         ask("HEAD", where, {}, null, 0, function (x) {
           var at = parseInt(x.getResponseHeader("Upload-Offset"), 10);
-          if (x.status >= 400 || isNaN(at)) failed(file, x);
-          else if (x.getResponseHeader("Upload-Complete") == "?1") then();
-          else append(at);
+          if (x.status >= 400 || isNaN(at)) { failed(file, x); return; }
+          if (x.getResponseHeader("Upload-Complete") == "?1") { then(); return; }
+          if (at > reached) { reached = at; tries = 0; }  // (only progress earns more tries)
+          append(at);
         });
       }
       function append(at) {
         var fields = {"Content-Type": "application/partial-upload", "Upload-Offset": String(at),
                       "Upload-Complete": "?1"};
         ask("PATCH", where, fields, file.slice(at), at, function (x) {
-          if (x.status == 409) probe(); else if (x.status >= 400) failed(file, x); else then();
+          if (x.status == 409) retry(); else if (x.status >= 400) failed(file, x); else then();
         });
       }
       create();

@@ -48,7 +48,7 @@ def checked(filename: str, dotfiles: bool) -> bool:
         return False
     if ".." in filename and ".." in filename.split("/"):
         return False
-    if dotfiles and RESERVED in filename and (filename.startswith(RESERVED) or "/" + RESERVED in filename):
+    if dotfiles and "/.upload-" in "/" + filename.lower():  # (RESERVED: on any file system's case)
         return False
     if not dotfiles and (filename.startswith(".") or "/." in filename):
         if filename.startswith(_WELL_KNOWN) or filename == ".well-known":

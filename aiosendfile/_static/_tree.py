@@ -138,7 +138,7 @@ class _Tree:
         with os.scandir(dir_fd) as entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith(".") and (not self.dotfiles or name.startswith(RESERVED)):
+                if name.startswith(".") and (not self.dotfiles or name[:8].lower() == RESERVED):
                     continue
                 if "\\" in name:  # (no request could fetch it; a separator to some unzippers)
                     self.skipped += 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import os
 import shutil
 import signal
@@ -752,3 +753,222 @@ def test_an_upload_survives_a_killed_client_and_a_killed_server(public: Path, lo
     assert (public / "sub" / "f").read_bytes() == b"k" * 400_000 + b"r" * (total - 400_000)
     with contextlib.suppress(FileNotFoundError):
         assert [n for n in _left(public / "sub") if n.endswith(".partial")] == []
+
+
+def test_the_parts_of_an_upload_may_reach_different_workers(public: Path) -> None:
+    """With ``--workers 2`` each part goes on a new connection, which either worker may accept:
+    the store is on disk, shared."""
+    server = Server(str(public), "--port", "0", "--upload", "--workers", "2")
+    try:
+        port = _port(server)
+        status, fields = _http(port, _request("PUT", "/sub/w", "Upload-Complete: ?0", "Upload-Length: 20000"))
+        assert status == 201
+        where_to = fields["location"]
+        for n in range(20):
+            complete = "?1" if n == 19 else "?0"
+            part = _request(
+                "PATCH",
+                where_to,
+                "Content-Type: application/partial-upload",
+                f"Upload-Offset: {n * 1000}",
+                f"Upload-Complete: {complete}",
+                body=bytes([65 + n]) * 1000,
+            )
+            assert _http(port, part)[0] == (201 if n == 19 else 204)
+    finally:
+        server.close()
+    assert (public / "sub" / "w").read_bytes() == b"".join(bytes([65 + n]) * 1000 for n in range(20))
+
+
+# -- from a review: each of these failed before its fix ---------------------------------------------
+
+
+async def _stalled_patch(
+    site: Any, where_to: str, offset: int, *fields: str, length: int, sent: bytes
+) -> Any:
+    """A PATCH announcing *length* bytes that sends *sent* and stalls (the writer is returned)."""
+    _reader, writer = await site.open()
+    writer.write(
+        _request(
+            "PATCH",
+            where_to,
+            "Content-Type: application/partial-upload",
+            f"Upload-Offset: {offset}",
+            *fields,
+            length=length,
+        )
+        + sent
+    )
+    await writer.drain()
+    return writer
+
+
+def _size_of(path: Path) -> int:
+    return path.stat().st_size if path.exists() else -1
+
+
+async def _until_size(partial: Path, size: int) -> None:
+    for _ in range(200):
+        if _size_of(partial) == size:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{partial} never held {size} bytes")
+
+
+def _partial_of(public: Path, where_to: str) -> Path:
+    return public / "sub" / f".upload-{_resumable.id_of(where_to[-32:].encode())}.partial"
+
+
+async def test_an_upload_still_moving_does_not_expire(public: Path) -> None:
+    """An upload whose requests keep being cut, each longer than the expiry, is progress all along."""
+    async with serve_site(public, upload=True, upload_expiry=1.0) as site:
+        made = await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", "Upload-Length: 9000"))
+        where_to = _field(made, "Location")
+        writer = await _stalled_patch(site, where_to, 0, "Upload-Complete: ?1", length=9000, sent=b"")
+        for n in range(6):  # (3 s of a request sending a little every half second)
+            writer.write(b"x" * 500)
+            await writer.drain()
+            await _until_size(_partial_of(public, where_to), 500 * (n + 1))
+            await asyncio.sleep(0.5)
+        writer.transport.abort()
+        status = await _ask(site, _head(where_to), "HEAD")
+        assert status.status == 204
+        assert _field(status, "Upload-Offset") == "3000"
+
+
+async def test_a_length_told_in_a_cut_request_is_kept(public: Path) -> None:
+    async with serve_site(public, upload=True) as site:
+        made = await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0"))
+        where_to = _field(made, "Location")
+        writer = await _stalled_patch(
+            site, where_to, 0, "Upload-Complete: ?0", "Upload-Length: 10", length=10, sent=b"abc"
+        )
+        await _until_size(_partial_of(public, where_to), 3)
+        writer.transport.abort()
+        status = await _ask(site, _head(where_to), "HEAD")
+        assert _field(status, "Upload-Length") == "10"
+        other = _request(
+            "PATCH",
+            where_to,
+            "Content-Type: application/partial-upload",
+            "Upload-Offset: 3",
+            "Upload-Complete: ?0",
+            "Upload-Length: 50",
+            body=b"d",
+        )
+        assert (await _ask(site, other)).status == 400
+
+
+async def test_uploads_of_no_announced_length_count_against_their_owners_bytes(public: Path) -> None:
+    async with serve_site(public, upload=True, max_partial_size=1000, max_partial_uploads=3) as site:
+        addresses = [
+            _field(await _ask(site, _request("PUT", f"/sub/{n}", "Upload-Complete: ?0")), "Location")
+            for n in range(2)
+        ]
+        patch = ("Content-Type: application/partial-upload", "Upload-Offset: 0", "Upload-Complete: ?0")
+        assert (await _ask(site, _request("PATCH", addresses[0], *patch, body=b"a" * 600))).status == 204
+        assert (await _ask(site, _request("PATCH", addresses[1], *patch, body=b"b" * 600))).status == 507
+        chunked = (
+            f"PATCH {addresses[1]} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+            "Content-Type: application/partial-upload\r\nUpload-Offset: 0\r\nUpload-Complete: ?0\r\n\r\n"
+            "258\r\n" + "b" * 600 + "\r\n0\r\n\r\n"
+        ).encode()
+        assert (await _ask(site, chunked)).status == 507
+    assert sum(_size_of(public / "sub" / n) for n in _left(public / "sub")) <= 1000
+
+
+async def test_each_address_has_its_own_share_without_a_log_or_passwords(public: Path) -> None:
+    async with serve_site(public, upload=True, max_partial_uploads=1) as site:
+
+        async def make(address: str, name: str) -> int:
+            reader, writer = await site.open(local_addr=(address, 0))
+            try:
+                writer.write(_request("PUT", f"/sub/{name}", "Upload-Complete: ?0"))
+                return (await read_response(reader)).status
+            finally:
+                writer.close()
+
+        assert await make("127.0.0.1", "a") == 201
+        assert await make("127.0.0.1", "b") == 507
+        assert await make("127.0.0.2", "c") == 201
+
+
+async def test_a_request_without_the_uploads_credentials_stops_nothing(public: Path) -> None:
+    users = tuple(_auth.parse_entry(entry) for entry in ("bob:pw", "eve:pw2"))
+    bob = "Authorization: Basic " + base64.b64encode(b"bob:pw").decode()
+    eve = "Authorization: Basic " + base64.b64encode(b"eve:pw2").decode()
+    async with serve_site(public, upload=True, auth=users) as site:
+        made = await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", bob))
+        where_to = _field(made, "Location")
+        reader, writer = await site.open()
+        writer.write(
+            _request(
+                "PATCH",
+                where_to,
+                "Content-Type: application/partial-upload",
+                "Upload-Offset: 0",
+                "Upload-Complete: ?1",
+                bob,
+                length=200_000,
+            )
+            + b"a" * 100_000
+        )
+        await _until_size(_partial_of(public, where_to), 100_000)
+        assert (await _ask(site, _head(where_to, eve), "HEAD")).status == 404
+        bad = _request(
+            "PATCH",
+            where_to,
+            "Content-Type: application/partial-upload",
+            "Upload-Offset: 100000",
+            "Upload-Complete: ?1",
+            eve,
+            body=b"e",
+        )
+        assert (await _ask(site, bad)).status == 404
+        writer.write(b"a" * 100_000)  # (bob's request was never stopped)
+        assert (await read_response(reader)).status == 201
+        writer.close()
+    assert (public / "sub" / "f").read_bytes() == b"a" * 200_000
+
+
+async def test_answers_carry_what_each_protocol_asks(public: Path) -> None:
+    log = io.StringIO()
+    async with serve_site(public, upload=True, access_log=log) as site:
+        old = await _ask(site, _request("POST", "/sub/", "Tus-Resumable: 0.2.2", "Upload-Length: 1"))
+        assert old.status == 412
+        assert _field(old, "Tus-Version") == "1.0.0"
+        unknown = _request(
+            "PATCH",
+            "/sub/f?upload=" + "C" * 32,
+            TUS,
+            "Content-Type: application/offset+octet-stream",
+            "Upload-Offset: 0",
+            body=b"x",
+        )
+        missing = await _ask(site, unknown)
+        assert missing.status == 404
+        assert _field(missing, "Tus-Resumable") == "1.0.0"
+        chunked = (
+            "POST /sub/ HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+            f"{TUS}\r\nUpload-Length: 3\r\n{_metadata('t')}\r\nContent-Type: text/plain\r\n\r\n"
+            "3\r\nabc\r\n0\r\n\r\n"
+        ).encode()
+        assert (await _ask(site, chunked)).status == 415
+        made = await _ask(site, _request("PUT", "/sub/done", "Upload-Complete: ?0", body=b"ab"))
+        where_to = _field(made, "Location")
+        rest = _request(
+            "PATCH",
+            where_to,
+            "Content-Type: application/partial-upload",
+            "Upload-Offset: 2",
+            "Upload-Complete: ?1",
+            body=b"c",
+        )
+        assert (await _ask(site, rest)).status == 201
+        status = await _ask(site, _head(where_to), "HEAD")
+        assert _field(status, "Upload-Complete") == "?1"
+        assert _field(status, "Upload-Limit") == "min-size=0"
+    lines = log.getvalue()
+    assert "upload=[token]" in lines
+    assert where_to[-32:] not in lines
+    assert not (public / "sub" / "t").exists()

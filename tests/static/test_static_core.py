@@ -57,7 +57,7 @@ def test_the_dotfile_check_is_the_rule_read_plainly() -> None:
     from aiosendfile._static._paths import checked
 
     pieces = ["", ".", "a", ".a", "a.", ".well-known", ".well-knownx", "well-known", "x.y", "..."]
-    pieces += [".upload-1", "a.upload-1"]
+    pieces += [".upload-1", "a.upload-1", ".UPLOAD-state"]
     for n in range(1, 5):
         for parts in itertools.product(pieces, repeat=n):
             name = "/".join(parts)
@@ -65,7 +65,7 @@ def test_the_dotfile_check_is_the_rule_read_plainly() -> None:
                 continue  # (refused before the dotfile rule)
             assert checked(name, dotfiles=False) is _dotfile_rule(name), name
             # (.upload-*: serve's uploads in progress, never looked up)
-            reserved = any(part.startswith(".upload-") for part in parts)
+            reserved = any(part.lower().startswith(".upload-") for part in parts)
             assert checked(name, dotfiles=True) is not reserved, name
 
 
