@@ -32,6 +32,7 @@ import json
 import os
 import secrets
 import stat
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -112,6 +113,9 @@ class Store:
         self.root = policy.root
         self.overwrite = overwrite
         self.limits = limits
+        #: the records read, by file name: ((inode, mtime, size), record)
+        self._read: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
 
     # -- records --------------------------------------------------------------------------------
 
@@ -226,12 +230,28 @@ class Store:
         return True
 
     def _records(self, reg: int) -> list[tuple[str, dict[str, Any]]]:
+        """Every record, each read again only when its file changed (a record is replaced by a
+        rename: a new inode): counting a full registry's costs a ``stat`` a record, not a read."""
         found = []
-        for name in os.listdir(reg):
-            if name.endswith(".json") and len(name) == 37:
-                record = self.load(reg, name[:-5])
+        seen = {}
+        with os.scandir(reg) as entries:
+            for entry in entries:
+                name = entry.name
+                if not (name.endswith(".json") and len(name) == 37):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+                with self._lock:
+                    kept = self._read.get(name)
+                record = kept[1] if kept is not None and kept[0] == stamp else self.load(reg, name[:-5])
                 if record is not None:
+                    seen[name] = (stamp, record)
                     found.append((name[:-5], record))
+        with self._lock:
+            self._read = seen  # (what is no longer there is forgotten: bounded by the registry)
         return found
 
     def sweep(self, now: float | None = None) -> int:
