@@ -972,3 +972,38 @@ async def test_answers_carry_what_each_protocol_asks(public: Path) -> None:
     assert "upload=[token]" in lines
     assert where_to[-32:] not in lines
     assert not (public / "sub" / "t").exists()
+
+
+# -- a real tus client --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_tuspy_uploads_and_resumes_into_serve(public: Path, tmp_path: Path, loop: str) -> None:
+    """tus's own Python client (tuspy): an upload in 256 KiB chunks, and one stopped after a chunk
+    and resumed by a new uploader from its address, each byte-exact."""
+    client_module = pytest.importorskip("tusclient.client")
+    data = os.urandom(1_000_003)
+    source = tmp_path / "source.bin"
+    source.write_bytes(data)
+    server = Server(str(public), "--port", "0", "--upload", "--loop", loop)
+    try:
+        client = client_module.TusClient(server.url + "sub/")
+        chunk = 256 * 1024
+        with source.open("rb") as stream:  # (given a path, tuspy leaves the file open)
+            whole = client.uploader(file_stream=stream, chunk_size=chunk, metadata={"filename": "whole.bin"})
+            whole.upload()
+        with source.open("rb") as stream:
+            named = {"filename": "resumed.bin"}
+            first = client.uploader(file_stream=stream, chunk_size=chunk, metadata=named)
+            first.upload_chunk()
+            assert first.offset == chunk
+        assert not (public / "sub" / "resumed.bin").exists()
+        with source.open("rb") as stream:
+            again = client.uploader(file_stream=stream, chunk_size=chunk, url=first.url)
+            assert again.offset == chunk  # (asked of the server)
+            again.upload()
+    finally:
+        server.close()
+    assert (public / "sub" / "whole.bin").read_bytes() == data
+    assert (public / "sub" / "resumed.bin").read_bytes() == data
+    assert _left(public / "sub") == ["resumed.bin", "whole.bin"]
