@@ -17,7 +17,9 @@ import os
 import re
 import socket
 import struct
+import tarfile
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +227,29 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     assert 0 < proxy.offsets[-1] < picked.stat().st_size  # (resumed where the server was, not again)
     assert (public / "resumed.bin").read_bytes() == picked.read_bytes()
     assert not [n for n in os.listdir(public) if n.endswith(".partial")]
+
+
+def test_the_listings_archive_links_download_the_folder(serve_cli: Any, public: Path, tmp_path: Path) -> None:
+    """The links "tar" and "zip" on a folder's listing, clicked: the browser saves the folder as
+    an archive under the folder's name, and the archive holds the folder's files byte-exact."""
+    (public / "folder" / "inner.txt").write_bytes(b"inside the folder\n" * 100)
+    (public / "folder" / "deeper").mkdir()
+    (public / "folder" / "deeper" / "blob.bin").write_bytes(os.urandom(200_000))
+    saved = tmp_path / "downloads"
+    saved.mkdir()
+    with browser(tmp_path / "profile", downloads=saved) as driver:
+        driver.get(serve_cli.url + "folder/")
+        for kind in ("tar", "zip"):
+            driver.find_element(By.LINK_TEXT, kind).click()
+            arrived = saved / f"folder.{kind}"
+            WebDriverWait(driver, 30).until(lambda _, arrived=arrived: arrived.exists())
+    names = {
+        "folder/inner.txt": b"inside the folder\n" * 100,
+        "folder/deeper/blob.bin": (public / "folder" / "deeper" / "blob.bin").read_bytes(),
+    }
+    with tarfile.open(saved / "folder.tar") as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    assert got == names
+    with zipfile.ZipFile(saved / "folder.zip") as archive:
+        assert archive.testzip() is None
+        assert {n: archive.read(n) for n in archive.namelist() if not n.endswith("/")} == names

@@ -72,8 +72,9 @@ def chromium() -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def browser(profile: Path, *, javascript: bool = True) -> Iterator[Any]:
-    """A headless Chromium under Selenium (its ``WebDriver``), quit on the way out."""
+def browser(profile: Path, *, javascript: bool = True, downloads: Path | None = None) -> Iterator[Any]:
+    """A headless Chromium under Selenium (its ``WebDriver``), quit on the way out; what it
+    downloads goes to *downloads*."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -94,8 +95,13 @@ def browser(profile: Path, *, javascript: bool = True) -> Iterator[Any]:
         f"--user-data-dir={profile}",
     ):
         options.add_argument(arg)
+    prefs: dict[str, Any] = {}
     if not javascript:
-        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+        prefs["profile.managed_default_content_settings.javascript"] = 2
+    if downloads is not None:
+        prefs.update({"download.default_directory": str(downloads), "download.prompt_for_download": False})
+    if prefs:
+        options.add_experimental_option("prefs", prefs)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         driver.set_page_load_timeout(30)
