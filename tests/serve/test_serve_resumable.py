@@ -314,9 +314,11 @@ async def test_a_creation_with_all_of_it_is_a_put_and_an_empty_one_an_empty_file
     assert _left(public / "sub") == ["empty", "whole"]
 
 
-async def test_a_creation_cut_mid_body_resumes_from_the_104s_address(public: Path) -> None:
+async def test_a_creation_cut_mid_body_resumes_from_the_104s_address(
+    public: Path, where: dict[str, Any]
+) -> None:
     data = os.urandom(2**20)
-    async with serve_site(public, upload=True) as site:
+    async with serve_site(public, upload=True, **where) as site:
         reader, writer = await site.open()
         writer.write(_request("PUT", "/sub/cut.bin", "Upload-Complete: ?1", V8, length=len(data)))
         early = await read_response(reader)
