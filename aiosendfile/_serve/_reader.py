@@ -188,6 +188,7 @@ class EarlyHead:
     __slots__ = (
         "agent",
         "authorization",
+        "chunked",
         "client",
         "ctype",
         "expects_continue",
@@ -216,6 +217,7 @@ class EarlyHead:
         self.authorization = kept.get(AUTH)
         self.client = reader.client
         self.length = kept.get(LENGTH)
+        self.chunked = reader.chunked  # (a body framed by chunks: no length, yet a body)
         self.ctype = kept.get(CTYPE)
         self.origin = kept.get(ORIGIN)
         self.fetch_site = kept.get(FETCH_SITE)
@@ -256,6 +258,7 @@ class RequestReader:
         "backlog",
         "backlog_at",
         "began",
+        "chunked",
         "client",
         "completed",
         "consumer",
@@ -294,6 +297,7 @@ class RequestReader:
         self.hosts = 0  # Host fields in this request's head
         self.host: bytes | None = None  # the first one's value
         self.te: bytes | None = None  # Transfer-Encoding, its fields joined
+        self.chunked = False  # the head being judged frames its body by chunks
         self.client: str | None = None  # the client a trusted proxy names (TrustedProxies.client)
         self.version = "1.1"  # the HTTP version of the request being read ("1.0", "1.1")
         self.partial = 0
@@ -448,6 +452,7 @@ class RequestReader:
         else:
             self.client = None
         te, self.te = self.te, None
+        self.chunked = te is not None
         version = self.version = self.parser.get_http_version()
         if version != "1.1" and version != "1.0" and version[:2] != "1.":
             raise Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)

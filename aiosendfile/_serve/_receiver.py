@@ -187,7 +187,8 @@ class UploadReceiver:
         if ask.step == CREATE:
             token = new_token()
             if ask.tus:
-                if size != 0 and (head.ctype or b"").partition(b";")[0].strip().lower() != TUS_TYPE:
+                has_body = head.chunked or bool(size)
+                if has_body and (head.ctype or b"").partition(b";")[0].strip().lower() != TUS_TYPE:
                     raise Stop(415, *extra)
                 try:
                     name = tus_filename(ask.metadata)
