@@ -1009,3 +1009,13 @@ def test_tuspy_uploads_and_resumes_into_serve(public: Path, tmp_path: Path, loop
     assert (public / "sub" / "whole.bin").read_bytes() == data
     assert (public / "sub" / "resumed.bin").read_bytes() == data
     assert _left(public / "sub") == ["resumed.bin", "whole.bin"]
+
+
+async def test_a_tus_creation_with_no_body_needs_no_length_field(public: Path) -> None:
+    """``curl -X POST`` sends neither ``Content-Length`` nor ``Transfer-Encoding``: no body."""
+    async with serve_site(public, upload=True) as site:
+        bare = (
+            f"POST /sub/ HTTP/1.1\r\nHost: localhost\r\n{TUS}\r\nUpload-Length: 2\r\n{_metadata('n')}\r\n\r\n"
+        )
+        made = await _ask(site, bare.encode())
+        assert made.status == 201
