@@ -6,6 +6,9 @@ Contenders, each writing into the same target directory:
   (a ``PUT`` with a length: socket → pipe → file with ``splice``, then ``fsync`` and a rename).
 * ``serve-form``: the same server; ``curl -F file=@FILE URL/`` (``multipart/form-data``, parsed by
   python-multipart in the server's pool, written with ``pwrite``, ``fsync``, link).
+* ``serve-ietf``, ``serve-tus``: the same server, a resumable upload: a creation (``PUT`` with
+  ``Upload-Complete: ?0``; tus's ``POST``), then the whole file in one ``PATCH`` by ``curl -T``
+  (spliced into the partial file, flushed, linked); both requests timed and counted.
 * ``uploadserver``: ``python -m uploadserver`` (PyPI; installed in its own virtualenv under
   ``~/.cache/aiosendfile-bench`` when missing: a thread per connection, the standard library's
   ``cgi`` form parser into a temporary file in DIR, then a rename); ``curl -F files=@FILE
@@ -33,6 +36,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -51,7 +55,7 @@ from benchmarks.harness.cli import comma_list, rotated
 from benchmarks.harness.measure import process_tree, tree_cpu
 from benchmarks.harness.report import cpu_model
 
-CONTENDERS = ("serve-put", "serve-form", "uploadserver", "nginx-dav")
+CONTENDERS = ("serve-put", "serve-form", "serve-ietf", "serve-tus", "uploadserver", "nginx-dav")
 NAME = "upload.bin"
 SERVER_CPU, CLIENT_CPU = "0", "1"
 UPLOADSERVER_VENV = Path.home() / ".cache" / "aiosendfile-bench" / "uploadserver-venv"
@@ -160,6 +164,28 @@ def curl_command(name: str, source: Path, port: int) -> list[str]:
     return [*out, "-F", f"files=@{source};filename={NAME}", f"{url}/upload"]
 
 
+def creation_command(name: str, size: int, port: int) -> list[str]:
+    """A resumable upload's creation (``serve-ietf``, ``serve-tus``): its answer's status, time and
+    ``Location``."""
+    out = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total} %header{location}"]
+    if name == "serve-ietf":
+        fields = ["-X", "PUT", "-H", "Upload-Complete: ?0", "-H", f"Upload-Length: {size}"]
+        return [*out, *fields, f"http://127.0.0.1:{port}/{NAME}"]
+    metadata = "filename " + base64.b64encode(NAME.encode()).decode()
+    fields = ["-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", f"Upload-Length: {size}"]
+    return [*out, *fields, "-H", f"Upload-Metadata: {metadata}", f"http://127.0.0.1:{port}/"]
+
+
+def append_command(name: str, source: Path, port: int, location: str) -> list[str]:
+    """The one ``PATCH`` that sends the whole file to the upload at *location*."""
+    out = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "-X", "PATCH"]
+    if name == "serve-ietf":
+        fields = ["-H", "Content-Type: application/partial-upload", "-H", "Upload-Complete: ?1"]
+    else:
+        fields = ["-H", "Content-Type: application/offset+octet-stream", "-H", "Tus-Resumable: 1.0.0"]
+    return [*out, *fields, "-H", "Upload-Offset: 0", "-T", str(source), f"http://127.0.0.1:{port}{location}"]
+
+
 def one_upload(
     name: str, server: servers.Server, source: Path, target: Path, size: int, sha: str
 ) -> dict[str, Any]:
@@ -168,14 +194,29 @@ def one_upload(
     subprocess.run(["sync"], check=False)
     pids = process_tree(server.proc.pid)
     before = tree_cpu(pids)
+    made = 0.0
+    command = curl_command(name, source, server.port) if name in _PLAIN else []
+    if not command:  # (a resumable upload: made first, then sent)
+        first = subprocess.run(
+            [*servers.pin_prefix(CLIENT_CPU), *creation_command(name, size, server.port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        code, seconds, location = [*first.stdout.split(" ", 2), "", ""][:3]
+        if first.returncode != 0 or code != "201" or not location.strip():
+            raise RuntimeError(f"{name}: the creation answered {first.stdout!r} {first.stderr.strip()!r}")
+        made = float(seconds)
+        command = append_command(name, source, server.port, location.strip())
     done = subprocess.run(
-        [*servers.pin_prefix(CLIENT_CPU), *curl_command(name, source, server.port)],
+        [*servers.pin_prefix(CLIENT_CPU), *command],
         capture_output=True,
         text=True,
         timeout=3600,
     )
     after = tree_cpu(pids)
     code, _, seconds = done.stdout.partition(" ")
+    seconds = str(float(seconds or "nan") + made)
     if done.returncode != 0 or not code.startswith(("2", "3")):
         raise RuntimeError(f"{name}: curl {done.returncode} {done.stdout!r} {done.stderr.strip()!r}")
     got = landed.stat().st_size if landed.exists() else -1
@@ -191,6 +232,9 @@ def one_upload(
         "user_s": after[0] - before[0],
         "sys_s": after[1] - before[1],
     }
+
+
+_PLAIN = ("serve-put", "serve-form", "uploadserver", "nginx-dav")
 
 
 def _server_of(name: str) -> str:
