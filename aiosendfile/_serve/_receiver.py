@@ -10,6 +10,11 @@ file is committed (flushed, named) and the answer given; requests read behind it
 before the body is all there drops what comes, and answers once the rest is read (or at once,
 closing, when the client waits for ``100 Continue`` or too much is to come).
 
+A step of a resumable upload with a body (a creation, a ``PATCH``: ``_resumable``) takes the same
+way into a :class:`~._partial.ResumableUpload`: its partial file is opened (found busy, it is
+tried again, and the request of this worker still writing it is stopped), a creation's ``104`` is
+sent once the upload exists, and a request cut short keeps what it wrote.
+
 What it uses of its connection (:class:`~._protocol.HttpProtocol`) is its state (``transport``,
 ``reader``, ``engine``, ``busy``, ``pending``, ``write_paused``, ``dead``, ``since``, ``budget``)
 and its steps (``_put``, ``_flush``, ``_fail``, ``_close``, ``_free``, ``_resume``,
