@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._outlet import PROBED_COLD, READ_MAX
@@ -51,7 +52,7 @@ def respond(conn: HttpProtocol, exchange: Exchange) -> None:
 
         if answer_resumable(conn, exchange):
             return
-    if exchange.auth is not None and not _authorize(conn, exchange):
+    if exchange.auth is not None and not authorize(conn, exchange):
         return
     if (
         exchange.fields is None
@@ -62,20 +63,27 @@ def respond(conn: HttpProtocol, exchange: Exchange) -> None:
     decide(conn, exchange)
 
 
-def _authorize(conn: HttpProtocol, exchange: Exchange) -> bool:
+def authorize(
+    conn: HttpProtocol,
+    exchange: Exchange,
+    as_method: bytes | None = None,
+    then: Callable[[HttpProtocol, Exchange], None] | None = None,
+) -> bool:
     """Whether *exchange*'s credentials let it be answered now, judged as it is answered (after the
-    answers before it, their failures counted). False: it is refused (401, 429, 503), or its
-    password is checked in the gate's thread (reading paused meanwhile, what follows waits)
-    and it goes on from there."""
+    answers before it, their failures counted), as a request of *as_method* (its own by default).
+    False: it is refused (401, 429, 503), or its password is checked in the gate's thread
+    (reading paused meanwhile, what follows waits) and it goes on from there: *then* (by
+    default, :func:`respond`)."""
     gate = conn.engine.gate
     assert gate is not None
     assert exchange.auth is not None
     value, client = exchange.auth
-    verdict = gate.judge(exchange.method, value, conn._key_of(client))
+    verdict = gate.judge(as_method or exchange.method, value, conn._key_of(client))
     if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
         conn.busy = True
         conn._update_reading()
-        verdict.add_done_callback(functools.partial(conn._on_loop, _authorized, conn, exchange))
+        later = functools.partial(_authorized, conn, exchange, then or respond)
+        verdict.add_done_callback(functools.partial(conn._on_loop, later))
         return False
     if verdict != ALLOWED:
         refuse(conn, exchange, verdict)
@@ -84,14 +92,19 @@ def _authorize(conn: HttpProtocol, exchange: Exchange) -> bool:
     return True
 
 
-def _authorized(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[float]) -> None:
+def _authorized(
+    conn: HttpProtocol,
+    exchange: Exchange,
+    then: Callable[[HttpProtocol, Exchange], None],
+    job: concurrent.futures.Future[float],
+) -> None:
     conn._free()
     if conn.transport is None:
         return
     verdict = verdict_of(job)
     if verdict == ALLOWED:
         exchange.auth = None
-        respond(conn, exchange)
+        then(conn, exchange)
     else:
         refuse(conn, exchange, verdict)
     conn._resume()

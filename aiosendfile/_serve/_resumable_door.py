@@ -15,11 +15,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .._static._answer import Answer, error
-from ._answering import refuse, render
-from ._auth import ALLOWED, user_of
+from ._answering import authorize, render
+from ._auth import user_of
 from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, options_answer, status_answer, stop_holder
 from ._reader import split_target
-from ._refusal import failure, verdict_of
+from ._refusal import failure
 from ._resumable import CANCEL, MARK, OPTIONS, Ask, ask_of, id_of, upload_fields
 from ._upload import UploadRefused, fields_of, status_of, upload_target
 
@@ -44,36 +44,11 @@ def answer_resumable(conn: HttpProtocol, exchange: Exchange) -> bool:
     ask = ask_of(exchange.method, raw.endswith(b"/"), query, upload_fields(exchange.fields), None)
     if ask is None:
         return False
-    gate = conn.engine.gate
-    if gate is not None:
-        value, client = exchange.guarded or (None, None)
-        verdict = gate.judge(b"PATCH", value, conn._key_of(client))
-        if not isinstance(verdict, float):  # (its password is checked in the gate's thread)
-            conn.busy = True
-            conn._update_reading()
-            verdict.add_done_callback(functools.partial(conn._on_loop, _verified, conn, exchange, ask, raw))
-            return True
-        if verdict != ALLOWED:
-            refuse(conn, exchange, verdict)
-            return True
-    exchange.auth = None
-    _answer(conn, exchange, ask, raw)
+    then = functools.partial(_answer, ask=ask, raw=raw)
+    if exchange.auth is not None and not authorize(conn, exchange, b"PATCH", then):  # (as a write)
+        return True
+    then(conn, exchange)
     return True
-
-
-def _verified(
-    conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes, job: concurrent.futures.Future[float]
-) -> None:
-    conn._free()
-    if conn.transport is None:
-        return
-    verdict = verdict_of(job)
-    if verdict == ALLOWED:
-        exchange.auth = None
-        _answer(conn, exchange, ask, raw)
-    else:
-        refuse(conn, exchange, verdict)
-    conn._resume()
 
 
 def _error(conn: HttpProtocol, exchange: Exchange, ask: Ask, status: int, *extra: tuple[str, str]) -> None:

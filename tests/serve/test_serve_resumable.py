@@ -49,6 +49,22 @@ def _request(method: str, path: str, *fields: str, body: bytes = b"", length: in
     return (head + "".join(f + "\r\n" for f in fields) + "\r\n").encode() + body
 
 
+def _patch(
+    where: str, offset: str, complete: str, *fields: str, body: bytes = b"", length: int | None = None
+) -> bytes:
+    """An IETF append to the upload at *where*."""
+    return _request(
+        "PATCH",
+        where,
+        "Content-Type: application/partial-upload",
+        f"Upload-Offset: {offset}",
+        f"Upload-Complete: {complete}",
+        *fields,
+        body=body,
+        length=length,
+    )
+
+
 def _head(path: str, *fields: str) -> bytes:
     lines = "".join(f + "\r\n" for f in fields)
     return f"HEAD {path} HTTP/1.1\r\nHost: localhost\r\n{lines}\r\n".encode()
@@ -260,27 +276,13 @@ async def test_an_upload_made_then_appended_lands_byte_exact(public: Path, where
         assert _field(status, "Cache-Control") == "no-store"
         assert _field(status, "Upload-Limit").startswith("max-age=")
 
-        middle = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 1000",
-            "Upload-Complete: ?0",
-            body=data[1000 : 2**20],
-        )
+        middle = _patch(where_to, "1000", "?0", body=data[1000 : 2**20])
         answer = await _ask(site, middle)
         assert answer.status == 204
         assert _field(answer, "Upload-Offset") == str(2**20)
         assert not (public / "sub" / "big.bin").exists()  # (whole, or not at all)
 
-        last = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            f"Upload-Offset: {2**20}",
-            "Upload-Complete: ?1",
-            body=data[2**20 :],
-        )
+        last = _patch(where_to, f"{2**20}", "?1", body=data[2**20 :])
         answer = await _ask(site, last)
         assert answer.status == 201
         assert _field(answer, "Upload-Complete") == "?1"
@@ -336,15 +338,7 @@ async def test_a_creation_cut_mid_body_resumes_from_the_104s_address(
 
         status = await _ask(site, _head(where_to, V8), "HEAD")
         assert _field(status, "Upload-Offset") == "300000"
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 300000",
-            "Upload-Complete: ?1",
-            V8,
-            body=data[300_000:],
-        )
+        rest = _patch(where_to, "300000", "?1", V8, body=data[300_000:])
         assert (await _ask(site, rest)).status == 201
     assert (public / "sub" / "cut.bin").read_bytes() == data
     assert _left(public / "sub") == ["cut.bin"]
@@ -357,17 +351,7 @@ async def test_a_new_request_for_an_upload_stops_the_stale_one_writing_it(public
         made = await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", "Upload-Length: 200000"))
         where_to = _field(made, "Location")
         reader, writer = await site.open()  # (stalls after 50,000 bytes)
-        writer.write(
-            _request(
-                "PATCH",
-                where_to,
-                "Content-Type: application/partial-upload",
-                "Upload-Offset: 0",
-                "Upload-Complete: ?1",
-                length=200_000,
-            )
-            + b"a" * 50_000
-        )
+        writer.write(_patch(where_to, "0", "?1", length=200_000) + b"a" * 50_000)
         partial = public / "sub" / f".upload-{_resumable.id_of(where_to[-32:].encode())}.partial"
         for _ in range(200):
             if partial.stat().st_size == 50_000:
@@ -377,14 +361,7 @@ async def test_a_new_request_for_an_upload_stops_the_stale_one_writing_it(public
         assert _field(status, "Upload-Offset") == "50000"
         assert await asyncio.wait_for(reader.read(), 10) == b""  # (the stale one was closed)
         writer.close()
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 50000",
-            "Upload-Complete: ?1",
-            body=b"b" * 150_000,
-        )
+        rest = _patch(where_to, "50000", "?1", body=b"b" * 150_000)
         assert (await _ask(site, rest)).status == 201
     assert (public / "sub" / "f").read_bytes() == b"a" * 50_000 + b"b" * 150_000
 
@@ -504,14 +481,7 @@ async def test_a_directory_swapped_for_a_symlink_gets_nothing(public: Path, tmp_
         shutil.move(str(public / "sub"), str(tmp_path / "moved"))
         shutil.copytree(tmp_path / "moved", outside, dirs_exist_ok=True)  # (its partial file too)
         (public / "sub").symlink_to(outside)
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 3",
-            "Upload-Complete: ?1",
-            body=b"def",
-        )
+        rest = _patch(where_to, "3", "?1", body=b"def")
         assert (await _ask(site, rest)).status == 404
     assert not (outside / "f").exists()
 
@@ -564,14 +534,7 @@ async def test_behind_a_path_prefix_the_address_keeps_it(public: Path) -> None:
         made = await _ask(site, _request("PUT", "/files/sub/f", "Upload-Complete: ?0", body=b"ab"))
         where_to = _field(made, "Location")
         assert where_to.startswith("/files/sub/f?upload=")
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 2",
-            "Upload-Complete: ?1",
-            body=b"c",
-        )
+        rest = _patch(where_to, "2", "?1", body=b"c")
         assert (await _ask(site, rest)).status == 201
     assert (public / "sub" / "f").read_bytes() == b"abc"
 
@@ -741,14 +704,7 @@ def test_an_upload_survives_a_killed_client_and_a_killed_server(public: Path, lo
         port = _port(server)
         status, fields = _http(port, _head(where_to))
         assert (status, fields["upload-offset"]) == (204, "400000")
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 400000",
-            "Upload-Complete: ?1",
-            body=b"r" * (total - 400_000),
-        )
+        rest = _patch(where_to, "400000", "?1", body=b"r" * (total - 400_000))
         assert _http(port, rest)[0] == 201
     finally:
         server.close()
@@ -849,15 +805,7 @@ async def test_a_length_told_in_a_cut_request_is_kept(public: Path) -> None:
         writer.transport.abort()
         status = await _ask(site, _head(where_to), "HEAD")
         assert _field(status, "Upload-Length") == "10"
-        other = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 3",
-            "Upload-Complete: ?0",
-            "Upload-Length: 50",
-            body=b"d",
-        )
+        other = _patch(where_to, "3", "?0", "Upload-Length: 50", body=b"d")
         assert (await _ask(site, other)).status == 400
 
 
@@ -903,29 +851,10 @@ async def test_a_request_without_the_uploads_credentials_stops_nothing(public: P
         made = await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", bob))
         where_to = _field(made, "Location")
         reader, writer = await site.open()
-        writer.write(
-            _request(
-                "PATCH",
-                where_to,
-                "Content-Type: application/partial-upload",
-                "Upload-Offset: 0",
-                "Upload-Complete: ?1",
-                bob,
-                length=200_000,
-            )
-            + b"a" * 100_000
-        )
+        writer.write(_patch(where_to, "0", "?1", bob, length=200_000) + b"a" * 100_000)
         await _until_size(_partial_of(public, where_to), 100_000)
         assert (await _ask(site, _head(where_to, eve), "HEAD")).status == 404
-        bad = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 100000",
-            "Upload-Complete: ?1",
-            eve,
-            body=b"e",
-        )
+        bad = _patch(where_to, "100000", "?1", eve, body=b"e")
         assert (await _ask(site, bad)).status == 404
         writer.write(b"a" * 100_000)  # (bob's request was never stopped)
         assert (await read_response(reader)).status == 201
@@ -958,14 +887,7 @@ async def test_answers_carry_what_each_protocol_asks(public: Path) -> None:
         assert (await _ask(site, chunked)).status == 415
         made = await _ask(site, _request("PUT", "/sub/done", "Upload-Complete: ?0", body=b"ab"))
         where_to = _field(made, "Location")
-        rest = _request(
-            "PATCH",
-            where_to,
-            "Content-Type: application/partial-upload",
-            "Upload-Offset: 2",
-            "Upload-Complete: ?1",
-            body=b"c",
-        )
+        rest = _patch(where_to, "2", "?1", body=b"c")
         assert (await _ask(site, rest)).status == 201
         status = await _ask(site, _head(where_to), "HEAD")
         assert _field(status, "Upload-Complete") == "?1"
