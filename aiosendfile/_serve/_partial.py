@@ -226,7 +226,9 @@ class Store:
                 written = os.lstat(partial_name(upload_id), dir_fd=dir_fd)
             finally:
                 os.close(dir_fd)
-            return now - max(written.st_mtime, float(record.get("touched", 0))) > self.limits.expiry
+            if written.st_size:  # (bytes came: the whole expiry from the last of them)
+                keep = expiry
+            return now - max(written.st_mtime, float(record.get("touched", 0))) > keep
         return True
 
     def _records(self, reg: int) -> list[tuple[str, dict[str, Any]]]:

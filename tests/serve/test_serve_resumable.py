@@ -941,3 +941,21 @@ async def test_a_tus_creation_with_no_body_needs_no_length_field(public: Path) -
         )
         made = await _ask(site, bare.encode())
         assert made.status == 201
+
+
+async def test_an_upload_nothing_was_sent_to_goes_sooner(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A made-up upload (its creation, then nothing) holds a record for ``KEEP_EMPTY``, not a day;
+    one that got bytes keeps its whole expiry."""
+    async with serve_site(public, upload=True) as site:
+        empty = _field(await _ask(site, _request("PUT", "/sub/e", "Upload-Complete: ?0")), "Location")
+        fed = _field(
+            await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", body=b"x")), "Location"
+        )
+        monkeypatch.setattr(_partial, "KEEP_EMPTY", 0.2)
+        await asyncio.sleep(0.5)
+        store = _partial.Store(_policy_of(public), False, _partial.Limits(86400.0, 16, 1 << 30, None))
+        assert await asyncio.to_thread(store.sweep) == 1
+        assert (await _ask(site, _head(empty), "HEAD")).status == 404
+        assert (await _ask(site, _head(fed), "HEAD")).status == 204
