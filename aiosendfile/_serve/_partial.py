@@ -212,7 +212,7 @@ class Store:
         expiry = self.limits.expiry
         if record.get("done") is not None:
             keep = min(KEEP_DONE, expiry)
-        elif not record.get("size") and not record.get("length"):
+        elif not record.get("size"):  # (nothing sent yet, whatever length it announced)
             keep = min(KEEP_EMPTY, expiry)
         else:
             keep = expiry
@@ -315,7 +315,7 @@ class Store:
         mine = [r for _, r in records if r.get("owner") == owner and r.get("done") is None]
         if len(mine) >= self.limits.per_owner:
             raise UploadRefused(507, "too many uploads in progress for this client")
-        held = sum(int(r["length"]) if r.get("length") is not None else int(r.get("size", 0)) for r in mine)
+        held = sum(int(r["length"]) if r.get("length") is not None else _holds(r) for r in mine)
         if held + (length or 0) > self.limits.owner_bytes:
             raise UploadRefused(507, "too many bytes in uploads in progress for this client")
 
@@ -326,7 +326,7 @@ class Store:
         for other, record in self._records(reg):
             if other != upload_id and record.get("owner") == owner and record.get("done") is None:
                 length = record.get("length")
-                held += int(length) if length is not None else int(record.get("size", 0))
+                held += int(length) if length is not None else _holds(record)
         return self.limits.owner_bytes - held
 
     def note(self, upload_id: str, record: dict[str, Any]) -> None:
@@ -390,6 +390,12 @@ class Store:
             os.close(dir_fd)
             raise UploadRefused(404)
         return dir_fd, fd
+
+
+def _holds(record: dict[str, Any]) -> int:
+    """The bytes an upload of no known length counts for: what it holds, or what a request under
+    way may bring it to."""
+    return max(int(record.get("size", 0)), int(record.get("reserved", 0)))
 
 
 def stop_holder(engine: Any, upload_id: str, conn: Any) -> None:
@@ -525,7 +531,10 @@ class ResumableUpload(Upload):
         largest = self.store.limits.max_size
         if largest is not None and (reach if length is None else length) > largest:
             raise self.refused(413, "larger than the server takes", offset)
-        if (reach if length is None else length) > self.room:
+        # The owner's share: judged for a length told now, or for the bytes a request of no known
+        # length adds; a length the record holds was judged when it was told.
+        needed = reach if length is None else None if known is not None else length
+        if needed is not None and needed > offset and needed > self.room:
             raise self.refused(507, "too many bytes in uploads in progress for this client", offset)
         return length
 
@@ -576,20 +585,33 @@ class ResumableUpload(Upload):
         if record.get("done") is not None:
             self._completed(record)
             return
-        self.dir_fd, self.fd = store._open_partial(self.id, record)
+        try:
+            self.dir_fd, self.fd = store._open_partial(self.id, record)
+        except UploadRefused:
+            raise Landing() from None  # (being given its name: asked again, complete; or gone: 404)
         self.temp = partial_name(self.id)  # (named so: given its name by a link when complete)
         _lock(self.fd)
         self.locked = True
         offset = os.fstat(self.fd).st_size
-        if self.ask.offset != offset:
-            raise self.refused(409, "mismatching upload offset", offset)
-        with store.registry() as reg:
-            self.room = store.room(reg, str(record.get("owner")), self.id)
-        self.length = self._announced(offset)
+        try:
+            if self.ask.offset != offset:
+                raise self.refused(409, "mismatching upload offset", offset)
+            # Judged and noted as one step across the workers: two requests telling lengths, or
+            # a creation, cannot both take the same room.
+            with store.registry(exclusive=True) as reg:
+                self.room = store.room(reg, str(record.get("owner")), self.id)
+                self.length = self._announced(offset)
+                if self.length is not None and record.get("length") is None:  # told now: kept, even if cut
+                    record["length"] = self.length
+                    store.save(reg, self.id, record)
+                elif self.length is None:  # what it may take, counted against its owner meanwhile
+                    reach = offset + self.body_length if self.body_length is not None else self.room
+                    record["reserved"] = max(offset, reach)
+                    store.save(reg, self.id, record)
+        except UploadRefused:
+            os.fdatasync(self.fd)  # (the offset it tells is never one a crash takes back)
+            raise
         self.start = self.written = offset
-        if self.length is not None and record.get("length") is None:  # told now: kept, even if cut
-            record["length"] = self.length
-            store.note(self.id, record)
 
     def _completed(self, record: dict[str, Any]) -> None:
         """An append to an upload already complete: its final answer again if the request is the
@@ -608,7 +630,7 @@ class ResumableUpload(Upload):
             raise self.refused(400, "inconsistent upload length", self.written)
         if self.store.limits.max_size is not None and end > self.store.limits.max_size:
             raise self.refused(413, "larger than the server takes", self.written)
-        if end > self.room:
+        if self.length is None and end > self.room:
             raise self.refused(507, "too many bytes in uploads in progress for this client", self.written)
         super().write(data)
 
@@ -634,6 +656,7 @@ class ResumableUpload(Upload):
         assert record is not None
         if not complete:
             os.fdatasync(self.fd)  # (the offset told is never one a crash takes back)
+            record.pop("reserved", None)
             record.update(length=length, size=offset, touched=time.time())
             self.store.note(self.id, record)
             self._release()
@@ -649,6 +672,7 @@ class ResumableUpload(Upload):
             raise self.refused(exc.status, "", None, complete=True) from None
         finally:
             self._release()
+        record.pop("reserved", None)
         record.update(length=offset, size=offset, touched=time.time(), done=201 if new else 204)
         self.store.note(self.id, record)
         return self.final(new)
@@ -675,9 +699,13 @@ class ResumableUpload(Upload):
         if record is None and self.temp is not None and self.dir_fd >= 0:
             with contextlib.suppress(OSError):
                 os.unlink(self.temp, dir_fd=self.dir_fd)
-        elif record is not None and self.fd >= 0 and record.get("done") is None and self.written > self.start:
-            record.update(size=self.written, touched=time.time())  # (progress, even cut short)
-            self.store.note(self.id, record)
+        elif record is not None and self.fd >= 0 and record.get("done") is None:
+            moved = self.written > self.start
+            if moved or "reserved" in record:
+                record.pop("reserved", None)
+                if moved:
+                    record.update(size=self.written, touched=time.time())  # (progress, even cut short)
+                self.store.note(self.id, record)
         self._release()
 
     def _release(self) -> None:

@@ -481,7 +481,10 @@ class UploadReceiver:
     def _abort(self, upload: Upload | FormUpload | None) -> None:
         if upload is not None:
             self._let_go(upload)
-            self.engine.executor.submit(upload.abort)
+            job = self.engine.executor.submit(upload.abort)
+            cleanups = self.engine.cleanups
+            cleanups.add(job)
+            job.add_done_callback(cleanups.discard)
 
     def _let_go(self, upload: Upload | FormUpload | None) -> None:
         """*upload*'s request is over: no newer request has this connection to stop."""

@@ -15,6 +15,7 @@ connections past their header, keep-alive or send timeout.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import socket
 import ssl as _ssl
@@ -164,6 +165,9 @@ class Engine:
         )
         #: resumable upload id → the connection writing it (a newer request for it stops that one)
         self.appending: dict[str, HttpProtocol] = {}
+        #: uploads' aborts under way in the pool (``shutdown`` waits for them): one per upload
+        #: refused or cut, each gone when done
+        self.cleanups: set[concurrent.futures.Future[None]] = set()
         self.next_sweep = 0.0  # (loop time) when expired partial uploads are next looked for
         #: the proxies whose forwarded client address names the client, for the gate (with auth) and
         #: the access log: None without either
@@ -356,5 +360,7 @@ async def shutdown(server: Any, timeout: float = 10.0) -> None:
                     if conn.transport is not None:
                         conn.transport.abort()
                 await asyncio.wait([engine.all_gone], timeout=1.0)
+        if engine.cleanups:  # (uploads' temporary files going, resumable ones' records noted)
+            await asyncio.wait([asyncio.wrap_future(job) for job in list(engine.cleanups)], timeout=timeout)
         engine.stop()
     await server.wait_closed()

@@ -231,7 +231,7 @@ _SCRIPT = """<script>
           last = x;
           if (x.status == 423 || (x.status >= 500 && x.status != 501 && x.status != 507)) retry(); else ok(x);
         };
-        x.onerror = x.ontimeout = retry;
+        x.onerror = x.ontimeout = function () { last = null; retry(); };
         x.send(body);
       }
       function retry() {

@@ -949,7 +949,9 @@ async def test_an_upload_nothing_was_sent_to_goes_sooner(
     """A made-up upload (its creation, then nothing) holds a record for ``KEEP_EMPTY``, not a day;
     one that got bytes keeps its whole expiry."""
     async with serve_site(public, upload=True) as site:
-        empty = _field(await _ask(site, _request("PUT", "/sub/e", "Upload-Complete: ?0")), "Location")
+        empty = _field(
+            await _ask(site, _request("PUT", "/sub/e", "Upload-Complete: ?0", "Upload-Length: 5")), "Location"
+        )  # (a length announced, nothing sent: still a made-up upload)
         fed = _field(
             await _ask(site, _request("PUT", "/sub/f", "Upload-Complete: ?0", body=b"x")), "Location"
         )
@@ -959,3 +961,23 @@ async def test_an_upload_nothing_was_sent_to_goes_sooner(
         assert await asyncio.to_thread(store.sweep) == 1
         assert (await _ask(site, _head(empty), "HEAD")).status == 404
         assert (await _ask(site, _head(fed), "HEAD")).status == 204
+
+
+async def test_an_owners_share_counts_a_request_under_way(public: Path) -> None:
+    """An upload of no known length being appended to holds what its request may bring: a new
+    upload cannot take the same room meanwhile (the owner would hold more than its share, and
+    every later append of either would be refused, the one that completes it included)."""
+    async with serve_site(public, upload=True, max_partial_size=100, max_partial_uploads=4) as site:
+        first = _field(await _ask(site, _request("PUT", "/sub/a", "Upload-Complete: ?0")), "Location")
+        reader, writer = await site.open()
+        writer.write(_patch(first, "0", "?0", length=90) + b"x" * 10)  # (?0: its length still unknown)
+        await _until_size(_partial_of(public, first), 10)
+        second = await _ask(site, _request("PUT", "/sub/b", "Upload-Complete: ?0", "Upload-Length: 90"))
+        assert second.status == 507
+        writer.write(b"x" * 80)
+        assert (await read_response(reader)).status == 204
+        writer.close()
+        assert (await _ask(site, _patch(first, "90", "?1"))).status == 201  # (completed: its room is free)
+        again = await _ask(site, _request("PUT", "/sub/b", "Upload-Complete: ?0", "Upload-Length: 90"))
+        assert again.status == 201
+    assert (public / "sub" / "a").read_bytes() == b"x" * 90
