@@ -74,14 +74,26 @@ class Options:
 #: (``_api._straight``, the engine's outlet) probe with, where no call gave options.
 DEFAULT_OPTIONS = Options()
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+
+class LazyPool:
+    """A process-wide thread pool, made on first use (``pool``: None until then)."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self.threads = threads
+        self.name = name
+        self.pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+            return self.pool
+
+
+_cold_pool = LazyPool(COLD_POOL_THREADS, "aiosendfile-cold")
 
 
 def default_cold_executor() -> ThreadPoolExecutor:
     """The process-wide pool for cold chunks, made on first use."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(COLD_POOL_THREADS, thread_name_prefix="aiosendfile-cold")
-        return _pool
+    return _cold_pool()

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from .._api import sendfile
+from .._options import LazyPool
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece
@@ -177,17 +177,12 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
 #: own pool, so that archives, whose reads can be long (a zip's first CRC of a large file, a range
 #: deep in a zip that needs every CRC before it), never hold the cold-read pool's threads.
 ARCHIVE_THREADS = 2
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_archive_pool = LazyPool(ARCHIVE_THREADS, "aiosendfile-archive")
 
 
 def archive_executor() -> ThreadPoolExecutor:
     """The process-wide pool for archive parts, made on first use."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(ARCHIVE_THREADS, thread_name_prefix="aiosendfile-archive")
-        return _pool
+    return _archive_pool()
 
 
 def _close_pieces(pieces: list[Piece] | None) -> None:

@@ -168,7 +168,7 @@ def cold_disk(monkeypatch: pytest.MonkeyPatch) -> SlowDisk:
     """Every page is cold (the cache probe never reads), and the cold-read pool is a slow disk."""
     monkeypatch.setattr(_platform, "pread_cached", lambda fd, size, offset: None)
     pool = SlowDisk(2, 0.02)
-    monkeypatch.setattr(_options, "_pool", pool)  # what default_cold_executor() hands out
+    monkeypatch.setattr(_options._cold_pool, "pool", pool)  # what default_cold_executor() hands out
     yield pool
     pool.shutdown(wait=True)
 
