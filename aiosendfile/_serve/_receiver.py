@@ -11,7 +11,7 @@ before the body is all there drops what comes, and answers once the rest is read
 closing, when the client waits for ``100 Continue`` or too much is to come).
 
 A step of a resumable upload with a body (a creation, a ``PATCH``: ``_resumable``) takes the same
-way into a :class:`~._partial.ResumableUpload`: its partial file is opened (found busy, it is
+way into a :class:`~._partial_upload.ResumableUpload`: its partial file is opened (found busy, it is
 tried again, and the request of this worker still writing it is stopped), a creation's ``104`` is
 sent once the upload exists, and a request cut short keeps what it wrote.
 
@@ -39,11 +39,12 @@ from ._answering import render
 from ._auth import ALLOWED, user_of
 from ._date import CLOSE
 from ._exchange import Exchange
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, ResumableUpload, stop_holder
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, stop_holder
+from ._partial_upload import ResumableUpload
 from ._reader import EarlyHead, Stop, split_target
 from ._refusal import failure, refusal, verdict_of
 from ._render import error_response
-from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, new_token, tus_filename, upload_fields
+from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, new_token, refusal_fields, tus_filename, upload_fields
 from ._tls import TLSTransport
 from ._upload import (
     DISCARD_MAX,
@@ -67,7 +68,6 @@ __all__ = ("CONTINUE", "UploadReceiver")
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: A PATCH of no upload resource (with Expect: 100-continue: answered now, not read)
 ALLOW = ("Allow", "GET,HEAD,POST,PUT")
-_TUS_FIELDS = (("Tus-Resumable", "1.0.0"),)
 
 
 def _back_to(raw_path: bytes) -> str:
@@ -184,9 +184,9 @@ class UploadReceiver:
         engine = self.engine
         store = engine.resumable
         assert store is not None
-        extra = _TUS_FIELDS if ask.tus else ()
         if ask.bad:
-            raise Stop(ask.bad, *extra, *((("Tus-Version", "1.0.0"),) if ask.bad == 412 else ()))
+            raise Stop(ask.bad, *refusal_fields(ask, ask.bad))
+        extra = refusal_fields(ask, 0)  # (what the refusals below carry: none is a 412)
         user = user_of(head.authorization) if engine.gate is not None else None
         owner = f"user:{user}" if user is not None else f"address:{self.conn._key_of(head.client)}"
         if ask.step == CREATE:

@@ -34,7 +34,9 @@ from typing import NamedTuple
 __all__ = (
     "INTEROP",
     "PARTIAL_TYPE",
+    "TUS_RESUMABLE",
     "TUS_TYPE",
+    "TUS_VERSIONS",
     "TUS_VERSION",
     "Ask",
     "WANTED",
@@ -44,6 +46,7 @@ __all__ = (
     "limit_field",
     "new_token",
     "redacted",
+    "refusal_fields",
     "token_of",
     "tus_filename",
     "upload_fields",
@@ -55,6 +58,9 @@ PARTIAL_TYPE = b"application/partial-upload"
 TUS_TYPE = b"application/offset+octet-stream"
 TUS_VERSION = b"1.0.0"
 TUS_EXTENSIONS = "creation,creation-defer-length,creation-with-upload,expiration,termination"
+#: The field every tus answer carries, and the one that tells the versions taken.
+TUS_RESUMABLE = ("Tus-Resumable", "1.0.0")
+TUS_VERSIONS = ("Tus-Version", "1.0.0")
 
 #: The request fields these protocols read (lowercase): the reader keeps them with the core's.
 WANTED = (
@@ -207,6 +213,14 @@ def _ask(step: str, tus: bool, token: bytes | None, fields: dict[bytes, bytes]) 
     interop = fields.get(b"upload-draft-interop-version", b"").strip() == INTEROP
     metadata = fields.get(b"upload-metadata") if tus else None
     return Ask(step, tus, token, offset, length, complete, defer, interop, metadata, bad)
+
+
+def refusal_fields(ask: Ask, status: int) -> tuple[tuple[str, str], ...]:
+    """The fields a refusal of *ask* with *status* carries: tus's version in every tus answer, and
+    the versions taken in a 412."""
+    if not ask.tus:
+        return ()
+    return (TUS_RESUMABLE, TUS_VERSIONS) if status == 412 else (TUS_RESUMABLE,)
 
 
 def tus_filename(metadata: bytes | None) -> str | None:

@@ -17,10 +17,21 @@ from typing import TYPE_CHECKING, Any
 from .._static._answer import Answer, error
 from ._answering import authorize, render
 from ._auth import user_of
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, options_answer, status_answer, stop_holder
+from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, stop_holder
+from ._partial_upload import options_answer, status_answer
 from ._reader import split_target
 from ._refusal import failure
-from ._resumable import CANCEL, MARK, OPTIONS, Ask, ask_of, id_of, upload_fields
+from ._resumable import (
+    CANCEL,
+    MARK,
+    OPTIONS,
+    TUS_RESUMABLE,
+    Ask,
+    ask_of,
+    id_of,
+    refusal_fields,
+    upload_fields,
+)
 from ._upload import UploadRefused, fields_of, status_of, upload_target
 
 if TYPE_CHECKING:
@@ -28,8 +39,6 @@ if TYPE_CHECKING:
     from ._protocol import HttpProtocol
 
 __all__ = ("answer_resumable",)
-
-_TUS = (("Tus-Resumable", "1.0.0"),)
 
 
 def answer_resumable(conn: HttpProtocol, exchange: Exchange) -> bool:
@@ -52,9 +61,8 @@ def answer_resumable(conn: HttpProtocol, exchange: Exchange) -> bool:
 
 
 def _error(conn: HttpProtocol, exchange: Exchange, ask: Ask, status: int, *extra: tuple[str, str]) -> None:
-    render(
-        conn, exchange, error(status, exchange.method.decode("latin-1"), *(_TUS if ask.tus else ()), *extra)
-    )
+    fields = (*refusal_fields(ask, status), *extra)
+    render(conn, exchange, error(status, exchange.method.decode("latin-1"), *fields))
 
 
 def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> None:
@@ -65,7 +73,7 @@ def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> Non
         render(conn, exchange, options_answer(store.limits))
         return
     if ask.bad:
-        _error(conn, exchange, ask, ask.bad, *((("Tus-Version", "1.0.0"),) if ask.bad == 412 else ()))
+        _error(conn, exchange, ask, ask.bad)
         return
     try:
         target = upload_target(raw, engine.policy, engine.prefix)
@@ -112,7 +120,7 @@ def _done(
     elif exc is not None:
         _error(conn, exchange, ask, status_of(exc), *fields_of(exc))
     elif ask.step == CANCEL:
-        render(conn, exchange, Answer(204, list(_TUS) if ask.tus else [], None))
+        render(conn, exchange, Answer(204, [TUS_RESUMABLE] if ask.tus else [], None))
     else:
         record, offset = job.result()
         store = conn.engine.resumable
