@@ -29,6 +29,7 @@ from ._exchange import Exchange
 from ._reader import GET_HEAD, split_target
 from ._refusal import refusal, verdict_of
 from ._render import error_response, head_of
+from ._resumable import MARK
 from ._sending import send_body, send_whole
 
 if TYPE_CHECKING:
@@ -47,7 +48,12 @@ RESUMABLE_BODILESS = (b"HEAD", b"DELETE", b"OPTIONS")
 def respond(conn: HttpProtocol, exchange: Exchange) -> None:
     """Answer *exchange*: judged by the gate if it must be, replayed if it can be, else decided."""
     method = exchange.method
-    if method is not _GET and method in RESUMABLE_BODILESS and conn.engine.resumable is not None:
+    if (
+        method is not _GET
+        and method in RESUMABLE_BODILESS
+        and (method != _HEAD or MARK in exchange.url)  # (a plain HEAD goes straight on)
+        and conn.engine.resumable is not None
+    ):
         from ._resumable_door import answer_resumable  # (it answers through this module)
 
         if answer_resumable(conn, exchange):

@@ -23,7 +23,6 @@ from ._reader import split_target
 from ._refusal import failure
 from ._resumable import (
     CANCEL,
-    MARK,
     OPTIONS,
     TUS_RESUMABLE,
     Ask,
@@ -43,10 +42,7 @@ __all__ = ("answer_resumable",)
 
 def answer_resumable(conn: HttpProtocol, exchange: Exchange) -> bool:
     """Answer *exchange* if it is one of these requests (False: it is not; the core answers it)."""
-    url = exchange.url
-    if exchange.method == b"HEAD" and MARK not in url:
-        return False
-    split = split_target(url)
+    split = split_target(exchange.url)  # (a HEAD without an upload token does not come here)
     if split is None:
         return False
     raw, query = split
