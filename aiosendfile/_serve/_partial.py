@@ -35,6 +35,7 @@ import secrets
 import stat
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 try:
@@ -56,8 +57,9 @@ __all__ = (
     "Limits",
     "Store",
     "lock",
+    "busy_status",
     "partial_name",
-    "stop_holder",
+    "wait_for_holder",
 )
 
 #: The folder (at the root) holding the records.
@@ -197,6 +199,10 @@ class Store:
                     os.close(dir_fd)
         with contextlib.suppress(OSError):
             os.unlink(upload_id + ".json", dir_fd=reg)
+
+    def relative(self, path: str) -> str:
+        """*path* (under the root) as a record names it."""
+        return os.path.relpath(path, self.root)
 
     def _parent(self, record: dict[str, Any]) -> str:
         parent = os.path.dirname(record["path"])
@@ -395,12 +401,25 @@ def _holds(record: dict[str, Any]) -> int:
     return max(int(record.get("size", 0)), int(record.get("reserved", 0)))
 
 
-def stop_holder(engine: Any, upload_id: str, conn: Any) -> None:
-    """Stop the request of another connection of this worker that is writing *upload_id* (the
-    client has given up on it, and resumes): its connection is dropped, what it wrote stays."""
-    holder = engine.appending.pop(upload_id, None)
-    if holder is not None and holder is not conn and holder.transport is not None:
-        holder.transport.abort()
+def wait_for_holder(engine: Any, upload_id: str, conn: Any, tries: int, again: Callable[[], None]) -> bool:
+    """A request of *conn* found *upload_id* :class:`Busy`: call *again* soon and say True, or
+    say False once it has waited its ``BUSY_TRIES``. At the first try, the request of another
+    connection of this worker still writing the upload is stopped (the client has given up on
+    it, and resumes): its connection is dropped, what it wrote stays."""
+    if tries >= BUSY_TRIES:
+        return False
+    if tries == 0:
+        holder = engine.appending.pop(upload_id, None)
+        if holder is not None and holder is not conn and holder.transport is not None:
+            holder.transport.abort()
+    engine.loop.call_later(BUSY_WAIT, again)
+    return True
+
+
+def busy_status(exc: Busy) -> int:
+    """The answer once a request has waited for a :class:`Busy` upload in vain: 423 while another
+    request writes it; 404 if its partial file stayed gone (:class:`Landing`)."""
+    return 404 if isinstance(exc, Landing) else 423
 
 
 def lock(fd: int) -> None:

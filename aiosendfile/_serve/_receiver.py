@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -39,7 +38,7 @@ from ._answering import render
 from ._auth import ALLOWED, user_of
 from ._date import CLOSE
 from ._exchange import Exchange
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, stop_holder
+from ._partial import Busy, busy_status, wait_for_holder
 from ._partial_upload import ResumableUpload
 from ._reader import EarlyHead, Stop, split_target
 from ._refusal import failure, refusal, verdict_of
@@ -212,7 +211,7 @@ class UploadReceiver:
         except UploadRefused as exc:
             raise Stop(exc.status, *extra) from None
         location = raw_path.decode("latin-1") + "?upload=" + token.decode()
-        path = os.path.relpath(target.path, store.root)
+        path = store.relative(target.path)
         return ResumableUpload(store, ask, target, path, token, user, owner, location, size)
 
     def body(self, data: bytes) -> None:
@@ -285,19 +284,19 @@ class UploadReceiver:
         exc = failure(job)
         if exc is not None:
             upload = r.upload
-            if isinstance(exc, Busy) and r.tries < BUSY_TRIES:  # (written by another request: soon free)
-                if r.tries == 0 and isinstance(upload, ResumableUpload):
-                    stop_holder(self.engine, upload.id, self.conn)  # (this request is the upload's)
-                r.tries += 1  # (open left nothing open: it is tried again as it is)
-                self.engine.loop.call_later(BUSY_WAIT, self._open_again, r)
+            if isinstance(exc, Busy) and isinstance(upload, ResumableUpload):
+                # (written by another request: soon free; open left nothing open, it is tried again)
+                if wait_for_holder(
+                    self.engine, upload.id, self.conn, r.tries, functools.partial(self._open_again, r)
+                ):
+                    r.tries += 1
+                    return
+                self._abort(upload)
+                r.upload = None
+                self._refused(r, busy_status(exc), *upload.fields(None, None))
                 return
             self._abort(upload)
             r.upload = None
-            if isinstance(exc, Busy):
-                status = 404 if isinstance(exc, Landing) else 423
-                extra = upload.fields(None, None) if isinstance(upload, ResumableUpload) else []
-                self._refused(r, status, *extra)
-                return
             self._refused(r, status_of(exc), *fields_of(exc))
             return
         r.opened = True

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import os
 from typing import TYPE_CHECKING, Any
 
 from .._static._answer import Answer, error
 from ._answering import authorize, render
 from ._auth import user_of
-from ._partial import BUSY_TRIES, BUSY_WAIT, Busy, Landing, stop_holder
+from ._partial import Busy, busy_status, wait_for_holder
 from ._partial_upload import options_answer, status_answer
 from ._reader import split_target
 from ._refusal import failure
@@ -79,7 +78,7 @@ def _answer(conn: HttpProtocol, exchange: Exchange, ask: Ask, raw: bytes) -> Non
     assert ask.token is not None
     upload_id = id_of(ask.token)
     user = user_of(exchange.guarded[0]) if engine.gate is not None and exchange.guarded else None
-    path = os.path.relpath(target.path, store.root)
+    path = store.relative(target.path)
     step = store.cancel if ask.step == CANCEL else store.look
     conn.busy = True
     conn._update_reading()
@@ -105,14 +104,13 @@ def _done(
     if conn.transport is None:
         return
     exc = failure(job)
-    if isinstance(exc, Busy) and tries < BUSY_TRIES:  # (written by a request that is stopping)
-        if tries == 0:
-            stop_holder(conn.engine, upload_id, conn)  # (the client has given up on it: it resumes)
-        conn.engine.loop.call_later(BUSY_WAIT, _submit, conn, exchange, ask, upload_id, step, tries + 1)
-        return
+    if isinstance(exc, Busy):
+        again = functools.partial(_submit, conn, exchange, ask, upload_id, step, tries + 1)
+        if wait_for_holder(conn.engine, upload_id, conn, tries, again):
+            return
     conn._free()
     if isinstance(exc, Busy):
-        _error(conn, exchange, ask, 404 if isinstance(exc, Landing) else 423)
+        _error(conn, exchange, ask, busy_status(exc))
     elif exc is not None:
         _error(conn, exchange, ask, status_of(exc), *fields_of(exc))
     elif ask.step == CANCEL:
