@@ -6,6 +6,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -289,15 +290,19 @@ for name in names:
 """
 
 
-def _check_archives(session: nox.Session, sdist: str, wheel: str) -> None:
-    """The wheel holds the whole package, py.typed and the licence, nothing else; the sdist has LICENSE."""
+def _check_archives(session: nox.Session, sdist: str, wheel: str, *, compiled: bool) -> None:
+    """The wheel holds the whole package, py.typed and the licence, nothing else (and, *compiled*,
+    the C module hatch_build.py builds, not a build left in the checkout); the sdist has LICENSE."""
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = set(archive.namelist())
     package = {
         path.replace(os.sep, "/")
         for path in glob.glob("aiosendfile/**/*", recursive=True)
-        if os.path.isfile(path) and "__pycache__" not in path and not path.endswith(".pyc")
+        if os.path.isfile(path) and "__pycache__" not in path and not path.endswith((".pyc", ".so"))
     }
+    built = sorted(n for n in in_wheel if n.endswith(".so"))
+    if len(built) != compiled or not all(n.startswith("aiosendfile/_syscalls.") for n in built):
+        session.error(f"wheel {wheel}: compiled modules {built}, expected {'one' if compiled else 'none'}")
     missing = sorted(package - in_wheel)
     foreign = sorted(n for n in in_wheel if n.split("/")[0] != "aiosendfile" and ".dist-info/" not in n)
     if missing or foreign or "aiosendfile/py.typed" not in in_wheel:
@@ -323,8 +328,24 @@ def build(session: nox.Session) -> None:
     (sdist,) = glob.glob("dist/aiosendfile-*.tar.gz")
     (wheel,) = glob.glob("dist/aiosendfile-*.whl")
     session.run("twine", "check", "--strict", sdist, wheel)
-    _check_archives(session, sdist, wheel)
+    compiled = sys.platform.startswith(
+        "linux"
+    )  # hatch_build.py: aiosendfile/_syscalls.c, where a compiler is
+    _check_archives(session, sdist, wheel, compiled=compiled)
     wheel = os.path.abspath(wheel)
+    with tempfile.TemporaryDirectory(prefix="aiosendfile-pure-") as tmp:  # a machine without a compiler
+        session.run(
+            "python", "-m", "build", "--installer", "uv", "--wheel", "--outdir", tmp, env={"CC": "false"}
+        )
+        (pure,) = glob.glob(os.path.join(tmp, "aiosendfile-*-py3-none-any.whl"))
+        _check_archives(session, sdist, pure, compiled=False)
+        _check_wheel(session, os.path.abspath(pure), compiled=False)
+    _check_wheel(session, wheel, compiled=compiled)
+
+
+def _check_wheel(session: nox.Session, wheel: str, *, compiled: bool) -> None:
+    """*wheel* installed in a fresh venv outside the checkout: bare, it imports and serve starts
+    (with the compiled system calls or without, as *compiled* says); with the extras, every door."""
     with tempfile.TemporaryDirectory(prefix="aiosendfile-wheel-") as tmp:
         python = os.path.join(tmp, "venv", "bin", "python")
         pip = ["uv", "pip", "install", "-q", "--python", python]
@@ -338,6 +359,10 @@ def build(session: nox.Session) -> None:
             session.run(*pip, wheel, external=True)  # no extras: the core needs nothing else
             session.run(python, "-I", check, "--bare", "aiosendfile", external=True)
             session.run(python, "-I", "-m", "aiosendfile", "serve", "--help", external=True, silent=True)
+            has = (
+                "import sys, aiosendfile; sys.exit(aiosendfile.capabilities()['compiled_syscalls'] is not {})"
+            )
+            session.run(python, "-I", "-c", has.format(compiled), external=True)
             session.run(*pip, f"{wheel}[aiohttp,asgi,django]", external=True)  # what the door modules import
             modules = [
                 "aiosendfile",

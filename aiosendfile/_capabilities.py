@@ -20,6 +20,8 @@ def capabilities() -> dict[str, Any]:
         "page_cache_probe": _platform.HAS_RWF_NOWAIT,
         # True: the probe sees every page of a chunk (cachestat(2)), not its two ends.
         "whole_chunk_probe": _platform.range_cached_available(),
+        # True: cachestat(2) and openat2(2) through the C module built at install (Linux, a compiler).
+        "compiled_syscalls": _platform.HAS_SYSCALLS_MODULE,
         "cork": _platform.CORK_OPTION is not None,
         "cold_pool_threads": COLD_POOL_THREADS,
         "max_chunk": DEFAULT_MAX_CHUNK,

@@ -25,7 +25,6 @@ import errno
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -317,68 +316,54 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # cachestat(2) (Linux >= 6.5): how many pages of a range are in the page cache, without
 # reading anything. A 1-byte RWF_NOWAIT read of a missing page starts readahead for it
 # from the calling (loop) thread; cachestat has no side effects and sees the whole range.
-_CACHESTAT_NR = {"x86_64": 451, "aarch64": 451, "arm64": 451, "riscv64": 451, "ppc64le": 451, "s390x": 451}
+# It and openat2 come from aiosendfile._syscalls, a C module built at install where a compiler
+# is: the standard library has no binding, and a ctypes call costs 2-3 times as much.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_SYSCALLS_ABI = 1  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
+
+
+def _load_syscalls() -> Any:
+    """The compiled ``_syscalls`` module, or None: not built here, built from another version, or
+    turned off (``AIOSENDFILE_NO_EXTENSIONS`` set to anything but empty: the pure-Python path)."""
+    if PLATFORM != "linux" or os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
+        return None
+    try:
+        from . import _syscalls
+    except ImportError:
+        return None
+    return _syscalls if getattr(_syscalls, "ABI", None) == _SYSCALLS_ABI else None
+
+
+_syscalls = _load_syscalls()
+#: Whether the compiled system calls are here (``capabilities()`` says it).
+HAS_SYSCALLS_MODULE: bool = _syscalls is not None
 
 
 class _Cachestat:
-    """A ctypes binding of ``cachestat(2)``, built lazily; ``call`` is None where it is missing."""
+    """``cachestat(2)`` as ``call(fd, offset, size)``: pages cached, or None where the kernel cannot
+    tell. ``call`` is None where it is missing (no compiled module, an old kernel, a filter)."""
 
     def __init__(self) -> None:
         self.call: Callable[[int, int, int], int | None] | None = None
-        if PLATFORM != "linux":
+        if _syscalls is None:
             return
-        nr = _CACHESTAT_NR.get(os.uname().machine)
-        if nr is None:
-            return
-        try:
-            import ctypes
-        except ImportError:  # pragma: no cover - CPython without ctypes
-            return
-
-        try:
-            syscall = ctypes.CDLL(None, use_errno=True).syscall
-        except (OSError, AttributeError):
-            return
-        syscall.restype = ctypes.c_long
-        number = ctypes.c_long(nr)
-        # Each thread's own struct cachestat_range (in) and struct cachestat (out), with their
-        # addresses as ctypes pointers, built at its first call: a call then converts nothing but
-        # the fd (measured in a server on the mixed set: 2.6 µs a call instead of 3.4).
-        buffers = threading.local()
-
-        def made() -> tuple[Any, Any, Any, Any]:
-            rng, st = (ctypes.c_uint64 * 2)(), (ctypes.c_uint64 * 5)()
-            buffers.args = args = (
-                rng,
-                st,
-                ctypes.c_void_p(ctypes.addressof(rng)),
-                ctypes.c_void_p(ctypes.addressof(st)),
-            )
-            return args
+        cachestat = _syscalls.cachestat
 
         def call(fd: int, offset: int, size: int) -> int | None:
             """Pages of [offset, offset+size) in the cache, or None if the kernel cannot tell."""
-            try:
-                rng, st, rng_at, st_at = buffers.args
-            except AttributeError:
-                rng, st, rng_at, st_at = made()
-            rng[0] = offset
-            rng[1] = size
-            if syscall(number, fd, rng_at, st_at, 0) != 0:
-                err = ctypes.get_errno()
-                if err in (errno.ENOSYS, errno.EPERM):  # old kernel, or a seccomp filter
-                    self.call = None
-                elif err == errno.EBADF:
-                    raise OSError(err, os.strerror(err))
-                return None
-            pages: int = st[0]  # (nr_cache)
-            return pages
+            pages: int = cachestat(fd, offset, size)
+            if pages >= 0:
+                return pages
+            if pages in (-errno.ENOSYS, -errno.EPERM):  # old kernel, or a seccomp filter
+                self.call = None
+            elif pages == -errno.EBADF:
+                raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+            return None
 
         self.call = call  # until the kernel says ENOSYS
 
 
-_cachestat = _Cachestat()  # built at import: ctypes set-up takes milliseconds, not for the loop thread
+_cachestat = _Cachestat()
 
 
 def range_cached_available() -> bool:
@@ -410,54 +395,30 @@ def _pages_of(offset: int, size: int) -> int:
 
 # openat2(2) with RESOLVE_CACHED (Linux >= 5.12): a path lookup that fails with EAGAIN instead of
 # reading a directory or an inode from the disk. The same number on every architecture.
-_OPENAT2_NR = 437
-_RESOLVE_CACHED = 0x20
 _RESOLVE_NO_SYMLINKS = 0x04
-_AT_FDCWD = -100
 #: What ``openat2`` answers where it is not there to use: no such call, a seccomp filter, an
 #: unknown flag (no ``RESOLVE_CACHED`` before Linux 5.12), a larger ``struct open_how``.
 _REFUSED = frozenset((errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG))
 
 
 class _CachedLookup:
-    """A ctypes binding of ``openat2(O_PATH, RESOLVE_CACHED)`` (``call``) and of the open that
-    reads (``open``: ``O_RDONLY | O_NONBLOCK``, ``RESOLVE_CACHED | RESOLVE_NO_SYMLINKS``), built
-    at import; each is None where it is missing (not Linux, an old kernel, a seccomp filter)."""
+    """``openat2(O_PATH, RESOLVE_CACHED)`` (``call``) and the open that reads (``open``:
+    ``O_RDONLY | O_NONBLOCK``, ``RESOLVE_CACHED | RESOLVE_NO_SYMLINKS``); each is None where it is
+    missing (no compiled module, not Linux, an old kernel, a seccomp filter)."""
 
     def __init__(self) -> None:
         self.call: Callable[[str], bool | None] | None = None
         self.open: Callable[[str], int | None] | None = None
-        if PLATFORM != "linux" or not hasattr(os, "O_PATH"):
+        if _syscalls is None or not hasattr(os, "O_PATH"):
             return
-        try:
-            import ctypes
-        except ImportError:  # pragma: no cover - CPython without ctypes
-            return
-
-        class How(ctypes.Structure):
-            _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
-
-        try:
-            syscall = ctypes.CDLL(None, use_errno=True).syscall
-        except (OSError, AttributeError):
-            return
-        syscall.restype = ctypes.c_long
-        how = How(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_CACHED)
-        how_ref, how_size = ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how))
-        nr, cwd = ctypes.c_long(_OPENAT2_NR), ctypes.c_int(_AT_FDCWD)
-        fsencode, close, get_errno = os.fsencode, os.close, ctypes.get_errno
-
-        def openat2(path: str, how: Any) -> int:
-            """The descriptor, or minus the errno (a NUL in the path: -ENOENT, no such path)."""
-            name = fsencode(path)
-            if b"\0" in name:
-                return -errno.ENOENT
-            fd = syscall(nr, cwd, name, how, how_size)
-            return int(fd) if fd >= 0 else -get_errno()
+        openat2 = _syscalls.openat2_cached  # RESOLVE_CACHED always; minus the errno on a refusal
+        looking = os.O_PATH | os.O_CLOEXEC
+        opening = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+        close = os.close
 
         def call(path: str) -> bool | None:
             """False: the lookup would read the disk. True: it ends without (found or not)."""
-            fd = openat2(path, how_ref)
+            fd: int = openat2(path, looking, 0)
             if fd >= 0:
                 close(fd)
                 return True
@@ -466,13 +427,10 @@ class _CachedLookup:
                 return None
             return fd != -errno.EAGAIN  # ENOENT, ENOTDIR, EACCES, ELOOP...: answered from the caches
 
-        opening = How(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE_CACHED | _RESOLVE_NO_SYMLINKS)
-        opening_ref = ctypes.byref(opening)
-
         def open_(path: str) -> int | None:
             """The descriptor, or minus the errno (EAGAIN: it would read the disk; ELOOP: a
             symlink on the way); None where the kernel cannot tell."""
-            fd = openat2(path, opening_ref)
+            fd: int = openat2(path, opening, _RESOLVE_NO_SYMLINKS)
             if fd < 0 and -fd in _REFUSED:
                 self.open = None
                 return None

@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -141,19 +142,10 @@ def test_cached_lookup_says_when_a_path_would_need_the_disk(tmp_path: Path) -> N
 def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without openat2 or RESOLVE_CACHED (ENOSYS, EINVAL) or a seccomp filter (EPERM):
     None from then on, for the lookup and for the open, so callers keep their conservative path."""
-    probe = _platform._CachedLookup()
-    if probe.call is None:
-        pytest.skip("no openat2 binding here")
-    import ctypes
-
-    class Refusing:
-        restype = None
-
-        def __call__(self, *args: Any) -> int:
-            ctypes.set_errno(errno.ENOSYS)
-            return -1
-
-    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: type("L", (), {"syscall": Refusing()})())
+    if _platform._syscalls is None:
+        pytest.skip("aiosendfile._syscalls not built here: no openat2 to refuse")
+    refusing = SimpleNamespace(openat2_cached=lambda path, flags, resolve: -errno.ENOSYS)
+    monkeypatch.setattr(_platform, "_syscalls", refusing)
     refused = _platform._CachedLookup()
     assert refused.call is not None
     assert refused.open is not None

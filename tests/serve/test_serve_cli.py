@@ -15,13 +15,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trustme
+
+from aiosendfile import _platform
 
 from ..support.connections import trusting
 from ..support.files import pattern
@@ -193,11 +196,17 @@ def test_serve_refuses_unusable_tls_files(served_dir: Path, args: list[str], mes
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def _serve_with(prelude: str, served_dir: Path, *args: str) -> str:
-    """Run serve in a ``python -c`` whose *prelude* runs first, GET hello.txt, stop it with SIGINT
-    (exit status 0); its stderr."""
+def _serve_with(
+    prelude: str,
+    served_dir: Path,
+    *args: str,
+    exercise: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run serve in a ``python -c`` whose *prelude* runs first, GET hello.txt (and *exercise* it
+    with its base URL), stop it with SIGINT (exit status 0); its stderr."""
     code = f"{prelude}; from aiosendfile._cli._main import main; sys.exit(main(sys.argv[1:]))"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", str(served_dir), "--port", "0", *args],
         stdout=subprocess.PIPE,
@@ -211,6 +220,8 @@ def _serve_with(prelude: str, served_dir: Path, *args: str) -> str:
         assert match, proc.stderr.read() if proc.stderr else ""
         with urllib.request.urlopen(match["url"] + "hello.txt", timeout=10) as resp:
             assert resp.read() == b"hello"
+        if exercise is not None:
+            exercise(match["url"])
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
     finally:
@@ -223,6 +234,65 @@ def _serve_with(prelude: str, served_dir: Path, *args: str) -> str:
 def test_serve_needs_no_web_framework(served_dir: Path) -> None:
     """The serve extra is uvloop + httptools: serve runs, and answers, with aiohttp unimportable."""
     _serve_with("import sys; sys.modules['aiohttp'] = None", served_dir)
+
+
+#: A prelude that reports ``ctypes`` being imported (with where from) and, at exit, whether the
+#: compiled system calls were in use.
+_WATCH_CTYPES = (
+    "import atexit, sys, traceback; "
+    "sys.addaudithook(lambda event, args: event == 'import' and args[0] in ('ctypes', '_ctypes') "
+    "and print('ctypes imported', *traceback.format_stack(), file=sys.stderr)); "
+    "atexit.register(lambda: print('syscalls', sys.modules['aiosendfile._platform'].HAS_SYSCALLS_MODULE, "
+    "sys.modules['aiosendfile._platform'].range_cached_available(), file=sys.stderr))"
+)
+
+
+def _every_kind_of_request(base: str) -> None:
+    """A first sight, its repeat, a large file in chunks (the page-cache probe), a range, a
+    listing, a miss, an upload and its read-back: each path a request can take."""
+
+    def fetch(path: str, **kwargs: Any) -> tuple[int, bytes]:
+        request = urllib.request.Request(base + path, **kwargs)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    assert fetch("file.bin") == (200, pattern(300_000))
+    assert fetch("file.bin") == (200, pattern(300_000))
+    assert fetch("large.bin") == (200, pattern(5 * 2**20))
+    assert fetch("large.bin", headers={"Range": "bytes=3000000-3000009"}) == (
+        206,
+        pattern(5 * 2**20)[3000000:3000010],
+    )
+    assert fetch("")[0] == 200
+    assert fetch("nothing-here")[0] == 404
+    assert fetch("put.bin", data=b"x" * 70_000, method="PUT")[0] == 201
+    assert fetch("put.bin") == (200, b"x" * 70_000)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pure"])
+def test_serving_imports_no_ctypes(served_dir: Path, loop: str, compiled: bool) -> None:
+    """No request path reaches ``ctypes`` (a call through it costs 2-3 times a C call): cachestat
+    and openat2 come from the compiled ``_syscalls`` where it was built, and without it (or with
+    ``AIOSENDFILE_NO_EXTENSIONS``) serve does without them, as on a kernel that lacks them."""
+    if compiled and not _platform.HAS_SYSCALLS_MODULE:
+        pytest.skip("aiosendfile._syscalls was not built here (no compiler at install)")
+    (served_dir / "large.bin").write_bytes(pattern(5 * 2**20))
+    err = _serve_with(
+        _WATCH_CTYPES,
+        served_dir,
+        "--loop",
+        loop,
+        "--upload",
+        exercise=_every_kind_of_request,
+        env={} if compiled else {"AIOSENDFILE_NO_EXTENSIONS": "1"},
+    )
+    assert "ctypes imported" not in err, err
+    expected = f"syscalls {compiled} {compiled and _platform.range_cached_available()}"
+    assert expected in err.splitlines(), err
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])

@@ -1,0 +1,177 @@
+/* aiosendfile._syscalls: the two Linux system calls the standard library has no binding for.
+ *
+ * cachestat(2) (Linux >= 6.5) counts the pages of a range in the page cache; openat2(2) with
+ * RESOLVE_CACHED (Linux >= 5.12) looks a path up and opens it only where that reads no disk.
+ * _platform calls them, and only _platform: on a request path a ctypes call costs 2-3 times a
+ * C call (docs/performance.md, "No ctypes on the request path"). Where this module was not
+ * built (no compiler at install, AIOSENDFILE_NO_EXTENSIONS, not Linux), _platform does without
+ * both calls, as on a kernel that lacks them.
+ *
+ * Both functions answer an int: what the call returns, or minus the errno, never an exception
+ * for a refusal (the caller tells ENOSYS, EAGAIN, ELOOP... apart). Neither releases the GIL:
+ * cachestat reads nothing, and openat2 here always carries RESOLVE_CACHED, which answers EAGAIN
+ * where the lookup would wait for the disk; taking the GIL back can wait for another thread's
+ * switch interval, which costs more than the call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
+#define SYSCALLS_ABI 1
+
+/* Both numbers are the same on every architecture of the unified syscall table. */
+#if defined(SYS_cachestat)
+#define NR_CACHESTAT SYS_cachestat
+#elif defined(__x86_64__) || defined(__aarch64__) || defined(__riscv) || defined(__powerpc64__) || \
+    defined(__s390x__) || defined(__loongarch64)
+#define NR_CACHESTAT 451
+#endif
+
+#if defined(SYS_openat2)
+#define NR_OPENAT2 SYS_openat2
+#elif defined(__x86_64__) || defined(__aarch64__) || defined(__riscv) || defined(__powerpc64__) || \
+    defined(__s390x__) || defined(__loongarch64)
+#define NR_OPENAT2 437
+#endif
+
+#define RESOLVE_CACHED_FLAG 0x20
+
+struct range_in {
+    uint64_t off, len; /* struct cachestat_range */
+};
+
+struct cachestat_out {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+struct open_how_in {
+    uint64_t flags, mode, resolve; /* struct open_how */
+};
+
+static int
+as_fd(PyObject *value, int *fd)
+{
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return 0;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "fd out of range");
+        return 0;
+    }
+    *fd = (int)v;
+    return 1;
+}
+
+PyDoc_STRVAR(cachestat_doc,
+             "cachestat(fd, offset, size) -> int\n\n"
+             "Pages of [offset, offset+size) in the page cache, or minus the errno.");
+
+static PyObject *
+syscalls_cachestat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    int fd;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cachestat() takes fd, offset and size");
+        return NULL;
+    }
+    if (!as_fd(args[0], &fd))
+        return NULL;
+    unsigned long long offset = PyLong_AsUnsignedLongLong(args[1]);
+    if (offset == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long size = PyLong_AsUnsignedLongLong(args[2]);
+    if (size == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+#ifdef NR_CACHESTAT
+    struct range_in range = {offset, size};
+    struct cachestat_out out;
+    if (syscall(NR_CACHESTAT, fd, &range, &out, 0) != 0)
+        return PyLong_FromLong(-(long)errno);
+    return PyLong_FromUnsignedLongLong(out.nr_cache);
+#else
+    return PyLong_FromLong(-(long)ENOSYS);
+#endif
+}
+
+PyDoc_STRVAR(openat2_cached_doc,
+             "openat2_cached(path, flags, resolve) -> int\n\n"
+             "openat2(AT_FDCWD, path, {flags, 0, resolve | RESOLVE_CACHED}): the descriptor, or\n"
+             "minus the errno (a NUL in the path: -ENOENT, no such path).");
+
+static PyObject *
+syscalls_openat2_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *name = NULL;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "openat2_cached() takes path, flags and resolve");
+        return NULL;
+    }
+    unsigned long long flags = PyLong_AsUnsignedLongLong(args[1]);
+    if (flags == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long resolve = PyLong_AsUnsignedLongLong(args[2]);
+    if (resolve == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (!PyUnicode_FSConverter(args[0], &name)) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) /* ValueError: an embedded NUL */
+            return NULL;
+        PyErr_Clear();
+        return PyLong_FromLong(-(long)ENOENT);
+    }
+#ifdef NR_OPENAT2
+    struct open_how_in how = {flags, 0, resolve | RESOLVE_CACHED_FLAG};
+    long fd = syscall(NR_OPENAT2, AT_FDCWD, PyBytes_AS_STRING(name), &how, sizeof how);
+    long result = fd >= 0 ? fd : -(long)errno;
+#else
+    long result = -(long)ENOSYS;
+#endif
+    Py_DECREF(name);
+    return PyLong_FromLong(result);
+}
+
+static PyMethodDef syscalls_methods[] = {
+    {"cachestat", (PyCFunction)(void (*)(void))syscalls_cachestat, METH_FASTCALL, cachestat_doc},
+    {"openat2_cached", (PyCFunction)(void (*)(void))syscalls_openat2_cached, METH_FASTCALL,
+     openat2_cached_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+syscalls_exec(PyObject *module)
+{
+    return PyModule_AddIntConstant(module, "ABI", SYSCALLS_ABI);
+}
+
+static PyModuleDef_Slot syscalls_slots[] = {
+    {Py_mod_exec, syscalls_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef syscalls_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aiosendfile._syscalls",
+    .m_doc = "cachestat(2) and openat2(2) with RESOLVE_CACHED, for aiosendfile._platform only.",
+    .m_size = 0,
+    .m_methods = syscalls_methods,
+    .m_slots = syscalls_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__syscalls(void)
+{
+    return PyModuleDef_Init(&syscalls_module);
+}
