@@ -4,12 +4,14 @@ Without it (no compiler, not Linux, ``AIOSENDFILE_NO_EXTENSIONS=1``, a failed co
 pure Python and ``aiosendfile._platform`` does without ``cachestat``/``openat2``, as on a kernel that
 lacks them: the build never fails for its sake. An editable install compiles it into the checkout
 (beside the source, one file per Python: ``_syscalls.cpython-311-x86_64-linux-gnu.so``, ignored by
-git); a wheel gets it from a build directory and is tagged for its Python and platform.
+git), and removes that Python's earlier one first, so an install that builds nothing runs pure; a
+wheel gets it from a build directory and is tagged for its Python and platform.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shlex
 import shutil
@@ -25,24 +27,33 @@ SOURCE = os.path.join("aiosendfile", "_syscalls.c")
 
 
 def _compile(source: str, target: str) -> str | None:
-    """Compile *source* into the extension module *target*; None, or why it was not built."""
-    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    """Compile *source* into the extension module *target*; None, or why it was not built (then
+    nothing is left at *target*, nor half a file beside it)."""
     include = sysconfig.get_paths()["include"]
     if not os.path.exists(os.path.join(include, "Python.h")):
         return f"no Python.h in {include}"
-    cflags = ["-O2", "-fPIC", "-Wall", "-std=c99", "-D_GNU_SOURCE", f"-I{include}"]
     partial = f"{target}.{os.getpid()}.tmp"
-    command = [*cc, *cflags, "-shared", source, "-o", partial]
     try:
+        cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+        cflags = ["-O2", "-fPIC", "-Wall", "-std=c99", "-D_GNU_SOURCE", f"-I{include}"]
+        command = [*cc, *cflags, "-shared", source, "-o", partial]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"{shlex.join(command)}: {exc}"
-    if done.returncode != 0:
+        if done.returncode != 0:
+            return f"{shlex.join(command)} failed:\n{done.stderr.strip()}"
+        os.replace(partial, target)  # at once: a process importing the old file never sees half of it
+        return None
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:  # (ValueError: CC unparsable)
+        return f"{exc}"
+    finally:
         with contextlib.suppress(OSError):
             os.remove(partial)
-        return f"{shlex.join(command)} failed:\n{done.stderr.strip()}"
-    os.replace(partial, target)  # at once: a process importing the old file never sees half of it
-    return None
+
+
+def _remove_built(root: str) -> None:
+    """An editable install that builds nothing leaves no earlier build in the checkout to be used
+    in its place (the same Python's only: each has its own file)."""
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(root, "aiosendfile", "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")))
 
 
 class SyscallsBuildHook(BuildHookInterface):
@@ -53,6 +64,8 @@ class SyscallsBuildHook(BuildHookInterface):
         if not sys.platform.startswith("linux"):
             return  # cachestat and openat2 are Linux's
         if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
+            if version == "editable":
+                _remove_built(self.root)
             self.app.display_info("aiosendfile: AIOSENDFILE_NO_EXTENSIONS set, the wheel is pure Python")
             return
         name = "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")
@@ -62,6 +75,8 @@ class SyscallsBuildHook(BuildHookInterface):
         else:
             self._made = tempfile.mkdtemp(prefix="aiosendfile-build-")
             target = os.path.join(self._made, name)
+        if version == "editable":
+            _remove_built(self.root)  # (a failed build must not leave the last one in use)
         why = _compile(source, target)
         if why is not None:
             self.app.display_warning(f"aiosendfile: {name} not built, pure Python instead ({why})")
@@ -70,6 +85,12 @@ class SyscallsBuildHook(BuildHookInterface):
         build_data["infer_tag"] = True
         if version != "editable":
             build_data["force_include"][target] = f"aiosendfile/{name}"
+
+    def clean(self, versions: list[str]) -> None:
+        """``hatch clean``: the builds an editable install left in the checkout, every Python's."""
+        for built in glob.glob(os.path.join(self.root, "aiosendfile", "_syscalls.*.so")):
+            with contextlib.suppress(OSError):
+                os.remove(built)
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         if getattr(self, "_made", None):

@@ -243,8 +243,9 @@ def stress(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
-    session.run("ruff", "check", "aiosendfile", "tests", "examples", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "aiosendfile", "tests", "examples", "benchmarks", "noxfile.py")
+    paths = ["aiosendfile", "tests", "examples", "benchmarks", "noxfile.py", "hatch_build.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session

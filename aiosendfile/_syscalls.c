@@ -8,10 +8,11 @@
  * both calls, as on a kernel that lacks them.
  *
  * Both functions answer an int: what the call returns, or minus the errno, never an exception
- * for a refusal (the caller tells ENOSYS, EAGAIN, ELOOP... apart). Neither releases the GIL:
- * cachestat reads nothing, and openat2 here always carries RESOLVE_CACHED, which answers EAGAIN
- * where the lookup would wait for the disk; taking the GIL back can wait for another thread's
- * switch interval, which costs more than the call.
+ * for a refusal (the caller tells ENOSYS, EAGAIN, ELOOP... apart). cachestat keeps the GIL: it
+ * reads nothing and never waits, and taking the GIL back can wait for another thread's switch
+ * interval, which costs more than the call. openat2 lets it go, as the ctypes call did: its
+ * RESOLVE_CACHED bounds the path lookup, not the file system's own open (an NFS or FUSE open
+ * asks a server or a daemon).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,7 +26,7 @@
 #include <unistd.h>
 
 /* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
-#define SYSCALLS_ABI 1
+#define SYSCALLS_ABI 2
 
 /* Both numbers are the same on every architecture of the unified syscall table. */
 #if defined(SYS_cachestat)
@@ -56,6 +57,21 @@ struct open_how_in {
     uint64_t flags, mode, resolve; /* struct open_how */
 };
 
+/* *value* (any integer-like object, as os.* takes) as an unsigned 64-bit value. */
+static int
+as_u64(PyObject *value, unsigned long long *out)
+{
+    PyObject *index = PyNumber_Index(value);
+    if (index == NULL)
+        return 0;
+    unsigned long long v = PyLong_AsUnsignedLongLong(index);
+    Py_DECREF(index);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return 0;
+    *out = v;
+    return 1;
+}
+
 static int
 as_fd(PyObject *value, int *fd)
 {
@@ -75,20 +91,15 @@ PyDoc_STRVAR(cachestat_doc,
              "Pages of [offset, offset+size) in the page cache, or minus the errno.");
 
 static PyObject *
-syscalls_cachestat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+syscalls_cachestat(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     int fd;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "cachestat() takes fd, offset and size");
         return NULL;
     }
-    if (!as_fd(args[0], &fd))
-        return NULL;
-    unsigned long long offset = PyLong_AsUnsignedLongLong(args[1]);
-    if (offset == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    unsigned long long size = PyLong_AsUnsignedLongLong(args[2]);
-    if (size == (unsigned long long)-1 && PyErr_Occurred())
+    unsigned long long offset, size;
+    if (!as_fd(args[0], &fd) || !as_u64(args[1], &offset) || !as_u64(args[2], &size))
         return NULL;
 #ifdef NR_CACHESTAT
     struct range_in range = {offset, size};
@@ -107,32 +118,50 @@ PyDoc_STRVAR(openat2_cached_doc,
              "minus the errno (a NUL in the path: -ENOENT, no such path).");
 
 static PyObject *
-syscalls_openat2_cached(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+syscalls_openat2_cached(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *name = NULL;
+    unsigned long long flags, resolve;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "openat2_cached() takes path, flags and resolve");
         return NULL;
     }
-    unsigned long long flags = PyLong_AsUnsignedLongLong(args[1]);
-    if (flags == (unsigned long long)-1 && PyErr_Occurred())
+    if (!as_u64(args[1], &flags) || !as_u64(args[2], &resolve))
         return NULL;
-    unsigned long long resolve = PyLong_AsUnsignedLongLong(args[2]);
-    if (resolve == (unsigned long long)-1 && PyErr_Occurred())
+    /* As os.fsencode: str (encoded, surrogateescape), bytes, or an os.PathLike of either; an
+       unencodable str raises as it would there. */
+    PyObject *path = PyOS_FSPath(args[0]);
+    if (path == NULL)
         return NULL;
-    if (!PyUnicode_FSConverter(args[0], &name)) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError)) /* ValueError: an embedded NUL */
-            return NULL;
-        PyErr_Clear();
-        return PyLong_FromLong(-(long)ENOENT);
+    PyObject *name = NULL;
+    if (PyUnicode_Check(path))
+        name = PyUnicode_EncodeFSDefault(path);
+    else if (PyBytes_Check(path)) {
+        name = path;
+        Py_INCREF(name);
     }
+    else
+        PyErr_SetString(PyExc_TypeError, "openat2_cached() takes a str, bytes or os.PathLike path");
+    Py_DECREF(path);
+    if (name == NULL)
+        return NULL;
+    const char *chars = PyBytes_AS_STRING(name);
+    long result;
+    if (memchr(chars, 0, (size_t)PyBytes_GET_SIZE(name)) != NULL)
+        result = -(long)ENOENT; /* a NUL: no such path (the kernel would read up to it) */
+    else {
 #ifdef NR_OPENAT2
-    struct open_how_in how = {flags, 0, resolve | RESOLVE_CACHED_FLAG};
-    long fd = syscall(NR_OPENAT2, AT_FDCWD, PyBytes_AS_STRING(name), &how, sizeof how);
-    long result = fd >= 0 ? fd : -(long)errno;
+        struct open_how_in how = {flags, 0, resolve | RESOLVE_CACHED_FLAG};
+        long fd;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        fd = syscall(NR_OPENAT2, AT_FDCWD, chars, &how, sizeof how);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        result = fd >= 0 ? fd : -(long)err;
 #else
-    long result = -(long)ENOSYS;
+        result = -(long)ENOSYS;
 #endif
+    }
     Py_DECREF(name);
     return PyLong_FromLong(result);
 }

@@ -142,8 +142,6 @@ def test_cached_lookup_says_when_a_path_would_need_the_disk(tmp_path: Path) -> N
 def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without openat2 or RESOLVE_CACHED (ENOSYS, EINVAL) or a seccomp filter (EPERM):
     None from then on, for the lookup and for the open, so callers keep their conservative path."""
-    if _platform._syscalls is None:
-        pytest.skip("aiosendfile._syscalls not built here: no openat2 to refuse")
     refusing = SimpleNamespace(openat2_cached=lambda path, flags, resolve: -errno.ENOSYS)
     monkeypatch.setattr(_platform, "_syscalls", refusing)
     refused = _platform._CachedLookup()

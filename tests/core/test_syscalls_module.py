@@ -38,7 +38,8 @@ def test_cachestat_counts_cached_pages_or_answers_minus_the_errno(tmp_path: Path
         assert syscalls.cachestat(fd, _platform._PAGE, 1) == 1
     finally:
         os.close(fd)
-    assert syscalls.cachestat(fd, 0, 4096) == -errno.EBADF  # closed: an answer, not an exception
+    assert syscalls.cachestat(-1, 0, 4096) == -errno.EBADF  # an answer, not an exception
+    assert syscalls.cachestat(-1, True, 4096) == -errno.EBADF  # (integer-like, as os.* takes)
     with pytest.raises(OverflowError):
         syscalls.cachestat(fd, -1, 4096)
     with pytest.raises(OverflowError):
@@ -71,6 +72,9 @@ def test_openat2_cached_opens_or_answers_minus_the_errno(tmp_path: Path) -> None
     assert syscalls.openat2_cached(str(tmp_path / "link"), reading, no_symlinks) == -errno.ELOOP
     assert syscalls.openat2_cached(str(tmp_path / "never-looked-up"), reading, 0) == -errno.EAGAIN
     assert syscalls.openat2_cached(str(tmp_path / "real") + "\0tail", reading, 0) == -errno.ENOENT
+    assert syscalls.openat2_cached(os.fsencode(tmp_path / "real") + b"\0", reading, 0) == -errno.ENOENT
+    with pytest.raises(UnicodeEncodeError):  # (as os.fsencode: not taken for "no such path")
+        syscalls.openat2_cached(str(tmp_path / "\ud800"), reading, 0)
     with pytest.raises(TypeError):
         syscalls.openat2_cached(3, reading, 0)
     with pytest.raises(TypeError):
@@ -79,6 +83,7 @@ def test_openat2_cached_opens_or_answers_minus_the_errno(tmp_path: Path) -> None
 
 def test_a_stale_or_foreign_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module left in the checkout by an older build (another ABI) is ignored, not half-used."""
+    monkeypatch.delenv("AIOSENDFILE_NO_EXTENSIONS", raising=False)
     monkeypatch.setattr(aiosendfile, "_syscalls", SimpleNamespace(ABI=0), raising=False)
     monkeypatch.setitem(sys.modules, "aiosendfile._syscalls", aiosendfile._syscalls)
     assert _platform._load_syscalls() is None
@@ -101,3 +106,21 @@ def test_without_the_module_the_probes_say_they_cannot_tell() -> None:
     env = {**cli_env(), "AIOSENDFILE_NO_EXTENSIONS": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.split() == ["None", "False", "None", "None", "None", "False", "False"]
+
+
+def test_a_cachestat_refused_by_the_kernel_turns_the_probe_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSYS (a kernel before 6.5) or EPERM (a seccomp filter): None from then on, so the probe
+    falls back to its two-page check; EBADF is the caller's error and raises; any other refusal
+    says only "cannot tell" for that call."""
+    answers = [-errno.EINVAL, -errno.EBADF, -errno.ENOSYS]
+    monkeypatch.setattr(
+        _platform, "_syscalls", SimpleNamespace(cachestat=lambda fd, off, size: answers.pop(0))
+    )
+    probe = _platform._Cachestat()
+    assert probe.call is not None
+    assert probe.call(0, 0, 4096) is None
+    assert probe.call is not None  # (EINVAL: this call only)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        probe.call(0, 0, 4096)
+    assert probe.call(0, 0, 4096) is None
+    assert probe.call is None
