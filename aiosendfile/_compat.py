@@ -32,6 +32,8 @@ uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
     found among ``gc.get_referents`` (Cython's traversal of the object's fields).
 ssl (``ssl.py``)
   * :func:`ssl_calls`: ``SSLSocket._sslobj``, the ``_ssl._SSLSocket`` under the Python wrapper.
+socket (``socket.py``)
+  * :func:`acceptor`: ``socket._accept``, the C call under ``socket.accept``.
 aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
   * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
   * :func:`keep_headers_buffered`: ``StreamResponse._send_headers_immediately`` (set on a subclass).
@@ -48,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -58,6 +61,7 @@ _T = TypeVar("_T", bound=type)
 __all__ = (
     "RELIED_ON",
     "Internal",
+    "acceptor",
     "defuse_py310_tls_resume",
     "keep_headers_buffered",
     "native_transport_types",
@@ -110,6 +114,7 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
         ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
         ("ssl", "ssl.SSLSocket", "_sslobj"),
+        ("socket", "socket.socket", "_accept"),
         ("django", "django.http.response.HttpResponseBase", "_handler_class"),
     )
 )
@@ -259,6 +264,27 @@ def ssl_calls(sock: ssl.SSLSocket) -> tuple[Callable[..., Any], Callable[..., An
     if inner is not None and all(hasattr(inner, name) for name in ("read", "write", "pending")):
         return inner.read, inner.write, inner.pending
     return sock.recv, sock.send, sock.pending
+
+
+# -- socket --------------------------------------------------------------------------------------
+
+
+def acceptor(sock: socket.socket) -> Callable[[], tuple[int, Any]]:
+    """*sock*'s accept as ``() -> (descriptor, address)``: ``socket._accept`` (every version
+    checked: ``accept4`` with ``SOCK_CLOEXEC``), the call ``socket.accept`` wraps. The wrapper
+    adds what ``serve``'s listener undoes or never uses, per connection: the new socket object,
+    the conversion of its family and type to enums, and, for a non-blocking listening socket,
+    an ``ioctl`` that makes the new one blocking (the loop makes it non-blocking again). Missing:
+    the wrapper's, its socket detached."""
+    inner = getattr(sock, "_accept", None)
+    if inner is not None:
+        return inner  # type: ignore[no-any-return]
+
+    def accept() -> tuple[int, Any]:
+        conn, address = sock.accept()
+        return conn.detach(), address
+
+    return accept
 
 
 # -- aiohttp -------------------------------------------------------------------------------------

@@ -9,6 +9,16 @@ backlog per wakeup, had none). :class:`Listener` accepts up to ``ACCEPT_BATCH`` 
 wakeup instead (bounded work per turn, as nginx's ``multi_accept``), and hands each to the loop
 with the public ``connect_accepted_socket``.
 
+A new connection costs what it must and no more (one request per connection is what health
+checks, scripts and every browser's first request pay): the descriptor comes from the C call under
+``socket.accept`` (``_compat.acceptor``: no ``ioctl`` making it blocking only for the loop to make
+it non-blocking again, no enum conversions) in a socket class whose family and type are plain
+attributes (the loop reads them three times), and ``connect_accepted_socket``'s coroutine is
+stepped here, at once, up to its one wait (for the protocol's ``connection_made``), and finished
+from that future's callback: no task per connection (its creation, its entry in asyncio's set of
+tasks, and a turn of the loop before its first step). Counted with callgrind, these two take a
+connection's user-space instructions from 164 to 114 thousand (docs/performance.md).
+
 :func:`listening_socket` makes the socket, for the engine and for the command line (which binds
 before its workers start). :class:`Listener` is what :func:`~._server.start_server` returns:
 ``close()`` stops accepting (connections in their TLS handshake are cancelled), ``wait_closed()``
@@ -25,9 +35,10 @@ import os
 import socket
 import ssl as _ssl
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import _compat
 from ._tls import HANDSHAKE_TIMEOUT, TLSTransport
 
 __all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
@@ -104,9 +115,16 @@ class Listener:
         # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it); our
         # TLS transport sets none.
         self._nodelay = sock.family in _TCP and (ssl is not None or sock.proto != socket.IPPROTO_TCP)
-        # Plain connections being set up (connect_accepted_socket): each task, and whether it
-        # began. TLS ones (our own transport, see _tls) in their handshake.
-        self._setups: dict[asyncio.Task[None], list[bool]] = {}
+        self._accept_fd = _compat.acceptor(sock)
+        self._family, self._kind, self._proto = sock.family, sock.type, sock.proto
+        # (the family and type as plain class attributes: socket.socket's are properties that
+        # convert them to enums at each read)
+        self._accepted = type(
+            "AcceptedSocket", (socket.socket,), {"__slots__": (), "family": self._family, "type": self._kind}
+        )
+        # Plain connections being set up: connect_accepted_socket's coroutine, by the future it
+        # waits for. TLS ones (our own transport, see _tls) in their handshake.
+        self._setups: dict[asyncio.Future[Any], Coroutine[Any, Any, Any]] = {}
         self._tls_setups: set[TLSTransport] = set()
         # TLS connections closed, reading what their clients still send (see _tls); closed by
         # wait_closed.
@@ -121,10 +139,11 @@ class Listener:
         return () if self._closed else (self._sock,)
 
     def _accept(self) -> None:
-        sock = self._sock
+        sock, accept_fd, accepted = self._sock, self._accept_fd, self._accepted
+        family, kind, proto = self._family, self._kind, self._proto
         for _ in range(ACCEPT_BATCH):
             try:
-                conn, _ = sock.accept()
+                fd, _ = accept_fd()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:  # reset while in the queue
@@ -140,7 +159,8 @@ class Listener:
                     {"message": "serve: out of descriptors accepting connections; retrying", "exception": exc}
                 )
                 return
-            self._attach(conn)
+            # (family, type and protocol given: CPython asks the kernel nothing)
+            self._attach(accepted(family, kind, proto, fileno=fd))
 
     def _attach(self, conn: socket.socket) -> None:
         # connect_accepted_socket makes the socket non-blocking on both loops, and sets TCP_NODELAY
@@ -165,32 +185,36 @@ class Listener:
             if transport.in_setup:
                 self._tls_setups.add(transport)
             return
-        started: list[bool] = []
-        task = self._loop.create_task(self._connect(conn, started))
-        self._setups[task] = started
-        task.add_done_callback(functools.partial(self._set_up, conn, started))
+        # connect_accepted_socket owns *conn* from here on: on a failure it closes it itself. Its
+        # first step makes the transport and the protocol (connection_made comes in the loop's
+        # next turn) and waits for a future the loop resolves then.
+        self._step(self._loop.connect_accepted_socket(self._factory, conn))
 
-    def _tls_ready(self, transport: TLSTransport) -> None:
-        """A TLS set-up ended: its handshake done (its protocol is made next) or failed."""
-        self._tls_setups.discard(transport)
-
-    def _set_up(self, conn: socket.socket, started: list[bool], task: asyncio.Task[None]) -> None:
-        self._setups.pop(task, None)
-        if not started:  # cancelled before its first step: connect_accepted_socket never had *conn*
-            conn.close()
-
-    async def _connect(self, conn: socket.socket, started: list[bool]) -> None:
-        # connect_accepted_socket owns *conn* from here on: on a failure (or a cancellation) it
-        # closes it itself.
-        started.append(True)
+    def _step(self, setup: Coroutine[Any, Any, Any], waited: asyncio.Future[Any] | None = None) -> None:
+        """Run *setup* (``connect_accepted_socket``'s coroutine) to its next wait, as a task
+        would: the future it yields is awaited by a callback that steps it again."""
+        if waited is not None:
+            self._setups.pop(waited, None)
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn)
-        except OSError:
-            pass  # a reset: the peer's problem, not ours
+            future = setup.send(None)
+        except StopIteration:
+            return
+        except (OSError, asyncio.CancelledError):
+            return  # a reset: the peer's problem, not ours
         except Exception as exc:
             self._loop.call_exception_handler(
                 {"message": "serve: a connection could not be set up", "exception": exc}
             )
+            return
+        if not isinstance(future, asyncio.Future):  # (a bare yield: a task would step it next turn)
+            self._loop.call_soon(self._step, setup)
+            return
+        self._setups[future] = setup
+        future.add_done_callback(functools.partial(self._step, setup))
+
+    def _tls_ready(self, transport: TLSTransport) -> None:
+        """A TLS set-up ended: its handshake done (its protocol is made next) or failed."""
+        self._tls_setups.discard(transport)
 
     def _resume(self) -> None:
         self._retry = None
@@ -198,9 +222,9 @@ class Listener:
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def close(self) -> None:
-        """Stop accepting; close the connections still in their TLS handshake, and cancel the
-        set-ups not begun yet (their sockets are closed). A plain set-up already begun is left to
-        finish within its turn; the engine closes a connection made while it stops."""
+        """Stop accepting; close the connections still in their TLS handshake. A plain set-up
+        (begun at its accept) is left to finish within its turn; the engine closes a connection
+        made while it stops."""
         if self._closed:
             return
         self._closed = True
@@ -212,9 +236,6 @@ class Listener:
         self._sock.close()
         for transport in list(self._tls_setups):
             transport.cancel_setup()
-        for task, started in list(self._setups.items()):
-            if not started:
-                task.cancel()
 
     async def wait_closed(self) -> None:
         if self._setups:

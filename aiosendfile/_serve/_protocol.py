@@ -229,6 +229,8 @@ class HttpProtocol(asyncio.Protocol):
                 self.budget -= 1
                 # (a plain GET with no access log: answered with no request object if memoised)
                 method, url, mode, log, guard = head
+                if mode == CLOSE:  # (nothing after it is read: closed once answered)
+                    self.dead = True
                 if (
                     guard is not None
                     or method != _GET
@@ -247,7 +249,7 @@ class HttpProtocol(asyncio.Protocol):
                     and parsed is not None
                     and parsed.auth is None  # (allowed by now, if a gate had to)
                     and not reader.in_request
-                    and not self.dead
+                    and (not self.dead or parsed.mode == CLOSE)
                 ):
                     engine.learn(data, parsed)
         if self.out:

@@ -502,7 +502,5 @@ class RequestReader:
         if kept:
             self.kept = {}
         self.client = None
-        self.parsed = (
-            exchange if fields is None and mode != CLOSE and self.plain and method in GET_HEAD else None
-        )
+        self.parsed = exchange if fields is None and self.plain and method in GET_HEAD else None
         self.consumer.request(exchange)

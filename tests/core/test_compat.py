@@ -35,13 +35,22 @@ from ..support.connections import Connector, loop_name
 VERSIONS = {
     "asyncio": f"CPython {sys.version.split()[0]}",
     "ssl": f"CPython {sys.version.split()[0]}",
+    "socket": f"CPython {sys.version.split()[0]}",
     "django": f"Django {metadata.version('django')}",
     "uvloop": f"uvloop {metadata.version('uvloop')}",
     "aiohttp": f"aiohttp {metadata.version('aiohttp')}",
 }
 
 #: Where a real object for an entry is found without a connection: a module, or a fresh instance.
-STATIC = ("asyncio.selector_events", "asyncio.sslproto", "uvloop.loop", "aiohttp.web.", "ssl.", "django.")
+STATIC = (
+    "asyncio.selector_events",
+    "asyncio.sslproto",
+    "uvloop.loop",
+    "aiohttp.web.",
+    "ssl.",
+    "socket.",
+    "django.",
+)
 
 
 def missing(library: str, where: str, attribute: str) -> str:
@@ -80,6 +89,9 @@ def static_object(where: str, tmp_path: Path) -> Iterator[Any]:
         a, b = socket.socketpair()
         with b, context.wrap_socket(a, server_side=True, do_handshake_on_connect=False) as wrapped:
             yield wrapped
+    elif where == "socket.socket":
+        with socket.socket() as sock:
+            yield sock
     elif where == "django.http.response.HttpResponseBase":  # an instance needs settings: its source
         from django.http.response import HttpResponseBase
 

@@ -72,18 +72,16 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
         (get("/small.txt") * 2, ["GET", "GET"]),
         (get("/small.txt", "Range: bytes=0-1\r\n"), ["GET"]),
         (get("/small.txt", "Accept: application/json\r\n"), ["GET"]),  # (a listing's JSON)
-        (get("/small.txt", "Connection: close\r\n"), ["GET"]),
-        (get("/small.txt", version="1.0"), ["GET"]),
         (get("/small.txt")[:-2] + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", ["GET"]),
         (get("/small.txt", "Expect: 100-continue\r\n"), ["HEAD", "GET"]),  # (the 100 has no body)
         (get("/small.txt", "X-Long: " + "x" * 2100 + "\r\n"), ["GET"]),
         (get("/small.txt", method="POST"), ["POST"]),
     ],
-    ids=["pipelined", "range", "json", "close", "http10", "chunked", "expect", "long", "post"],
+    ids=["pipelined", "range", "json", "chunked", "expect", "long", "post"],
 )
 async def test_what_the_heads_memo_never_holds(www_site: ServeSite, data: bytes, methods: list[str]) -> None:
-    """Two requests in one read, a request with fields the core reads, one that closes, one with a
-    body's framing or an expectation, a head over HEADS_MAX_KEY, a method other than GET or HEAD:
+    """Two requests in one read, a request with fields the core reads, one with a body's framing or
+    an expectation, a head over HEADS_MAX_KEY, a method other than GET or HEAD:
     parsed every time, never remembered."""
     for _ in range(2):
         reader, writer = await www_site.open()
@@ -94,6 +92,44 @@ async def test_what_the_heads_memo_never_holds(www_site: ServeSite, data: bytes,
         finally:
             await close_writer(writer)
     assert len(heads_of(www_site)) == 0
+
+
+@pytest.mark.parametrize(
+    "head",
+    [get("/small.txt", "Connection: close\r\n"), get("/small.txt", version="1.0")],
+    ids=["close", "http10"],
+)
+async def test_a_request_that_closes_is_recognised_and_still_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: bytes
+) -> None:
+    """A request that closes its connection (``Connection: close``, HTTP/1.0 without keep-alive:
+    a health check, ``curl`` in a loop, each on a new connection) is parsed once; on the next
+    connections its head is recognised, answered alike with ``Connection: close``, and the
+    connection still closes after the answer."""
+    from aiosendfile._serve import _protocol
+
+    fed: list[bytes] = []
+    real = _protocol.HttpProtocol._feed
+
+    def feed(self: Any, data: Any) -> None:
+        fed.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
+    async with serving(tmp_path) as www_site:
+        small = (www_site.public / "small.txt").read_bytes()
+        for _ in range(3):
+            reader, writer = await www_site.open()
+            try:
+                writer.write(head)
+                answer = await read_response(reader)
+                assert (answer.status, answer.body) == (200, small)
+                assert answer.header("connection") == "close"
+                assert await asyncio.wait_for(reader.read(), 10) == b""  # the server closed it
+            finally:
+                await close_writer(writer)
+        assert head in heads_of(www_site)
+    assert fed == [head]  # (the first connection's; the others were recognised)
 
 
 async def test_a_known_head_arriving_inside_a_request_is_parsed_as_part_of_it(www_site: ServeSite) -> None:

@@ -310,13 +310,13 @@ def test_credentials_go_with_each_request_the_gate_judges() -> None:
 
 
 def test_a_plain_request_is_the_one_the_heads_memo_may_keep() -> None:
-    r, rec = reader()
-    r.feed(GET)
-    assert r.parsed is rec.exchanges[0]
-    assert r.completed == 1
+    for plain in (GET, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", b"GET / HTTP/1.0\r\n\r\n"):
+        r, rec = reader()
+        r.feed(plain)
+        assert r.parsed is rec.exchanges[0], plain  # (one that closes too: its mode goes with it)
+        assert r.completed == 1
     for not_plain in (
         b"GET / HTTP/1.1\r\nHost: a\r\nRange: bytes=0-1\r\n\r\n",  # (the core's fields)
-        b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
         b"DELETE / HTTP/1.1\r\nHost: a\r\n\r\n",
     ):

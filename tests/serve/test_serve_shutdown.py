@@ -120,15 +120,15 @@ def _stop_when_made(monkeypatch: pytest.MonkeyPatch, server: Any) -> list[asynci
 
 
 @pytest.mark.parametrize(
-    "moment", ["before its set-up starts", "before connection_made", "after connection_made"]
+    "moment", ["right after its accept", "before connection_made", "after connection_made"]
 )
 async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
     """A stop that comes while a new connection is being set up (accepted, its
     connect_accepted_socket not finished) closes that connection at once, and leaks no socket.
-    Each moment is made exact: the listener closed after the accept, before the set-up task's
-    first step (its socket was left open: nothing had taken it over); the stop begun when the loop
+    Each moment is made exact: the stop begun between the accept and the set-up (when the set-up
+    was a task, a socket accepted before its first step was left open); the stop begun when the loop
     makes the protocol, before its connection_made (the connection came after the stop had closed
     the others, and stayed open, idle, until the stop's timeout); the stop begun from the
     protocol's connection_made, before the set-up task resumes (cancelling it there left uvloop's
@@ -141,14 +141,14 @@ async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
     server = await mod.start_server(mod.ServeConfig(directory=str(tmp_path)), sock=listening)
     eng = mod._engines[server]
     stops: list[asyncio.Task[None]] = []
-    if moment == "before its set-up starts":
+    if moment == "right after its accept":
         attach = _listener.Listener._attach
 
-        def close_then_attach(self: Any, conn: socket.socket) -> None:
-            asyncio.get_running_loop().call_soon(self.close)  # (runs before the set-up's first step)
+        def stop_then_attach(self: Any, conn: socket.socket) -> None:
+            stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))  # (its first step: next turn)
             attach(self, conn)
 
-        monkeypatch.setattr(_listener.Listener, "_attach", close_then_attach)
+        monkeypatch.setattr(_listener.Listener, "_attach", stop_then_attach)
     elif moment == "before connection_made":
         factory = server._factory
 
