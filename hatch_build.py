@@ -49,13 +49,6 @@ def _compile(source: str, target: str) -> str | None:
             os.remove(partial)
 
 
-def _remove_built(root: str) -> None:
-    """An editable install that builds nothing leaves no earlier build in the checkout to be used
-    in its place (the same Python's only: each has its own file)."""
-    with contextlib.suppress(OSError):
-        os.remove(os.path.join(root, "aiosendfile", "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")))
-
-
 class SyscallsBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
@@ -63,21 +56,20 @@ class SyscallsBuildHook(BuildHookInterface):
         self._made: str | None = None
         if not sys.platform.startswith("linux"):
             return  # cachestat and openat2 are Linux's
+        name = "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")
+        if version == "editable":
+            # This Python's earlier build goes first: one that builds nothing (no compiler, a
+            # compile error, the variable below) must not leave the last one in use.
+            target = os.path.join(self.root, "aiosendfile", name)
+            with contextlib.suppress(OSError):
+                os.remove(target)
         if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
-            if version == "editable":
-                _remove_built(self.root)
             self.app.display_info("aiosendfile: AIOSENDFILE_NO_EXTENSIONS set, the wheel is pure Python")
             return
-        name = "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")
-        source = os.path.join(self.root, SOURCE)
-        if version == "editable":
-            target = os.path.join(self.root, "aiosendfile", name)
-        else:
+        if version != "editable":
             self._made = tempfile.mkdtemp(prefix="aiosendfile-build-")
             target = os.path.join(self._made, name)
-        if version == "editable":
-            _remove_built(self.root)  # (a failed build must not leave the last one in use)
-        why = _compile(source, target)
+        why = _compile(os.path.join(self.root, SOURCE), target)
         if why is not None:
             self.app.display_warning(f"aiosendfile: {name} not built, pure Python instead ({why})")
             return

@@ -329,9 +329,8 @@ def build(session: nox.Session) -> None:
     (sdist,) = glob.glob("dist/aiosendfile-*.tar.gz")
     (wheel,) = glob.glob("dist/aiosendfile-*.whl")
     session.run("twine", "check", "--strict", sdist, wheel)
-    compiled = sys.platform.startswith(
-        "linux"
-    )  # hatch_build.py: aiosendfile/_syscalls.c, where a compiler is
+    # hatch_build.py compiles aiosendfile/_syscalls.c on Linux where a compiler is (this machine's)
+    compiled = sys.platform.startswith("linux")
     _check_archives(session, sdist, wheel, compiled=compiled)
     wheel = os.path.abspath(wheel)
     with tempfile.TemporaryDirectory(prefix="aiosendfile-pure-") as tmp:  # a machine without a compiler

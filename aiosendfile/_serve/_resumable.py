@@ -59,8 +59,8 @@ TUS_TYPE = b"application/offset+octet-stream"
 TUS_VERSION = b"1.0.0"
 TUS_EXTENSIONS = "creation,creation-defer-length,creation-with-upload,expiration,termination"
 #: The field every tus answer carries, and the one that tells the versions taken.
-TUS_RESUMABLE = ("Tus-Resumable", "1.0.0")
-TUS_VERSIONS = ("Tus-Version", "1.0.0")
+TUS_RESUMABLE = ("Tus-Resumable", TUS_VERSION.decode())
+TUS_VERSIONS = ("Tus-Version", TUS_VERSION.decode())
 
 #: The request fields these protocols read (lowercase): the reader keeps them with the core's.
 WANTED = (

@@ -31,12 +31,8 @@ def heads_of(www_site: ServeSite) -> Any:
     return engine()._engines[www_site.server].heads
 
 
-async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same plain request three times on one connection (``Accept: */*`` is plain: only JSON
-    in it is read): parsed once, answered three times alike, logged three times alike (the
-    Referer and User-Agent come back from the memo)."""
+def watch_feeds(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the connections hand their parser from now on (a read the memo recognised is not)."""
     from aiosendfile._serve import _protocol
 
     fed: list[bytes] = []
@@ -47,6 +43,16 @@ async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
         real(self, data)
 
     monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
+    return fed
+
+
+async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same plain request three times on one connection (``Accept: */*`` is plain: only JSON
+    in it is read): parsed once, answered three times alike, logged three times alike (the
+    Referer and User-Agent come back from the memo)."""
+    fed = watch_feeds(monkeypatch)
     log = io.StringIO()
     plain = get("/small.txt", "Referer: http://r/\r\nUser-Agent: ua\r\nAccept: */*\r\n")  # (curl's)
     async with serving(tmp_path, access_log=log) as www_site:
@@ -106,16 +112,7 @@ async def test_a_request_that_closes_is_recognised_and_still_closes(
     a health check, ``curl`` in a loop, each on a new connection) is parsed once; on the next
     connections its head is recognised, answered alike with ``Connection: close``, and the
     connection still closes after the answer."""
-    from aiosendfile._serve import _protocol
-
-    fed: list[bytes] = []
-    real = _protocol.HttpProtocol._feed
-
-    def feed(self: Any, data: Any) -> None:
-        fed.append(bytes(data))
-        real(self, data)
-
-    monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
+    fed = watch_feeds(monkeypatch)
     async with serving(tmp_path) as www_site:
         small = (www_site.public / "small.txt").read_bytes()
         for _ in range(3):
