@@ -4,8 +4,8 @@ Without it (no compiler, not Linux, ``AIOSENDFILE_NO_EXTENSIONS=1``, a failed co
 pure Python and ``aiosendfile._platform`` does without ``cachestat``/``openat2``, as on a kernel that
 lacks them: the build never fails for its sake. An editable install compiles it into the checkout
 (beside the source, one file per Python: ``_syscalls.cpython-311-x86_64-linux-gnu.so``, ignored by
-git), and removes that Python's earlier one first, so an install that builds nothing runs pure; a
-wheel gets it from a build directory and is tagged for its Python and platform.
+git), replacing that Python's earlier one at once, or removing it where it builds nothing, so such
+an install runs pure; a wheel gets it from a build directory and is tagged for its Python and platform.
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def _compile(source: str, target: str) -> str | None:
             os.remove(partial)
 
 
+def _remove(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
 class SyscallsBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
@@ -57,20 +63,23 @@ class SyscallsBuildHook(BuildHookInterface):
         if not sys.platform.startswith("linux"):
             return  # cachestat and openat2 are Linux's
         name = "_syscalls" + sysconfig.get_config_var("EXT_SUFFIX")
-        if version == "editable":
-            # This Python's earlier build goes first: one that builds nothing (no compiler, a
-            # compile error, the variable below) must not leave the last one in use.
-            target = os.path.join(self.root, "aiosendfile", name)
-            with contextlib.suppress(OSError):
-                os.remove(target)
+        # An editable install builds into the checkout: a new build replaces this Python's earlier
+        # one at once (another install of the same checkout may be running tests on it), and an
+        # install that builds nothing (no compiler, a compile error, the variable below) removes
+        # it, so that the last one is not left in use.
+        earlier = os.path.join(self.root, "aiosendfile", name) if version == "editable" else None
         if os.environ.get("AIOSENDFILE_NO_EXTENSIONS"):
+            _remove(earlier)
             self.app.display_info("aiosendfile: AIOSENDFILE_NO_EXTENSIONS set, the wheel is pure Python")
             return
-        if version != "editable":
+        if earlier is not None:
+            target = earlier
+        else:
             self._made = tempfile.mkdtemp(prefix="aiosendfile-build-")
             target = os.path.join(self._made, name)
         why = _compile(os.path.join(self.root, SOURCE), target)
         if why is not None:
+            _remove(earlier)
             self.app.display_warning(f"aiosendfile: {name} not built, pure Python instead ({why})")
             return
         build_data["pure_python"] = False

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import zipfile
 
 import nox
 
-nox.options.sessions = ["tests", "django", "uvicorn", "aiohttp", "lint", "typing", "docs", "build"]
+nox.options.sessions = ["ci"]  # every session below but coverage, stress and bench, in two lanes
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 # uv makes a session's virtualenv and installs into it in seconds (pip: 15-40 s a session, and the
@@ -68,8 +70,10 @@ INSTALLED = _installed_versions() or PYTHONS
 # What differs between Python versions is asyncio itself (sslproto, streams, cancellation) and what
 # the doors lean on (the ssl module, anyio's task groups): these files exercise it. The newest
 # Python runs the whole suite and the oldest runs these; the Pythons between run the library's own
-# calls on asyncio (ASYNCIO_CORE), where 3.11's new sslproto and 3.12's task changes show. So
-# CI stays short on two cores.
+# calls on asyncio (ASYNCIO_CORE), where 3.11's new sslproto and 3.12's task changes show. Both on
+# stock asyncio only (OLDER_PYTHONS_SELECT): uvloop is one Cython build of the same source for every
+# Python, its transports are its own, and the newest Python runs every test on it. So CI stays short
+# on two cores.
 VERSION_SENSITIVE = [
     "tests/core/test_sendfile.py",
     "tests/core/test_first_await.py",
@@ -115,6 +119,10 @@ ASYNCIO_CORE = [
 ]
 
 
+#: What the older Pythons leave out of their files: the uvloop cases (ids with "uvloop" in them).
+OLDER_PYTHONS_SELECT = ["-k", "not uvloop"]
+
+
 # pytest-xdist: two workers per core, because most tests spend their time waiting (a server process
 # starting, a timeout running out, a socket filling): on 2 cores the whole suite took 229 s with 2
 # workers, 179 s with 3 and 167 s with 4, at the same CPU time. worksteal: a worker that runs out
@@ -129,12 +137,74 @@ def tests(session: nox.Session) -> None:
     if session.python == INSTALLED[-1]:
         chosen: list[str] = []
     elif session.python == INSTALLED[0]:
-        chosen = VERSION_SENSITIVE
+        chosen = [*OLDER_PYTHONS_SELECT, *VERSION_SENSITIVE]
     else:
-        chosen = ASYNCIO_CORE
+        chosen = [*OLDER_PYTHONS_SELECT, *ASYNCIO_CORE]
     # Anything after `--` comes after PARALLEL: `nox -s tests-3.13 -- -n 0 tests/serve/test_serve_cli.py`
     # is serial.
     session.run("pytest", *PARALLEL, *(session.posargs or chosen))
+
+
+def _lanes() -> tuple[list[str], list[str]]:
+    """What ``ci`` runs at once: the newest Python's whole suite, and every other session in turn."""
+    return [f"tests-{INSTALLED[-1]}"], [
+        *(f"tests-{python}" for python in INSTALLED[:-1]),
+        "django",
+        "uvicorn",
+        "aiohttp",
+        "lint",
+        "typing",
+        "docs",
+        "build",
+    ]
+
+
+@nox.session(venv_backend="none")
+def ci(session: nox.Session) -> None:
+    """The default run: the sessions of :func:`_lanes`, in two nox processes at once, each line of
+    their output under its lane's name; red if either lane is.
+
+    nox runs one session at a time, and only the newest Python's whole suite keeps both cores busy
+    (the others wait on one core, on the network or on a server): side by side, the two lanes use
+    the time those leave (the whole command took 12-14 minutes one session at a time).
+    """
+    lanes = _lanes()
+    printing = threading.Lock()
+    processes = []
+    for number, sessions in enumerate(lanes, 1):
+        command = [sys.executable, "-m", "nox", "--sessions", *sessions]
+        session.log(f"lane {number}: {shlex.join(command)}")
+        processes.append(
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            )
+        )
+
+    def echo(number: int, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            with printing:
+                sys.stdout.write(f"[{number}] {line}")
+                sys.stdout.flush()
+
+    readers = [
+        threading.Thread(target=echo, args=(number, process), daemon=True)
+        for number, process in enumerate(processes, 1)
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        codes = [process.wait() for process in processes]
+    finally:
+        for process in processes:  # (an interrupted run: the lanes go too)
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+        for reader in readers:
+            reader.join()
+    failed = [" ".join(sessions) for sessions, code in zip(lanes, codes, strict=True) if code != 0]
+    if failed:
+        session.error(f"failed: {'; '.join(failed)}")
 
 
 #: The Djangos whose own tests ``django`` runs: each LTS the ``django`` extra allows, and the newest
@@ -142,6 +212,16 @@ def tests(session: nox.Session) -> None:
 #: the Python; "newest" is left out where it is one of the LTS series.
 DJANGOS = {"4.2": "django~=4.2.0", "5.2": "django~=5.2.0", "newest": "django"}
 DJANGO_PYTHONS = {"4.2": ("3.10", "3.11", "3.12"), "5.2": ("3.10", "3.11", "3.12", "3.13")}
+
+
+def _django_runs_on(django: str) -> list[str]:
+    """The Pythons here whose ``django`` session runs *django*: an LTS on the oldest Python it
+    supports and on the newest Python here if it supports that; the newest release on the newest
+    Python alone (the Pythons between meet asyncio's differences in the tests sessions)."""
+    if django not in DJANGO_PYTHONS:
+        return INSTALLED[-1:]
+    supported = [python for python in DJANGO_PYTHONS[django] if python in INSTALLED]
+    return list(dict.fromkeys(supported[:1] + [python for python in supported if python == INSTALLED[-1]]))
 
 
 @nox.session(python=INSTALLED)
@@ -153,16 +233,14 @@ def django(session: nox.Session, django: str) -> None:
     stock asyncio, and on uvloop too with the newest Python that runs this Django."""
     if django in DJANGO_PYTHONS and session.python not in DJANGO_PYTHONS[django]:
         session.skip(f"Django {django} does not support Python {session.python}")
-    ends = [python for python in DJANGO_PYTHONS.get(django, ()) if python in INSTALLED]
-    if ends and session.python not in (ends[0], ends[-1]) and not session.posargs:
-        # (what differs between the Pythons in between is asyncio's: the tests sessions run that)
-        session.skip(f"Django {django} runs on its oldest and newest Python here ({ends[0]}, {ends[-1]})")
+    runs_on = _django_runs_on(django)
+    if session.python not in runs_on and not session.posargs:
+        session.skip(f"Django {django} runs on Python {' and '.join(runs_on)} here")
     session.install("-e", ".[django]", "uvloop", "tblib", DJANGOS[django])  # tblib: Django's parallel runner
     version = session.run("python", "-c", "import django; print(django.get_version())", silent=True)
     series = ".".join(str(version).strip().split(".")[:2])
     if django == "newest" and series in DJANGO_PYTHONS:
         session.skip(f"the newest Django for Python {session.python} is {series}, run as such")
-    runs_on = [python for python in DJANGO_PYTHONS.get(django, INSTALLED) if python in INSTALLED]
     loops = ["--loop", "asyncio", "--loop", "uvloop"] if session.python == runs_on[-1] else []
     session.run("python", "-m", "tests.host_suites.django_suite", *(session.posargs or loops))
 

@@ -43,6 +43,13 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
 }
 
 
+def pytest_sessionstart(session: Any) -> None:
+    """A uvloop loop made and closed before any test: libuv opens a pipe for the whole process with
+    its first loop (signal delivery) and keeps it, which the fd-leak check would otherwise blame on
+    whichever test makes the first one (a sync test making a loop, alone or early in a worker)."""
+    uvloop.new_event_loop().close()
+
+
 def pytest_asyncio_loop_factories(
     config: Any, item: Any
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
