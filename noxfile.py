@@ -15,7 +15,7 @@ import zipfile
 
 import nox
 
-nox.options.sessions = ["ci"]  # every session below but coverage, stress and bench, in two lanes
+nox.options.sessions = ["ci"]  # every session below but coverage, stress and bench, in lanes (ci)
 nox.options.error_on_missing_interpreters = False  # test on whichever Pythons this machine has
 nox.options.reuse_existing_virtualenvs = True
 # uv makes a session's virtualenv and installs into it in seconds (pip: 15-40 s a session, and the
@@ -145,28 +145,24 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *PARALLEL, *(session.posargs or chosen))
 
 
-def _lanes() -> tuple[list[str], list[str]]:
-    """What ``ci`` runs at once: the newest Python's whole suite, and every other session in turn."""
-    return [f"tests-{INSTALLED[-1]}"], [
-        *(f"tests-{python}" for python in INSTALLED[:-1]),
-        "django",
-        "uvicorn",
-        "aiohttp",
-        "lint",
-        "typing",
-        "docs",
-        "build",
+def _lanes() -> list[list[str]]:
+    """What ``ci`` runs at once, each lane one session after another: the newest Python's whole
+    suite; the older Pythons' files and Django's tests; the other hosts' tests and the checks."""
+    return [
+        [f"tests-{INSTALLED[-1]}"],
+        [*(f"tests-{python}" for python in INSTALLED[:-1]), "django"],
+        ["uvicorn", "aiohttp", "lint", "typing", "docs", "build"],
     ]
 
 
 @nox.session(venv_backend="none")
 def ci(session: nox.Session) -> None:
-    """The default run: the sessions of :func:`_lanes`, in two nox processes at once, each line of
-    their output under its lane's name; red if either lane is.
+    """The default run: the sessions of :func:`_lanes`, one nox process per lane, all at once, each
+    line of their output under its lane's number; red if any lane is.
 
     nox runs one session at a time, and only the newest Python's whole suite keeps both cores busy
-    (the others wait on one core, on the network or on a server): side by side, the two lanes use
-    the time those leave (the whole command took 12-14 minutes one session at a time).
+    (the others wait on one core, on a server or on a timeout): side by side, the lanes use the
+    time those leave.
     """
     lanes = _lanes()
     printing = threading.Lock()
@@ -215,13 +211,13 @@ DJANGO_PYTHONS = {"4.2": ("3.10", "3.11", "3.12"), "5.2": ("3.10", "3.11", "3.12
 
 
 def _django_runs_on(django: str) -> list[str]:
-    """The Pythons here whose ``django`` session runs *django*: an LTS on the oldest Python it
-    supports and on the newest Python here if it supports that; the newest release on the newest
-    Python alone (the Pythons between meet asyncio's differences in the tests sessions)."""
+    """The Python here whose ``django`` session runs *django*: the oldest Django on the oldest
+    Python, every other on the newest Python here that it supports (the Pythons between meet
+    asyncio's differences in the tests sessions, and the loops' in the newest Python's)."""
     if django not in DJANGO_PYTHONS:
         return INSTALLED[-1:]
     supported = [python for python in DJANGO_PYTHONS[django] if python in INSTALLED]
-    return list(dict.fromkeys(supported[:1] + [python for python in supported if python == INSTALLED[-1]]))
+    return supported[:1] if django == next(iter(DJANGO_PYTHONS)) else supported[-1:]
 
 
 @nox.session(python=INSTALLED)
@@ -230,18 +226,18 @@ def django(session: nox.Session, django: str) -> None:
     """Django's own tests of its ASGI handler (``asgi``, ``handlers``, ``responses``,
     ``staticfiles_tests``, from the installed Django's sdist) against ``aiosendfile.django``: no
     test that passes with stock Django may fail (``tests/host_suites/django_suite.py``). On
-    stock asyncio, and on uvloop too with the newest Python that runs this Django."""
+    stock asyncio, and on uvloop too on the newest Python."""
     if django in DJANGO_PYTHONS and session.python not in DJANGO_PYTHONS[django]:
         session.skip(f"Django {django} does not support Python {session.python}")
     runs_on = _django_runs_on(django)
     if session.python not in runs_on and not session.posargs:
-        session.skip(f"Django {django} runs on Python {' and '.join(runs_on)} here")
+        session.skip(f"Django {django} runs on Python {' '.join(runs_on) or '(none)'} here")
     session.install("-e", ".[django]", "uvloop", "tblib", DJANGOS[django])  # tblib: Django's parallel runner
     version = session.run("python", "-c", "import django; print(django.get_version())", silent=True)
     series = ".".join(str(version).strip().split(".")[:2])
     if django == "newest" and series in DJANGO_PYTHONS:
         session.skip(f"the newest Django for Python {session.python} is {series}, run as such")
-    loops = ["--loop", "asyncio", "--loop", "uvloop"] if session.python == runs_on[-1] else []
+    loops = ["--loop", "asyncio", "--loop", "uvloop"] if session.python == INSTALLED[-1] else []
     session.run("python", "-m", "tests.host_suites.django_suite", *(session.posargs or loops))
 
 
