@@ -148,20 +148,23 @@ def _wait_for_lines(server: Server, count: int, timeout: float = 10.0) -> None:
     server.err_read = seen  # type: ignore[attr-defined]
 
 
+#: How long one answer may take while stderr is unread. A log written on the loop to a full pipe
+#: blocks it for good (the request after ~64 KiB of lines never comes back); a loaded 2-core
+#: machine (CI runs three sessions at once) can hold a first answer for over a second.
+ANSWER_BOUND = 5.0
+
+
 def _requests_answered_at_once(server: Server, start: int, count: int) -> None:
-    """*count* GETs on one keep-alive connection, each answered within 1 s (the client's timeout)."""
+    """*count* GETs on one keep-alive connection, each answered within ANSWER_BOUND (the client's
+    timeout)."""
     began = time.monotonic()
-    slowest = 0.0
-    with Client(server, timeout=1.0) as client:
+    with Client(server, timeout=ANSWER_BOUND) as client:
         for n in range(start, start + count):
-            sent = time.monotonic()
             try:
                 assert client.get(f"/small.txt?{n}") == (200, b"hello")
             except TimeoutError:
-                pytest.fail(f"request {n} not answered within 1 s: the access log blocks the loop")
-            slowest = max(slowest, time.monotonic() - sent)
-    assert slowest < 1.0
-    assert time.monotonic() - began < 20.0
+                pytest.fail(f"request {n} unanswered after {ANSWER_BOUND} s: the access log blocks the loop")
+    assert time.monotonic() - began < 60.0
 
 
 def _log(text: str) -> tuple[list[int], int]:
