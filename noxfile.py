@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -155,6 +156,17 @@ def _lanes() -> list[list[str]]:
     ]
 
 
+#: The lines of a lane's output that say what went wrong: pytest's summary of failures and its
+#: assertion lines, nox's failed sessions, a host suite's verdict. ``ci`` prints them again at the
+#: end (a CI page may keep only the end of a long log).
+WHAT_FAILED = re.compile(
+    r"^(FAILED |ERROR |E   |=+ .*\b(failed|error)|nox > Session .* (failed|aborted)"
+    r"|FAILS WITH |RAN STOCK, NOT WITH |MORE ResourceWarnings |The swap was not checked|No test results)"
+)
+#: At most this many of them per lane.
+WHAT_FAILED_LINES = 60
+
+
 @nox.session(venv_backend="none")
 def ci(session: nox.Session) -> None:
     """The default run: the sessions of :func:`_lanes`, one nox process per lane, all at once, each
@@ -167,14 +179,22 @@ def ci(session: nox.Session) -> None:
     lanes = _lanes()
     printing = threading.Lock()
     processes = []
+    # pytest cuts its summary lines to the terminal's width, 80 columns in a pipe.
+    wide = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "200")}
     for number, sessions in enumerate(lanes, 1):
         command = [sys.executable, "-m", "nox", "--sessions", *sessions]
         session.log(f"lane {number}: {shlex.join(command)}")
         processes.append(
             subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                env=wide,
             )
         )
+    reported: list[list[str]] = [[] for _ in lanes]
 
     def echo(number: int, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -182,6 +202,8 @@ def ci(session: nox.Session) -> None:
             with printing:
                 sys.stdout.write(f"[{number}] {line}")
                 sys.stdout.flush()
+            if WHAT_FAILED.match(line) and len(reported[number - 1]) < WHAT_FAILED_LINES:
+                reported[number - 1].append(line)
 
     readers = [
         threading.Thread(target=echo, args=(number, process), daemon=True)
@@ -199,6 +221,10 @@ def ci(session: nox.Session) -> None:
         for reader in readers:
             reader.join()
     failed = [" ".join(sessions) for sessions, code in zip(lanes, codes, strict=True) if code != 0]
+    for number, code in enumerate(codes, 1):
+        if code != 0:
+            print(f"[{number}] lane {number} failed; what it reported:")
+            print("".join(f"[{number}] {line}" for line in reported[number - 1]), end="", flush=True)
     if failed:
         session.error(f"failed: {'; '.join(failed)}")
 

@@ -1,7 +1,7 @@
 """A host library's pytest suite run for :mod:`._verdict`: once with one of our drop-ins swapped in
 by a pytest plugin of ``plugins/`` (which reports the swap it checked to ``$AIOSENDFILE_SWAP_REPORT``),
-once stock if needed; each test's outcome read from a JUnit report. The uvicorn and aiohttp
-runners are this with their own arguments."""
+once stock if needed, and the tests that failed with ours once more with ours; each test's outcome
+read from a JUnit report. The uvicorn and aiohttp runners are this with their own arguments."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ("PLUGINS", "main_for", "outcomes", "run_pytest")
+__all__ = ("PLUGINS", "main_for", "node_id", "outcomes", "run_pytest")
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
@@ -31,6 +31,19 @@ def outcomes(junit: Path) -> dict[str, str]:
         else:
             results[name] = "passed"
     return results
+
+
+def node_id(root: Path, name: str) -> str | None:
+    """The pytest node id, under *root*, of a test named as :func:`outcomes` names it (the JUnit
+    ``classname``, a module's dotted path and maybe a class, then ``::`` and the test's name);
+    None if no module under *root* matches."""
+    classname, _, test = name.partition("::")
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = root.joinpath(*parts[:cut]).with_suffix(".py")
+        if module.is_file():
+            return "::".join([str(module), *parts[cut:], test])
+    return None
 
 
 def run_pytest(
@@ -58,13 +71,14 @@ def main_for(
     description: str,
     project: str,
     version: str,
-    run: Callable[[str, Path, list[str]], tuple[int, dict[str, str], str]],
+    run: Callable[..., tuple[int, dict[str, str], str]],
     held: str,
     drop_in: str,
     excused: Callable[[str], str | None] = lambda name: None,
 ) -> int:
     """The command line of a host's runner: *run* ("ours" or "stock", the sdist's root, more
-    pytest arguments) once with ours, judged (stock run if needed); *held*: what a checked swap
+    pytest arguments, and ``only=`` node ids to run instead of the whole suite) once with ours,
+    judged (the failures once more with ours, stock run if needed); *held*: what a checked swap
     proves, in words."""
     from ._sdist import sdist_folder
     from ._verdict import Run, judge
@@ -82,4 +96,9 @@ def main_for(
     def stock_run() -> Run:
         return Run(*run("stock", root, args.pytest_args))
 
-    return judge(Run(code, results, output), swapped, stock_run, drop_in, f"{project} {version}", excused)
+    def rerun(names: list[str]) -> Run:
+        ids = [found for name in names if (found := node_id(root, name)) is not None]
+        return Run(*run("ours", root, args.pytest_args, only=ids)) if ids else Run(0, {}, "")
+
+    host = f"{project} {version}"
+    return judge(Run(code, results, output), swapped, stock_run, drop_in, host, excused, rerun)

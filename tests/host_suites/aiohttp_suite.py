@@ -9,8 +9,9 @@ under aiohttp's own settings (``pytest.ini``: warnings as errors, ``blockbuster`
 coverage. The plugin ``aiosendfile_aiohttp_swap`` puts our ``FileResponse``, ``StaticResource``,
 ``static`` and ``add_static`` where the tests obtain aiohttp's, and checks that it did.
 
-When a test fails, the tests run again stock, and :func:`._verdict.judge` decides: no test that
-passes stock may fail with ours, but those named below, which are left out of our run:
+When a test fails, it runs once more with ours; if it fails again, the tests run stock, and
+:func:`._verdict.judge` decides: no test that passes stock may fail with ours, but those named
+below, which are left out of our run:
 
 * :data:`INTERNALS`: tests of aiohttp's internals (a mocked ``Path``, ``_sendfile_fallback``,
   ``_send_headers_immediately``), each with the project's test of the same behaviour through
@@ -146,11 +147,13 @@ NOT_AS_ROOT = (
 )
 
 
-def _run(which: str, root: Path, args: list[str]) -> tuple[int, dict[str, str], str]:
-    """pytest on aiohttp's tests, with the swap and without the excused tests for ``ours`` (nor,
-    as root, :data:`NOT_AS_ROOT`). Run from an empty directory: the sdist's own ``aiohttp/``
-    (uncompiled) must not shadow the installed one."""
-    arguments = [*(str(root / f) for f in FILES), "-k", SELECTED]
+def _run(
+    which: str, root: Path, args: list[str], only: list[str] | None = None
+) -> tuple[int, dict[str, str], str]:
+    """pytest on aiohttp's tests (or the node ids *only*), with the swap and without the excused
+    tests for ``ours`` (nor, as root, :data:`NOT_AS_ROOT`). Run from an empty directory: the
+    sdist's own ``aiohttp/`` (uncompiled) must not shadow the installed one."""
+    arguments = [*(only or [str(root / f) for f in FILES]), "-k", SELECTED]
     arguments += [f"--rootdir={root}", "-c", str(root / "pytest.ini"), "-o", "addopts="]
     arguments += ["-m", "not dev_mode and not autobahn and not internal", "--strict-markers"]
     arguments += ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:asyncio"]

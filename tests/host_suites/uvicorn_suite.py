@@ -4,8 +4,9 @@
 the installed uvicorn from its source distribution (:mod:`._sdist`) and runs them (all but
 ``tests/benchmarks``) with pytest, uvicorn's own settings, and the plugin
 ``aiosendfile_uvicorn_swap``, which puts our ``HttpToolsProtocol`` and ``H11Protocol`` where
-uvicorn's tests and uvicorn itself obtain theirs, and checks that it did. When a test fails, the
-suite runs again stock, and :func:`._verdict.judge` decides. There is no skip list.
+uvicorn's tests and uvicorn itself obtain theirs, and checks that it did. When a test fails, it
+runs once more with ours, then, if it fails again, the suite runs stock, and
+:func:`._verdict.judge` decides. There is no skip list.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from ._pytest_host import main_for, outcomes, run_pytest
 __all__ = ("main", "outcomes")
 
 
-def _run(which: str, root: Path, args: list[str]) -> tuple[int, dict[str, str], str]:
-    """pytest on uvicorn's tests, with the swap for ``ours``: two workers per core, as most of
-    them wait (a server starting, a timeout running out)."""
+def _run(
+    which: str, root: Path, args: list[str], only: list[str] | None = None
+) -> tuple[int, dict[str, str], str]:
+    """pytest on uvicorn's tests (or the node ids *only*), with the swap for ``ours``: two workers
+    per core, as most of them wait (a server starting, a timeout running out)."""
     workers = str(2 * (os.cpu_count() or 1))
-    arguments = ["tests", "--ignore=tests/benchmarks", "-p", "no:cacheprovider", "-n", workers, "-q", *args]
+    arguments = [*(only or ["tests"]), "--ignore=tests/benchmarks", "-p", "no:cacheprovider", "-n", workers, "-q", *args]
     return run_pytest(arguments, root, "aiosendfile_uvicorn_swap" if which == "ours" else None)
 
 
