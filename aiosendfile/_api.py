@@ -24,7 +24,7 @@ import socket
 import stat
 import weakref
 from concurrent.futures import Executor
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from . import _compat
 from ._errors import SendfileNotAvailableError, map_exceptions
@@ -76,9 +76,12 @@ async def sendfile(
     call runs (asyncio transports raise ``RuntimeError``; uvloop's cannot be
     checked).
     """
+    cold = False  # the straight line found the first chunk cold
     if not headers and not trailers and on_progress is None and executor is None:
         straight = _straight(target, file, offset, count, probe, max_chunk)
-        if straight is not None:
+        if straight == "cold":
+            cold = True
+        elif straight is not None:
             first, left = straight
             if not left:
                 return first
@@ -97,7 +100,7 @@ async def sendfile(
     resolved = resolve_target(target)
     if resolved.zero_copy and resolved.transport is not None:
         _remember_plain(resolved)
-    return await _run(resolved, info, offset, count, fallback, options)
+    return await _run(resolved, info, offset, count, fallback, options, cold)
 
 
 #: Transports found plain (a known class, no TLS, a socket: zero-copy can work) by a first call's
@@ -112,12 +115,13 @@ def _remember_plain(target: Target) -> None:
 
 def _straight(
     target: Any, file: Any, offset: int, count: int | None, probe: bool, max_chunk: int
-) -> tuple[int, int] | None:
+) -> tuple[int, int] | Literal["cold"] | None:
     """The common case as a straight line: a transport already found plain, nothing in its buffer,
     no transfer holding it, a regular file whose range is in the page cache and fits one chunk.
     Sends with one ``sendfile`` on the transport's own fd (nothing else runs meanwhile) and
     returns (bytes sent, bytes left). None: nothing was sent, and the general path does it all
-    (it checks everything again, and raises what it finds wrong).
+    (it checks everything again, and raises what it finds wrong); "cold": the same, but the range
+    was found cold, and the general path is not to probe it again (``SendJob.cold``).
     """
     transport = target.transport if type(target) is asyncio.StreamWriter else target
     try:
@@ -142,7 +146,7 @@ def _straight(
     if total <= 0 or total > available or total > max_chunk or offset < 0:
         return None
     if probe and is_cold(fd, offset, total, DEFAULT_OPTIONS, st.st_dev):
-        return None
+        return "cold"
     try:
         sent = sendfile_once(out_fd, fd, offset, total)
     except OSError:  # full (EAGAIN), refused, the peer gone: the general path waits or says so
@@ -191,7 +195,13 @@ def _plan(info: FileInfo, offset: int, count: int | None, max_chunk: int) -> Tra
 
 
 async def _run(
-    target: Target, info: FileInfo, offset: int, count: int | None, fallback: bool, options: Options
+    target: Target,
+    info: FileInfo,
+    offset: int,
+    count: int | None,
+    fallback: bool,
+    options: Options,
+    cold: bool = False,
 ) -> int:
     zero_copy = target.zero_copy and info.fd is not None
     if not zero_copy and not fallback:
@@ -206,7 +216,7 @@ async def _run(
         return 0
     if info.fd is None and info.seekable:
         file.seek(offset)
-    job = SendJob(target, info, state, options, zero_copy, fallback)
+    job = SendJob(target, info, state, options, zero_copy, fallback, cold=cold)
     try:
         with map_exceptions(state):
             if target.sock is not None:

@@ -35,3 +35,7 @@ class SendJob:
     headers_sent: int = 0
     trailers_sent: int = 0
     held: bool = False  # a send flagged MSG_MORE may wait for a next send that has not come yet
+    # The next chunk was found cold: the pool sends it without a second probe. Without cachestat
+    # the probe is a 1-byte read that starts bringing the pages in, and a probe a moment later
+    # would find the first ones there and send the chunk on the loop thread.
+    cold: bool = False

@@ -122,7 +122,8 @@ def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
     if not state.done:
         size = state.next_chunk()
         position = state.position
-        if is_cold(file_fd, position, size, options):
+        if job.cold or is_cold(file_fd, position, size, options):
+            job.cold = True
             return "go"  # the pool sends it
         try:
             n = _platform.sendfile_once(sock.fileno(), file_fd, position, size)
@@ -223,7 +224,8 @@ async def _send_file(
         size = state.next_chunk()
         position = state.position
         try:
-            if is_cold(file_fd, position, size, options):
+            if job.cold or is_cold(file_fd, position, size, options):
+                job.cold = False
                 _platform.went_to_pool()
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)

@@ -96,6 +96,49 @@ async def test_cold_file_goes_through_the_pool_byte_exact(
     assert _platform.counters.bytes == (size if zero_copy_expected(kind) else 0)
 
 
+class WarmingProbe:
+    """A page-cache probe as it is without ``cachestat`` (``range_cached`` cannot tell): the
+    first probe of a file finds it cold and, as the 1-byte ``RWF_NOWAIT`` read does, starts its
+    pages' read; here the read is done at once, so every later probe finds it cached."""
+
+    def __init__(self) -> None:
+        self.probed: set[int] = set()
+
+    def range_cached(self, fd: int, offset: int, size: int) -> None:
+        return None
+
+    def page_cached(self, fd: int, offset: int, device: int | None = None) -> bool:
+        seen = os.fstat(fd).st_ino in self.probed
+        self.probed.add(os.fstat(fd).st_ino)
+        return seen
+
+
+async def test_a_chunk_found_cold_goes_to_the_pool_though_its_probe_warmed_it(
+    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk found cold is sent from the pool, not probed again: the probe itself started the
+    read, and a second one would find the first pages and send the chunk on the loop thread.
+    Both ways in: a transport's first transfer, and a later one (the straight line)."""
+    if not zero_copy_expected(kind):
+        pytest.skip("the copy reads cold chunks in the pool by its own path")
+    probe = WarmingProbe()
+    monkeypatch.setattr(_platform, "range_cached", probe.range_cached)
+    monkeypatch.setattr(_platform, "page_cached", probe.page_cached)
+    first, second = tmp_path / "first.bin", tmp_path / "second.bin"
+    first.write_bytes(pattern(100_000, seed=1))
+    second.write_bytes(pattern(200_000, seed=2))
+    conn = await connect()
+
+    async def both() -> list[int]:
+        with open(first, "rb") as f, open(second, "rb") as g:
+            return [await aiosendfile.sendfile(conn.writer, f), await aiosendfile.sendfile(conn.writer, g)]
+
+    sent, data = await collect(conn, both)
+    assert sent == [100_000, 200_000]
+    assert data == pattern(100_000, seed=1) + pattern(200_000, seed=2)
+    assert _platform.counters.cold == 2, _platform.counters
+
+
 async def test_probe_false_trusts_the_cache(connect: Connector, tmp_path: Path) -> None:
     path = write_cold(tmp_path / "cold.bin", 2**20)
     conn = await connect()
