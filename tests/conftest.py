@@ -50,6 +50,13 @@ def pytest_sessionstart(session: Any) -> None:
     uvloop.new_event_loop().close()
 
 
+def pytest_report_header(config: Any) -> str:
+    """Which system-call path the run tests: the compiled ``_syscalls`` (cachestat, openat2) or
+    the pure-Python one (no compiler at install, ``AIOSENDFILE_NO_EXTENSIONS``)."""
+    found = "compiled" if _platform.HAS_SYSCALLS_MODULE else "pure Python (no compiled _syscalls)"
+    return f"aiosendfile: {Path(_platform.__file__).parent}, system calls {found}"
+
+
 def pytest_asyncio_loop_factories(
     config: Any, item: Any
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
