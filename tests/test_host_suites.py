@@ -84,31 +84,35 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
-def test_a_test_that_fails_once_with_ours_runs_again_with_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("second", "stock", "red"),
+    [("passed", None, False), ("failed", "passed", True), ("failed", "failed", False)],
+)
+def test_a_test_that_fails_once_with_ours_runs_again_with_ours(
+    monkeypatch: pytest.MonkeyPatch, second: str, stock: str | None, red: bool
+) -> None:
     """A failure with ours is run once more with ours, by node id: passing then, it is named and
     the verdict is green without a stock run; failing again, stock decides."""
     from tests.host_suites import uvicorn_suite
 
-    first = {"tests.protocols.test_http::test_a[h11]": "passed", "tests.test_main.TestRun::test_b": "failed"}
-    for second, stock, red in [("passed", None, False), ("failed", "passed", True), ("failed", "failed", False)]:
-        calls: list[tuple[str, list[str] | None]] = []
+    flaky = "tests.test_main.TestRun::test_b"
+    first = {"tests.protocols.test_http::test_a[h11]": "passed", flaky: "failed"}
+    calls: list[tuple[str, list[str] | None]] = []
 
-        def run(which: str, root: Path, args: list[str], only: list[str] | None = None) -> tuple:
-            calls.append((which, only))
-            if which == "stock":
-                return (1, {**first, "tests.test_main.TestRun::test_b": stock}, "")
-            if only is not None:
-                return (1 if second == "failed" else 0, {"tests.test_main.TestRun::test_b": second}, "")
-            return (1, first, "swap checked")
+    def run(which: str, root: Path, args: list[str], only: list[str] | None = None) -> tuple:
+        calls.append((which, only))
+        if which == "stock":
+            return (1, {**first, flaky: stock}, "")
+        if only is not None:
+            return (1 if second == "failed" else 0, {flaky: second}, "")
+        return (1, first, "swap checked")
 
-        monkeypatch.setattr(uvicorn_suite, "_run", run)
-        monkeypatch.setattr(
-            "tests.host_suites._sdist.sdist_folder", lambda *args, root=Path("/uvicorn"): root / "tests"
-        )
-        monkeypatch.setattr(Path, "is_file", lambda path: path == Path("/uvicorn/tests/test_main.py"))
-        assert uvicorn_suite.main([]) == (1 if red else 0), second
-        assert calls[:2] == [("ours", None), ("ours", ["/uvicorn/tests/test_main.py::TestRun::test_b"])]
-        assert [which for which, _ in calls[2:]] == ([] if second == "passed" else ["stock"])
+    monkeypatch.setattr(uvicorn_suite, "_run", run)
+    monkeypatch.setattr("tests.host_suites._sdist.sdist_folder", lambda *args: Path("/uvicorn/tests"))
+    monkeypatch.setattr(Path, "is_file", lambda path: path == Path("/uvicorn/tests/test_main.py"))
+    assert uvicorn_suite.main([]) == (1 if red else 0)
+    assert calls[:2] == [("ours", None), ("ours", ["/uvicorn/tests/test_main.py::TestRun::test_b"])]
+    assert [which for which, _ in calls[2:]] == ([] if second == "passed" else ["stock"])
 
 
 def test_pytest_outcomes_are_read_from_junit(tmp_path: Path) -> None:

@@ -26,7 +26,16 @@ def _run(
     """pytest on uvicorn's tests (or the node ids *only*), with the swap for ``ours``: two workers
     per core, as most of them wait (a server starting, a timeout running out)."""
     workers = str(2 * (os.cpu_count() or 1))
-    arguments = [*(only or ["tests"]), "--ignore=tests/benchmarks", "-p", "no:cacheprovider", "-n", workers, "-q", *args]
+    arguments = [
+        *(only or ["tests"]),
+        "--ignore=tests/benchmarks",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        workers,
+        "-q",
+        *args,
+    ]
     return run_pytest(arguments, root, "aiosendfile_uvicorn_swap" if which == "ours" else None)
 
 
