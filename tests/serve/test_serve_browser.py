@@ -20,12 +20,13 @@ import struct
 import tarfile
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..support.browser import browser
+from ..support.browser import browser, save_downloads_in
 from ..support.processes import Server
 
 pytest.importorskip("httptools")
@@ -48,6 +49,22 @@ def public(tmp_path: Path) -> Path:
     for name in HOSTILE:
         (root / name).write_bytes(b"<")  # (smaller than small.txt)
     return root
+
+
+@pytest.fixture(scope="module")
+def chromium_for_the_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One headless Chromium (script on) for the module's tests: a browser costs about 2 s of CPU
+    to start. Each test has its own server, on its own port: its own origin, so no cookie or
+    storage of one test reaches another."""
+    with browser(tmp_path_factory.mktemp("chromium-profile")) as driver:
+        yield driver
+
+
+@pytest.fixture
+def page(chromium_for_the_module: Any) -> Any:
+    """The module's browser, on a blank page, for one test."""
+    chromium_for_the_module.get("about:blank")
+    return chromium_for_the_module
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -93,36 +110,36 @@ fetch(arguments[0]).then(r => r.arrayBuffer()).then(b => crypto.subtle.digest("S
 
 
 def test_the_listing_page_lists_sorts_uploads_and_downloads(
-    serve_cli: Any, public: Path, tmp_path: Path
+    serve_cli: Any, public: Path, tmp_path: Path, page: Any
 ) -> None:
     picked = tmp_path / "picked.bin"
     picked.write_bytes(os.urandom(3 * 2**20 + 5))
-    with browser(tmp_path / "profile") as driver:
-        driver.get(serve_cli.url)
-        _no_script_ran(driver)
-        assert _names(driver) == ["folder/", *sorted(HOSTILE), "big.bin", "small.txt"]
-        driver.find_element(By.LINK_TEXT, "Size").click()  # small to large, then large to small
-        WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
-        assert _names(driver)[0] == "folder/"
-        assert _names(driver)[-2:] == ["small.txt", "big.bin"]
-        driver.find_element(By.LINK_TEXT, "Size").click()
-        WebDriverWait(driver, 10).until(lambda d: "order=desc" in d.current_url)
-        assert _names(driver)[:2] == ["folder/", "big.bin"]
-        _no_script_ran(driver)
+    driver = page
+    driver.get(serve_cli.url)
+    _no_script_ran(driver)
+    assert _names(driver) == ["folder/", *sorted(HOSTILE), "big.bin", "small.txt"]
+    driver.find_element(By.LINK_TEXT, "Size").click()  # small to large, then large to small
+    WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
+    assert _names(driver)[0] == "folder/"
+    assert _names(driver)[-2:] == ["small.txt", "big.bin"]
+    driver.find_element(By.LINK_TEXT, "Size").click()
+    WebDriverWait(driver, 10).until(lambda d: "order=desc" in d.current_url)
+    assert _names(driver)[:2] == ["folder/", "big.bin"]
+    _no_script_ran(driver)
 
-        driver.get(serve_cli.url)
-        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-        _listed(driver, "picked.bin")
-        assert (public / "picked.bin").read_bytes() == picked.read_bytes()
+    driver.get(serve_cli.url)
+    driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+    driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+    _listed(driver, "picked.bin")
+    assert (public / "picked.bin").read_bytes() == picked.read_bytes()
 
-        driver.execute_script(_DROP, 100_000)
-        _listed(driver, "dropped.bin")
-        assert (public / "dropped.bin").read_bytes() == bytes((i * 7 + 3) % 251 for i in range(100_000))
+    driver.execute_script(_DROP, 100_000)
+    _listed(driver, "dropped.bin")
+    assert (public / "dropped.bin").read_bytes() == bytes((i * 7 + 3) % 251 for i in range(100_000))
 
-        digest = driver.execute_async_script(_DIGEST, "picked.bin")
-        assert digest == hashlib.sha256(picked.read_bytes()).hexdigest()
-        _no_script_ran(driver)
+    digest = driver.execute_async_script(_DIGEST, "picked.bin")
+    assert digest == hashlib.sha256(picked.read_bytes()).hexdigest()
+    _no_script_ran(driver)
     assert sorted(os.listdir(public)) == sorted(
         [".upload-state", "folder", "small.txt", "big.bin", *HOSTILE, "picked.bin", "dropped.bin"]
     )  # (.upload-state: the record of each upload, a while after it completes: never served)
@@ -205,7 +222,7 @@ class _CuttingProxy:
 
 
 def test_an_upload_from_the_page_resumes_after_the_connection_drops(
-    serve_cli: Any, public: Path, tmp_path: Path
+    serve_cli: Any, public: Path, tmp_path: Path, page: Any
 ) -> None:
     picked = tmp_path / "resumed.bin"
     picked.write_bytes(os.urandom(6 * 2**20 + 3))
@@ -215,11 +232,11 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     # cuts reach the page as errors, and it resumes (each cut that fails the test without it).
     proxy = _CuttingProxy(port, cut_after=2 * 2**20, cuts=6)
     try:
-        with browser(tmp_path / "profile") as driver:
-            driver.get(f"http://127.0.0.1:{proxy.port}/")
-            driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-            driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-            _listed(driver, "resumed.bin")
+        driver = page
+        driver.get(f"http://127.0.0.1:{proxy.port}/")
+        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+        _listed(driver, "resumed.bin")
     finally:
         proxy.close()
     assert proxy.cuts == 0
@@ -229,7 +246,9 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     assert not [n for n in os.listdir(public) if n.endswith(".partial")]
 
 
-def test_the_listings_archive_links_download_the_folder(serve_cli: Any, public: Path, tmp_path: Path) -> None:
+def test_the_listings_archive_links_download_the_folder(
+    serve_cli: Any, public: Path, tmp_path: Path, page: Any
+) -> None:
     """The links "tar" and "zip" on a folder's listing, clicked: the browser saves the folder as
     an archive under the folder's name, and the archive holds the folder's files byte-exact."""
     (public / "folder" / "inner.txt").write_bytes(b"inside the folder\n" * 100)
@@ -237,12 +256,13 @@ def test_the_listings_archive_links_download_the_folder(serve_cli: Any, public: 
     (public / "folder" / "deeper" / "blob.bin").write_bytes(os.urandom(200_000))
     saved = tmp_path / "downloads"
     saved.mkdir()
-    with browser(tmp_path / "profile", downloads=saved) as driver:
-        driver.get(serve_cli.url + "folder/")
-        for kind in ("tar", "zip"):
-            driver.find_element(By.LINK_TEXT, kind).click()
-            arrived = saved / f"folder.{kind}"
-            WebDriverWait(driver, 30).until(lambda _, arrived=arrived: arrived.exists())
+    save_downloads_in(page, saved)
+    driver = page
+    driver.get(serve_cli.url + "folder/")
+    for kind in ("tar", "zip"):
+        driver.find_element(By.LINK_TEXT, kind).click()
+        arrived = saved / f"folder.{kind}"
+        WebDriverWait(driver, 30).until(lambda _, arrived=arrived: arrived.exists())
     names = {
         "folder/inner.txt": b"inside the folder\n" * 100,
         "folder/deeper/blob.bin": (public / "folder" / "deeper" / "blob.bin").read_bytes(),

@@ -109,3 +109,9 @@ def browser(profile: Path, *, javascript: bool = True, downloads: Path | None = 
         yield driver
     finally:
         driver.quit()
+
+
+def save_downloads_in(driver: Any, folder: Path) -> None:
+    """Have *driver*'s browser save what it downloads in *folder*, without asking (a running
+    browser's setting, as ``browser(downloads=...)`` gives a new one)."""
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(folder)})
