@@ -37,8 +37,11 @@ Theory of operation
   read this process started may still be bringing pages in. Without
   ``cachestat`` (Linux < 6.5, BSD) the first and last page are probed. If any
   page is missing, that chunk's ``sendfile`` runs in the cold-read pool (see
-  ``_options``), so the disk wait happens off the loop thread. The transfer
-  stays zero-copy. (Measured and
+  ``_options``), so the disk wait happens off the loop thread, and it is not
+  probed again until the pool has sent it (``SendJob.cold``): without
+  ``cachestat`` a probe is a read that starts bringing the pages in, and a
+  second probe would find the first ones and send the chunk on the loop. The
+  transfer stays zero-copy. (Measured and
   dropped: a ``POSIX_FADV_WILLNEED`` of the next chunk from the pool halved
   cold throughput and doubled CPU; see ``benchmarks/loop_stall.py``.)
 * **Headers and trailers** go to the same socket with ``send()``. On Linux
@@ -225,13 +228,14 @@ async def _send_file(
         position = state.position
         try:
             if job.cold or is_cold(file_fd, position, size, options):
-                job.cold = False
+                job.cold = True  # (kept while the pool's send finds the socket full)
                 _platform.went_to_pool()
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
                 pending = asyncio.wrap_future(pool_job)
                 try:
                     n = await asyncio.shield(pending)
+                    job.cold = False
                 except asyncio.CancelledError:
                     if not pool_job.cancel():
                         # The thread is already sending on our fd: count what it sends, then stop.

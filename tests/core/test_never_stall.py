@@ -6,10 +6,11 @@ Both loops (conftest), TCP/Unix/TLS where a connection is involved.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,37 @@ async def test_a_chunk_found_cold_goes_to_the_pool_though_its_probe_warmed_it(
     assert sent == [100_000, 200_000]
     assert data == pattern(100_000, seed=1) + pattern(200_000, seed=2)
     assert _platform.counters.cold == 2, _platform.counters
+
+
+async def test_a_cold_chunk_whose_pool_send_found_the_socket_full_goes_to_the_pool_again(
+    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's ``sendfile`` finding the socket full (EAGAIN): after the wait, the same chunk
+    goes to the pool again, not probed again (the probe would find the pages its first read
+    brought in, and the failed send's read too)."""
+    if not zero_copy_expected(kind):
+        pytest.skip("the copy reads cold chunks in the pool by its own path")
+    probe = WarmingProbe()
+    monkeypatch.setattr(_platform, "range_cached", probe.range_cached)
+    monkeypatch.setattr(_platform, "page_cached", probe.page_cached)
+    path = tmp_path / "cold.bin"
+    path.write_bytes(pattern(300_000, seed=4))
+    submitted: list[Any] = []
+
+    class FullOnce(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            submitted.append(fn)
+            if len(submitted) == 1:
+                full: Future[Any] = Future()
+                full.set_exception(BlockingIOError(errno.EAGAIN, "full"))
+                return full
+            return super().submit(fn, *args, **kwargs)
+
+    conn = await connect()
+    with FullOnce(1) as pool, open(path, "rb") as f:
+        sent, data = await collect(conn, lambda: aiosendfile.sendfile(conn.writer, f, executor=pool))
+    assert (sent, data) == (300_000, pattern(300_000, seed=4))
+    assert len(submitted) == 2
 
 
 async def test_probe_false_trusts_the_cache(connect: Connector, tmp_path: Path) -> None:
