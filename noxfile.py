@@ -156,15 +156,22 @@ def _lanes() -> list[list[str]]:
     ]
 
 
-#: The lines of a lane's output that say what went wrong: pytest's summary of failures and its
-#: assertion lines, nox's failed sessions, a host suite's verdict. ``ci`` prints them again at the
-#: end (a CI page may keep only the end of a long log).
+#: The lines of a lane's output that say what went wrong: pytest's failed tests (``-ra``) and
+#: assertion lines, nox's red sessions, a host suite's verdict, mypy's and ruff's findings, a Sphinx
+#: warning made an error. ``ci`` prints them again at the end (a CI page may keep only the end of a
+#: long log). Not a captured log record (``ERROR    name:file.py:...``) nor a verdict's note of a
+#: test that passed when run again.
 WHAT_FAILED = re.compile(
-    r"^(FAILED |ERROR |E   |=+ .*\b(failed|error)|nox > Session .* (failed|aborted)"
-    r"|FAILS WITH |RAN STOCK, NOT WITH |MORE ResourceWarnings |The swap was not checked|No test results)"
+    r"^(FAILED (?!ONCE)|ERROR (?! )|=+ .*\b(failed|errors?)\b|nox > Session .* (failed|aborted)"
+    r"|FAILS WITH |RAN STOCK, NOT WITH |MORE ResourceWarnings |The swap was not checked|No test results"
+    r"|\S+:\d+: error: |\S+:\d+:\d+: [A-Z]+\d+ |[A-Z]+\d+ \S|\s*--> \S+:\d+:\d+|Would reformat"
+    r"|Warning, treated as error)"
 )
-#: At most this many of them per lane.
-WHAT_FAILED_LINES = 60
+#: pytest's assertion lines (``E   ...``), the first of these many per lane: the other lines are
+#: all kept (up to :data:`WHAT_FAILED_LINES`), so the names of what failed are never crowded out.
+ASSERTION = re.compile(r"^E   ")
+ASSERTION_LINES = 20
+WHAT_FAILED_LINES = 200
 
 
 @nox.session(venv_backend="none")
@@ -195,6 +202,7 @@ def ci(session: nox.Session) -> None:
             )
         )
     reported: list[list[str]] = [[] for _ in lanes]
+    assertions = [0 for _ in lanes]
 
     def echo(number: int, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -202,8 +210,13 @@ def ci(session: nox.Session) -> None:
             with printing:
                 sys.stdout.write(f"[{number}] {line}")
                 sys.stdout.flush()
-            if WHAT_FAILED.match(line) and len(reported[number - 1]) < WHAT_FAILED_LINES:
-                reported[number - 1].append(line)
+            said = reported[number - 1]
+            if len(said) < WHAT_FAILED_LINES and (
+                WHAT_FAILED.match(line)
+                or (ASSERTION.match(line) and assertions[number - 1] < ASSERTION_LINES)
+            ):
+                said.append(line)
+                assertions[number - 1] += bool(ASSERTION.match(line))
 
     readers = [
         threading.Thread(target=echo, args=(number, process), daemon=True)

@@ -2,8 +2,10 @@
 checked, when nothing was read, or, where our run failed, when a test that passes with the stock
 class fails with ours, runs stock but not with ours, or ours leaves more unclosed files. A runner
 may excuse tests by name (each with its reason, which the verdict prints), and may run the tests
-that failed with ours once more, with ours: one that passes then failed by chance (a port another
-test took, a slow start on a loaded machine), and the verdict names it."""
+that failed with ours once more, alone, with ours: one that passes then failed by chance (a port
+another test took, a slow start on a loaded machine), and the verdict names it with the lines of
+the first run that name it. (A failure that ours caused through a state an earlier test left
+would pass alone too: the printed lines are what tells such a case apart.)"""
 
 from __future__ import annotations
 
@@ -56,11 +58,13 @@ def judge(
         return 1
     failed = sorted(name for name, kind in ours.results.items() if kind == "failed")
     by_chance: list[str] = []
-    if failed and rerun is not None:
+    if failed and rerun is not None and ours.code == 1:  # (1: tests failed; not an interrupted run)
         again = rerun(failed).results
         by_chance = [name for name in failed if again.get(name) == "passed"]
         for name in by_chance:
             print(f"FAILED ONCE WITH {drop_in}, PASSED ON A SECOND RUN: {name}")
+            test = name.rpartition("::")[2]
+            print("".join(f"    {line}\n" for line in ours.output.splitlines() if test in line), end="")
         failed = [name for name in failed if name not in by_chance]
     if not failed and not ours.warnings and (ours.code == 0 or by_chance):
         return 0
