@@ -115,6 +115,31 @@ def test_a_test_that_fails_once_with_ours_runs_again_with_ours(
     assert [which for which, _ in calls[2:]] == ([] if second == "passed" else ["stock"])
 
 
+def test_the_first_runs_report_of_a_test_that_passed_again_is_its_section() -> None:
+    from tests.host_suites._verdict import failure_report
+
+    output = """..F.
+=================================== FAILURES ===================================
+____________________ test_log_config_yaml[log_config.yaml] _____________________
+[gw1] linux -- Python 3.13.0 /x/bin/python
+
+    def test_log_config_yaml(...):
+>       assert 1 == 2
+E       assert 1 == 2
+__________________________________ test_other __________________________________
+E       assert 3 == 4
+=========================== short test summary info ============================
+FAILED tests/test_config.py::test_log_config_yaml[log_config.yaml] - assert 1 == 2
+"""
+    report = failure_report(output, "tests.test_config::test_log_config_yaml[log_config.yaml]")
+    assert report[0].strip("_ ") == "test_log_config_yaml[log_config.yaml]"
+    assert "E       assert 1 == 2" in report
+    assert "E       assert 3 == 4" not in report
+    assert failure_report("FAILED tests/t.py::test_x - boom\n", "tests.t::test_x") == [
+        "FAILED tests/t.py::test_x - boom"
+    ]
+
+
 def test_pytest_outcomes_are_read_from_junit(tmp_path: Path) -> None:
     from tests.host_suites import uvicorn_suite
 

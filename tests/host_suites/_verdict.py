@@ -9,10 +9,14 @@ would pass alone too: the printed lines are what tells such a case apart.)"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ("Run", "judge")
+__all__ = ("Run", "failure_report", "judge")
+
+#: At most this many lines of a first run's report on a test that passed when run again.
+REPORT_LINES = 40
 
 
 @dataclass
@@ -63,8 +67,7 @@ def judge(
         by_chance = [name for name in failed if again.get(name) == "passed"]
         for name in by_chance:
             print(f"FAILED ONCE WITH {drop_in}, PASSED ON A SECOND RUN: {name}")
-            test = name.rpartition("::")[2]
-            print("".join(f"    {line}\n" for line in ours.output.splitlines() if test in line), end="")
+            print("".join(f"    {line}\n" for line in failure_report(ours.output, name)), end="")
         failed = [name for name in failed if name not in by_chance]
     if not failed and not ours.warnings and (ours.code == 0 or by_chance):
         return 0
@@ -89,3 +92,20 @@ def judge(
         print(ours.output)
         return 1
     return 0
+
+
+def failure_report(output: str, name: str) -> list[str]:
+    """pytest's report of the test *name* (``classname::test``) in a run's *output*: its section
+    (``____ test ____`` to the next section or summary line), at most :data:`REPORT_LINES` lines,
+    else the lines that name it."""
+    test = name.rpartition("::")[2]
+    lines = output.splitlines()
+    for start, line in enumerate(lines):
+        if re.fullmatch(rf"_+ (\S+\.)?{re.escape(test)} _+", line.strip()):
+            section = [line]
+            for more in lines[start + 1 :]:
+                if re.match(r"_{3,} \S.* _{3,}$|={3,} ", more.strip()):
+                    break
+                section.append(more)
+            return section[:REPORT_LINES]
+    return [line for line in lines if test in line][:REPORT_LINES]
