@@ -157,7 +157,7 @@ def _run(
     arguments += [f"--rootdir={root}", "-c", str(root / "pytest.ini"), "-o", "addopts="]
     arguments += ["-m", "not dev_mode and not autobahn and not internal", "--strict-markers"]
     arguments += ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:asyncio"]
-    arguments += [f"--aiohttp-loop={','.join(LOOPS)}", "-n", "2", "-q", *args]
+    arguments += [f"--aiohttp-loop={','.join(LOOPS)}", "-n", "2" if only is None else "0", "-q", *args]
     if which == "ours":
         arguments += [f"--deselect={node_id}" for node_id in _node_ids()]
     if os.geteuid() == 0:

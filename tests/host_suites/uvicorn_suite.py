@@ -23,9 +23,10 @@ __all__ = ("main", "outcomes")
 def _run(
     which: str, root: Path, args: list[str], only: list[str] | None = None
 ) -> tuple[int, dict[str, str], str]:
-    """pytest on uvicorn's tests (or the node ids *only*), with the swap for ``ours``: two workers
-    per core, as most of them wait (a server starting, a timeout running out)."""
-    workers = str(2 * (os.cpu_count() or 1))
+    """pytest on uvicorn's tests (or the node ids *only*, a few tests run again: in one process),
+    with the swap for ``ours``: two workers per core, as most of them wait (a server starting, a
+    timeout running out)."""
+    workers = str(2 * (os.cpu_count() or 1)) if only is None else "0"
     arguments = [
         *(only or ["tests"]),
         "--ignore=tests/benchmarks",
