@@ -210,13 +210,12 @@ def ci(session: nox.Session) -> None:
             with printing:
                 sys.stdout.write(f"[{number}] {line}")
                 sys.stdout.flush()
-            said = reported[number - 1]
+            said, assertion = reported[number - 1], ASSERTION.match(line) is not None
             if len(said) < WHAT_FAILED_LINES and (
-                WHAT_FAILED.match(line)
-                or (ASSERTION.match(line) and assertions[number - 1] < ASSERTION_LINES)
+                WHAT_FAILED.match(line) or (assertion and assertions[number - 1] < ASSERTION_LINES)
             ):
                 said.append(line)
-                assertions[number - 1] += bool(ASSERTION.match(line))
+                assertions[number - 1] += assertion
 
     readers = [
         threading.Thread(target=echo, args=(number, process), daemon=True)

@@ -118,15 +118,14 @@ def send_at_once(job: SendJob) -> Start | None:
 
 
 def _send_now(job: SendJob, sock: socket.socket) -> Start | None:
-    state, options, file_fd = job.state, job.options, job.file.fd
+    state, file_fd = job.state, job.file.fd
     assert file_fd is not None  # zero-copy needs a regular file's fd
     if not _frame_sent(job, sock, trailers=False):
         return "wait"
     if not state.done:
         size = state.next_chunk()
         position = state.position
-        if job.cold or is_cold(file_fd, position, size, options):
-            job.cold = True
+        if _found_cold(job, position, size):
             return "go"  # the pool sends it
         try:
             n = _platform.sendfile_once(sock.fileno(), file_fd, position, size)
@@ -227,8 +226,7 @@ async def _send_file(
         size = state.next_chunk()
         position = state.position
         try:
-            if job.cold or is_cold(file_fd, position, size, options):
-                job.cold = True  # (kept while the pool's send finds the socket full)
+            if _found_cold(job, position, size):  # (still so while the pool's send finds the socket full)
                 _platform.went_to_pool()
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
@@ -256,6 +254,15 @@ async def _send_file(
             await _wait_writable(loop, out_fd, lease)
         else:
             await yield_to_others(loop)
+
+
+def _found_cold(job: SendJob, position: int, size: int) -> bool:
+    """Whether the job's next chunk is cold: probed once, then remembered (``SendJob.cold``) until
+    the pool has sent it."""
+    if not job.cold:
+        assert job.file.fd is not None
+        job.cold = is_cold(job.file.fd, position, size, job.options)
+    return job.cold
 
 
 def is_cold(

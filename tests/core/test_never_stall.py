@@ -109,22 +109,30 @@ class WarmingProbe:
         return None
 
     def page_cached(self, fd: int, offset: int, device: int | None = None) -> bool:
-        seen = os.fstat(fd).st_ino in self.probed
-        self.probed.add(os.fstat(fd).st_ino)
+        inode = os.fstat(fd).st_ino
+        seen = inode in self.probed
+        self.probed.add(inode)
         return seen
 
 
-async def test_a_chunk_found_cold_goes_to_the_pool_though_its_probe_warmed_it(
-    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A chunk found cold is sent from the pool, not probed again: the probe itself started the
-    read, and a second one would find the first pages and send the chunk on the loop thread.
-    Both ways in: a transport's first transfer, and a later one (the straight line)."""
+@pytest.fixture
+def warming_probe(kind: str, monkeypatch: pytest.MonkeyPatch) -> WarmingProbe:
+    """:class:`WarmingProbe` in place of the platform's, for the zero-copy connections."""
     if not zero_copy_expected(kind):
         pytest.skip("the copy reads cold chunks in the pool by its own path")
     probe = WarmingProbe()
     monkeypatch.setattr(_platform, "range_cached", probe.range_cached)
     monkeypatch.setattr(_platform, "page_cached", probe.page_cached)
+    return probe
+
+
+@pytest.mark.usefixtures("warming_probe")
+async def test_a_chunk_found_cold_goes_to_the_pool_though_its_probe_warmed_it(
+    connect: Connector, tmp_path: Path
+) -> None:
+    """A chunk found cold is sent from the pool, not probed again: the probe itself started the
+    read, and a second one would find the first pages and send the chunk on the loop thread.
+    Both ways in: a transport's first transfer, and a later one (the straight line)."""
     first, second = tmp_path / "first.bin", tmp_path / "second.bin"
     first.write_bytes(pattern(100_000, seed=1))
     second.write_bytes(pattern(200_000, seed=2))
@@ -140,17 +148,13 @@ async def test_a_chunk_found_cold_goes_to_the_pool_though_its_probe_warmed_it(
     assert _platform.counters.cold == 2, _platform.counters
 
 
+@pytest.mark.usefixtures("warming_probe")
 async def test_a_cold_chunk_whose_pool_send_found_the_socket_full_goes_to_the_pool_again(
-    connect: Connector, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    connect: Connector, tmp_path: Path
 ) -> None:
     """The pool's ``sendfile`` finding the socket full (EAGAIN): after the wait, the same chunk
     goes to the pool again, not probed again (the probe would find the pages its first read
     brought in, and the failed send's read too)."""
-    if not zero_copy_expected(kind):
-        pytest.skip("the copy reads cold chunks in the pool by its own path")
-    probe = WarmingProbe()
-    monkeypatch.setattr(_platform, "range_cached", probe.range_cached)
-    monkeypatch.setattr(_platform, "page_cached", probe.page_cached)
     path = tmp_path / "cold.bin"
     path.write_bytes(pattern(300_000, seed=4))
     submitted: list[Any] = []

@@ -3,9 +3,9 @@ checked, when nothing was read, or, where our run failed, when a test that passe
 class fails with ours, runs stock but not with ours, or ours leaves more unclosed files. A runner
 may excuse tests by name (each with its reason, which the verdict prints), and may run the tests
 that failed with ours once more, alone, with ours: one that passes then failed by chance (a port
-another test took, a slow start on a loaded machine), and the verdict names it with the lines of
-the first run that name it. (A failure that ours caused through a state an earlier test left
-would pass alone too: the printed lines are what tells such a case apart.)"""
+another test took, a slow start on a loaded machine), and the verdict names it with its first
+run's failure report. (A failure that ours caused through a state an earlier test left would pass
+alone too: the printed report is what tells such a case apart.)"""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def _run(
     """pytest on aiohttp's tests (or the node ids *only*), with the swap and without the excused
     tests for ``ours`` (nor, as root, :data:`NOT_AS_ROOT`). Run from an empty directory: the
     sdist's own ``aiohttp/`` (uncompiled) must not shadow the installed one."""
-    arguments = [*(only or [str(root / f) for f in FILES]), "-k", SELECTED]
+    arguments = [*([str(root / f) for f in FILES] if only is None else only), "-k", SELECTED]
     arguments += [f"--rootdir={root}", "-c", str(root / "pytest.ini"), "-o", "addopts="]
     arguments += ["-m", "not dev_mode and not autobahn and not internal", "--strict-markers"]
     arguments += ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:asyncio"]

@@ -28,7 +28,7 @@ def _run(
     timeout running out)."""
     workers = str(2 * (os.cpu_count() or 1)) if only is None else "0"
     arguments = [
-        *(only or ["tests"]),
+        *(["tests"] if only is None else only),
         "--ignore=tests/benchmarks",
         "-p",
         "no:cacheprovider",

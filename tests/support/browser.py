@@ -72,9 +72,9 @@ def chromium() -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def browser(profile: Path, *, javascript: bool = True, downloads: Path | None = None) -> Iterator[Any]:
-    """A headless Chromium under Selenium (its ``WebDriver``), quit on the way out; what it
-    downloads goes to *downloads*."""
+def browser(profile: Path, *, javascript: bool = True) -> Iterator[Any]:
+    """A headless Chromium under Selenium (its ``WebDriver``), quit on the way out; *javascript*
+    off: scripts never run in it (downloads: :func:`save_downloads_in`)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -95,13 +95,8 @@ def browser(profile: Path, *, javascript: bool = True, downloads: Path | None = 
         f"--user-data-dir={profile}",
     ):
         options.add_argument(arg)
-    prefs: dict[str, Any] = {}
     if not javascript:
-        prefs["profile.managed_default_content_settings.javascript"] = 2
-    if downloads is not None:
-        prefs.update({"download.default_directory": str(downloads), "download.prompt_for_download": False})
-    if prefs:
-        options.add_experimental_option("prefs", prefs)
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
         driver.set_page_load_timeout(30)
@@ -112,6 +107,5 @@ def browser(profile: Path, *, javascript: bool = True, downloads: Path | None = 
 
 
 def save_downloads_in(driver: Any, folder: Path) -> None:
-    """Have *driver*'s browser save what it downloads in *folder*, without asking (a running
-    browser's setting, as ``browser(downloads=...)`` gives a new one)."""
+    """Have *driver*'s running browser save what it downloads in *folder*, without asking."""
     driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(folder)})
