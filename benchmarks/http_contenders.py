@@ -28,6 +28,7 @@ from benchmarks import asgi_apps
 from benchmarks.asgi_apps import ROOT_ENV
 from benchmarks.harness import TrialError, servers
 from benchmarks.harness.http_trial import Context
+from benchmarks.harness.report import REPO
 from benchmarks.harness.servers import Server, free_port, repo_env
 
 __all__ = [
@@ -216,15 +217,14 @@ def start_server(
         raise TrialError(f"{name} has no HTTPS mode here")
     if name in (SERVE, SERVE_BEFORE):
         env = repo_env()
-        if name == SERVE_BEFORE:
-            _from_before(name, env)
+        where: Path | str = _from_before(name, env) if name == SERVE_BEFORE else REPO
         cmd = [sys.executable, "-m", "aiosendfile", "serve", ctx.root, "--host", "127.0.0.1"]
         cmd += ["--port", str(port), "--workers", str(ctx.workers)]
         if tls is not None:
             cmd += ["--tls-cert", tls[0], "--tls-key", tls[1]]
         # With workers, the parent forks them: wait for the whole tree.
         procs = 1 + ctx.workers if ctx.workers > 1 else 1
-        return launch(cmd, env=env, processes=procs)
+        return launch(cmd, env=env, processes=procs, cwd=where)
     if ctx.workers != 1 and name not in MULTI_WORKER:
         raise TrialError(f"{name} has no --workers {ctx.workers} mode here")
     if is_asgi(name):
@@ -234,12 +234,13 @@ def start_server(
         if tls is not None:
             cmd += ["--ssl-certfile", tls[0], "--ssl-keyfile", tls[1]]
         env = dict(repo_env(), **{ROOT_ENV: ctx.root})
-        if name.endswith(BEFORE_SUFFIX):
-            _from_before(name, env)
+        where = _from_before(name, env) if name.endswith(BEFORE_SUFFIX) else REPO
         # granian: a main process and its one worker (wait for both). uvicorn re-raises SIGTERM
         # after its graceful shutdown (its exit status is then -15).
         granian = server == "granian"
-        return launch(cmd, env=env, processes=2 if granian else 1, reraises_stop_signal=not granian)
+        return launch(
+            cmd, env=env, processes=2 if granian else 1, reraises_stop_signal=not granian, cwd=where
+        )
     if name in AIOHTTP_KINDS:
         cmd = [sys.executable, "-m", AIOHTTP_APP, AIOHTTP_KINDS[name], ctx.root, "127.0.0.1", str(port)]
         # The program is this repository's (and the plugin imports aiosendfile from it).
@@ -285,12 +286,15 @@ def start_server(
     raise ValueError(name)
 
 
-def _from_before(name: str, env: dict[str, str]) -> None:
-    """Put the checkout named by :data:`BEFORE_ENV` first on *env*'s ``PYTHONPATH``."""
+def _from_before(name: str, env: dict[str, str]) -> str:
+    """Put the checkout named by :data:`BEFORE_ENV` first on *env*'s ``PYTHONPATH``; returns it, the
+    directory to run the server in (``python -m`` puts the working directory before
+    ``PYTHONPATH``: run from this repository, the "before" server was this tree's own)."""
     before = os.environ.get(BEFORE_ENV)
     if not before:
         raise TrialError(f"{name} needs {BEFORE_ENV}=DIR, a checkout of the tree before")
     env["PYTHONPATH"] = os.pathsep.join([before, env["PYTHONPATH"]])
+    return before
 
 
 def is_asgi(name: str) -> bool:

@@ -255,11 +255,15 @@ def start_server(
     error_log: Path | None = None,
     reraises_stop_signal: bool = False,
     wrap: Sequence[str] = (),
+    cwd: Path | str = REPO,
 ) -> Server:
     """Start ``cmd`` (output to ``log``, on CPUs ``cpus``), wait until it listens on ``port``.
 
     ``wrap``: a prefix the command runs under, inside the CPU pinning (a slow disk's cgroup:
     ``throttle.ReadThrottle.prefix``).
+
+    ``cwd``: where it runs (``python -m`` and ``-c`` import from there first, before
+    ``PYTHONPATH``).
 
     ``processes``: wait up to 5 s for the process tree to have that many members
     (nginx's master accepts into its backlog before its worker exists).
@@ -270,7 +274,7 @@ def start_server(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            cwd=REPO,
+            cwd=cwd,
             env=env,
         )
     server = Server(
