@@ -30,6 +30,11 @@ uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
   * :func:`tls_socket_transport`: the TLS transport's ``get_extra_info("uvloop.sslproto")`` key
     (``uvloop/sslproto.pyx``), and the socket transport its ``SSLProtocol`` holds in a C field,
     found among ``gc.get_referents`` (Cython's traversal of the object's fields).
+  * :class:`AdoptedSocket` (behaviour, not a name): ``Loop.connect_accepted_socket`` reads a
+    socket's ``type``, ``family`` and ``fileno()`` only, and at the transport's close calls
+    ``close()`` of an object that is no ``socket.socket`` (``uvloop/loop.pyx``,
+    ``uvloop/handles/handle.pyx``); ``fileno()`` is asked once, for the transport's ``_open``,
+    the only step after it that raises ``OSError``.
 ssl (``ssl.py``)
   * :func:`ssl_calls`: ``SSLSocket._sslobj``, the ``_ssl._SSLSocket`` under the Python wrapper.
 socket (``socket.py``)
@@ -48,8 +53,10 @@ Django (``django/http/response.py``, ``django/core/handlers/asgi.py``)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
+import os
 import socket
 import ssl
 import sys
@@ -60,8 +67,10 @@ _T = TypeVar("_T", bound=type)
 
 __all__ = (
     "RELIED_ON",
+    "AdoptedSocket",
     "Internal",
     "acceptor",
+    "adopts_descriptors",
     "defuse_py310_tls_resume",
     "keep_headers_buffered",
     "native_transport_types",
@@ -144,6 +153,50 @@ def _native_transport_types(uvloop_mod: Any) -> tuple[type, ...]:
     if uvloop_mod is not None:
         types += [uvloop_mod.TCPTransport, uvloop_mod.UnixTransport]
     return tuple(types)
+
+
+def adopts_descriptors(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether *loop*'s ``connect_accepted_socket`` may be given an :class:`AdoptedSocket` for a
+    plain connection: uvloop's (checked once per loop class)."""
+    loop_type: Any = type(loop)
+    return _adopts(loop_type, sys.modules.get("uvloop.loop"))
+
+
+@functools.cache
+def _adopts(loop_type: Any, uvloop_mod: Any) -> bool:
+    return uvloop_mod is not None and issubclass(loop_type, uvloop_mod.Loop)
+
+
+class AdoptedSocket:
+    """An accepted connection's descriptor, for uvloop's ``connect_accepted_socket`` in place of
+    a ``socket.socket``: no socket object to make (``socket.socket(fileno=)`` asks the kernel
+    ``getsockname`` to check the descriptor) and none to detach at the close. uvloop's transport
+    owns the descriptor from its ``_open``, which asks :meth:`fileno`, and calls :meth:`close`
+    once it has closed it itself: nothing is closed twice. Should the set-up fail before the
+    transport took it, :meth:`abandon` closes it."""
+
+    __slots__ = ("asked", "family", "fd", "type")
+
+    def __init__(self, fd: int, family: int, kind: int) -> None:
+        self.fd = fd
+        self.family = family
+        self.type = kind
+        self.asked = False
+
+    def fileno(self) -> int:
+        self.asked = True
+        return self.fd
+
+    def close(self) -> None:
+        """(The transport closed the descriptor: another may have its number already.)"""
+
+    def abandon(self, exc: BaseException) -> None:
+        """The set-up failed with *exc*: close the descriptor unless the transport took it (it is
+        asked for at the transport's ``_open``, and an ``OSError`` after that is ``_open``'s own:
+        nothing took it then either)."""
+        if not self.asked or isinstance(exc, OSError):
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
 
 
 def tls_protocol_types() -> tuple[type, ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import socket
 import sys
@@ -44,6 +45,8 @@ __all__ = (
     "PLATFORM",
     "NotSupportedBySendfile",
     "ShimCounters",
+    "acceptor",
+    "stat_identity",
     "borrow_socket",
     "counters",
     "make_pipe",
@@ -319,7 +322,7 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # It and openat2 come from aiosendfile._syscalls, a C module built at install where a compiler
 # is: the standard library has no binding, and a ctypes call costs 2-3 times as much.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_SYSCALLS_ABI = 2  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
+_SYSCALLS_ABI = 3  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
 
 
 def _load_syscalls() -> Any:
@@ -337,6 +340,47 @@ def _load_syscalls() -> Any:
 _syscalls = _load_syscalls()
 #: Whether the compiled system calls are here (``capabilities()`` says it).
 HAS_SYSCALLS_MODULE: bool = _syscalls is not None
+
+
+def _stat_identity(path: str) -> tuple[int, ...] | int:
+    """``stat(path)`` as ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, or minus the errno."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return -(exc.errno or errno.EIO)
+    except ValueError:  # (a NUL in the path: no such path)
+        return -errno.ENOENT
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+#: ``stat(path)`` as ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)`` (what ``_hot.identity``
+#: takes of an ``os.stat_result``), or minus the errno: the check that a kept answer's file is
+#: still the one it was. The compiled module's where it is here: it builds the five numbers and
+#: no ``os.stat_result`` (whose three float times and three nanosecond times cost more than the
+#: call), and lets the GIL go for the lookup as ``os.stat`` does.
+stat_identity: Callable[[str], tuple[int, ...] | int] = (
+    _syscalls.stat_identity if _syscalls is not None else _stat_identity
+)
+
+
+def acceptor(sock: socket.socket) -> Callable[[], int]:
+    """The non-blocking listening *sock*'s accept as ``() -> int``: the new connection's descriptor
+    (close-on-exec), or minus the errno (``-EAGAIN``: none is waiting). The compiled module's where
+    it is here (no address formatted, no exception for the EAGAIN that ends every batch); else the
+    standard library's (``_compat.acceptor``), its exception turned into minus its errno."""
+    if _syscalls is not None:
+        return functools.partial(_syscalls.accept, sock.fileno())
+    from . import _compat
+
+    inner = _compat.acceptor(sock)
+
+    def accept() -> int:
+        try:
+            return int(inner()[0])
+        except OSError as exc:
+            return -(exc.errno or errno.EIO)
+
+    return accept
 
 
 class _Cachestat:

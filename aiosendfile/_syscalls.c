@@ -1,18 +1,23 @@
-/* aiosendfile._syscalls: the two Linux system calls the standard library has no binding for.
+/* aiosendfile._syscalls: the Linux system calls the standard library has no binding for, or
+ * none that fits a request path.
  *
  * cachestat(2) (Linux >= 6.5) counts the pages of a range in the page cache; openat2(2) with
- * RESOLVE_CACHED (Linux >= 5.12) looks a path up and opens it only where that reads no disk.
- * _platform calls them, and only _platform: on a request path a ctypes call costs 2-3 times a
- * C call (docs/performance.md, "No ctypes on the request path"). Where this module was not
- * built (no compiler at install, AIOSENDFILE_NO_EXTENSIONS, not Linux), _platform does without
- * both calls, as on a kernel that lacks them.
+ * RESOLVE_CACHED (Linux >= 5.12) looks a path up and opens it only where that reads no disk;
+ * accept4(2) takes a connection off a listening socket and answers its descriptor alone (the
+ * standard library's accept formats the peer's address, and its EAGAIN, which ends every batch
+ * of accepts, is an exception: together a tenth of a new connection's instructions, see
+ * docs/performance.md). _platform calls them, and only _platform: on a request path a ctypes
+ * call costs 2-3 times a C call (docs/performance.md, "No ctypes on the request path"). Where
+ * this module was not built (no compiler at install, AIOSENDFILE_NO_EXTENSIONS, not Linux),
+ * _platform does without the first two, as on a kernel that lacks them, and accepts through the
+ * standard library.
  *
- * Both functions answer an int: what the call returns, or minus the errno, never an exception
- * for a refusal (the caller tells ENOSYS, EAGAIN, ELOOP... apart). cachestat keeps the GIL: it
- * reads nothing and never waits, and taking the GIL back can wait for another thread's switch
- * interval, which costs more than the call. openat2 lets it go, as the ctypes call did: its
- * RESOLVE_CACHED bounds the path lookup, not the file system's own open (an NFS or FUSE open
- * asks a server or a daemon).
+ * The functions answer an int: what the call returns, or minus the errno, never an exception
+ * for a refusal (the caller tells ENOSYS, EAGAIN, ELOOP... apart). cachestat and accept keep the
+ * GIL: they read nothing and never wait (accept is made on a non-blocking socket), and taking
+ * the GIL back can wait for another thread's switch interval, which costs more than the call.
+ * openat2 lets it go, as the ctypes call did: its RESOLVE_CACHED bounds the path lookup, not the
+ * file system's own open (an NFS or FUSE open asks a server or a daemon).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,11 +27,13 @@
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 /* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
-#define SYSCALLS_ABI 2
+#define SYSCALLS_ABI 3
 
 /* Both numbers are the same on every architecture of the unified syscall table. */
 #if defined(SYS_cachestat)
@@ -86,6 +93,27 @@ as_fd(PyObject *value, int *fd)
     return 1;
 }
 
+/* *value* as os.fsencode gives it: str (encoded, surrogateescape), bytes, or an os.PathLike of
+   either; an unencodable str raises as it would there. A new reference, or NULL. */
+static PyObject *
+encoded_path(PyObject *value, const char *caller)
+{
+    PyObject *path = PyOS_FSPath(value);
+    if (path == NULL)
+        return NULL;
+    PyObject *name = NULL;
+    if (PyUnicode_Check(path))
+        name = PyUnicode_EncodeFSDefault(path);
+    else if (PyBytes_Check(path)) {
+        name = path;
+        Py_INCREF(name);
+    }
+    else
+        PyErr_Format(PyExc_TypeError, "%s() takes a str, bytes or os.PathLike path", caller);
+    Py_DECREF(path);
+    return name;
+}
+
 PyDoc_STRVAR(cachestat_doc,
              "cachestat(fd, offset, size) -> int\n\n"
              "Pages of [offset, offset+size) in the page cache, or minus the errno.");
@@ -127,21 +155,7 @@ syscalls_openat2_cached(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     }
     if (!as_u64(args[1], &flags) || !as_u64(args[2], &resolve))
         return NULL;
-    /* As os.fsencode: str (encoded, surrogateescape), bytes, or an os.PathLike of either; an
-       unencodable str raises as it would there. */
-    PyObject *path = PyOS_FSPath(args[0]);
-    if (path == NULL)
-        return NULL;
-    PyObject *name = NULL;
-    if (PyUnicode_Check(path))
-        name = PyUnicode_EncodeFSDefault(path);
-    else if (PyBytes_Check(path)) {
-        name = path;
-        Py_INCREF(name);
-    }
-    else
-        PyErr_SetString(PyExc_TypeError, "openat2_cached() takes a str, bytes or os.PathLike path");
-    Py_DECREF(path);
+    PyObject *name = encoded_path(args[0], "openat2_cached");
     if (name == NULL)
         return NULL;
     const char *chars = PyBytes_AS_STRING(name);
@@ -166,7 +180,74 @@ syscalls_openat2_cached(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     return PyLong_FromLong(result);
 }
 
+PyDoc_STRVAR(accept_doc,
+             "accept(fd) -> int\n\n"
+             "accept4(fd, NULL, NULL, SOCK_CLOEXEC): the new connection's descriptor, or minus the\n"
+             "errno (-EAGAIN: none waiting).");
+
+static PyObject *
+syscalls_accept(PyObject *Py_UNUSED(module), PyObject *value)
+{
+    int fd;
+    if (!as_fd(value, &fd))
+        return NULL;
+    int conn = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    return PyLong_FromLong(conn >= 0 ? (long)conn : -(long)errno);
+}
+
+/* A file time in nanoseconds, as os.stat_result's st_*_ns (exact past 2262 too). */
+static PyObject *
+time_ns(time_t sec, long nsec)
+{
+    if (sec > -9000000000LL && sec < 9000000000LL)
+        return PyLong_FromLongLong((long long)sec * 1000000000LL + nsec);
+    PyObject *s = PyLong_FromLongLong((long long)sec), *billion = PyLong_FromLong(1000000000L);
+    PyObject *n = PyLong_FromLong(nsec), *product = NULL, *sum = NULL;
+    if (s != NULL && billion != NULL && n != NULL && (product = PyNumber_Multiply(s, billion)) != NULL)
+        sum = PyNumber_Add(product, n);
+    Py_XDECREF(s);
+    Py_XDECREF(billion);
+    Py_XDECREF(n);
+    Py_XDECREF(product);
+    return sum;
+}
+
+PyDoc_STRVAR(stat_identity_doc,
+             "stat_identity(path) -> tuple | int\n\n"
+             "stat(path) as (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns), the values\n"
+             "os.stat gives, or minus the errno (a NUL in the path: -ENOENT).");
+
+static PyObject *
+syscalls_stat_identity(PyObject *Py_UNUSED(module), PyObject *value)
+{
+    PyObject *name = encoded_path(value, "stat_identity");
+    if (name == NULL)
+        return NULL;
+    const char *chars = PyBytes_AS_STRING(name);
+    if (memchr(chars, 0, (size_t)PyBytes_GET_SIZE(name)) != NULL) {
+        Py_DECREF(name);
+        return PyLong_FromLong(-(long)ENOENT);
+    }
+    struct stat st;
+    int result, err;
+    Py_BEGIN_ALLOW_THREADS /* (a lookup may read the disk, as os.stat's) */
+    result = stat(chars, &st);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    Py_DECREF(name);
+    if (result != 0)
+        return PyLong_FromLong(-(long)err);
+    PyObject *dev = st.st_dev == (dev_t)-1 ? PyLong_FromLong(-1)
+                                            : PyLong_FromUnsignedLongLong((unsigned long long)st.st_dev);
+    return Py_BuildValue("(NNNNN)", dev, PyLong_FromUnsignedLongLong((unsigned long long)st.st_ino),
+                         PyLong_FromLongLong((long long)st.st_size),
+                         time_ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec),
+                         time_ns(st.st_ctim.tv_sec, st.st_ctim.tv_nsec));
+}
+
 static PyMethodDef syscalls_methods[] = {
+    {"stat_identity", (PyCFunction)syscalls_stat_identity, METH_O, stat_identity_doc},
+    {"accept", (PyCFunction)syscalls_accept, METH_O, accept_doc},
     {"cachestat", (PyCFunction)(void (*)(void))syscalls_cachestat, METH_FASTCALL, cachestat_doc},
     {"openat2_cached", (PyCFunction)(void (*)(void))syscalls_openat2_cached, METH_FASTCALL,
      openat2_cached_doc},
@@ -193,7 +274,7 @@ static PyModuleDef_Slot syscalls_slots[] = {
 static struct PyModuleDef syscalls_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "aiosendfile._syscalls",
-    .m_doc = "cachestat(2) and openat2(2) with RESOLVE_CACHED, for aiosendfile._platform only.",
+    .m_doc = "cachestat(2), openat2(2) with RESOLVE_CACHED and accept4(2), for aiosendfile._platform only.",
     .m_size = 0,
     .m_methods = syscalls_methods,
     .m_slots = syscalls_slots,

@@ -10,14 +10,15 @@ wakeup instead (bounded work per turn, as nginx's ``multi_accept``), and hands e
 with the public ``connect_accepted_socket``.
 
 A new connection costs what it must and no more (one request per connection is what health
-checks, scripts and every browser's first request pay): the descriptor comes from the C call under
-``socket.accept`` (``_compat.acceptor``: no ``ioctl`` making it blocking only for the loop to make
-it non-blocking again, no enum conversions) in a socket class whose family and type are plain
-attributes (the loop reads them three times), and ``connect_accepted_socket``'s coroutine is
-stepped here, at once, up to its one wait (for the protocol's ``connection_made``), and finished
-from that future's callback: no task per connection (its creation, its entry in asyncio's set of
-tasks, and a turn of the loop before its first step). Counted with callgrind, these two take a
-connection's user-space instructions from 164 to 114 thousand (docs/performance.md).
+checks, scripts and every browser's first request pay): the descriptor comes from ``accept4``
+alone (``_platform.acceptor``: no address formatted, no exception for the EAGAIN that ends each
+batch, no ``ioctl`` making it blocking only for the loop to make it non-blocking again) into a
+socket class whose family and type are plain attributes (the loop reads them three times; for
+uvloop no socket object at all, ``_compat.AdoptedSocket``), and
+``connect_accepted_socket``'s coroutine is stepped here, at once, up to its one wait (for the
+protocol's ``connection_made``), and finished from that future's callback: no task per
+connection (its creation, its entry in asyncio's set of tasks, and a turn of the loop before its
+first step). The instructions these save are counted in docs/performance.md.
 
 :func:`listening_socket` makes the socket, for the engine and for the command line (which binds
 before its workers start). :class:`Listener` is what :func:`~._server.start_server` returns:
@@ -38,7 +39,7 @@ import stat
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .. import _compat
+from .. import _compat, _platform
 from ._tls import HANDSHAKE_TIMEOUT, TLSTransport
 
 __all__ = ("ACCEPT_BATCH", "ACCEPT_RETRY_DELAY", "BACKLOG", "Listener", "listening_socket")
@@ -55,6 +56,7 @@ ACCEPT_BATCH = 256
 #: Out of descriptors or memory: accepting pauses this long (asyncio's own figure), then resumes.
 ACCEPT_RETRY_DELAY = 1.0
 _SHORTAGE = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+_NONE_WAITING = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)
 _TCP = (socket.AF_INET, socket.AF_INET6)
 
 
@@ -115,13 +117,15 @@ class Listener:
         # where it is IPPROTO_TCP (a socket made with proto 0, as socket.socket() makes it); our
         # TLS transport sets none.
         self._nodelay = sock.family in _TCP and (ssl is not None or sock.proto != socket.IPPROTO_TCP)
-        self._accept_fd = _compat.acceptor(sock)
+        self._accept_fd = _platform.acceptor(sock)
         self._family, self._kind, self._proto = sock.family, sock.type, sock.proto
         # (the family and type as plain class attributes: socket.socket's are properties that
         # convert them to enums at each read)
         self._accepted = type(
             "AcceptedSocket", (socket.socket,), {"__slots__": (), "family": self._family, "type": self._kind}
         )
+        # uvloop takes the descriptor alone (it sets TCP_NODELAY itself): no socket object
+        self._adopt = ssl is None and _compat.adopts_descriptors(loop)
         # Plain connections being set up: connect_accepted_socket's coroutine, by the future it
         # waits for. TLS ones (our own transport, see _tls) in their handshake.
         self._setups: dict[asyncio.Future[Any], Coroutine[Any, Any, Any]] = {}
@@ -139,18 +143,17 @@ class Listener:
         return () if self._closed else (self._sock,)
 
     def _accept(self) -> None:
-        sock, accept_fd, accepted = self._sock, self._accept_fd, self._accepted
-        family, kind, proto = self._family, self._kind, self._proto
+        sock, accept_fd = self._sock, self._accept_fd
         for _ in range(ACCEPT_BATCH):
-            try:
-                fd, _ = accept_fd()
-            except (BlockingIOError, InterruptedError):
-                return
-            except ConnectionAbortedError:  # reset while in the queue
-                continue
-            except OSError as exc:
-                if exc.errno not in _SHORTAGE:
-                    raise
+            fd = accept_fd()
+            if fd < 0:
+                if fd in _NONE_WAITING:
+                    return
+                if fd == -errno.ECONNABORTED:  # reset while in the queue
+                    continue
+                exc = OSError(-fd, os.strerror(-fd))
+                if -fd not in _SHORTAGE:
+                    raise exc
                 # Out of descriptors: stop reading the listening socket a while (the queue keeps
                 # the connections), as asyncio does, instead of spinning on it.
                 self._loop.remove_reader(sock.fileno())
@@ -159,10 +162,17 @@ class Listener:
                     {"message": "serve: out of descriptors accepting connections; retrying", "exception": exc}
                 )
                 return
-            # (family, type and protocol given: CPython asks the kernel nothing)
-            self._attach(accepted(family, kind, proto, fileno=fd))
+            self._attach(fd)
 
-    def _attach(self, conn: socket.socket) -> None:
+    def _attach(self, fd: int) -> None:
+        """Set the connection *fd* up: its transport and protocol."""
+        if self._adopt:
+            adopted = _compat.AdoptedSocket(fd, self._family, self._kind)
+            setup = self._loop.connect_accepted_socket(self._factory, adopted)  # type: ignore[arg-type]
+            self._step(setup, None, adopted)
+            return
+        # (family, type and protocol given: CPython asks the kernel none of them)
+        conn = self._accepted(self._family, self._kind, self._proto, fileno=fd)
         # connect_accepted_socket makes the socket non-blocking on both loops, and sets TCP_NODELAY
         # (uvloop always, asyncio where the socket's proto says TCP): two syscalls a connection
         # not made twice.
@@ -185,23 +195,33 @@ class Listener:
             if transport.in_setup:
                 self._tls_setups.add(transport)
             return
-        # connect_accepted_socket owns *conn* from here on: on a failure it closes it itself. Its
-        # first step makes the transport and the protocol (connection_made comes in the loop's
-        # next turn) and waits for a future the loop resolves then.
-        self._step(self._loop.connect_accepted_socket(self._factory, conn))
+        # connect_accepted_socket's first step makes the protocol and the transport (which owns
+        # *conn* from then on; connection_made comes in the loop's next turn) and waits for a
+        # future the loop resolves then. Should that step fail, *conn* is closed in _step.
+        self._step(self._loop.connect_accepted_socket(self._factory, conn), None, conn)
 
-    def _step(self, setup: Coroutine[Any, Any, Any], waited: asyncio.Future[Any] | None = None) -> None:
+    def _step(
+        self,
+        setup: Coroutine[Any, Any, Any],
+        waited: asyncio.Future[Any] | None = None,
+        given: socket.socket | _compat.AdoptedSocket | None = None,
+    ) -> None:
         """Run *setup* (``connect_accepted_socket``'s coroutine) to its next wait, as a task
-        would: the future it yields is awaited by a callback that steps it again."""
+        would: the future it yields is awaited by a callback that steps it again. *given*: the
+        connection its first step is given, closed here if that step fails (neither loop closes
+        it when the protocol cannot be made; closing it again after the transport's own close is
+        a no-op, and an adopted descriptor is closed only if no transport took it)."""
         if waited is not None:
             self._setups.pop(waited, None)
         try:
             future = setup.send(None)
         except StopIteration:
             return
-        except (OSError, asyncio.CancelledError):
+        except (OSError, asyncio.CancelledError) as exc:
+            _abandon(given, exc)
             return  # a reset: the peer's problem, not ours
         except Exception as exc:
+            _abandon(given, exc)
             self._loop.call_exception_handler(
                 {"message": "serve: a connection could not be set up", "exception": exc}
             )
@@ -246,3 +266,11 @@ class Listener:
             await asyncio.sleep(LINGER_AT_STOP / LINGER_AT_STOP_STEPS)
         for transport in list(self._lingering):
             transport.end_linger()
+
+
+def _abandon(given: socket.socket | _compat.AdoptedSocket | None, exc: BaseException) -> None:
+    """A connection whose set-up failed with *exc*: closed, unless a transport took it."""
+    if isinstance(given, _compat.AdoptedSocket):
+        given.abandon(exc)
+    elif given is not None:
+        given.close()

@@ -133,7 +133,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.close()
         self.transport = None
         self.pending.clear()
-        self.reader.drop_backlog()
+        self.reader.release()  # (no cycle left: this connection's objects go by reference counting)
         self.held = None
         self.out.clear()
         self.out_size = 0

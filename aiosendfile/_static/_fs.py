@@ -366,11 +366,7 @@ def directory_policy(directory: str | os.PathLike[str], **options: Any) -> Direc
 
 def same_file(path: str, ident: tuple[int, ...]) -> bool:
     """Whether *path* still names the file *ident* (``_hot.identity``) describes: one ``stat``."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return _hot.identity(st) == ident
+    return _platform.stat_identity(path) == ident
 
 
 def lookup_cached(path: str) -> bool | None:

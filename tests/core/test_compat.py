@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import importlib
 import inspect
+import os
 import re
 import socket
 import ssl
@@ -240,3 +241,47 @@ def test_an_ssl_socket_is_tls() -> None:
         context.wrap_socket(raw, server_hostname="localhost", do_handshake_on_connect=False) as wrapped,
     ):
         assert is_tls(wrapped)
+
+
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+async def test_uvloop_adopts_a_bare_descriptor_and_closes_it_once(family: str, tmp_path: Path) -> None:
+    """What ``_compat.AdoptedSocket`` relies on, on uvloop's own loop: ``connect_accepted_socket``
+    takes an object with ``family``, ``type`` and ``fileno()``, serves the connection, and closes
+    the descriptor itself at the transport's close (``close()`` of the stand-in is no second
+    close). Elsewhere: only uvloop's loops are said to take one."""
+    loop = asyncio.get_running_loop()
+    if not _compat.adopts_descriptors(loop):
+        assert loop_name() != "uvloop"
+        return
+    if family == "tcp":
+        listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listening.bind(("127.0.0.1", 0))
+    else:
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listening.bind(str(tmp_path / "s"))
+    listening.listen()
+    with listening, socket.socket(listening.family, socket.SOCK_STREAM) as client:
+        client.connect(listening.getsockname())
+        fd, _ = listening._accept()  # type: ignore[attr-defined]
+        adopted = _compat.AdoptedSocket(fd, listening.family, socket.SOCK_STREAM)
+        got: asyncio.Future[bytes] = loop.create_future()
+
+        class Echo(asyncio.Protocol):
+            def connection_made(self, transport: Any) -> None:
+                self.transport = transport
+
+            def data_received(self, data: bytes) -> None:
+                self.transport.write(data.upper())
+                got.set_result(data)
+
+        transport, _ = await loop.connect_accepted_socket(Echo, adopted)  # type: ignore[arg-type]
+        assert adopted.asked
+        client.sendall(b"ping")
+        assert await asyncio.wait_for(got, 5) == b"ping"
+        assert await loop.run_in_executor(None, client.recv, 10) == b"PING"
+        transport.close()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        with pytest.raises(OSError, match="Bad file descriptor"):  # closed by the transport
+            os.fstat(fd)
+        assert await loop.run_in_executor(None, client.recv, 10) == b""

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import errno
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 import aiosendfile
 from aiosendfile import _platform
+from aiosendfile._static._hot import identity
 
 from ..support.processes import cli_env
 
@@ -79,6 +83,68 @@ def test_openat2_cached_opens_or_answers_minus_the_errno(tmp_path: Path) -> None
         syscalls.openat2_cached(3, reading, 0)
     with pytest.raises(TypeError):
         syscalls.openat2_cached(str(tmp_path / "real"), reading)
+
+
+def _stat_identities() -> list[object]:
+    """The ways ``stat_identity`` is made here: the pure one, and the compiled one where built."""
+    ways: list[object] = [_platform._stat_identity]
+    if _platform.HAS_SYSCALLS_MODULE:
+        ways.append(_platform._syscalls.stat_identity)
+    return ways
+
+
+@pytest.mark.parametrize("stat_identity", _stat_identities(), ids=lambda f: f.__module__)
+def test_stat_identity_is_what_the_hot_cache_takes_of_os_stat(tmp_path: Path, stat_identity: Any) -> None:
+    """Both ways give ``_hot.identity(os.stat(path))`` exactly (nanosecond times past 2262 and
+    before 1970 too), minus the errno for a path that is not there, and raise as ``os.stat``
+    does for what is no path."""
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789")
+    for ns in (None, 1_700_000_000_123_456_789, -5_000_000_001, 10**19 + 7):
+        if ns is not None:
+            os.utime(path, ns=(ns, ns))
+        for spelling in (str(path), os.fsencode(path), path):
+            assert stat_identity(spelling) == identity(os.stat(path))
+    assert stat_identity(str(tmp_path / "missing")) == -errno.ENOENT
+    assert stat_identity(str(path / "below-a-file")) == -errno.ENOTDIR
+    assert stat_identity(str(path) + "\0tail") == -errno.ENOENT
+    if stat_identity is not _platform._stat_identity:  # (os.stat would take 3 for a descriptor)
+        with pytest.raises(TypeError):
+            stat_identity(3)
+
+
+def _acceptors() -> list[str]:
+    return ["pure", "compiled"] if _platform.HAS_SYSCALLS_MODULE else ["pure"]
+
+
+@pytest.mark.parametrize("way", _acceptors())
+def test_the_acceptor_answers_a_descriptor_or_minus_the_errno(
+    monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A waiting connection's descriptor (close-on-exec, the connection itself); -EAGAIN when none
+    waits; -EBADF (an answer, not an exception) once the listening socket is closed."""
+    if way == "pure":
+        monkeypatch.setattr(_platform, "_syscalls", None)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        listening.setblocking(False)
+        accept = _platform.acceptor(listening)
+        assert accept() == -errno.EAGAIN
+        with socket.create_connection(listening.getsockname()) as client:
+            fd = -1
+            for _ in range(200):
+                fd = accept()
+                if fd != -errno.EAGAIN:
+                    break
+                time.sleep(0.01)
+            assert fd >= 0
+            with socket.socket(fileno=fd) as accepted:
+                assert not os.get_inheritable(fd)
+                assert accepted.getpeername() == client.getsockname()
+            assert accept() == -errno.EAGAIN
+        listening.close()
+        assert accept() == -errno.EBADF
 
 
 def test_a_stale_or_foreign_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:

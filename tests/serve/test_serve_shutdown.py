@@ -144,9 +144,9 @@ async def test_a_stop_during_a_connections_set_up_closes_it_at_once(
     if moment == "right after its accept":
         attach = _listener.Listener._attach
 
-        def stop_then_attach(self: Any, conn: socket.socket) -> None:
+        def stop_then_attach(self: Any, fd: int) -> None:
             stops.append(asyncio.ensure_future(mod.shutdown(server, 30.0)))  # (its first step: next turn)
-            attach(self, conn)
+            attach(self, fd)
 
         monkeypatch.setattr(_listener.Listener, "_attach", stop_then_attach)
     elif moment == "before connection_made":
