@@ -194,9 +194,10 @@ class AdoptedSocket:
         """The set-up failed with *exc*: close the descriptor unless the transport took it (it is
         asked for at the transport's ``_open``, and an ``OSError`` after that is ``_open``'s own:
         nothing took it then either)."""
-        if not self.asked or isinstance(exc, OSError):
+        fd, self.fd = self.fd, -1
+        if fd >= 0 and (not self.asked or isinstance(exc, OSError)):
             with contextlib.suppress(OSError):
-                os.close(self.fd)
+                os.close(fd)
 
 
 def tls_protocol_types() -> tuple[type, ...]:

@@ -348,6 +348,8 @@ def _stat_identity(path: str) -> tuple[int, ...] | int:
         st = os.stat(path)
     except OSError as exc:
         return -(exc.errno or errno.EIO)
+    except UnicodeEncodeError:  # (raised, as the compiled call raises it)
+        raise
     except ValueError:  # (a NUL in the path: no such path)
         return -errno.ENOENT
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

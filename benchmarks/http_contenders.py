@@ -289,10 +289,12 @@ def start_server(
 def _from_before(name: str, env: dict[str, str]) -> str:
     """Put the checkout named by :data:`BEFORE_ENV` first on *env*'s ``PYTHONPATH``; returns it, the
     directory to run the server in (``python -m`` puts the working directory before
-    ``PYTHONPATH``: run from this repository, the "before" server was this tree's own)."""
+    ``PYTHONPATH``: run from this repository, the "before" server was this tree's own). The
+    ASGI rows' apps (``benchmarks.asgi_apps``) come from that checkout too."""
     before = os.environ.get(BEFORE_ENV)
     if not before:
         raise TrialError(f"{name} needs {BEFORE_ENV}=DIR, a checkout of the tree before")
+    before = str(Path(before).resolve())
     env["PYTHONPATH"] = os.pathsep.join([before, env["PYTHONPATH"]])
     return before
 

@@ -21,9 +21,11 @@ def test_a_before_contender_imports_the_checkout_before(
     before = tmp_path / "before"
     (before / "aiosendfile").mkdir(parents=True)
     (before / "aiosendfile" / "__init__.py").write_text("")
-    monkeypatch.setenv(BEFORE_ENV, str(before))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(BEFORE_ENV, "before")  # (relative: made absolute, the server runs elsewhere)
     env = repo_env()
     where = _from_before("serve-before", env)
+    assert where == str(before)
     code = "import aiosendfile; print(aiosendfile.__file__)"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=where, env=env, capture_output=True, text=True, check=True

@@ -143,6 +143,8 @@ class Listener:
         return () if self._closed else (self._sock,)
 
     def _accept(self) -> None:
+        if self._closed:  # (the compiled accept holds the descriptor's number, which may be reused)
+            return
         sock, accept_fd = self._sock, self._accept_fd
         for _ in range(ACCEPT_BATCH):
             fd = accept_fd()

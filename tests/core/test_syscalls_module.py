@@ -108,6 +108,8 @@ def test_stat_identity_is_what_the_hot_cache_takes_of_os_stat(tmp_path: Path, st
     assert stat_identity(str(tmp_path / "missing")) == -errno.ENOENT
     assert stat_identity(str(path / "below-a-file")) == -errno.ENOTDIR
     assert stat_identity(str(path) + "\0tail") == -errno.ENOENT
+    with pytest.raises(UnicodeEncodeError):  # (as os.stat: not taken for "no such path")
+        stat_identity(str(tmp_path / "\ud800"))
     if stat_identity is not _platform._stat_identity:  # (os.stat would take 3 for a descriptor)
         with pytest.raises(TypeError):
             stat_identity(3)
