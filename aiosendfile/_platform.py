@@ -46,6 +46,7 @@ __all__ = (
     "NotSupportedBySendfile",
     "ShimCounters",
     "acceptor",
+    "identity_of",
     "stat_identity",
     "borrow_socket",
     "counters",
@@ -342,8 +343,14 @@ _syscalls = _load_syscalls()
 HAS_SYSCALLS_MODULE: bool = _syscalls is not None
 
 
+def identity_of(st: os.stat_result) -> tuple[int, ...]:
+    """What must not change for a kept answer or a cached body to stay valid: device, inode, size,
+    mtime, ctime (``_static._hot.identity``; the compiled ``stat_identity`` gives the same five)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _stat_identity(path: str) -> tuple[int, ...] | int:
-    """``stat(path)`` as ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, or minus the errno."""
+    """:func:`identity_of` ``stat(path)``, or minus the errno."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -352,11 +359,10 @@ def _stat_identity(path: str) -> tuple[int, ...] | int:
         raise
     except ValueError:  # (a NUL in the path: no such path)
         return -errno.ENOENT
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return identity_of(st)
 
 
-#: ``stat(path)`` as ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)`` (what ``_hot.identity``
-#: takes of an ``os.stat_result``), or minus the errno: the check that a kept answer's file is
+#: :func:`identity_of` ``stat(path)``, or minus the errno: the check that a kept answer's file is
 #: still the one it was. The compiled module's where it is here: it builds the five numbers and
 #: no ``os.stat_result`` (whose three float times and three nanosecond times cost more than the
 #: call), and lets the GIL go for the lookup as ``os.stat`` does.

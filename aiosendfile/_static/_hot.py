@@ -14,6 +14,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
+from .. import _platform
+
 __all__ = (
     "HOT_FILES_MAX_BYTES",
     "HOT_FILES_MAX_ENTRIES",
@@ -36,9 +38,9 @@ ENTRY_OVERHEAD = 512
 READMIT_EVERY = 32
 
 
-def identity(st: os.stat_result) -> tuple[int, ...]:
-    """What must not change for a cached body to stay valid: device, inode, size, mtime, ctime."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+#: What must not change for a cached body to stay valid: device, inode, size, mtime, ctime
+#: (defined beside its compiled twin, ``_platform.stat_identity``, which must give the same).
+identity = _platform.identity_of
 
 
 class Rendering:
