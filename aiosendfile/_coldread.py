@@ -44,7 +44,7 @@ async def read_range(
     data = _platform.pread_cached(fd, size, offset)
     if data is not None:
         return data
-    _platform.went_to_pool()
+    _platform.went_to_pool(fd)
     return await in_pool(executor or default_cold_executor(), os.pread, fd, size, offset)
 
 
@@ -67,7 +67,7 @@ class _ReadAhead:
         self._lock = threading.Lock()  # (loops in several threads may ask at once)
 
     def ask(self, fd: int, offset: int, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        _platform.started_reading()
+        _platform.started_reading(fd)
         item = (os.dup(fd), offset, size)
         alone: list[tuple[int, int, int]] = [item]  # (sent now unless a loop's turn will send it)
         with self._lock:

@@ -86,6 +86,10 @@ READ_AHEAD_MAX = 256 * 1024
 #: from memory: below it, the copy costs less than a probe and a ``sendfile`` (docs/performance.md,
 #: "Reading small files").
 READ_MAX = 16 * 1024
+#: A file up to this size that a door opens again is probed as it is opened (``_platform.
+#: reopen_read``: ``cachestat`` and its last page, as :func:`is_cold` checks a chunk), so that
+#: :func:`send_first` sends it with no probe of its own.
+PROBE_MAX = MAX_CHUNK
 #: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
 #: it waits for the pages at once instead of probing them again.
 PROBED_COLD = -1
@@ -357,7 +361,7 @@ class Transfer:
         self._unwatch()
         outlet = self.outlet
         outlet.in_pool = True
-        _platform.went_to_pool()
+        _platform.went_to_pool(self.file_fd)
         job = DEFAULT_OPTIONS.cold_executor.submit(
             sendfile_once, outlet.fd, self.file_fd, self.position, size
         )
@@ -398,18 +402,27 @@ class Transfer:
         self.done(self.sent, exc)
 
 
-def send_first(outlet: Outlet, head: bytes, fd: int, size: int) -> tuple[int, bytes, int]:
+def probe_max(ident: tuple[int, ...]) -> int:
+    """How large a file a door may probe as it opens the file *ident* (``_hot.identity``) names
+    again (``_platform.reopen_read``): 0 while a read this process started may still bring its
+    pages in (then :func:`is_cold` checks every page itself), or where probing is off."""
+    return PROBE_MAX if DEFAULT_OPTIONS.probe and not _platform.reading_in(None, (ident[0], ident[1])) else 0
+
+
+def send_first(
+    outlet: Outlet, head: bytes, fd: int, size: int, probed: bool = False
+) -> tuple[int, bytes, int]:
     """The first send of a file of at most one chunk after *head*, made here, with no transfer
     object, where its pages are cached and the socket takes them (the common case, as the public
-    call's straight line). Returns the file bytes sent, what is left of *head*, and what a
-    transfer that goes on from there takes for its ``warm_to``: *size* (probed warm),
-    ``PROBED_COLD``, or 0 (not probed). A full socket or an error stops it where it is: the
-    transfer meets an error again, and aborts."""
+    call's straight line); *probed*: the caller found every page cached a moment ago. Returns the
+    file bytes sent, what is left of *head*, and what a transfer that goes on from there takes for
+    its ``warm_to``: *size* (probed warm), ``PROBED_COLD``, or 0 (not probed). A full socket or
+    an error stops it where it is: the transfer meets an error again, and aborts."""
     warm_to = 0
     position = 0
     rest = head
     try:
-        if is_cold(fd, 0, size, DEFAULT_OPTIONS):
+        if not probed and is_cold(fd, 0, size, DEFAULT_OPTIONS):
             return 0, head, PROBED_COLD  # (the transfer waits for its pages at once)
         warm_to = size
         rest = head[outlet.sock.send(head, outlet.flags) :]

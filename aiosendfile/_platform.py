@@ -26,6 +26,7 @@ import functools
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ __all__ = (
     "ShimCounters",
     "acceptor",
     "identity_of",
+    "reopen_read",
     "stat_identity",
     "borrow_socket",
     "counters",
@@ -125,28 +127,74 @@ counters = ShimCounters()
 #: How long after this process last started reading a file in (a chunk sent or read in the
 #: cold-read pool, a read ahead asked) pages may still be on the way, which ``cachestat`` counts
 #: as cached: on a slow device a read waits behind the others for a good part of a second
-#: (docs/performance.md, "A slow disk"). Until then every page of a chunk is checked before it is
-#: sent on the loop.
+#: (docs/performance.md, "A slow disk"). Until then every page of a chunk of that file is checked
+#: before it is sent on the loop.
 READING_IN_S = 2.0
-_reading_in_until = 0.0
+#: The files being read in are known by (device, inode), this many at most: past it (a cold burst
+#: wider than that), every file is taken as being read in until the window closes.
+READING_IN_FILES = 4096
+_reading_in_until = 0.0  # when the last window closes (0.0: none was ever opened)
+_every_file_until = 0.0  # a read of a file not known by its inode, or too many: every file's window
+_files_reading_in: dict[tuple[int, int], float] = {}  # (device, inode): its window's end, oldest first
+_reading_in_lock = threading.Lock()
 
 
-def started_reading() -> None:
-    """This process started reading a file in: pages may be on the way for a while."""
-    global _reading_in_until
-    _reading_in_until = time.monotonic() + READING_IN_S
+def started_reading(fd: int | None = None) -> None:
+    """This process started reading a file in (*fd*'s; None: not known): pages may be on the way
+    for a while, and only that file's (another connection's transfer of the same file checks
+    every page: :func:`reading_in`)."""
+    global _reading_in_until, _every_file_until
+    until = time.monotonic() + READING_IN_S
+    key = None
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+    with _reading_in_lock:
+        _reading_in_until = until
+        files = _files_reading_in
+        if key is None:
+            _every_file_until = until
+            return
+        files.pop(key, None)
+        files[key] = until  # (insertion order is expiry order: every window lasts as long)
+        now = until - READING_IN_S
+        while files:  # the closed windows out, oldest first; and past the bound, open ones too
+            oldest = next(iter(files))
+            end = files[oldest]
+            if end > now and len(files) <= READING_IN_FILES:
+                break
+            del files[oldest]
+            if end > now:  # (a file forgotten while it may be read in: every file, to be safe)
+                _every_file_until = until
 
 
-def went_to_pool() -> None:
-    """A chunk goes to the cold-read pool to be sent or read: counted (``counters.cold``), and a
-    read that may bring pages in (:func:`started_reading`)."""
+def went_to_pool(fd: int | None = None) -> None:
+    """A chunk of *fd* goes to the cold-read pool to be sent or read: counted (``counters.cold``),
+    and a read that may bring pages in (:func:`started_reading`)."""
     counters.cold += 1
-    started_reading()
+    started_reading(fd)
 
 
-def reading_in() -> bool:
-    """Whether a read this process started may still be bringing pages in (:data:`READING_IN_S`)."""
-    return _reading_in_until != 0.0 and time.monotonic() < _reading_in_until
+def reading_in(fd: int | None = None, file_key: tuple[int, int] | None = None) -> bool:
+    """Whether a read this process started may still be bringing pages in (:data:`READING_IN_S`):
+    of the file *fd* (or *file_key*, its device and inode) if one is named, else of any file."""
+    until = _reading_in_until
+    if until == 0.0:
+        return False
+    now = time.monotonic()
+    if now >= until:
+        return False
+    if now < _every_file_until or (fd is None and file_key is None):
+        return True
+    if file_key is None:
+        try:
+            st = os.fstat(fd)  # type: ignore[arg-type]
+        except OSError:
+            return True
+        file_key = (st.st_dev, st.st_ino)
+    end = _files_reading_in.get(file_key)
+    return end is not None and now < end
 
 
 def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
@@ -323,7 +371,7 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # It and openat2 come from aiosendfile._syscalls, a C module built at install where a compiler
 # is: the standard library has no binding, and a ctypes call costs 2-3 times as much.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_SYSCALLS_ABI = 3  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
+_SYSCALLS_ABI = 4  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
 
 
 def _load_syscalls() -> Any:
@@ -416,6 +464,84 @@ class _Cachestat:
 
 
 _cachestat = _Cachestat()
+
+#: How a kept answer's file is opened again: never blocking on a FIFO swapped in (its ``fstat``
+#: differs from the identity, and it is closed unread).
+REOPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+#: :func:`reopen_read`'s state for a file system that refuses ``RWF_NOWAIT`` (the compiled call's).
+_REFUSED_NOWAIT = -2
+_PROBED_COLD = -1  # (_outlet.PROBED_COLD)
+
+
+def _pure_reopen_read(
+    path: str, ident: tuple[int, ...], head: bytes, read_max: int, probe_max: int
+) -> bytes | tuple[int, int, int] | None:
+    """:func:`reopen_read` from the standard library's calls (no compiled module here)."""
+    try:
+        fd = os.open(path, REOPEN_FLAGS)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or identity_of(st) != ident:
+        os.close(fd)
+        return None
+    size = st.st_size
+    state = 0
+    if size <= read_max:
+        if size == 0:
+            os.close(fd)
+            return head
+        buf = bytearray(size)
+        try:
+            got = read_into_nowait(fd, buf, 0, st.st_dev)
+        except OSError:
+            got = None  # (not read: the sender meets the error again)
+        if got == size:
+            os.close(fd)
+            return head + buf
+        state = _PROBED_COLD if got is False else 0
+    elif size <= probe_max:
+        whole = range_cached(fd, 0, size)
+        if whole is False:
+            state = _PROBED_COLD
+        elif whole:
+            try:
+                last = page_cached(fd, size - 1, st.st_dev)
+            except OSError:
+                last = None
+            state = size if last else _PROBED_COLD if last is False else 0
+    return fd, size, state
+
+
+def _compiled_reopen_read(
+    path: str, ident: tuple[int, ...], head: bytes, read_max: int, probe_max: int
+) -> bytes | tuple[int, int, int] | None:
+    """:func:`reopen_read` in one compiled call (open, ``fstat``, its identity, ``cachestat``, the
+    ``RWF_NOWAIT`` read into the answer's own bytes after its head, close)."""
+    if _no_probe_devices and ident[0] in _no_probe_devices:
+        read_max = probe_max = 0
+    assert _syscalls is not None
+    got: bytes | tuple[int, int, int] | None = _syscalls.reopen_read(path, ident, head, read_max, probe_max)
+    if type(got) is tuple and got[2] == _REFUSED_NOWAIT:
+        _no_probe_devices.add(ident[0])
+        return got[0], got[1], 0
+    return got
+
+
+#: A kept answer's file opened again, if its ``fstat`` still has the identity *ident*
+#: (:func:`identity_of`); else None, nothing left open. A file of at most *read_max* bytes whose
+#: pages are all cached is read with one ``RWF_NOWAIT`` read (its probe) and closed: the answer,
+#: *head* followed by its bytes. Otherwise ``(fd, size, warm_to)``, the descriptor the caller's:
+#: ``warm_to`` is ``PROBED_COLD`` (-1) when not all its pages are cached, its size when it is at
+#: most *probe_max* bytes and every page is (``cachestat`` and its last page read, as
+#: ``_writer.is_cold`` checks), 0 when not probed. The compiled module's where it is here: one
+#: call, no ``os.stat_result``, no buffer zero-filled and copied again behind the head.
+reopen_read: Callable[[str, tuple[int, ...], bytes, int, int], bytes | tuple[int, int, int] | None] = (
+    _compiled_reopen_read if _syscalls is not None else _pure_reopen_read
+)
 
 
 def range_cached_available() -> bool:

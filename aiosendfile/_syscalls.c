@@ -30,10 +30,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
-#define SYSCALLS_ABI 3
+#define SYSCALLS_ABI 4
 
 /* Both numbers are the same on every architecture of the unified syscall table. */
 #if defined(SYS_cachestat)
@@ -212,6 +213,19 @@ time_ns(time_t sec, long nsec)
     return sum;
 }
 
+/* A stat's identity as (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns), the values os.stat
+   gives (_platform.identity_of); a new reference, or NULL. */
+static PyObject *
+identity_of(const struct stat *st)
+{
+    PyObject *dev = st->st_dev == (dev_t)-1 ? PyLong_FromLong(-1)
+                                             : PyLong_FromUnsignedLongLong((unsigned long long)st->st_dev);
+    return Py_BuildValue("(NNNNN)", dev, PyLong_FromUnsignedLongLong((unsigned long long)st->st_ino),
+                         PyLong_FromLongLong((long long)st->st_size),
+                         time_ns(st->st_mtim.tv_sec, st->st_mtim.tv_nsec),
+                         time_ns(st->st_ctim.tv_sec, st->st_ctim.tv_nsec));
+}
+
 PyDoc_STRVAR(stat_identity_doc,
              "stat_identity(path) -> tuple | int\n\n"
              "stat(path) as (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns), the values\n"
@@ -237,17 +251,173 @@ syscalls_stat_identity(PyObject *Py_UNUSED(module), PyObject *value)
     Py_DECREF(name);
     if (result != 0)
         return PyLong_FromLong(-(long)err);
-    PyObject *dev = st.st_dev == (dev_t)-1 ? PyLong_FromLong(-1)
-                                            : PyLong_FromUnsignedLongLong((unsigned long long)st.st_dev);
-    return Py_BuildValue("(NNNNN)", dev, PyLong_FromUnsignedLongLong((unsigned long long)st.st_ino),
-                         PyLong_FromLongLong((long long)st.st_size),
-                         time_ns(st.st_mtim.tv_sec, st.st_mtim.tv_nsec),
-                         time_ns(st.st_ctim.tv_sec, st.st_ctim.tv_nsec));
+    return identity_of(&st);
+}
+
+/* What reopen_read answers for a file it opened and did not read whole (the third item): a
+   transfer's warm_to (_outlet: PROBED_COLD, 0, or the size when probed warm), or REFUSED_NOWAIT
+   where the file system refuses RWF_NOWAIT (the caller remembers its device). */
+#define PROBED_COLD (-1)
+#define REFUSED_NOWAIT (-2)
+
+static int cachestat_missing = 0; /* the kernel said ENOSYS or EPERM: never asked again */
+
+/* Whether every page of [0, size) is in the page cache: 1, 0, or -1 where cachestat cannot tell. */
+static int
+all_cached(int fd, unsigned long long size)
+{
+#ifdef NR_CACHESTAT
+    if (cachestat_missing)
+        return -1;
+    struct range_in range = {0, size};
+    struct cachestat_out out;
+    if (syscall(NR_CACHESTAT, fd, &range, &out, 0) != 0) {
+        if (errno == ENOSYS || errno == EPERM)
+            cachestat_missing = 1;
+        return -1;
+    }
+    unsigned long long page = (unsigned long long)sysconf(_SC_PAGESIZE);
+    return out.nr_cache >= (size + page - 1) / page;
+#else
+    (void)fd;
+    (void)size;
+    return -1;
+#endif
+}
+
+static int
+nowait_refused(int err)
+{
+    return err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL;
+}
+
+PyDoc_STRVAR(reopen_read_doc,
+             "reopen_read(path, ident, head, read_max, probe_max) -> bytes | tuple | None\n\n"
+             "A kept answer's file opened again (read-only, close-on-exec, non-blocking) if its fstat\n"
+             "has the identity *ident*; else None, nothing left open. A file of at most *read_max*\n"
+             "bytes whose pages are all cached is read with one RWF_NOWAIT read and closed: *head*\n"
+             "followed by its bytes. Otherwise (fd, size, state): state -1 not all cached, -2 the\n"
+             "file system refuses RWF_NOWAIT, its size if at most *probe_max* bytes and every page\n"
+             "cached (cachestat and its last page read), 0 not probed.");
+
+static PyObject *
+syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "reopen_read() takes path, ident, head, read_max and probe_max");
+        return NULL;
+    }
+    PyObject *ident = args[1], *head = args[2];
+    if (!PyTuple_Check(ident) || !PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "reopen_read() takes a tuple ident and a bytes head");
+        return NULL;
+    }
+    long long read_max = PyLong_AsLongLong(args[3]), probe_max;
+    if (read_max == -1 && PyErr_Occurred())
+        return NULL;
+    probe_max = PyLong_AsLongLong(args[4]);
+    if (probe_max == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *name = encoded_path(args[0], "reopen_read");
+    if (name == NULL)
+        return NULL;
+    const char *chars = PyBytes_AS_STRING(name);
+    if (memchr(chars, 0, (size_t)PyBytes_GET_SIZE(name)) != NULL) {
+        Py_DECREF(name);
+        Py_RETURN_NONE;
+    }
+    struct stat st;
+    int fd, result = -1;
+    Py_BEGIN_ALLOW_THREADS /* (a lookup or an open may wait, as os.open's) */
+    fd = open(chars, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0)
+        result = fstat(fd, &st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(name);
+    if (fd < 0)
+        Py_RETURN_NONE;
+    PyObject *now = result == 0 ? identity_of(&st) : NULL;
+    int same = now == NULL ? 0 : PyObject_RichCompareBool(now, ident, Py_EQ);
+    Py_XDECREF(now);
+    if (same != 1) {
+        close(fd);
+        if (same < 0 || (now == NULL && result == 0))
+            return NULL; /* (no memory, or a comparison that raised) */
+        Py_RETURN_NONE;
+    }
+    long long size = (long long)st.st_size, state = 0;
+    if (size <= read_max) {
+        if (size == 0) {
+            close(fd);
+            Py_INCREF(head);
+            return head;
+        }
+        int cached = all_cached(fd, (unsigned long long)size);
+        if (cached == 0)
+            state = PROBED_COLD; /* (a refused RWF_NOWAIT read would start the read-ahead here) */
+        else {
+            Py_ssize_t head_size = PyBytes_GET_SIZE(head);
+            PyObject *out = PyBytes_FromStringAndSize(NULL, head_size + (Py_ssize_t)size);
+            if (out == NULL) {
+                close(fd);
+                return NULL;
+            }
+            memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(head), (size_t)head_size);
+#ifdef RWF_NOWAIT
+            struct iovec into = {PyBytes_AS_STRING(out) + head_size, (size_t)size};
+            ssize_t got = preadv2(fd, &into, 1, 0, RWF_NOWAIT);
+            int err = errno;
+#else
+            ssize_t got = -1;
+            int err = EOPNOTSUPP;
+#endif
+            if (got == size) {
+                close(fd);
+                return out;
+            }
+            Py_DECREF(out);
+            if (got >= 0)
+                state = 0; /* short: the sender finds why (partly cached, or truncated since) */
+            else if (err == EAGAIN)
+                state = PROBED_COLD;
+            else if (nowait_refused(err))
+                state = REFUSED_NOWAIT;
+            /* any other error: not read (the sender meets it again) */
+        }
+    }
+    else if (size <= probe_max) {
+        int cached = all_cached(fd, (unsigned long long)size);
+        if (cached == 0)
+            state = PROBED_COLD;
+        else if (cached == 1) {
+            /* All present: ready unless the last page is still being read in (_writer.is_cold). */
+#ifdef RWF_NOWAIT
+            char byte;
+            struct iovec into = {&byte, 1};
+            ssize_t got = preadv2(fd, &into, 1, size - 1, RWF_NOWAIT);
+            int err = errno;
+#else
+            ssize_t got = -1;
+            int err = EOPNOTSUPP;
+#endif
+            if (got == 1)
+                state = size;
+            else if (got < 0 && err == EAGAIN)
+                state = PROBED_COLD;
+            else if (got < 0 && nowait_refused(err))
+                state = REFUSED_NOWAIT;
+        }
+    }
+    PyObject *opened = Py_BuildValue("(iLL)", fd, size, state);
+    if (opened == NULL)
+        close(fd);
+    return opened;
 }
 
 static PyMethodDef syscalls_methods[] = {
     {"stat_identity", (PyCFunction)syscalls_stat_identity, METH_O, stat_identity_doc},
     {"accept", (PyCFunction)syscalls_accept, METH_O, accept_doc},
+    {"reopen_read", (PyCFunction)(void (*)(void))syscalls_reopen_read, METH_FASTCALL, reopen_read_doc},
     {"cachestat", (PyCFunction)(void (*)(void))syscalls_cachestat, METH_FASTCALL, cachestat_doc},
     {"openat2_cached", (PyCFunction)(void (*)(void))syscalls_openat2_cached, METH_FASTCALL,
      openat2_cached_doc},

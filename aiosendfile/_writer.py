@@ -227,7 +227,7 @@ async def _send_file(
         position = state.position
         try:
             if _found_cold(job, position, size):  # (still so while the pool's send finds the socket full)
-                _platform.went_to_pool()
+                _platform.went_to_pool(file_fd)
                 send = _platform.sendfile_once
                 pool_job = options.cold_executor.submit(send, out_fd, file_fd, position, size)
                 pending = asyncio.wrap_future(pool_job)
@@ -280,9 +280,9 @@ def is_cold(
     *read_in*: the caller had the chunk read ahead a moment ago, so any of its pages may still be
     on the way (a throttled or busy device completes a read's pages out of order): every page is
     checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer). The
-    same while any read this process started may still be bringing pages in
-    (``_platform.reading_in``: another connection's read of the same file), and only then: a
-    server with every file cached pays nothing for it.
+    same while a read this process started of the same file may still be bringing pages in
+    (``_platform.reading_in``: another connection's), and only then: a server with every file
+    cached pays nothing for it, nor does one file for another's cold read.
     """
     if not options.probe:
         return False
@@ -291,7 +291,7 @@ def is_cold(
     if whole is not None:
         if not whole:
             return True
-        if read_in or _platform.reading_in():
+        if read_in or _platform.reading_in(file_fd):
             every = _platform.range_readable(file_fd, position, size)
             if every is not None:  # (it read every page, the last one too: no probe after it)
                 return not every

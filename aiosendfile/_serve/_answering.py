@@ -17,11 +17,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .._outlet import PROBED_COLD, READ_MAX
+from .._outlet import PROBED_COLD, READ_MAX, probe_max
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
-from .._static._fs import POOL_FS, DecideInPool, read_first
-from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up, reopen_kept
+from .._static._fs import POOL_FS, DecideInPool, read_first, reopen_answer
+from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up
 from .._static._request import EMPTY, BytesHeaders, Request
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT
@@ -138,20 +138,18 @@ def replay(conn: HttpProtocol, exchange: Exchange | None, url: bytes, mode: int,
     ident, path, head, small = known
     head += engine.clock.tails[mode]
     body = from_memory(path, ident, small, engine.cache_root, get)
-    if body is None:  # (a GET) sent from the file, or read back into the hot-file cache
-        again = reopen_kept(path, ident, small, engine.cache_root, READ_MAX)
+    if body is None:  # (a GET) sent from the file, or read back (into the hot-file cache)
+        again = reopen_answer(path, ident, small, engine.cache_root, head, READ_MAX, probe_max(ident))
         if again is None:
             engine.forget(key)  # replaced, renamed over, grown, truncated, chmod'ed: decided again
             return False
-        fd, size, read = again
-        if read is False:  # its pages are not all cached: the transfer waits for them at once
-            send_whole(conn, exchange, url, mode, fd, size, head, PROBED_COLD)
-        elif read is None:  # (a working set larger than the cache is sent from its files)
-            send_whole(conn, exchange, url, mode, fd, size, head, 0)
-        else:
-            conn._put(head + read)
+        if type(again) is bytes:  # the head and the bytes of a small file, read whole
+            conn._put(again)
             if exchange is not None and exchange.log is not None:
-                conn._log(exchange, size)
+                conn._log(exchange, ident[2])
+        else:  # (a working set larger than the cache is sent from its files)
+            fd, size, warm_to = again
+            send_whole(conn, exchange, url, mode, fd, size, head, warm_to)
         return True
     if body is False:
         engine.forget(key)

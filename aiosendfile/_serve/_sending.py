@@ -58,17 +58,21 @@ def send_whole(
 ) -> None:
     """GET of a whole file from *fd* (ours: closed here, or by the sender) after *head*: a kept
     one, or a first sight (the core's plain 200). *warm_to*: 0 if its pages were not probed yet,
-    PROBED_COLD if they were and are not all cached. A file of one chunk, on a connection whose
-    outlet exists and whose transport holds nothing, is first sent at once (``send_first``);
-    whatever is left goes on as a transfer from where that stopped. The request object
-    *exchange* is made only when a sender or the access log needs it."""
+    PROBED_COLD if they were and are not all cached, *size* if they were all cached a moment ago
+    (trusted only by a send made now). A file of one chunk, on a connection whose outlet exists
+    and whose transport holds nothing, is first sent at once (``send_first``); whatever is left
+    goes on as a transfer from where that stopped. The request object *exchange* is made only
+    when a sender or the access log needs it."""
     position = 0
     rest = head
     outlet = conn.outlet
+    probed = warm_to > 0
+    if probed:
+        warm_to = 0  # (what a later transfer finds, it probes again)
     if type(outlet) is Outlet and size <= MAX_CHUNK and not conn.out and warm_to != PROBED_COLD:
         transport = conn.transport
         if not transport.get_write_buffer_size() and not transport.is_closing():
-            position, rest, warm_to = send_first(outlet, head, fd, size)
+            position, rest, warm_to = send_first(outlet, head, fd, size, probed)
             if position == size:
                 os.close(fd)
                 conn.since = conn.engine.now

@@ -209,7 +209,7 @@ class TLSBody:
 
     def _to_pool(self, into: memoryview) -> None:
         self.in_pool = True
-        _platform.went_to_pool()
+        _platform.went_to_pool(self.fd)
         job = DEFAULT_OPTIONS.cold_executor.submit(os.preadv, self.fd, [into], self.position)
         loop = self.transport._loop
         asked = len(into)

@@ -59,6 +59,7 @@ __all__ = (
     "read_back",
     "read_first",
     "reopen",
+    "reopen_answer",
     "same_file",
 )
 
@@ -432,8 +433,33 @@ def read_back(
     if not admitted:
         return read
     body = bytes(read)
-    hot.put(path, cache_root, st, body)
+    hot.put(path, cache_root, _hot.identity(st), body)
     return body
+
+
+def reopen_answer(
+    path: str,
+    ident: tuple[int, ...],
+    small: bool,
+    cache_root: str | None,
+    head: bytes,
+    read_max: int,
+    probe_max: int,
+) -> bytes | tuple[int, int, int] | None:
+    """A kept answer's file opened again, if it is still the file *ident* describes, and read where
+    it can be (``_platform.reopen_read``): the whole answer, *head* then the bytes of a *small*
+    file of at most *read_max* bytes (or one the hot-file cache admits: then kept there, as
+    *path* under *cache_root*) whose pages are all cached; else ``(fd, size, warm_to)`` for a
+    sender (the pages probed if it is at most *probe_max* bytes); None: not that file (replaced,
+    renamed over, grown, truncated, chmod'ed, gone), nothing open."""
+    hot = _hot.hot_files
+    if small and hot.admits(ident[2]):
+        got = _platform.reopen_read(path, ident, b"", ident[2], probe_max)
+        if type(got) is bytes:
+            hot.put(path, cache_root, ident, got)
+            return head + got
+        return got
+    return _platform.reopen_read(path, ident, head, read_max if small else 0, probe_max)
 
 
 _KNOWN_INSIDE = KnownInside()

@@ -147,11 +147,12 @@ class HotFiles:
             pass
         return entry.body
 
-    def put(self, path: str, root: str | None, st: os.stat_result, body: bytes) -> HotEntry | None:
-        """Keep *body* as *path*'s bytes while *st* holds; the new entry, or None if not kept."""
-        if len(body) != st.st_size or len(body) > self.max_bytes // 16:
+    def put(self, path: str, root: str | None, ident: tuple[int, ...], body: bytes) -> HotEntry | None:
+        """Keep *body* as *path*'s bytes while its file has the identity *ident* (:func:`identity`);
+        the new entry, or None if not kept."""
+        if len(body) != ident[2] or len(body) > self.max_bytes // 16:
             return None
-        entry = HotEntry(identity(st), body, path)
+        entry = HotEntry(ident, body, path)
         with self._lock:
             self._drop((path, root))
             self._entries[(path, root)] = entry

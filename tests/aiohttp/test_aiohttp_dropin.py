@@ -113,7 +113,10 @@ async def test_client_gone_before_prepare_is_connection_lost(
     (tmp_path / "big.bin").write_bytes(pattern(BIG))
     if kwargs.get("hot_cache", True):
         _hot.hot_files.put(
-            str(tmp_path / name), None, os.stat(tmp_path / name), (tmp_path / name).read_bytes()
+            str(tmp_path / name),
+            None,
+            _hot.identity(os.stat(tmp_path / name)),
+            (tmp_path / name).read_bytes(),
         )
     arrived = asyncio.Event()
     outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()

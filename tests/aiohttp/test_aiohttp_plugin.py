@@ -360,19 +360,21 @@ def test_hot_files_are_bounded() -> None:
     def st(size: int, ino: int) -> Any:
         return os.stat_result((0o100644, ino, 1, 1, 0, 0, size, 0, 0, 0))
 
+    from aiosendfile._static._hot import identity as _identity
+
     cache = HotFiles(max_entries=2, max_bytes=16 * 100)
-    cache.put("/a", None, st(10, 1), b"a" * 10)
-    cache.put("/b", None, st(10, 2), b"b" * 10)
+    cache.put("/a", None, _identity(st(10, 1)), b"a" * 10)
+    cache.put("/b", None, _identity(st(10, 2)), b"b" * 10)
     assert cache.get("/a", None, st(10, 1)) == b"a" * 10  # /a is now the most recent
-    cache.put("/c", None, st(10, 3), b"c" * 10)
+    cache.put("/c", None, _identity(st(10, 3)), b"c" * 10)
     assert cache.get("/b", None, st(10, 2)) is None  # the least recently used went out
     assert cache.get("/a", None, st(10, 1)) == b"a" * 10
     assert cache.get("/a", "/root", st(10, 1)) is None  # checked under another root: not the same entry
     assert cache.get("/a", None, st(10, 9)) is None  # another inode: dropped
     assert cache.get("/a", None, st(10, 1)) is None
-    cache.put("/big", None, st(101, 4), b"x" * 101)  # over max_bytes / 16: never kept
+    cache.put("/big", None, _identity(st(101, 4)), b"x" * 101)  # over max_bytes / 16: never kept
     assert cache.get("/big", None, st(101, 4)) is None
-    cache.put("/short", None, st(10, 5), b"x" * 9)  # bytes that do not match the stat: never kept
+    cache.put("/short", None, _identity(st(10, 5)), b"x" * 9)  # bytes that do not match the stat: never kept
     assert cache.get("/short", None, st(9, 5)) is None
     assert cache._bytes == sum(len(e.body) + len(e.path) + ENTRY_OVERHEAD for e in cache._entries.values())
 

@@ -421,3 +421,56 @@ def test_while_a_read_of_ours_may_bring_pages_in_every_page_is_checked(
         assert checked == [64 * 1024]
     finally:
         os.close(fd)
+
+
+def test_a_read_of_one_file_checks_every_page_of_that_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window is kept by file (device and inode): another file's chunks are checked as usual
+    (its last page), and a door probing a kept file as it opens it again asks by its identity.
+    Past READING_IN_FILES files being read in at once, every file is checked, to be safe."""
+    from aiosendfile._options import DEFAULT_OPTIONS
+    from aiosendfile._outlet import PROBE_MAX, probe_max
+    from aiosendfile._static._hot import identity
+    from aiosendfile._writer import is_cold
+
+    checked: list[int] = []
+
+    def range_readable(fd: int, offset: int, size: int) -> bool:
+        checked.append(fd)
+        return True
+
+    monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
+    monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
+    monkeypatch.setattr(_platform, "range_readable", range_readable)
+    monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
+    monkeypatch.setattr(_platform, "_every_file_until", 0.0)
+    monkeypatch.setattr(_platform, "_files_reading_in", {})
+    monkeypatch.setattr(_platform, "READING_IN_FILES", 2)
+    paths = [tmp_path / f"f{i}" for i in range(4)]
+    for p in paths:
+        p.write_bytes(b"x" * 8192)
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
+    try:
+        _platform.started_reading(fds[0])
+        assert is_cold(fds[1], 0, 8192, DEFAULT_OPTIONS) is False
+        assert checked == []
+        assert is_cold(fds[0], 0, 8192, DEFAULT_OPTIONS) is False
+        assert checked == [fds[0]]
+        assert probe_max(identity(os.stat(paths[0]))) == 0
+        assert probe_max(identity(os.stat(paths[1]))) == PROBE_MAX
+        assert _platform.reading_in()
+        assert not _platform.reading_in(fds[1])
+        _platform.started_reading(fds[1])
+        _platform.started_reading(fds[2])  # (a third while two are open: every file, for the window)
+        assert len(_platform._files_reading_in) == 2
+        assert _platform.reading_in(fds[3])
+        assert probe_max(identity(os.stat(paths[3]))) == 0
+        late = time.monotonic() - 0.001
+        monkeypatch.setattr(_platform, "_reading_in_until", late)  # (long after)
+        monkeypatch.setattr(_platform, "_every_file_until", late)
+        assert not _platform.reading_in(fds[0])
+        assert not _platform.reading_in()
+    finally:
+        for fd in fds:
+            os.close(fd)

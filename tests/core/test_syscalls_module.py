@@ -149,6 +149,84 @@ def test_the_acceptor_answers_a_descriptor_or_minus_the_errno(
         assert accept() == -errno.EBADF
 
 
+def _reopen_reads() -> list[object]:
+    """The ways ``reopen_read`` is made here: the pure one, and the compiled one where built."""
+    ways: list[object] = [_platform._pure_reopen_read]
+    if _platform.HAS_SYSCALLS_MODULE:
+        ways.append(_platform._compiled_reopen_read)
+    return ways
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd")
+@pytest.mark.parametrize("reopen_read", _reopen_reads(), ids=lambda f: f.__name__.strip("_"))
+def test_reopen_read_answers_the_kept_file_or_nothing(tmp_path: Path, reopen_read: Any) -> None:
+    """A small file whose pages are cached: the head and its bytes, nothing left open; a larger
+    one: its descriptor, its size and its probe (its size: every page cached; 0: not probed); a
+    file that is not the one kept (another identity, gone, a FIFO swapped in: never blocking on
+    it): None, nothing left open. Both ways answer the same."""
+    head = b"HTTP/1.1 200 OK\r\n\r\n"
+    small, large, empty = tmp_path / "small", tmp_path / "large", tmp_path / "empty"
+    small.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes
+    large.write_bytes(b"L" * 100_000)
+    empty.write_bytes(b"")
+    for p in (small, large):
+        p.read_bytes()  # (in the page cache)
+    before = _open_descriptors()
+    kept = identity(os.stat(small))
+    assert reopen_read(str(small), kept, head, 16384, 0) == head + small.read_bytes()
+    assert reopen_read(str(empty), identity(os.stat(empty)), head, 0, 0) == head
+    assert _open_descriptors() == before
+
+    got = reopen_read(str(small), kept, head, 1024, 0)  # (larger than read_max, not probed)
+    assert got[1:] == (10_240, 0)
+    os.close(got[0])
+    fd, size, warm_to = reopen_read(str(large), identity(os.stat(large)), head, 16384, 1 << 21)
+    try:
+        assert os.pread(fd, 3, 99_997) == b"LLL"
+        assert not os.get_inheritable(fd)
+        assert (size, warm_to) in ((100_000, 100_000), (100_000, 0))  # (0: no cachestat here)
+        if _platform.HAS_RWF_NOWAIT and _platform.range_cached_available():
+            assert warm_to == 100_000
+    finally:
+        os.close(fd)
+
+    other = (*kept[:3], kept[3] + 1, *kept[4:])  # (its mtime moved: rewritten since)
+    assert reopen_read(str(small), other, head, 16384, 1 << 21) is None
+    assert reopen_read(str(tmp_path / "gone"), kept, head, 16384, 1 << 21) is None
+    assert reopen_read(str(small) + "\0tail", kept, head, 16384, 1 << 21) is None
+    small.unlink()
+    os.mkfifo(small)  # (swapped in: opened without blocking, and its fstat differs)
+    assert reopen_read(str(small), kept, head, 16384, 1 << 21) is None
+    assert _open_descriptors() == before
+
+
+@pytest.mark.parametrize("reopen_read", _reopen_reads(), ids=lambda f: f.__name__.strip("_"))
+def test_reopen_read_says_cold_for_pages_not_cached(tmp_path: Path, reopen_read: Any) -> None:
+    """A file whose pages are not in the page cache is not read (nor waited for): its descriptor,
+    with PROBED_COLD for a small one and for one probed."""
+    from aiosendfile._outlet import PROBED_COLD
+
+    from ..support.files import evict
+
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.write_bytes(b"s" * 8192)
+    large.write_bytes(b"L" * 200_000)
+    evict(small)
+    evict(large)
+    if not _platform.HAS_RWF_NOWAIT:
+        pytest.skip("no RWF_NOWAIT here: a read cannot say it would wait")
+    for path, read_max, probe_max in ((small, 16384, 0), (large, 16384, 1 << 21)):
+        got = reopen_read(str(path), identity(os.stat(path)), b"head", read_max, probe_max)
+        assert type(got) is tuple
+        os.close(got[0])
+        if path is small or _platform.range_cached_available():
+            assert got[1:] == (path.stat().st_size, PROBED_COLD)
+
+
 def test_a_stale_or_foreign_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """A module left in the checkout by an older build (another ABI) is ignored, not half-used."""
     monkeypatch.delenv("AIOSENDFILE_NO_EXTENSIONS", raising=False)

@@ -192,7 +192,7 @@ def test_hot_cache_admits_read_backs_while_it_has_room_then_one_in_n(tmp_path: P
     """A full hot-file cache takes back one dropped file in ``READMIT_EVERY``: a working set larger
     than the cache is sent from its files instead of copied in and evicted on every request; the
     bounds hold whatever is admitted."""
-    from aiosendfile._static._hot import READMIT_EVERY, HotFiles
+    from aiosendfile._static._hot import READMIT_EVERY, HotFiles, identity
 
     hot = HotFiles(max_entries=4, max_bytes=1 << 20)
     files = []
@@ -202,13 +202,13 @@ def test_hot_cache_admits_read_backs_while_it_has_room_then_one_in_n(tmp_path: P
         files.append(p)
     for p in files[:4]:
         assert hot.admits(100)
-        assert hot.put(str(p), None, p.stat(), p.read_bytes()) is not None
+        assert hot.put(str(p), None, identity(p.stat()), p.read_bytes()) is not None
     answers = [hot.admits(100) for _ in range(3 * READMIT_EVERY)]
     assert answers.count(True) == 3
     assert answers[READMIT_EVERY - 1]
     assert not any(answers[: READMIT_EVERY - 1])
     for p in files[4:]:
-        hot.put(str(p), None, p.stat(), p.read_bytes())
+        hot.put(str(p), None, identity(p.stat()), p.read_bytes())
     assert len(hot._entries) == 4
     assert hot._bytes <= hot.max_bytes
 

@@ -415,12 +415,47 @@ async def test_a_first_sights_read_that_fails_leaves_the_file_to_the_send(
             await close_writer(writer)
 
 
+async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
+    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memoised file of one chunk, opened again with its pages all cached (``reopen_read``'s
+    ``cachestat`` and last-page read), is sent straight with no probe of its own; one being read
+    in by this process (another connection's cold read of it) is probed page by page as before.
+    Byte-exact."""
+    from aiosendfile import _outlet, _platform
+
+    if not (_platform.HAS_RWF_NOWAIT and _platform.range_cached_available()):
+        pytest.skip("no cachestat or RWF_NOWAIT here: the reopen cannot probe")
+    body = pattern(100_000, seed=5)
+    path = www_site.public / "medium.bin"
+    path.write_bytes(body)
+    probes: list[int] = []
+    real_is_cold = _outlet.is_cold
+    monkeypatch.setattr(_outlet, "is_cold", lambda *a, **k: probes.append(1) or real_is_cold(*a, **k))
+    reader, writer = await www_site.open()
+    try:
+        for _ in range(2):  # decided, then memoised (the connection's outlet made)
+            writer.write(get("/medium.bin"))
+            assert (await read_response(reader)).body == body
+        probes.clear()
+        writer.write(get("/medium.bin"))
+        assert (await read_response(reader)).body == body
+        assert probes == []
+        with open(path, "rb") as f:
+            _platform.started_reading(f.fileno())  # (a read of this file may be on its way)
+        writer.write(get("/medium.bin"))
+        assert (await read_response(reader)).body == body
+        assert probes == [1]
+    finally:
+        await close_writer(writer)
+
+
 async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     www_site: ServeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A memoised file whose straight line finds its pages cold goes on as a transfer that waits
-    for them at once (read ahead, then a timer), without probing them a second time first (a
-    probe costs a cachestat and a read). Byte-exact."""
+    """A memoised file whose pages are found cold as it is opened again (``reopen_read``'s probe)
+    goes on as a transfer that waits for them at once (read ahead, then a timer), without
+    probing them a second time first (a probe costs a cachestat and a read). Byte-exact."""
     from aiosendfile import _outlet, _platform
 
     body = pattern(100_000, seed=9)
@@ -430,19 +465,29 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
         for _ in range(2):  # decided, then memoised (the connection's outlet made)
             writer.write(get("/medium.bin"))
             assert (await read_response(reader)).body == body
+        reopened: list[int] = []
         probes: list[int] = []
+        real_reopen_read = _platform.reopen_read
 
-        def cold_once(*args: Any, **kwargs: Any) -> bool:
+        def reopen_cold(*args: Any) -> Any:
+            got = real_reopen_read(*args)
+            assert type(got) is tuple
+            reopened.append(got[2])
+            return got[0], got[1], _outlet.PROBED_COLD  # (cold when it was opened again)
+
+        def probe(*args: Any, **kwargs: Any) -> bool:
             probes.append(1)
-            return len(probes) == 1  # cold at the straight line's probe, warm when probed again
+            return False  # warm when probed again
 
         hints: list[tuple[int, int]] = []
-        monkeypatch.setattr(_outlet, "is_cold", cold_once)
+        monkeypatch.setattr(_platform, "reopen_read", reopen_cold)
+        monkeypatch.setattr(_outlet, "is_cold", probe)
         monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
         writer.write(get("/medium.bin"))
         assert (await read_response(reader)).body == body
     finally:
         await close_writer(writer)
     await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
+    assert len(reopened) == 1
     assert hints == [(0, len(body))]  # it waited for the pages
-    assert len(probes) == 2  # the straight line's, then the one after the wait
+    assert len(probes) == 1  # only the one after the wait
