@@ -226,6 +226,37 @@ identity_of(const struct stat *st)
                          time_ns(st->st_ctim.tv_sec, st->st_ctim.tv_nsec));
 }
 
+/* Whether *st* has the identity *ident* (a tuple of identity_of's five ints) without building
+   one: 1 yes, 0 no, -1 where it cannot be told so (not five ints that fit, a time out of range:
+   the caller compares identity_of's tuple). */
+static int
+same_identity(PyObject *ident, const struct stat *st)
+{
+    if (!PyTuple_CheckExact(ident) || PyTuple_GET_SIZE(ident) != 5)
+        return -1;
+    long long want[5];
+    for (Py_ssize_t i = 0; i < 5; i++) {
+        PyObject *item = PyTuple_GET_ITEM(ident, i);
+        int overflow = 0;
+        if (!PyLong_CheckExact(item))
+            return -1;
+        want[i] = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || (want[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    if (st->st_mtim.tv_sec <= -9000000000LL || st->st_mtim.tv_sec >= 9000000000LL ||
+        st->st_ctim.tv_sec <= -9000000000LL || st->st_ctim.tv_sec >= 9000000000LL ||
+        (unsigned long long)st->st_dev > (unsigned long long)LLONG_MAX ||
+        (unsigned long long)st->st_ino > (unsigned long long)LLONG_MAX)
+        return -1;
+    return want[0] == (long long)st->st_dev && want[1] == (long long)st->st_ino &&
+           want[2] == (long long)st->st_size &&
+           want[3] == (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec &&
+           want[4] == (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+}
+
 PyDoc_STRVAR(stat_identity_doc,
              "stat_identity(path) -> tuple | int\n\n"
              "stat(path) as (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns), the values\n"
@@ -308,8 +339,8 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
         return NULL;
     }
     PyObject *ident = args[1], *head = args[2];
-    if (!PyTuple_Check(ident) || !PyBytes_Check(head)) {
-        PyErr_SetString(PyExc_TypeError, "reopen_read() takes a tuple ident and a bytes head");
+    if (!PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "reopen_read() takes a bytes head");
         return NULL;
     }
     long long read_max = PyLong_AsLongLong(args[3]), probe_max;
@@ -336,12 +367,15 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     Py_DECREF(name);
     if (fd < 0)
         Py_RETURN_NONE;
-    PyObject *now = result == 0 ? identity_of(&st) : NULL;
-    int same = now == NULL ? 0 : PyObject_RichCompareBool(now, ident, Py_EQ);
-    Py_XDECREF(now);
+    int same = result == 0 ? same_identity(ident, &st) : 0;
+    if (same < 0) { /* (told by identity_of's own tuple) */
+        PyObject *now = identity_of(&st);
+        same = now == NULL ? -1 : PyObject_RichCompareBool(now, ident, Py_EQ);
+        Py_XDECREF(now);
+    }
     if (same != 1) {
         close(fd);
-        if (same < 0 || (now == NULL && result == 0))
+        if (same < 0)
             return NULL; /* (no memory, or a comparison that raised) */
         Py_RETURN_NONE;
     }

@@ -60,7 +60,7 @@ ANSWERS_ENTRIES = 16384
 #: keep-alive requests, a health check, a load test) sends the same bytes, and their parse is
 #: skipped. A head longer than ``HEADS_MAX_KEY`` is parsed each time; ``HEADS_ENTRIES`` heads of
 #: ``HEADS_MAX_BYTES`` at most (each charged its key, its target and logged fields, and
-#: ``ENTRY_OVERHEAD``), the least recently used going first.
+#: ``ENTRY_OVERHEAD``), those not used longest going first (``_memo``).
 HEADS_ENTRIES = 16384
 HEADS_MAX_BYTES = 8 * 1024 * 1024
 HEADS_MAX_KEY = 2048

@@ -194,6 +194,12 @@ def test_reopen_read_answers_the_kept_file_or_nothing(tmp_path: Path, reopen_rea
     finally:
         os.close(fd)
 
+    for ns in (-5_000_000_001, 10**19 + 7, 1_700_000_000_123_456_789):  # (before 1970, past 2262)
+        os.utime(small, ns=(ns, ns))
+        kept = identity(os.stat(small))
+        assert reopen_read(str(small), kept, head, 16384, 0) == head + small.read_bytes()
+        assert reopen_read(str(small), (*kept[:3], ns + 1, kept[4]), head, 16384, 0) is None
+    assert reopen_read(str(small), list(kept), head, 16384, 0) is None  # (not the tuple kept)
     other = (*kept[:3], kept[3] + 1, *kept[4:])  # (its mtime moved: rewritten since)
     assert reopen_read(str(small), other, head, 16384, 1 << 21) is None
     assert reopen_read(str(tmp_path / "gone"), kept, head, 16384, 1 << 21) is None

@@ -268,6 +268,32 @@ def test_the_memo_is_bounded_by_entries_and_bytes_keys_included() -> None:
     assert memo.put(b"/huge", (entry, "", b""), 4 * MiB) is False  # one entry never takes it all
 
 
+def test_the_memo_evicts_what_was_not_used_since_its_generations_turned() -> None:
+    """Nearly least recently used, with no reordering on a hit: once full, a sweep of new keys
+    evicts the entries in the order they came, except those used since the generations turned
+    (one hit keeps an entry through the turn), and a value is never lost while it fits."""
+    from aiosendfile._static._memo import ENTRY_OVERHEAD, Memo
+
+    memo: Memo[str, int] = Memo(max_entries=4)
+    for i, key in enumerate("abcd"):
+        memo.put(key, i, 1)
+    assert memo.get("a") == 0  # (a hit in the young generation: nothing moves)
+    memo.put("e", 4, 1)  # full: the generations turn, and the oldest goes
+    assert "a" not in memo
+    assert memo.get("b") == 1  # used since the turn: kept through the sweep below
+    for i, key in enumerate("fgh"):
+        memo.put(key, 5 + i, 1)
+    assert [k for k in "bcdefgh" if k in memo] == ["b", "f", "g", "h"]
+    assert len(memo) == 4
+    memo.put("i", 8, 1)  # the next turn: b, not used since, is the oldest now
+    assert [k for k in "bfghi" if k in memo] == ["f", "g", "h", "i"]
+    assert memo.get("f") == 5
+    memo.pop("f")
+    assert memo.get("f") is None
+    assert len(memo) == 3
+    assert memo.size == 3 * (1 + ENTRY_OVERHEAD)
+
+
 def test_the_answer_cache_charges_keys_paths_and_renderings() -> None:
     """An answer is charged its key (both parts of a tuple key), its path, prefix, folder and every
     filled rendering slot: 10,000 long keys never take the cache past its bounds, and a key over
