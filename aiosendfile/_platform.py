@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -135,7 +136,9 @@ READING_IN_S = 2.0
 READING_IN_FILES = 4096
 _reading_in_until = 0.0  # when the last window closes (0.0: none was ever opened)
 _every_file_until = 0.0  # a read of a file not known by its inode, or too many: every file's window
-_files_reading_in: dict[tuple[int, int], float] = {}  # (device, inode): its window's end, oldest first
+#: (device, inode): its window's end, oldest first (ordered: a plain dict emptied from its front
+#: makes each look at its first entry skip every slot freed before it).
+_files_reading_in: OrderedDict[tuple[int, int], float] = OrderedDict()
 _reading_in_lock = threading.Lock()
 
 
@@ -147,8 +150,11 @@ def started_reading(fd: int | None = None) -> None:
     until = time.monotonic() + READING_IN_S
     key = None
     if fd is not None:
-        with contextlib.suppress(OSError):
+        try:
             st = os.fstat(fd)
+        except OSError:
+            pass
+        else:
             key = (st.st_dev, st.st_ino)
     with _reading_in_lock:
         _reading_in_until = until
@@ -156,8 +162,8 @@ def started_reading(fd: int | None = None) -> None:
         if key is None:
             _every_file_until = until
             return
-        files.pop(key, None)
-        files[key] = until  # (insertion order is expiry order: every window lasts as long)
+        files[key] = until
+        files.move_to_end(key)  # (so order is expiry order: every window lasts as long)
         now = until - READING_IN_S
         while files:  # the closed windows out, oldest first; and past the bound, open ones too
             oldest = next(iter(files))

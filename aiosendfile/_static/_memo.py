@@ -43,12 +43,16 @@ ENTRY_OVERHEAD = 512
 class Memo(Generic[K, V]):
     """Key → value, bounded by entries and by the bytes charged for them (see the module docstring)."""
 
-    __slots__ = ("_costs", "_old", "_young", "max_bytes", "max_entries", "size")
+    __slots__ = ("_costs", "_next", "_old", "_order", "_young", "max_bytes", "max_entries", "size")
 
     def __init__(self, max_entries: int = MEMO_MAX_ENTRIES, max_bytes: int = MEMO_MAX_BYTES) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
         self._young: dict[K, V] = {}  # put, or used, since the generations last turned
         self._old: dict[K, V] = {}  # not used since: evicted first, oldest first
+        # The old generation's keys in the order they came, and the next one to evict: a dict
+        # emptied from its front is not a queue (each next(iter()) skips every slot freed before).
+        self._order: list[K | None] = []
+        self._next = 0
         self._costs: dict[K, int] = {}
         self.size = 0  # bytes charged for what is held now
 
@@ -77,7 +81,16 @@ class Memo(Generic[K, V]):
             if not old:  # the generations turn: what was young is old now, the new key too
                 old = self._old = self._young
                 self._young = {}
-            oldest = next(iter(old))
+                self._order = list(old)
+                self._next = 0
+            order = self._order
+            while True:  # (a key promoted or popped since the turn is passed over)
+                oldest = order[self._next]
+                order[self._next] = None  # (not kept alive once passed)
+                self._next += 1
+                if oldest in old:
+                    break
+            assert oldest is not None
             del old[oldest]
             self.size -= self._costs.pop(oldest)
         return True
@@ -90,6 +103,8 @@ class Memo(Generic[K, V]):
     def clear(self) -> None:
         self._young.clear()
         self._old.clear()
+        self._order = []
+        self._next = 0
         self._costs.clear()
         self.size = 0
 

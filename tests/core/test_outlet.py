@@ -9,6 +9,7 @@ corked segment out). Both loops (conftest).
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import socket
 import threading
@@ -445,7 +446,7 @@ def test_a_read_of_one_file_checks_every_page_of_that_file_only(
     monkeypatch.setattr(_platform, "range_readable", range_readable)
     monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
     monkeypatch.setattr(_platform, "_every_file_until", 0.0)
-    monkeypatch.setattr(_platform, "_files_reading_in", {})
+    monkeypatch.setattr(_platform, "_files_reading_in", collections.OrderedDict())
     monkeypatch.setattr(_platform, "READING_IN_FILES", 2)
     paths = [tmp_path / f"f{i}" for i in range(4)]
     for p in paths:
