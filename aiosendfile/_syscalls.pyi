@@ -11,3 +11,11 @@ def accept(fd: int, /) -> int: ...
 def stat_identity(
     path: str | bytes | PathLike[str] | PathLike[bytes], /
 ) -> tuple[int, int, int, int, int] | int: ...
+def reopen_read(
+    path: str | bytes | PathLike[str] | PathLike[bytes],
+    ident: object,
+    head: bytes,
+    read_max: int,
+    probe_max: int,
+    /,
+) -> bytes | tuple[int, int, int] | None: ...

@@ -21,7 +21,8 @@ takes the decision again in its pool, with ``POOL_FS``.
 ``reopen`` and ``read_back`` serve a door answering from its answer cache (``_answers``): the file
 opened again and checked by ``fstat`` against the identity the answer was decided for, and a small
 one's bytes read back (into the hot-file cache if it admits them; a door may read files up to a
-size of its own either way).
+size of its own either way). ``reopen_answer`` does the same for ``serve``'s engine in one call
+(``_platform.reopen_read``), the bytes read behind the answer's head.
 """
 
 from __future__ import annotations
