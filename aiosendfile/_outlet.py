@@ -90,9 +90,7 @@ READ_MAX = 16 * 1024
 #: reopen_read``: ``cachestat`` and its last page, as :func:`is_cold` checks a chunk), so that
 #: :func:`send_first` sends it with no probe of its own.
 PROBE_MAX = MAX_CHUNK
-#: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
-#: it waits for the pages at once instead of probing them again.
-PROBED_COLD = -1
+PROBED_COLD = _platform.PROBED_COLD
 #: Timer waits for a cold chunk's pages before it goes to the pool (1 ms, then 2 ms; under load
 #: each also lasts at least a turn of the loop).
 COLD_WAITS = 2

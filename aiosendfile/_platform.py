@@ -46,6 +46,7 @@ __all__ = (
     "HAS_SPLICE",
     "PLATFORM",
     "NotSupportedBySendfile",
+    "PROBED_COLD",
     "ShimCounters",
     "acceptor",
     "identity_of",
@@ -474,9 +475,12 @@ _cachestat = _Cachestat()
 #: How a kept answer's file is opened again: never blocking on a FIFO swapped in (its ``fstat``
 #: differs from the identity, and it is closed unread).
 REOPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+#: A transfer's ``warm_to`` when its caller has just probed its first chunk and found it cold:
+#: it waits for the pages at once instead of probing them again (``_outlet``; the compiled
+#: ``reopen_read`` answers the same -1).
+PROBED_COLD = -1
 #: :func:`reopen_read`'s state for a file system that refuses ``RWF_NOWAIT`` (the compiled call's).
 _REFUSED_NOWAIT = -2
-_PROBED_COLD = -1  # (_outlet.PROBED_COLD)
 
 
 def _pure_reopen_read(
@@ -508,17 +512,17 @@ def _pure_reopen_read(
         if got == size:
             os.close(fd)
             return head + buf
-        state = _PROBED_COLD if got is False else 0
+        state = PROBED_COLD if got is False else 0
     elif size <= probe_max:
         whole = range_cached(fd, 0, size)
         if whole is False:
-            state = _PROBED_COLD
+            state = PROBED_COLD
         elif whole:
             try:
                 last = page_cached(fd, size - 1, st.st_dev)
             except OSError:
                 last = None
-            state = size if last else _PROBED_COLD if last is False else 0
+            state = size if last else PROBED_COLD if last is False else 0
     return fd, size, state
 
 

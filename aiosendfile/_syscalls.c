@@ -318,10 +318,35 @@ all_cached(int fd, unsigned long long size)
 #endif
 }
 
-static int
-nowait_refused(int err)
+/* One RWF_NOWAIT read of *size* bytes at *offset*: what preadv2 answers, its errno in *err*. */
+static ssize_t
+read_nowait(int fd, char *into, size_t size, off_t offset, int *err)
 {
-    return err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL;
+#ifdef RWF_NOWAIT
+    struct iovec iov = {into, size};
+    ssize_t got = preadv2(fd, &iov, 1, offset, RWF_NOWAIT);
+    *err = errno;
+    return got;
+#else
+    (void)fd;
+    (void)into;
+    (void)size;
+    (void)offset;
+    *err = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
+/* reopen_read's state for a failed RWF_NOWAIT read: some page would wait for the disk, the file
+   system refuses the flag, or any other error (0: not read; the sender meets it again). */
+static long long
+nowait_failed(int err)
+{
+    if (err == EAGAIN)
+        return PROBED_COLD;
+    if (err == EOPNOTSUPP || err == ENOTSUP || err == EINVAL)
+        return REFUSED_NOWAIT;
+    return 0;
 }
 
 PyDoc_STRVAR(reopen_read_doc,
@@ -399,26 +424,15 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
                 return NULL;
             }
             memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(head), (size_t)head_size);
-#ifdef RWF_NOWAIT
-            struct iovec into = {PyBytes_AS_STRING(out) + head_size, (size_t)size};
-            ssize_t got = preadv2(fd, &into, 1, 0, RWF_NOWAIT);
-            int err = errno;
-#else
-            ssize_t got = -1;
-            int err = EOPNOTSUPP;
-#endif
+            int err;
+            ssize_t got = read_nowait(fd, PyBytes_AS_STRING(out) + head_size, (size_t)size, 0, &err);
             if (got == size) {
                 close(fd);
                 return out;
             }
             Py_DECREF(out);
-            if (got >= 0)
-                state = 0; /* short: the sender finds why (partly cached, or truncated since) */
-            else if (err == EAGAIN)
-                state = PROBED_COLD;
-            else if (nowait_refused(err))
-                state = REFUSED_NOWAIT;
-            /* any other error: not read (the sender meets it again) */
+            /* (short: the sender finds why, partly cached or truncated since) */
+            state = got >= 0 ? 0 : nowait_failed(err);
         }
     }
     else if (size <= probe_max) {
@@ -427,21 +441,10 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
             state = PROBED_COLD;
         else if (cached == 1) {
             /* All present: ready unless the last page is still being read in (_writer.is_cold). */
-#ifdef RWF_NOWAIT
             char byte;
-            struct iovec into = {&byte, 1};
-            ssize_t got = preadv2(fd, &into, 1, size - 1, RWF_NOWAIT);
-            int err = errno;
-#else
-            ssize_t got = -1;
-            int err = EOPNOTSUPP;
-#endif
-            if (got == 1)
-                state = size;
-            else if (got < 0 && err == EAGAIN)
-                state = PROBED_COLD;
-            else if (got < 0 && nowait_refused(err))
-                state = REFUSED_NOWAIT;
+            int err;
+            ssize_t got = read_nowait(fd, &byte, 1, (off_t)(size - 1), &err);
+            state = got == 1 ? size : got < 0 ? nowait_failed(err) : 0;
         }
     }
     PyObject *opened = Py_BuildValue("(iLL)", fd, size, state);

@@ -359,9 +359,8 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                     raise
                 if read is not None and len(read) == st.st_size:
                     fs.close(fd)
-                    entry = _hot.hot_files.put(
-                        path, cache_root, _hot.identity(st), read
-                    )  # shared while cached
+                    # (shared while cached)
+                    entry = _hot.hot_files.put(path, cache_root, _hot.identity(st), read)
                     ans = _file_answer(req, located.path, policy, st, encoding, read, fs)
                     if entry is not None and ans.body is read:  # the whole file: a door may memoise it
                         ans.entry = entry
