@@ -402,7 +402,7 @@ class Transfer:
 
 def probe_max(ident: tuple[int, ...]) -> int:
     """How large a file a door may probe as it opens the file *ident* (``_hot.identity``) names
-    again (``_platform.reopen_read``): 0 while a read this process started may still bring its
+    again (``_lookup.reopen_read``): 0 while a read this process started may still bring its
     pages in (then :func:`is_cold` checks every page itself), or where probing is off."""
     return PROBE_MAX if DEFAULT_OPTIONS.probe and not _platform.reading_in(None, (ident[0], ident[1])) else 0
 

@@ -8,7 +8,8 @@
  * of accepts, is an exception: together a tenth of a new connection's instructions, see
  * docs/performance.md). reopen_read opens a kept answer's file again, checks it against the
  * identity kept and reads (or probes) it in one call: a third of a warm request's instructions
- * went to doing that from Python. _platform calls them, and only _platform: on a request path a ctypes
+ * went to doing that from Python. _platform calls them, and _lookup (those that take a path),
+ * and nothing else: on a request path a ctypes
  * call costs 2-3 times a C call (docs/performance.md, "No ctypes on the request path"). Where
  * this module was not built (no compiler at install, AIOSENDFILE_NO_EXTENSIONS, not Linux),
  * _platform does without the first two, as on a kernel that lacks them, and accepts through the
@@ -216,7 +217,7 @@ time_ns(time_t sec, long nsec)
 }
 
 /* A stat's identity as (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns), the values os.stat
-   gives (_platform.identity_of); a new reference, or NULL. */
+   gives (_lookup.identity_of); a new reference, or NULL. */
 static PyObject *
 identity_of(const struct stat *st)
 {

@@ -22,7 +22,7 @@ takes the decision again in its pool, with ``POOL_FS``.
 opened again and checked by ``fstat`` against the identity the answer was decided for, and a small
 one's bytes read back (into the hot-file cache if it admits them; a door may read files up to a
 size of its own either way). ``reopen_answer`` does the same for ``serve``'s engine in one call
-(``_platform.reopen_read``), the bytes read behind the answer's head.
+(``_lookup.reopen_read``), the bytes read behind the answer's head.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import threading
 import weakref
 from typing import Any, Literal, Protocol
 
-from .. import _platform
+from .. import _lookup, _platform
 from . import _hot
 from ._archive import Layout
 from ._paths import inside
@@ -338,12 +338,12 @@ class PoolFS(RealFS):
 def open_cached(path: str) -> tuple[int, os.stat_result] | bool | None:
     """A door's first sight of *path* (``route``'s: the root, which has no symlink, and a checked
     name below it), looked up and opened at once where that waits for no disk and crosses no
-    symlink (``_platform.open_cached``): a regular file reached so lies inside the root, and its
+    symlink (``_lookup.open_cached``): a regular file reached so lies inside the root, and its
     descriptor (blocking again) and ``fstat`` come back for ``decide(..., opened=)``, which skips
     its own ``stat``, open and containment check. False: the lookup would read the disk. True: it
     was answered from the kernel's caches but nothing is opened (missing, forbidden, a
     directory...): decide it as usual. None: it cannot tell (no ``openat2``; a symlink on the way)."""
-    fd = _platform.open_cached(path)
+    fd = _lookup.open_cached(path)
     if fd is None or fd == -errno.ELOOP:
         return None
     if fd < 0:
@@ -368,12 +368,12 @@ def directory_policy(directory: str | os.PathLike[str], **options: Any) -> Direc
 
 def same_file(path: str, ident: tuple[int, ...]) -> bool:
     """Whether *path* still names the file *ident* (``_hot.identity``) describes: one ``stat``."""
-    return _platform.stat_identity(path) == ident
+    return _lookup.stat_identity(path) == ident
 
 
 def lookup_cached(path: str) -> bool | None:
-    """Whether looking *path* up would wait for no disk (``_platform.lookup_cached``)."""
-    return _platform.lookup_cached(path)
+    """Whether looking *path* up would wait for no disk (``_lookup.lookup_cached``)."""
+    return _lookup.lookup_cached(path)
 
 
 def look_up_path(path: str) -> None:
@@ -448,19 +448,19 @@ def reopen_answer(
     probe_max: int,
 ) -> bytes | tuple[int, int, int] | None:
     """A kept answer's file opened again, if it is still the file *ident* describes, and read where
-    it can be (``_platform.reopen_read``): the whole answer, *head* then the bytes of a *small*
+    it can be (``_lookup.reopen_read``): the whole answer, *head* then the bytes of a *small*
     file of at most *read_max* bytes (or one the hot-file cache admits: then kept there, as
     *path* under *cache_root*) whose pages are all cached; else ``(fd, size, warm_to)`` for a
     sender (the pages probed if it is at most *probe_max* bytes); None: not that file (replaced,
     renamed over, grown, truncated, chmod'ed, gone), nothing open."""
     hot = _hot.hot_files
     if small and hot.admits(ident[2]):
-        got = _platform.reopen_read(path, ident, b"", ident[2], probe_max)
+        got = _lookup.reopen_read(path, ident, b"", ident[2], probe_max)
         if type(got) is bytes:
             hot.put(path, cache_root, ident, got)
             return head + got
         return got
-    return _platform.reopen_read(path, ident, head, read_max if small else 0, probe_max)
+    return _lookup.reopen_read(path, ident, head, read_max if small else 0, probe_max)
 
 
 _KNOWN_INSIDE = KnownInside()

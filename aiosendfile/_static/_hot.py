@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from .. import _platform
+from .. import _lookup
 
 __all__ = (
     "HOT_FILES_MAX_BYTES",
@@ -39,8 +39,8 @@ READMIT_EVERY = 32
 
 
 #: What must not change for a cached body to stay valid: device, inode, size, mtime, ctime
-#: (defined beside its compiled twin, ``_platform.stat_identity``, which must give the same).
-identity = _platform.identity_of
+#: (defined beside its compiled twin, ``_lookup.stat_identity``, which must give the same).
+identity = _lookup.identity_of
 
 
 class Rendering:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _platform
+from aiosendfile import _lookup, _platform
 
 from ..support.connections import Connector, zero_copy_expected
 from ..support.files import pattern
@@ -121,21 +121,21 @@ async def test_headers_with_zero_copy_count_only_file_bytes(
     assert _platform.counters.bytes == (100 if zero_copy_expected(kind) else 0)
 
 
-@pytest.mark.skipif(_platform.lookup_cached("/") is None, reason="no openat2(RESOLVE_CACHED) here")
+@pytest.mark.skipif(_lookup.lookup_cached("/") is None, reason="no openat2(RESOLVE_CACHED) here")
 def test_cached_lookup_says_when_a_path_would_need_the_disk(tmp_path: Path) -> None:
     """``lookup_cached``: False for a name never looked up (no dentry yet, positive or negative: the
     file system would have to be asked), True once a lookup has cached the answer, found or not."""
     missing, present = tmp_path / "never-looked-up", tmp_path / "present"
-    assert _platform.lookup_cached(str(missing)) is False
+    assert _lookup.lookup_cached(str(missing)) is False
     with pytest.raises(FileNotFoundError):
         os.stat(missing)
-    assert _platform.lookup_cached(str(missing)) is True  # a negative dentry now
+    assert _lookup.lookup_cached(str(missing)) is True  # a negative dentry now
     present.write_bytes(b"x")
-    assert _platform.lookup_cached(str(present)) is True
-    assert _platform.lookup_cached(str(present) + "\0tail") is True  # no such path, nothing to wait for
+    assert _lookup.lookup_cached(str(present)) is True
+    assert _lookup.lookup_cached(str(present) + "\0tail") is True  # no such path, nothing to wait for
     fds = len(os.listdir("/proc/self/fd"))
     for _ in range(100):
-        _platform.lookup_cached(str(present))
+        _lookup.lookup_cached(str(present))
     assert len(os.listdir("/proc/self/fd")) == fds  # the O_PATH descriptor is closed each time
 
 
@@ -144,7 +144,7 @@ def test_cached_lookup_is_none_where_the_kernel_refuses(monkeypatch: pytest.Monk
     None from then on, for the lookup and for the open, so callers keep their conservative path."""
     refusing = SimpleNamespace(openat2_cached=lambda path, flags, resolve: -errno.ENOSYS)
     monkeypatch.setattr(_platform, "_syscalls", refusing)
-    refused = _platform._CachedLookup()
+    refused = _lookup._CachedLookup()
     assert refused.call is not None
     assert refused.open is not None
     assert refused.call("/") is None

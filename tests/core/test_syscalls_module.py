@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import aiosendfile
-from aiosendfile import _platform
+from aiosendfile import _lookup, _platform
 from aiosendfile._static._hot import identity
 
 from ..support.processes import cli_env
@@ -60,7 +60,7 @@ def test_openat2_cached_opens_or_answers_minus_the_errno(tmp_path: Path) -> None
     (tmp_path / "real").write_bytes(b"data")
     (tmp_path / "link").symlink_to("real")
     os.stat(tmp_path / "link")  # every name looked up: in the kernel's caches
-    reading, no_symlinks = os.O_RDONLY | os.O_CLOEXEC, _platform._RESOLVE_NO_SYMLINKS
+    reading, no_symlinks = os.O_RDONLY | os.O_CLOEXEC, _lookup._RESOLVE_NO_SYMLINKS
     fd = syscalls.openat2_cached(str(tmp_path / "real"), reading, no_symlinks)
     if fd in (-errno.ENOSYS, -errno.EINVAL):
         pytest.skip("no openat2(RESOLVE_CACHED) in this kernel (Linux < 5.12)")
@@ -87,7 +87,7 @@ def test_openat2_cached_opens_or_answers_minus_the_errno(tmp_path: Path) -> None
 
 def _stat_identities() -> list[object]:
     """The ways ``stat_identity`` is made here: the pure one, and the compiled one where built."""
-    ways: list[object] = [_platform._stat_identity]
+    ways: list[object] = [_lookup._stat_identity]
     if _platform.HAS_SYSCALLS_MODULE:
         ways.append(_platform._syscalls.stat_identity)
     return ways
@@ -110,7 +110,7 @@ def test_stat_identity_is_what_the_hot_cache_takes_of_os_stat(tmp_path: Path, st
     assert stat_identity(str(path) + "\0tail") == -errno.ENOENT
     with pytest.raises(UnicodeEncodeError):  # (as os.stat: not taken for "no such path")
         stat_identity(str(tmp_path / "\ud800"))
-    if stat_identity is not _platform._stat_identity:  # (os.stat would take 3 for a descriptor)
+    if stat_identity is not _lookup._stat_identity:  # (os.stat would take 3 for a descriptor)
         with pytest.raises(TypeError):
             stat_identity(3)
 
@@ -151,9 +151,9 @@ def test_the_acceptor_answers_a_descriptor_or_minus_the_errno(
 
 def _reopen_reads() -> list[object]:
     """The ways ``reopen_read`` is made here: the pure one, and the compiled one where built."""
-    ways: list[object] = [_platform._pure_reopen_read]
+    ways: list[object] = [_lookup._pure_reopen_read]
     if _platform.HAS_SYSCALLS_MODULE:
-        ways.append(_platform._compiled_reopen_read)
+        ways.append(_lookup._compiled_reopen_read)
     return ways
 
 
@@ -250,9 +250,9 @@ def test_without_the_module_the_probes_say_they_cannot_tell() -> None:
     """``AIOSENDFILE_NO_EXTENSIONS`` (or no build): cachestat and openat2 are missing, as on an old
     kernel, and the callers take their other paths; ``capabilities()`` says so."""
     code = (
-        "import sys, aiosendfile; from aiosendfile import _platform as p; "
+        "import sys, aiosendfile; from aiosendfile import _lookup as l, _platform as p; "
         "print(p._syscalls, p.range_cached_available(), p.range_cached(0, 0, 1), "
-        "p.lookup_cached('/'), p.open_cached('/'), aiosendfile.capabilities()['compiled_syscalls'], "
+        "l.lookup_cached('/'), l.open_cached('/'), aiosendfile.capabilities()['compiled_syscalls'], "
         "'ctypes' in sys.modules)"
     )
     env = {**cli_env(), "AIOSENDFILE_NO_EXTENSIONS": "1"}

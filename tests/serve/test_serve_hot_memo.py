@@ -134,10 +134,10 @@ async def test_a_first_sight_is_opened_by_its_lookup_alone(
     (``open_cached``: ``openat2`` with ``RESOLVE_CACHED | RESOLVE_NO_SYMLINKS``): the core takes
     the descriptor and neither ``stat``s the path nor opens it again (nor reads where the
     descriptor leads). Byte-exact; a symlinked path still takes the checked open."""
-    from aiosendfile import _platform
+    from aiosendfile import _lookup
     from aiosendfile._static._fs import RealFS
 
-    probe = _platform.open_cached("/")
+    probe = _lookup.open_cached("/")
     if probe is None:
         pytest.skip("no openat2(RESOLVE_CACHED) here")
     if probe >= 0:
@@ -456,7 +456,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     """A memoised file whose pages are found cold as it is opened again (``reopen_read``'s probe)
     goes on as a transfer that waits for them at once (read ahead, then a timer), without
     probing them a second time first (a probe costs a cachestat and a read). Byte-exact."""
-    from aiosendfile import _outlet, _platform
+    from aiosendfile import _lookup, _outlet, _platform
 
     body = pattern(100_000, seed=9)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -467,7 +467,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
             assert (await read_response(reader)).body == body
         reopened: list[int] = []
         probes: list[int] = []
-        real_reopen_read = _platform.reopen_read
+        real_reopen_read = _lookup.reopen_read
 
         def reopen_cold(*args: Any) -> Any:
             got = real_reopen_read(*args)
@@ -480,7 +480,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
             return False  # warm when probed again
 
         hints: list[tuple[int, int]] = []
-        monkeypatch.setattr(_platform, "reopen_read", reopen_cold)
+        monkeypatch.setattr(_lookup, "reopen_read", reopen_cold)
         monkeypatch.setattr(_outlet, "is_cold", probe)
         monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
         writer.write(get("/medium.bin"))

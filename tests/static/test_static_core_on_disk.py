@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aiosendfile import _platform
+from aiosendfile import _lookup
 from aiosendfile._static import _core
 from aiosendfile._static._answer import Answer, FileRange, Multipart
 from aiosendfile._static._core import answer, route
@@ -105,7 +105,7 @@ def test_answer_on_a_real_tree_matches_the_plugins_recorded_answers(tmp_path: Pa
 
 def _opens_cached() -> bool:
     """Whether ``openat2`` with ``RESOLVE_CACHED`` works here (the probe's descriptor closed)."""
-    fd = _platform.open_cached("/")
+    fd = _lookup.open_cached("/")
     if fd is not None and fd >= 0:
         os.close(fd)
     return fd is not None

@@ -162,16 +162,16 @@ def route_and_resolve(fs: FakeFS, r: Request, policy: DirectoryPolicy = POLICY) 
 
 
 def kernel_caches(monkeypatch: pytest.MonkeyPatch, cached: bool) -> None:
-    """The first sight's probes (``_platform.lookup_cached``, ``open_cached``) say every lookup is
+    """The first sight's probes (``_lookup.lookup_cached``, ``open_cached``) say every lookup is
     in the kernel's caches (*cached*: the real open, ENOENT for a name that does not exist) or
     that none is (EAGAIN: it would read the disk)."""
-    from aiosendfile import _platform
+    from aiosendfile import _lookup
 
-    monkeypatch.setattr(_platform, "lookup_cached", lambda path: cached)
-    real_open = _platform.open_cached
+    monkeypatch.setattr(_lookup, "lookup_cached", lambda path: cached)
+    real_open = _lookup.open_cached
     if cached:  # (a name never looked up has no dentry yet: EAGAIN from the real call)
         monkeypatch.setattr(
-            _platform, "open_cached", lambda path: real_open(path) if os.path.exists(path) else -errno.ENOENT
+            _lookup, "open_cached", lambda path: real_open(path) if os.path.exists(path) else -errno.ENOENT
         )
     else:
-        monkeypatch.setattr(_platform, "open_cached", lambda path: -errno.EAGAIN)
+        monkeypatch.setattr(_lookup, "open_cached", lambda path: -errno.EAGAIN)
