@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, TextIO
 
 from .._options import default_cold_executor
 from .._outlet import Turn
+from .._platform import grow_fd_table
 from .._static._answers import Decided
 from .._static._archive import DEFAULT_MAX_ENTRIES
 from .._static._fs import directory_policy
@@ -328,6 +329,7 @@ async def start_server(
     """Serve *config* on the running loop: on *sock* (bound; listening or not), a Unix socket
     *path*, or *host*/*port*. Stop it with :func:`shutdown`."""
     loop = asyncio.get_running_loop()
+    grow_fd_table()  # (no growth, so no wait for an RCU grace period, while serving)
     engine = Engine(config, loop)
     try:
         if sock is None:
