@@ -35,7 +35,7 @@ def _compile(source: str, target: str) -> str | None:
     partial = f"{target}.{os.getpid()}.tmp"
     try:
         cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
-        cflags = ["-O2", "-fPIC", "-Wall", "-std=c99", "-D_GNU_SOURCE", f"-I{include}"]
+        cflags = ["-O2", "-fPIC", "-Wall", "-std=c99", "-D_GNU_SOURCE", "-pthread", f"-I{include}"]
         command = [*cc, *cflags, "-shared", source, "-o", partial]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:

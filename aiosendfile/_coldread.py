@@ -12,6 +12,10 @@ every read goes to the pool: the conservative choice.
 :func:`read_ahead` asks the kernel to start reading a range in, from the read-ahead thread: never
 from the loop's, where submitting the read may wait in the block layer (for a request slot while
 the pool's reads fill the device's queue, or for memory) for milliseconds.
+
+:class:`PageWaits` does more where the compiled module is here: its page reader's thread (C, no
+GIL) reads a range in and the loop is told once every page is in, through an eventfd; the body
+sender of a connection owner (``_outlet.Transfer``) waits on it instead of a timer.
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ import asyncio
 import os
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 from . import _platform
 from ._options import default_cold_executor
 from ._threads import in_pool
 
-__all__ = ("read_ahead", "read_range")
+if TYPE_CHECKING:
+    from . import _syscalls as _syscalls_types
+
+__all__ = ("PageWaits", "read_ahead", "read_range")
 
 
 async def read_range(
@@ -115,6 +124,91 @@ class _ReadAhead:
                     _platform.read_ahead(fd, offset, size)
                 finally:
                     os.close(fd)
+
+
+class PageWaits:
+    """An owner's waits for ranges read in by the compiled page reader (``_platform.page_reader``,
+    made at the first :meth:`ask`): its thread brings a range into the page cache and *then* is
+    called on the loop once every page of it is in. No timer guesses how long the read takes (a
+    cold small file is answered as soon as the disk gives it, as nginx's is) and the thread never
+    takes the GIL. The reader's eventfd stays registered with the loop until :meth:`close` (the
+    owner's end: ``serve``'s engine). What waits is bounded by the owner's transfers: a range each.
+    """
+
+    __slots__ = ("closed", "loop", "next", "reader", "starting", "waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.reader: _syscalls_types.PageReader | None = None
+        self.waiting: dict[int, Callable[[], None]] = {}
+        self.next = 0
+        self.closed = False
+        self.starting = False  # the reader's thread is woken at the loop's next turn
+
+    @classmethod
+    def here(cls, loop: asyncio.AbstractEventLoop) -> PageWaits | None:
+        """Waits for *loop*, or None without the compiled page reader (the caller then reads
+        ahead with :func:`read_ahead` and waits on a timer)."""
+        return cls(loop) if _platform.HAS_PAGE_READER else None
+
+    def ask(self, fd: int, offset: int, size: int, then: Callable[[], None]) -> int:
+        """Read [offset, offset+size) of *fd* in (from a duplicate: *fd* may be closed at once),
+        then call *then* on the loop; the token :meth:`cancel` takes. Not after :meth:`close`."""
+        if self.closed:
+            raise RuntimeError("these page waits are closed")
+        reader = self.reader
+        if reader is None:
+            reader = self.reader = _platform.page_reader()
+            self.loop.add_reader(reader.fileno(), self._arrived)
+        _platform.started_reading(fd)
+        token = self.next
+        self.next = token + 1
+        reader.ask(fd, offset, size, token)
+        self.waiting[token] = then
+        if not self.starting:  # (a turn's ranges together: one wake-up of the thread)
+            self.starting = True
+            self.loop.call_soon(self._start)
+        return token
+
+    def _start(self) -> None:
+        self.starting = False
+        if self.reader is not None:
+            self.reader.start()
+
+    def cancel(self, token: int) -> None:
+        """*then* is not called for *token* (its read goes on, and is dropped when it ends)."""
+        self.waiting.pop(token, None)
+
+    def close(self) -> None:
+        """No more waits: the reader's eventfd leaves the loop and is closed, with the duplicates
+        still queued (a read under way ends in the thread, which then ends too). What still
+        waits is called back at the loop's next turn (it finds the waits closed: a timer then)."""
+        self.closed = True
+        waiting, self.waiting = self.waiting, {}
+        if not self.loop.is_closed():
+            for then in waiting.values():
+                self.loop.call_soon(then)
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            if not self.loop.is_closed():
+                self.loop.remove_reader(reader.fileno())
+            reader.close()
+
+    def _arrived(self) -> None:
+        reader = self.reader
+        if reader is None:  # (closed in this iteration, after the loop saw the eventfd readable)
+            return
+        waiting = self.waiting
+        ready = [then for token in reader.done() if (then := waiting.pop(token, None)) is not None]
+        for i, then in enumerate(ready):
+            try:
+                then()
+            except Exception as exc:  # (the rest of the batch still goes on)
+                self.loop.call_exception_handler({"message": "a wait for pages failed", "exception": exc})
+            except BaseException:  # (KeyboardInterrupt, SystemExit: the rest at the next turn)
+                for later in ready[i + 1 :]:
+                    self.loop.call_soon(later)
+                raise
 
 
 #: ``read_ahead(fd, offset, size, loop=None)``: have the kernel start reading [offset,

@@ -23,15 +23,20 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
 * **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer.is_cold``:
   ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read), once: the rest of a chunk the socket took only
   part of is sent when the socket has room, without probing it again. A cold chunk of up to
-  ``READ_AHEAD_MAX`` bytes is asked of the kernel (``POSIX_FADV_WILLNEED``: the read starts,
-  nothing waits for it) and probed again from a timer, 1 ms later, then twice as long each time,
-  ``COLD_WAITS`` times, every page of it this time (``is_cold(read_in=True)``: a read's pages come
-  in out of order on a busy device, and the last one in says nothing of the others): no pool
-  thread, so no hand-off of the GIL per cold file and back (h2o
-  tries ``RWF_NOWAIT`` first for the same reason). The read is asked from the read-ahead thread
-  (``_coldread.read_ahead``, a loop turn's chunks together), never from the loop's: submitting
-  it may wait in the block layer for milliseconds. A larger chunk, or one still cold after the waits
-  (a busy disk), is sent from the cold-read pool, whose thread hands the result back with one
+  ``READ_AHEAD_MAX`` bytes is read in off the loop and sent once it is in, no pool thread: where
+  the owner has a page reader (``_coldread.PageWaits``: the compiled module's thread, which never
+  takes the GIL; ``serve``'s engine has one) that thread asks the kernel for a loop turn's chunks
+  together and reads each through, and the loop is told through an eventfd the moment a chunk's
+  pages are all in (a cold small file is answered as soon as the disk gives it: 0.4 ms where a
+  timer made it 1.5, docs/performance.md); then the chunk is probed as any other. Without one,
+  the read is asked of the kernel (``POSIX_FADV_WILLNEED``, from the read-ahead thread,
+  ``_coldread.read_ahead``, a loop turn's chunks together: submitting it may wait in the block
+  layer for milliseconds) and the chunk is probed again from a timer, 1 ms later, then twice as
+  long each time, every page of it this time (``is_cold(read_in=True)``: a read's pages come in
+  out of order on a busy device, and the last one in says nothing of the others). Either way no
+  hand-off of the GIL per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same
+  reason). A larger chunk, or one still cold after ``COLD_WAITS`` waits (evicted again, or a busy
+  disk), is sent from the cold-read pool, whose thread hands the result back with one
   ``call_soon_threadsafe``. The duplicate stays open until that thread is done with it, whatever
   happens to the connection. Where the owner shares out each iteration of the loop (``Turns``:
   ``serve``'s engine), a chunk whose wait ends while the iteration's time is spent takes a turn
@@ -56,7 +61,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import _platform
-from ._coldread import read_ahead
+from ._coldread import PageWaits, read_ahead
 from ._options import DEFAULT_OPTIONS
 from ._platform import sendfile_once
 from ._target import resolve_target
@@ -79,8 +84,9 @@ __all__ = (
 #: (nginx's ``sendfile_max_chunk`` default).
 MAX_CHUNK = 2 * 1024 * 1024
 
-#: A cold chunk up to this size is read ahead by the kernel and waited for on a timer, not sent
-#: from a pool thread (the 2 MiB chunk of a large file goes to the pool: its read is long).
+#: A cold chunk up to this size is read in off the loop (the page reader, else the kernel's read
+#: ahead and a timer) and then sent on it, not from a pool thread (the 2 MiB chunk of a large file
+#: goes to the pool: its read is long).
 READ_AHEAD_MAX = 256 * 1024
 #: A chunk up to this size is read with one ``RWF_NOWAIT`` read, which is also its probe, and sent
 #: from memory: below it, the copy costs less than a probe and a ``sendfile`` (docs/performance.md,
@@ -91,10 +97,13 @@ READ_MAX = 16 * 1024
 #: :func:`send_first` sends it with no probe of its own.
 PROBE_MAX = MAX_CHUNK
 PROBED_COLD = _platform.PROBED_COLD
-#: Timer waits for a cold chunk's pages before it goes to the pool (1 ms, then 2 ms; under load
-#: each also lasts at least a turn of the loop).
+#: Waits for a cold chunk's pages before it goes to the pool (the page reader's reads; or timers,
+#: 1 ms, then 2 ms, each under load also at least a turn of the loop).
 COLD_WAITS = 2
 FIRST_WAIT = 0.001
+#: Seconds a chunk waits for the page reader before it goes to the pool: a hung file (a stuck
+#: network file system) holds the reader's thread, and what was asked after it, no longer.
+READER_PATIENCE = 1.0
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0) if _platform.HAS_MSG_MORE else 0
 _TCP = (socket.AF_INET, socket.AF_INET6)
@@ -175,6 +184,7 @@ class Transfer:
     """
 
     __slots__ = (
+        "asked",
         "buffered",
         "done",
         "end",
@@ -182,10 +192,12 @@ class Transfer:
         "head",
         "on_progress",
         "outlet",
+        "pages",
         "position",
         "release",
         "sent",
         "stopped",
+        "through",
         "timer",
         "turns",
         "waits",
@@ -206,6 +218,7 @@ class Transfer:
         sent: int = 0,
         warm_to: int = 0,
         turns: Turns | None = None,
+        pages: PageWaits | None = None,
     ) -> None:
         self.outlet = outlet
         self.head = memoryview(head) if head else None
@@ -219,11 +232,14 @@ class Transfer:
         self.release: Callable[[], None] | None = release
         self.stopped = False
         self.watching = False  # the duplicate is registered with the loop (add_writer)
-        self.waits = 0  # timer waits so far for this chunk's pages
+        self.waits = 0  # waits so far for this chunk's pages
+        self.asked: int | None = None  # the page reader's token while it reads this chunk in
+        self.through = False  # the page reader read this chunk in: probed as any chunk, once
         # The end of the chunk last probed warm (sent without a probe up to it), or PROBED_COLD.
         self.warm_to = warm_to
         self.timer: asyncio.TimerHandle | None = None
         self.turns = turns
+        self.pages = pages  # the owner's page reader (else cold pages are waited for on a timer)
 
     def stop(self) -> None:
         """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
@@ -232,6 +248,10 @@ class Transfer:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.asked is not None:
+            assert self.pages is not None
+            self.pages.cancel(self.asked)
+            self.asked = None
         if not self.outlet.in_pool:
             self._release()
 
@@ -276,7 +296,11 @@ class Transfer:
                     )
                 else:
                     cold = self.warm_to == PROBED_COLD or is_cold(
-                        self.file_fd, self.position, size, DEFAULT_OPTIONS, read_in=self.waits > 0
+                        self.file_fd,
+                        self.position,
+                        size,
+                        DEFAULT_OPTIONS,
+                        read_in=self.waits > 0 and not self.through,
                     )
                 if cold:
                     self.warm_to = 0  # (probed again after the wait)
@@ -301,6 +325,7 @@ class Transfer:
             self._end(EOFError(f"the file ended {size - len(read)} bytes early"))
             return
         self.waits = 0
+        self.through = False
         self.position += size
         self.warm_to = self.position
         self.head = memoryview(read)
@@ -309,13 +334,42 @@ class Transfer:
         self.run()
 
     def _wait_for_pages(self, size: int) -> None:
-        """Have the kernel read the chunk in, and probe it again from a timer (see the module)."""
+        """Have the page reader read the chunk in and go on once it has; without it, have the kernel
+        read it in and probe it again from a timer (see the module)."""
         self._unwatch()
+        pages = self.pages
+        if pages is not None and not pages.closed:
+            try:
+                self.asked = pages.ask(self.file_fd, self.position, size, self._read_through)
+            except (OSError, MemoryError):  # (EMFILE for its duplicate: the timer's way, this once)
+                pass
+            else:
+                self.waits += 1
+                self.timer = self.outlet.loop.call_later(READER_PATIENCE, self._late, size)
+                return
         if self.waits == 0:
             read_ahead(self.file_fd, self.position, size, self.outlet.loop)  # (not from the loop's thread)
         delay = FIRST_WAIT * (1 << self.waits)
         self.waits += 1
         self.timer = self.outlet.loop.call_later(delay, self._waited)
+
+    def _read_through(self) -> None:
+        self.asked = None
+        if self.timer is not None:
+            self.timer.cancel()
+        self.through = True  # (every page was in as the reader's read ended)
+        self._waited()
+
+    def _late(self, size: int) -> None:
+        """The page reader has not read the chunk in within READER_PATIENCE (a hung file, a very
+        slow device, or reads queued behind one): it goes to the pool, as a chunk still cold."""
+        self.timer = None
+        if self.asked is not None:
+            assert self.pages is not None
+            self.pages.cancel(self.asked)
+            self.asked = None
+        self.warm_to = 0
+        self._to_pool(size)
 
     def _waited(self) -> None:
         self.timer = None
@@ -330,6 +384,7 @@ class Transfer:
 
     def _advance(self, n: int, size: int) -> None:
         self.waits = 0
+        self.through = False
         if n == 0:
             self._end(EOFError(f"the file ended {self.end - self.position} bytes early"))
             return

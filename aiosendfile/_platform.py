@@ -31,7 +31,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from . import _syscalls as _syscalls_types
 
 try:
     import fcntl
@@ -419,7 +422,7 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # It and openat2 come from aiosendfile._syscalls, a C module built at install where a compiler
 # is: the standard library has no binding, and a ctypes call costs 2-3 times as much.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_SYSCALLS_ABI = 4  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
+_SYSCALLS_ABI = 5  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
 
 
 def _load_syscalls() -> Any:
@@ -516,6 +519,19 @@ def range_cached(fd: int, offset: int, size: int) -> bool | None:
 def _pages_of(offset: int, size: int) -> int:
     """How many pages [offset, offset+size) touches (*size* > 0)."""
     return (offset + size - 1) // _PAGE - offset // _PAGE + 1
+
+
+#: Whether the compiled page reader is here (:func:`page_reader`).
+HAS_PAGE_READER: bool = hasattr(_syscalls, "PageReader")
+
+
+def page_reader() -> _syscalls_types.PageReader:
+    """A new compiled page reader (``_syscalls.PageReader``: a thread of its own that reads ranges
+    into the page cache without the GIL and says so on an eventfd; ``_coldread.PageWaits`` uses
+    it). Only where :data:`HAS_PAGE_READER`; elsewhere a cold range is read ahead with
+    :func:`read_ahead` and waited for on a timer."""
+    reader: _syscalls_types.PageReader = _syscalls.PageReader()
+    return reader
 
 
 def read_ahead(fd: int, offset: int, size: int) -> None:

@@ -8,7 +8,10 @@
  * of accepts, is an exception: together a tenth of a new connection's instructions, see
  * docs/performance.md). reopen_read opens a kept answer's file again, checks it against the
  * identity kept and reads (or probes) it in one call: a third of a warm request's instructions
- * went to doing that from Python. _platform calls them, and _lookup (those that take a path),
+ * went to doing that from Python. PageReader is a thread of C that reads cold ranges into the
+ * page cache and tells the loop through an eventfd when each is in, never taking the GIL (a
+ * Python thread's hand-off of the GIL, and a timer guessing how long the read takes, cost a cold
+ * small file three times its latency). _platform calls them, and _lookup (those that take a path),
  * and nothing else: on a request path a ctypes
  * call costs 2-3 times a C call (docs/performance.md, "No ctypes on the request path"). Where
  * this module was not built (no compiler at install, AIOSENDFILE_NO_EXTENSIONS, not Linux),
@@ -36,8 +39,16 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#ifdef __linux__
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/sendfile.h>
+#define HAS_PAGE_READER 1
+#endif
+
 /* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
-#define SYSCALLS_ABI 4
+#define SYSCALLS_ABI 5
 
 /* Both numbers are the same on every architecture of the unified syscall table. */
 #if defined(SYS_cachestat)
@@ -454,6 +465,454 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     return opened;
 }
 
+#ifdef HAS_PAGE_READER
+/* PageReader: one thread of its own that brings ranges of files into the page cache, and never
+ * takes the GIL. ask(fd, offset, size, token) queues a range (on a duplicate of fd, which the
+ * thread closes); the thread asks the kernel for every range it took (POSIX_FADV_WILLNEED: the
+ * device works on them together), then reads each through into a scratch buffer (which waits
+ * until its pages are all in, whatever order they came in), and each done token is made known
+ * through an eventfd the loop watches: fileno(), then done() for the tokens. No timer guesses how
+ * long a read takes, and no Python runs off the loop's thread (a Python thread's hand-off of the
+ * GIL per batch cost more than a small read). The Python object going away ends the thread,
+ * which frees what is left (it may be inside a read for a while; nothing waits for it). */
+
+struct page_job {
+    int fd;
+    long long offset, size, token;
+};
+
+struct page_reader {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct page_job *jobs; /* queued, not yet taken by the thread */
+    size_t njobs, jobs_cap;
+    long long *done; /* tokens read in, not yet taken by done() */
+    size_t ndone, done_cap;
+    size_t owed; /* tokens asked and not yet taken by done(): done_cap never falls below it */
+    int efd;
+    int told; /* the eventfd was written since the last done(): no need to again */
+    int sink; /* /dev/null, which sendfile(2) reads pages in to */
+    int busy; /* the thread is reading a batch (it closes the sink itself then) */
+    int running, closing;
+    pid_t pid;
+};
+
+typedef struct {
+    PyObject_HEAD struct page_reader *r;
+} PageReaderObject;
+
+#define READ_PIECE (64 * 1024)
+
+/* (Under the lock, or before the thread starts.) What the Python object owned, closed at once as
+   it goes: the eventfd and the duplicates still queued (a read the thread is making goes on). */
+static void
+page_reader_close(struct page_reader *r)
+{
+    for (size_t i = 0; i < r->njobs; i++)
+        close(r->jobs[i].fd);
+    r->njobs = 0;
+    if (r->efd >= 0)
+        close(r->efd);
+    r->efd = -1;
+    if (!r->busy && r->sink >= 0) /* (else the thread is using it: it closes it as it ends) */
+        close(r->sink);
+    if (!r->busy)
+        r->sink = -1;
+    __atomic_store_n(&r->closing, 1, __ATOMIC_RELAXED);
+}
+
+static void
+page_reader_free(struct page_reader *r)
+{
+    free(r->jobs);
+    free(r->done);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->wake);
+    free(r);
+}
+
+/* Bring [offset, offset+size) of fd in and return once its pages are all in (or the file ends, or
+   a read fails: the loop's probe then finds out). sendfile(2) to /dev/null waits for each page as
+   a read would, and copies nothing (a copy through scratch would push the loop's working set out
+   of the CPU's caches: measured, a quarter more CPU per request on the loop's core); where it is
+   refused, a read through scratch. Without either, the hint alone. */
+static void
+read_through(int fd, long long offset, long long size, int sink, char *scratch)
+{
+    while (size > 0 && sink >= 0) {
+        off_t at = (off_t)offset;
+        ssize_t got = sendfile(sink, fd, &at, (size_t)size);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+            break; /* (a file system without splice reads: through scratch) */
+        if (got <= 0)
+            return;
+        offset += got;
+        size -= got;
+    }
+    if (scratch == NULL)
+        return;
+    while (size > 0) {
+        size_t piece = size < READ_PIECE ? (size_t)size : READ_PIECE;
+        ssize_t got = pread(fd, scratch, piece, (off_t)offset);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return;
+        offset += got;
+        size -= got;
+    }
+}
+
+/* Room for *need* items of *item* bytes in *array* (doubling): 0 if there is none (or it would
+   overflow), the array as it was. */
+static int
+grow(void **array, size_t *cap, size_t need, size_t item)
+{
+    if (need <= *cap)
+        return 1;
+    size_t cap2 = *cap ? *cap : 64;
+    while (cap2 < need) {
+        if (cap2 > SIZE_MAX / 2)
+            return 0;
+        cap2 *= 2;
+    }
+    if (cap2 > SIZE_MAX / item)
+        return 0;
+    void *bigger = realloc(*array, cap2 * item);
+    if (bigger == NULL)
+        return 0;
+    *array = bigger;
+    *cap = cap2;
+    return 1;
+}
+
+static void
+hint(const struct page_job *jobs, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        if (jobs[i].size > 0) /* (0 would mean to the end of the file) */
+            posix_fadvise(jobs[i].fd, (off_t)jobs[i].offset, (off_t)jobs[i].size, POSIX_FADV_WILLNEED);
+}
+
+static void *
+page_reader_run(void *arg)
+{
+    struct page_reader *r = arg;
+    char *scratch = malloc(READ_PIECE);
+    struct page_job *batch = NULL;
+    size_t batch_cap = 0;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        while (r->njobs == 0 && !r->closing)
+            pthread_cond_wait(&r->wake, &r->lock);
+        if (r->closing)
+            break;
+        struct page_job *taken = r->jobs; /* the queue's array becomes the batch, and back */
+        size_t n = r->njobs, taken_cap = r->jobs_cap;
+        r->jobs = batch;
+        r->jobs_cap = batch_cap;
+        r->njobs = 0;
+        r->busy = 1;
+        int sink = r->sink;
+        batch = taken;
+        batch_cap = taken_cap;
+        pthread_mutex_unlock(&r->lock);
+        hint(batch, 0, n);
+        for (size_t i = 0; i < n; i++) {
+            if (!__atomic_load_n(&r->closing, __ATOMIC_RELAXED)) /* (at worst one more read) */
+                read_through(batch[i].fd, batch[i].offset, batch[i].size, sink, scratch);
+            close(batch[i].fd);
+            pthread_mutex_lock(&r->lock);
+            if (!r->closing) {
+                r->done[r->ndone++] = batch[i].token; /* (room kept by ask: owed <= done_cap) */
+                if (!r->told) { /* (one wake-up of the loop for all that is done by its next look) */
+                    uint64_t one = 1;
+                    while (write(r->efd, &one, sizeof one) < 0 && errno == EINTR)
+                        ;
+                    r->told = 1;
+                }
+            }
+            /* What was asked meanwhile joins this batch: asked of the kernel now, not once the
+               batch is read (a slow device works on all of it together). No room: it waits. */
+            if (r->njobs && !r->closing && grow((void **)&batch, &batch_cap, n + r->njobs, sizeof *batch)) {
+                size_t from = n;
+                memcpy(batch + n, r->jobs, r->njobs * sizeof *batch);
+                n += r->njobs;
+                r->njobs = 0;
+                pthread_mutex_unlock(&r->lock);
+                hint(batch, from, n);
+            }
+            else
+                pthread_mutex_unlock(&r->lock);
+        }
+        pthread_mutex_lock(&r->lock);
+        r->busy = 0;
+        if (r->closing && r->sink >= 0) { /* (closed while this batch was read) */
+            close(r->sink);
+            r->sink = -1;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    free(scratch);
+    free(batch);
+    page_reader_free(r);
+    return NULL;
+}
+
+static PyObject *
+page_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "PageReader() takes no arguments");
+        return NULL;
+    }
+    struct page_reader *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return PyErr_NoMemory();
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        free(r);
+        return NULL;
+    }
+    r->sink = open("/dev/null", O_WRONLY | O_CLOEXEC); /* (-1: reads go through scratch) */
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    r->pid = getpid();
+    PageReaderObject *self = (PageReaderObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        page_reader_close(r);
+        page_reader_free(r);
+        return NULL;
+    }
+    self->r = r;
+    return (PyObject *)self;
+}
+
+/* Let the reader go: its eventfd and the duplicates still queued closed now, the rest freed by its
+   thread once a read under way ends (or now, if it never started). */
+static void
+page_reader_release(PageReaderObject *self)
+{
+    struct page_reader *r = self->r;
+    self->r = NULL;
+    if (r == NULL)
+        return;
+    if (r->pid != getpid()) {
+        /* A forked child: its thread is not here, and its lock may have been held at the fork.
+           Its own copies of the descriptors are closed (the parent's stay open), the rest left. */
+        for (size_t i = 0; i < r->njobs; i++)
+            close(r->jobs[i].fd);
+        if (r->efd >= 0)
+            close(r->efd);
+        if (r->sink >= 0)
+            close(r->sink);
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    page_reader_close(r);
+    if (r->running) {
+        pthread_cond_signal(&r->wake); /* the thread frees the rest */
+        pthread_mutex_unlock(&r->lock);
+    }
+    else {
+        pthread_mutex_unlock(&r->lock);
+        page_reader_free(r);
+    }
+}
+
+static void
+page_reader_dealloc(PageReaderObject *self)
+{
+    page_reader_release(self);
+    PyTypeObject *type = Py_TYPE(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static PyObject *
+page_reader_close_method(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    page_reader_release(self);
+    Py_RETURN_NONE;
+}
+
+/* Whether the reader may not be used here (an exception set): closed, or made before a fork. */
+static int
+closed(PageReaderObject *self)
+{
+    if (self->r == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the page reader is closed");
+        return 1;
+    }
+    if (self->r->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError, "a PageReader is not used across fork()");
+        return 1;
+    }
+    return 0;
+}
+
+
+PyDoc_STRVAR(page_reader_ask_doc,
+             "ask(fd, offset, size, token) -> None\n\n"
+             "Have the reader's thread bring [offset, offset+size) of fd into the page cache (on a\n"
+             "duplicate of fd: the caller may close its own at once); token is given back by done().");
+
+static PyObject *
+page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    struct page_reader *r = self->r;
+    int fd;
+    long long offset, size, token;
+    if (closed(self))
+        return NULL;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "ask() takes fd, offset, size and token");
+        return NULL;
+    }
+    if (!as_fd(args[0], &fd))
+        return NULL;
+    offset = PyLong_AsLongLong(args[1]);
+    size = offset == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[2]);
+    token = size == -1 && PyErr_Occurred() ? -1 : PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (offset < 0 || size < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset and size must not be negative");
+        return NULL;
+    }
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    pthread_mutex_lock(&r->lock);
+    if (!grow((void **)&r->jobs, &r->jobs_cap, r->njobs + 1, sizeof *r->jobs) ||
+        !grow((void **)&r->done, &r->done_cap, r->owed + 1, sizeof *r->done)) {
+        pthread_mutex_unlock(&r->lock);
+        close(copy);
+        return PyErr_NoMemory();
+    }
+    if (!r->running) {
+        pthread_attr_t attr;
+        pthread_t thread;
+        sigset_t all, before;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &before); /* the thread takes no signal: they are the loop's */
+        int failed = pthread_create(&thread, &attr, page_reader_run, r);
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
+        pthread_attr_destroy(&attr);
+        if (failed) {
+            pthread_mutex_unlock(&r->lock);
+            close(copy);
+            errno = failed;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        r->running = 1;
+    }
+    r->jobs[r->njobs].fd = copy;
+    r->jobs[r->njobs].offset = offset;
+    r->jobs[r->njobs].size = size;
+    r->jobs[r->njobs].token = token;
+    r->njobs++;
+    r->owed++;
+    pthread_mutex_unlock(&r->lock);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(page_reader_start_doc,
+             "start() -> None\n\n"
+             "Have the thread take every range asked so far (a loop's turn of them: one wake-up).");
+
+static PyObject *
+page_reader_start(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    struct page_reader *r = self->r;
+    if (closed(self))
+        return NULL;
+    pthread_mutex_lock(&r->lock);
+    if (r->njobs)
+        pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(page_reader_done_doc,
+             "done() -> list[int]\n\n"
+             "The tokens of the ranges read in since the last call (the eventfd is read too).");
+
+static PyObject *
+page_reader_done(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    struct page_reader *r = self->r;
+    uint64_t count;
+    if (closed(self))
+        return NULL;
+    while (read(r->efd, &count, sizeof count) < 0 && errno == EINTR)
+        ; /* (EAGAIN: nothing since; the list is read anyway) */
+    pthread_mutex_lock(&r->lock);
+    PyObject *tokens = PyList_New((Py_ssize_t)r->ndone);
+    if (tokens != NULL) {
+        for (size_t i = 0; i < r->ndone; i++) {
+            PyObject *token = PyLong_FromLongLong(r->done[i]);
+            if (token == NULL) {
+                Py_CLEAR(tokens);
+                break;
+            }
+            PyList_SET_ITEM(tokens, (Py_ssize_t)i, token);
+        }
+    }
+    if (tokens != NULL) {
+        r->owed -= r->ndone;
+        r->ndone = 0;
+        r->told = 0;
+    }
+    else if (r->ndone) { /* (no memory: the loop is woken again to take them) */
+        uint64_t one = 1;
+        while (write(r->efd, &one, sizeof one) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return tokens;
+}
+
+static PyObject *
+page_reader_fileno(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (closed(self))
+        return NULL;
+    return PyLong_FromLong(self->r->efd);
+}
+
+static PyMethodDef page_reader_methods[] = {
+    {"ask", (PyCFunction)(void (*)(void))page_reader_ask, METH_FASTCALL, page_reader_ask_doc},
+    {"start", (PyCFunction)page_reader_start, METH_NOARGS, page_reader_start_doc},
+    {"done", (PyCFunction)page_reader_done, METH_NOARGS, page_reader_done_doc},
+    {"close", (PyCFunction)page_reader_close_method, METH_NOARGS,
+     "close() -> None: its eventfd and queued duplicates closed now; its thread ends."},
+    {"fileno", (PyCFunction)page_reader_fileno, METH_NOARGS, "fileno() -> int: the eventfd to watch."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot page_reader_slots[] = {
+    {Py_tp_new, page_reader_new},
+    {Py_tp_dealloc, page_reader_dealloc},
+    {Py_tp_methods, page_reader_methods},
+    {Py_tp_doc, "PageReader(): a thread that reads ranges into the page cache without the GIL."},
+    {0, NULL},
+};
+
+static PyType_Spec page_reader_spec = {
+    .name = "aiosendfile._syscalls.PageReader",
+    .basicsize = sizeof(PageReaderObject),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = page_reader_slots,
+};
+#endif /* HAS_PAGE_READER */
+
 static PyMethodDef syscalls_methods[] = {
     {"stat_identity", (PyCFunction)syscalls_stat_identity, METH_O, stat_identity_doc},
     {"accept", (PyCFunction)syscalls_accept, METH_O, accept_doc},
@@ -467,6 +926,15 @@ static PyMethodDef syscalls_methods[] = {
 static int
 syscalls_exec(PyObject *module)
 {
+#ifdef HAS_PAGE_READER
+    PyObject *type = PyType_FromSpec(&page_reader_spec);
+    if (type == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "PageReader", type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+#endif
     return PyModule_AddIntConstant(module, "ABI", SYSCALLS_ABI);
 }
 
@@ -484,7 +952,7 @@ static PyModuleDef_Slot syscalls_slots[] = {
 static struct PyModuleDef syscalls_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "aiosendfile._syscalls",
-    .m_doc = "cachestat(2), openat2(2) with RESOLVE_CACHED and accept4(2), for aiosendfile._platform only.",
+    .m_doc = "cachestat(2), openat2(2) with RESOLVE_CACHED, accept4(2) and a page reader, for aiosendfile._platform only.",
     .m_size = 0,
     .m_methods = syscalls_methods,
     .m_slots = syscalls_slots,

@@ -140,6 +140,7 @@ def send_body(
             sent,
             warm_to,
             conn.engine,
+            conn.engine.pages,
         )
     else:
         sender = PublicBody(transport, ans, head, sent, done, conn._progress)

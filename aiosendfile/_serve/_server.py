@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TextIO
 
+from .._coldread import PageWaits
 from .._options import default_cold_executor
 from .._outlet import Turn
 from .._platform import grow_fd_table
@@ -202,6 +203,8 @@ class Engine:
         self.heads: Memo[bytes, Head] = Memo(max_entries=HEADS_ENTRIES, max_bytes=HEADS_MAX_BYTES)
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
+        #: cold pages read in off the loop, each body told once they are in (None: on a timer)
+        self.pages = PageWaits.here(loop)
         self.connections: set[HttpProtocol] = set()
         self.now = loop.time()
         self.iteration_open = False  # a request was answered in this iteration of the loop
@@ -305,6 +308,8 @@ class Engine:
             self.resumable.sweep()
 
     def stop(self) -> None:
+        if self.pages is not None:
+            self.pages.close()
         if self.gate is not None:
             self.gate.close()
         if self.timer is not None:

@@ -21,6 +21,7 @@ import pytest
 from ..support.files import pattern
 from ..support.raw_http import all_responses, read_response
 from ..support.serve import (
+    PAGE_WAITS,
     ServeSite,
     close_writer,
     engine,
@@ -28,6 +29,7 @@ from ..support.serve import (
     holding,
     reported,
     serving,
+    wait_pages_by,
 )
 from ..support.waiting import until
 
@@ -232,12 +234,14 @@ async def test_a_connection_whose_set_up_fails_is_closed_and_reported() -> None:
     assert [str(e["exception"]) for e in errors] == ["no protocol for you"]
 
 
+@pytest.mark.parametrize("waits", PAGE_WAITS)
 @pytest.mark.parametrize("cold", ["once", "always"])
-async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
-    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, cold: str
+async def test_a_cold_medium_chunk_waits_for_its_pages_then_the_pool(
+    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, cold: str, waits: str
 ) -> None:
-    """A cold chunk up to READ_AHEAD_MAX is read ahead by the kernel and probed again from a timer
-    (no pool thread) ; one still cold after COLD_WAITS goes to the pool. Byte-exact either way."""
+    """A cold chunk up to READ_AHEAD_MAX is read in off the loop (the page reader's thread, or the
+    kernel's read ahead and a timer) and probed again once it is in (no pool thread); one still
+    cold after COLD_WAITS goes to the pool. Byte-exact either way."""
     from aiosendfile import _outlet, _platform
 
     body = pattern(100_000, seed=5)
@@ -248,18 +252,19 @@ async def test_a_cold_medium_chunk_waits_on_a_timer_then_the_pool(
         probes.append(1)
         return cold == "always" or len(probes) == 1
 
-    hints: list[tuple[int, int]] = []
+    hints = wait_pages_by(www_site, waits, monkeypatch)
     monkeypatch.setattr(_outlet, "is_cold", is_cold)
-    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
     before = _platform.counters.cold
     raw = await www_site.exchange(get("/medium.bin", "Connection: close\r\n"))
     assert all_responses(raw, ["GET"])[0].body == body
     await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
-    assert hints == [(0, len(body))]
     if cold == "once":
+        assert hints == [(0, len(body))]
         assert len(probes) == 2
         assert _platform.counters.cold == before
     else:
+        # (the reader is asked at each wait; the kernel's read ahead once)
+        assert hints == [(0, len(body))] * (_outlet.COLD_WAITS if waits == "reader" else 1)
         assert len(probes) == 1 + _outlet.COLD_WAITS
         assert _platform.counters.cold == before + 1
 

@@ -23,12 +23,14 @@ from ..support.files import CHANGES, change_file, pattern
 from ..support.raw_http import all_responses, read_response, read_to_eof
 from ..support.serve import (
     BIG,
+    PAGE_WAITS,
     ServeSite,
     close_writer,
     engine,
     get,
     reported,
     serving,
+    wait_pages_by,
 )
 from ..support.waiting import until
 
@@ -450,13 +452,15 @@ async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
         await close_writer(writer)
 
 
+@pytest.mark.parametrize("waits", PAGE_WAITS)
 async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
-    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch
+    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, waits: str
 ) -> None:
     """A memoised file whose pages are found cold as it is opened again (``reopen_read``'s probe)
-    goes on as a transfer that waits for them at once (read ahead, then a timer), without
-    probing them a second time first (a probe costs a cachestat and a read). Byte-exact."""
-    from aiosendfile import _lookup, _outlet, _platform
+    goes on as a transfer that waits for them at once (the page reader, or a read ahead and a
+    timer), without probing them a second time first (a probe costs a cachestat and a read).
+    Byte-exact."""
+    from aiosendfile import _lookup, _outlet
 
     body = pattern(100_000, seed=9)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -479,10 +483,9 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
             probes.append(1)
             return False  # warm when probed again
 
-        hints: list[tuple[int, int]] = []
+        hints = wait_pages_by(www_site, waits, monkeypatch)
         monkeypatch.setattr(_lookup, "reopen_read", reopen_cold)
         monkeypatch.setattr(_outlet, "is_cold", probe)
-        monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append((offset, size)))
         writer.write(get("/medium.bin"))
         assert (await read_response(reader)).body == body
     finally:

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .files import pattern
 from .processes import BANNER, cli_env
 from .raw_http import Response, connect, parse_response, read_to_eof
@@ -93,6 +95,36 @@ def engine() -> Any:
     from aiosendfile._serve import _server
 
     return _server
+
+
+#: How a cold chunk's pages are waited for: the compiled page reader, or a timer after a read ahead.
+PAGE_WAITS = ("reader", "timer")
+
+
+def wait_pages_by(site: Any, how: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Make *site*'s engine wait for cold pages *how* (``PAGE_WAITS``; the reader is skipped where
+    it is not built): the (offset, size) of every range it has read in, the reader's as it is asked,
+    the read ahead's from its thread (it may come after the body)."""
+    from aiosendfile import _platform
+
+    eng = engine()._engines[site.server]
+    asked: list[tuple[int, int]] = []
+    if how == "timer":
+        eng.pages = None
+        monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append((offset, size)))
+        return asked
+    if eng.pages is None:
+        pytest.skip("no compiled page reader here")
+    kind = type(eng.pages)
+    real = kind.ask
+
+    def ask(self: Any, fd: int, offset: int, size: int, then: Any) -> int:
+        asked.append((offset, size))
+        return real(self, fd, offset, size, then)
+
+    monkeypatch.setattr(kind, "ask", ask)
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append((-1, -1)))
+    return asked
 
 
 @contextlib.asynccontextmanager
