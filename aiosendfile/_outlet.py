@@ -23,24 +23,24 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
 * **Cold pages never on the loop.** Before each chunk its pages are probed (``_writer.is_cold``:
   ``cachestat`` and a 1-byte ``RWF_NOWAIT`` read), once: the rest of a chunk the socket took only
   part of is sent when the socket has room, without probing it again. A cold chunk of up to
-  ``READ_AHEAD_MAX`` bytes is read in off the loop and sent once it is in, no pool thread: where
+  ``READ_AHEAD_MAX`` bytes is read in off the loop and sent once it is in, no pool thread. Where
   the owner has a page reader (``_coldread.PageWaits``: the compiled module's thread, which never
-  takes the GIL; ``serve``'s engine has one) that thread asks the kernel for a loop turn's chunks
-  together and reads each through, and the loop is told through an eventfd the moment a chunk's
-  pages are all in (a cold small file is answered as soon as the disk gives it: 0.4 ms where a
-  timer made it 1.5, docs/performance.md); then the chunk is probed as any other. Without one,
-  the read is asked of the kernel (``POSIX_FADV_WILLNEED``, from the read-ahead thread,
-  ``_coldread.read_ahead``, a loop turn's chunks together: submitting it may wait in the block
-  layer for milliseconds) and the chunk is probed again from a timer, 1 ms later, then twice as
-  long each time, every page of it this time (``is_cold(read_in=True)``: a read's pages come in
-  out of order on a busy device, and the last one in says nothing of the others). Either way no
-  hand-off of the GIL per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same
-  reason). A larger chunk, or one still cold after ``COLD_WAITS`` waits (evicted again, or a busy
-  disk), is sent from the cold-read pool, whose thread hands the result back with one
-  ``call_soon_threadsafe``. The duplicate stays open until that thread is done with it, whatever
-  happens to the connection. Where the owner shares out each iteration of the loop (``Turns``:
-  ``serve``'s engine), a chunk whose wait ends while the iteration's time is spent takes a turn
-  in a following iteration, as a connection's new request does.
+  takes the GIL; ``serve``'s engine has one), that thread asks the kernel for a loop turn's chunks
+  together and waits for each (a byte of its first and last page), and the loop is told through
+  an eventfd at once: a cold small file is answered as soon as the disk gives it (0.5-0.7 ms a
+  request where a timer made it 1.7, docs/performance.md). Without one, the read is asked of the
+  kernel (``POSIX_FADV_WILLNEED``, from the read-ahead thread, ``_coldread.read_ahead``, a loop
+  turn's chunks together: submitting it may wait in the block layer for milliseconds) and the
+  chunk is probed again from a timer, 1 ms later, then twice as long each time. Either way the
+  chunk is then probed again, every page of it (``is_cold(read_in=True)``: a read's pages come in
+  out of order on a busy device, and the last one in says nothing of the others), and no GIL is
+  handed off per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same reason). A
+  larger chunk, or one still cold after ``COLD_WAITS`` waits (evicted again, a busy disk, or one
+  the reader held past ``READER_PATIENCE``), is sent from the cold-read pool, whose thread hands
+  the result back with one ``call_soon_threadsafe``. The duplicate stays open until that thread
+  is done with it, whatever happens to the connection. Where the owner shares out each iteration
+  of the loop (``Turns``: ``serve``'s engine), a chunk whose wait ends while the iteration's time
+  is spent takes a turn in a following iteration, as a connection's new request does.
 * **A small chunk read, not sent with sendfile.** A chunk of up to ``READ_MAX`` bytes is read with
   one ``RWF_NOWAIT`` read, which is also its probe, and sent from memory like the head (the last
   send without ``MSG_MORE``): below that size the copy costs less than a probe and a ``sendfile``.
@@ -197,7 +197,6 @@ class Transfer:
         "release",
         "sent",
         "stopped",
-        "through",
         "timer",
         "turns",
         "waits",
@@ -234,7 +233,6 @@ class Transfer:
         self.watching = False  # the duplicate is registered with the loop (add_writer)
         self.waits = 0  # waits so far for this chunk's pages
         self.asked: int | None = None  # the page reader's token while it reads this chunk in
-        self.through = False  # the page reader read this chunk in: probed as any chunk, once
         # The end of the chunk last probed warm (sent without a probe up to it), or PROBED_COLD.
         self.warm_to = warm_to
         self.timer: asyncio.TimerHandle | None = None
@@ -300,7 +298,7 @@ class Transfer:
                         self.position,
                         size,
                         DEFAULT_OPTIONS,
-                        read_in=self.waits > 0 and not self.through,
+                        read_in=self.waits > 0,
                     )
                 if cold:
                     self.warm_to = 0  # (probed again after the wait)
@@ -325,7 +323,6 @@ class Transfer:
             self._end(EOFError(f"the file ended {size - len(read)} bytes early"))
             return
         self.waits = 0
-        self.through = False
         self.position += size
         self.warm_to = self.position
         self.head = memoryview(read)
@@ -357,7 +354,6 @@ class Transfer:
         self.asked = None
         if self.timer is not None:
             self.timer.cancel()
-        self.through = True  # (every page was in as the reader's read ended)
         self._waited()
 
     def _late(self, size: int) -> None:
@@ -384,7 +380,6 @@ class Transfer:
 
     def _advance(self, n: int, size: int) -> None:
         self.waits = 0
-        self.through = False
         if n == 0:
             self._end(EOFError(f"the file ended {self.end - self.position} bytes early"))
             return

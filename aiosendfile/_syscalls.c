@@ -43,7 +43,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/sendfile.h>
 #define HAS_PAGE_READER 1
 #endif
 
@@ -469,11 +468,11 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
 /* PageReader: one thread of its own that brings ranges of files into the page cache, and never
  * takes the GIL. ask(fd, offset, size, token) queues a range (on a duplicate of fd, which the
  * thread closes); the thread asks the kernel for every range it took (POSIX_FADV_WILLNEED: the
- * device works on them together), then reads each through into a scratch buffer (which waits
- * until its pages are all in, whatever order they came in), and each done token is made known
- * through an eventfd the loop watches: fileno(), then done() for the tokens. No timer guesses how
- * long a read takes, and no Python runs off the loop's thread (a Python thread's hand-off of the
- * GIL per batch cost more than a small read). The Python object going away ends the thread,
+ * device works on them together; what is asked meanwhile joins the batch), then waits for each
+ * with a 1-byte read of its first and last page (read_through), and each done token is made
+ * known through an eventfd the loop watches: fileno(), then done() for the tokens. No timer
+ * guesses how long a read takes, and no Python runs off the loop's thread. close() (or the
+ * object going away) closes the eventfd and the queued duplicates at once and ends the thread,
  * which frees what is left (it may be inside a read for a while; nothing waits for it). */
 
 struct page_job {
@@ -491,8 +490,6 @@ struct page_reader {
     size_t owed; /* tokens asked and not yet taken by done(): done_cap never falls below it */
     int efd;
     int told; /* the eventfd was written since the last done(): no need to again */
-    int sink; /* /dev/null, which sendfile(2) reads pages in to */
-    int busy; /* the thread is reading a batch (it closes the sink itself then) */
     int running, closing;
     pid_t pid;
 };
@@ -500,8 +497,6 @@ struct page_reader {
 typedef struct {
     PyObject_HEAD struct page_reader *r;
 } PageReaderObject;
-
-#define READ_PIECE (64 * 1024)
 
 /* (Under the lock, or before the thread starts.) What the Python object owned, closed at once as
    it goes: the eventfd and the duplicates still queued (a read the thread is making goes on). */
@@ -514,10 +509,6 @@ page_reader_close(struct page_reader *r)
     if (r->efd >= 0)
         close(r->efd);
     r->efd = -1;
-    if (!r->busy && r->sink >= 0) /* (else the thread is using it: it closes it as it ends) */
-        close(r->sink);
-    if (!r->busy)
-        r->sink = -1;
     __atomic_store_n(&r->closing, 1, __ATOMIC_RELAXED);
 }
 
@@ -531,37 +522,23 @@ page_reader_free(struct page_reader *r)
     free(r);
 }
 
-/* Bring [offset, offset+size) of fd in and return once its pages are all in (or the file ends, or
-   a read fails: the loop's probe then finds out). sendfile(2) to /dev/null waits for each page as
-   a read would, and copies nothing (a copy through scratch would push the loop's working set out
-   of the CPU's caches: measured, a quarter more CPU per request on the loop's core); where it is
-   refused, a read through scratch. Without either, the hint alone. */
+/* Wait until the range's pages are most likely in: a 1-byte read of its first page, then of its
+   last, each of which waits for that page (the kernel was asked for all of them at once, and a
+   read ahead's pages come in together unless the device is busy). Nothing else is read: a read
+   of every page, through a scratch buffer or a sendfile to /dev/null, cost 10-25% more CPU a
+   request at 64 connections on the cold mixed set (docs/performance.md). A page still on the way is the loop's to find: its probe of a chunk read in
+   checks every page (_platform.reading_in), and waits again. */
 static void
-read_through(int fd, long long offset, long long size, int sink, char *scratch)
+read_through(int fd, long long offset, long long size)
 {
-    while (size > 0 && sink >= 0) {
-        off_t at = (off_t)offset;
-        ssize_t got = sendfile(sink, fd, &at, (size_t)size);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
-            break; /* (a file system without splice reads: through scratch) */
-        if (got <= 0)
-            return;
-        offset += got;
-        size -= got;
-    }
-    if (scratch == NULL)
-        return;
-    while (size > 0) {
-        size_t piece = size < READ_PIECE ? (size_t)size : READ_PIECE;
-        ssize_t got = pread(fd, scratch, piece, (off_t)offset);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return;
-        offset += got;
-        size -= got;
+    char byte;
+    long long last = offset + size - 1;
+    long long ends[2] = {offset, last - last % 4096};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1 && ends[1] <= ends[0])
+            break;
+        while (pread(fd, &byte, 1, (off_t)ends[i]) < 0 && errno == EINTR)
+            ;
     }
 }
 
@@ -600,7 +577,6 @@ static void *
 page_reader_run(void *arg)
 {
     struct page_reader *r = arg;
-    char *scratch = malloc(READ_PIECE);
     struct page_job *batch = NULL;
     size_t batch_cap = 0;
     pthread_mutex_lock(&r->lock);
@@ -614,15 +590,14 @@ page_reader_run(void *arg)
         r->jobs = batch;
         r->jobs_cap = batch_cap;
         r->njobs = 0;
-        r->busy = 1;
-        int sink = r->sink;
         batch = taken;
         batch_cap = taken_cap;
         pthread_mutex_unlock(&r->lock);
         hint(batch, 0, n);
         for (size_t i = 0; i < n; i++) {
             if (!__atomic_load_n(&r->closing, __ATOMIC_RELAXED)) /* (at worst one more read) */
-                read_through(batch[i].fd, batch[i].offset, batch[i].size, sink, scratch);
+                if (batch[i].size > 0)
+                    read_through(batch[i].fd, batch[i].offset, batch[i].size);
             close(batch[i].fd);
             pthread_mutex_lock(&r->lock);
             if (!r->closing) {
@@ -648,14 +623,8 @@ page_reader_run(void *arg)
                 pthread_mutex_unlock(&r->lock);
         }
         pthread_mutex_lock(&r->lock);
-        r->busy = 0;
-        if (r->closing && r->sink >= 0) { /* (closed while this batch was read) */
-            close(r->sink);
-            r->sink = -1;
-        }
     }
     pthread_mutex_unlock(&r->lock);
-    free(scratch);
     free(batch);
     page_reader_free(r);
     return NULL;
@@ -677,7 +646,6 @@ page_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         free(r);
         return NULL;
     }
-    r->sink = open("/dev/null", O_WRONLY | O_CLOEXEC); /* (-1: reads go through scratch) */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     r->pid = getpid();
@@ -707,8 +675,6 @@ page_reader_release(PageReaderObject *self)
             close(r->jobs[i].fd);
         if (r->efd >= 0)
             close(r->efd);
-        if (r->sink >= 0)
-            close(r->sink);
         return;
     }
     pthread_mutex_lock(&r->lock);
