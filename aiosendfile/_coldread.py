@@ -14,7 +14,7 @@ from the loop's, where submitting the read may wait in the block layer (for a re
 the pool's reads fill the device's queue, or for memory) for milliseconds.
 
 :class:`PageWaits` does more where the compiled module is here: its page reader's thread (C, no
-GIL) reads a range in and the loop is told once every page is in, through an eventfd; the body
+GIL) reads a range in and the loop is told once its pages are in, through an eventfd; the body
 sender of a connection owner (``_outlet.Transfer``) waits on it instead of a timer.
 """
 
@@ -129,7 +129,8 @@ class _ReadAhead:
 class PageWaits:
     """An owner's waits for ranges read in by the compiled page reader (``_platform.page_reader``,
     made at the first :meth:`ask`): its thread brings a range into the page cache and *then* is
-    called on the loop once every page of it is in. No timer guesses how long the read takes (a
+    called on the loop once its first and last pages are in (the caller probes every page after
+    it, as after any read this process started). No timer guesses how long the read takes (a
     cold small file is answered as soon as the disk gives it, as nginx's is) and the thread never
     takes the GIL. The reader's eventfd stays registered with the loop until :meth:`close` (the
     owner's end: ``serve``'s engine). What waits is bounded by the owner's transfers: a range each.

@@ -246,12 +246,16 @@ class Transfer:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self._forget_ask()
+        if not self.outlet.in_pool:
+            self._release()
+
+    def _forget_ask(self) -> None:
+        """The page reader's read of this chunk is not waited for any more (it may go on)."""
         if self.asked is not None:
             assert self.pages is not None
             self.pages.cancel(self.asked)
             self.asked = None
-        if not self.outlet.in_pool:
-            self._release()
 
     def _release(self) -> None:
         release, self.release = self.release, None
@@ -360,10 +364,7 @@ class Transfer:
         """The page reader has not read the chunk in within READER_PATIENCE (a hung file, a very
         slow device, or reads queued behind one): it goes to the pool, as a chunk still cold."""
         self.timer = None
-        if self.asked is not None:
-            assert self.pages is not None
-            self.pages.cancel(self.asked)
-            self.asked = None
+        self._forget_ask()
         self.warm_to = 0
         self._to_pool(size)
 
