@@ -204,13 +204,43 @@ async def test_page_waits_call_back_on_the_loop_and_let_go_at_close(tmp_path: Pa
         waits.ask(0, 0, 1, lambda: None)
 
 
-class _Peer:
-    """A socketpair whose near end is an outlet."""
+class ColdSend:
+    """A cold file of *size* bytes (written, then evicted) sent after *head* by a transfer on one
+    end of a socketpair, whose owner waits for pages with *pages*: ``transfer`` (not run yet),
+    ``ended`` (what ``done`` was first called with), ``done`` and ``released`` (every call),
+    ``received()`` (what the other end read). A context manager: the file and sockets close."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, tmp_path: Path, size: int, seed: int, pages: Any, head: bytes = b"") -> None:
+        loop = asyncio.get_running_loop()
+        path = tmp_path / "cold.bin"
+        self.data = pattern(size, seed=seed)
+        path.write_bytes(self.data)
+        evict(path)
+        self.ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
+        self.done: list[tuple[int, Exception | None]] = []
+        self.released: list[int] = []
         self.ours, self.peer = socket.socketpair()
         self.ours.setblocking(False)
-        self.outlet = _outlet.Outlet(loop, self.ours, 0)
+        self.fd = os.open(path, os.O_RDONLY)
+        self.transfer = _outlet.Transfer(
+            _outlet.Outlet(loop, self.ours, 0),
+            head,
+            self.fd,
+            0,
+            size,
+            self._done,
+            lambda: None,
+            lambda: self.released.append(1),
+            pages=pages,
+        )
+
+    def _done(self, sent: int, exc: Exception | None) -> None:
+        self.done.append((sent, exc))
+        if not self.ended.done():
+            self.ended.set_result((sent, exc))
+
+    async def end(self) -> tuple[int, Exception | None]:
+        return await asyncio.wait_for(self.ended, 10)
 
     def received(self) -> bytes:
         self.peer.setblocking(False)
@@ -222,7 +252,11 @@ class _Peer:
             pass
         return got
 
-    def close(self) -> None:
+    def __enter__(self) -> ColdSend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
         self.ours.close()
         self.peer.close()
 
@@ -234,80 +268,44 @@ async def test_a_transfer_waits_for_the_reader_not_a_timer(
     """A cold chunk (a small one read into memory, a medium one sent with sendfile) is read in by
     the owner's page reader and sent once it is in: no read ahead, no timer. Byte-exact."""
     loop = asyncio.get_running_loop()
-    path = tmp_path / "cold.bin"
-    data = pattern(size, seed=4)
-    path.write_bytes(data)
-    evict(path)
-    monkeypatch.setattr(_platform, "read_ahead", lambda *args: pytest.fail("read ahead asked"))
-    timers: list[float] = []
-    real_call_later = loop.call_later
-    monkeypatch.setattr(
-        loop, "call_later", lambda delay, *a, **kw: timers.append(delay) or real_call_later(delay, *a, **kw)
-    )
     waits = _coldread.PageWaits(loop)
-    peer = _Peer(loop)
-    ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
-    fd = os.open(path, os.O_RDONLY)
     try:
-        t = _outlet.Transfer(
-            peer.outlet,
-            b"HEAD\r\n\r\n",
-            fd,
-            0,
-            size,
-            lambda sent, exc: ended.set_result((sent, exc)),
-            lambda: None,
-            lambda: None,
-            pages=waits,
-        )
-        t.run()
-        assert t.asked is not None  # (cold: asked of the reader)
-        assert await asyncio.wait_for(ended, 10) == (size, None)
-        assert peer.received() == b"HEAD\r\n\r\n" + data
-        # (the reader's patience, and wait_for's own 10 s: no timer that polls for the pages)
-        assert [delay for delay in timers if delay < _outlet.READER_PATIENCE] == []
+        with ColdSend(tmp_path, size, 4, waits, b"HEAD\r\n\r\n") as send:
+            monkeypatch.setattr(_platform, "read_ahead", lambda *args: pytest.fail("read ahead asked"))
+            timers: list[float] = []
+            real_call_later = loop.call_later
+            monkeypatch.setattr(
+                loop,
+                "call_later",
+                lambda delay, *a, **kw: timers.append(delay) or real_call_later(delay, *a, **kw),
+            )
+            send.transfer.run()
+            assert send.transfer.asked is not None  # (cold: asked of the reader)
+            assert await send.end() == (size, None)
+            assert send.received() == b"HEAD\r\n\r\n" + send.data
+            # (the reader's patience, and wait_for's own 10 s: no timer that polls for the pages)
+            assert [delay for delay in timers if delay < _outlet.READER_PATIENCE] == []
     finally:
-        os.close(fd)
-        peer.close()
         waits.close()
 
 
 async def test_a_transfer_stopped_while_its_pages_are_read_in_is_not_woken(tmp_path: Path) -> None:
     """The connection goes while the reader reads its chunk in: the transfer lets its file go at
     once (the reader reads a duplicate), is never run again, and ``done`` is not called."""
-    loop = asyncio.get_running_loop()
-    path = tmp_path / "cold.bin"
-    path.write_bytes(pattern(100_000, seed=5))
-    evict(path)
-    waits = _coldread.PageWaits(loop)
-    peer = _Peer(loop)
-    done: list[Any] = []
-    released: list[int] = []
-    fd = os.open(path, os.O_RDONLY)
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
     try:
-        t = _outlet.Transfer(
-            peer.outlet,
-            b"HEAD\r\n\r\n",
-            fd,
-            0,
-            100_000,
-            lambda *args: done.append(args),
-            lambda: None,
-            lambda: released.append(1),
-            pages=waits,
-        )
-        t.run()
-        assert t.asked is not None
-        t.stop()
-        assert released == [1]
-        assert t.asked is None
-        assert not waits.waiting
-        await asyncio.sleep(0.1)  # (its read ends meanwhile: nothing is called)
-        assert done == []
-        assert peer.received() == b"HEAD\r\n\r\n"  # (the head went before the chunk was probed)
+        with ColdSend(tmp_path, 100_000, 5, waits, b"HEAD\r\n\r\n") as send:
+            t = send.transfer
+            t.run()
+            assert t.asked is not None
+            t.stop()
+            assert send.released == [1]
+            assert t.asked is None
+            assert not waits.waiting
+            await asyncio.sleep(0.1)  # (its read ends meanwhile: nothing is called)
+            assert send.done == []
+            assert send.received() == b"HEAD\r\n\r\n"  # (the head went before the chunk was probed)
     finally:
-        os.close(fd)
-        peer.close()
         waits.close()
 
 
@@ -315,38 +313,16 @@ async def test_a_transfer_asked_after_its_waits_closed_waits_on_a_timer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The engine closes its waits at its end; a body still going then waits as without them."""
-    loop = asyncio.get_running_loop()
-    path = tmp_path / "cold.bin"
-    data = pattern(100_000, seed=6)
-    path.write_bytes(data)
-    evict(path)
     hints: list[int] = []
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append(size))
-    waits = _coldread.PageWaits(loop)
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
     waits.close()
-    peer = _Peer(loop)
-    ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        t = _outlet.Transfer(
-            peer.outlet,
-            b"",
-            fd,
-            0,
-            len(data),
-            lambda sent, exc: ended.set_result((sent, exc)),
-            lambda: None,
-            lambda: None,
-            pages=waits,
-        )
-        t.run()
-        assert await asyncio.wait_for(ended, 10) == (len(data), None)
-        assert peer.received() == data
+    with ColdSend(tmp_path, 100_000, 6, waits) as send:
+        send.transfer.run()
+        assert await send.end() == (len(send.data), None)
+        assert send.received() == send.data
         await until(lambda: hints)
-        assert hints == [len(data)]
-    finally:
-        os.close(fd)
-        peer.close()
+        assert hints == [len(send.data)]
 
 
 class StuckWaits:
@@ -376,44 +352,22 @@ async def test_a_chunk_the_reader_does_not_give_back_goes_on_another_way(
     """A chunk the reader holds past READER_PATIENCE is cancelled there and sent from the pool; a
     reader that cannot be asked (no descriptor for its duplicate) leaves the chunk to the read
     ahead and the timer. Byte-exact, never a hang."""
-    loop = asyncio.get_running_loop()
-    path = tmp_path / "cold.bin"
-    data = pattern(100_000, seed=7)
-    path.write_bytes(data)
-    evict(path)
     monkeypatch.setattr(_outlet, "READER_PATIENCE", 0.05)
     hints: list[int] = []
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append(size))
     waits = StuckWaits(fails=how == "refused")
     before = _platform.counters.cold
-    peer = _Peer(loop)
-    ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        t = _outlet.Transfer(
-            peer.outlet,
-            b"",
-            fd,
-            0,
-            len(data),
-            lambda sent, exc: ended.set_result((sent, exc)),
-            lambda: None,
-            lambda: None,
-            pages=waits,  # type: ignore[arg-type]
-        )
-        t.run()
-        assert await asyncio.wait_for(ended, 10) == (len(data), None)
-        assert peer.received() == data
+    with ColdSend(tmp_path, 100_000, 7, waits) as send:
+        send.transfer.run()
+        assert await send.end() == (len(send.data), None)
+        assert send.received() == send.data
         if how == "stuck":
-            assert waits.asked == [(0, len(data))]
+            assert waits.asked == [(0, len(send.data))]
             assert waits.cancelled == [1]
             assert _platform.counters.cold == before + 1  # (sent from the pool)
         else:
             await until(lambda: hints)
-            assert hints == [len(data)]
-    finally:
-        os.close(fd)
-        peer.close()
+            assert hints == [len(send.data)]
 
 
 async def test_waits_closed_under_a_waiting_transfer_let_it_go_on(
@@ -423,32 +377,10 @@ async def test_waits_closed_under_a_waiting_transfer_let_it_go_on(
     at once (not after the reader's patience), finds its chunk cold, and goes on the timer's way
     to its end (never a hang)."""
     monkeypatch.setattr(_outlet, "READER_PATIENCE", 3600.0)
-    loop = asyncio.get_running_loop()
-    path = tmp_path / "cold.bin"
-    data = pattern(100_000, seed=8)
-    path.write_bytes(data)
-    evict(path)
-    waits = _coldread.PageWaits(loop)
-    peer = _Peer(loop)
-    ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        t = _outlet.Transfer(
-            peer.outlet,
-            b"",
-            fd,
-            0,
-            len(data),
-            lambda sent, exc: ended.set_result((sent, exc)),
-            lambda: None,
-            lambda: None,
-            pages=waits,
-        )
-        t.run()
-        assert t.asked is not None
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    with ColdSend(tmp_path, 100_000, 8, waits) as send:
+        send.transfer.run()
+        assert send.transfer.asked is not None
         waits.close()
-        assert await asyncio.wait_for(ended, 10) == (len(data), None)
-        assert peer.received() == data
-    finally:
-        os.close(fd)
-        peer.close()
+        assert await send.end() == (len(send.data), None)
+        assert send.received() == send.data
