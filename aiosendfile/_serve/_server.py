@@ -28,7 +28,6 @@ from typing import Any, NamedTuple, TextIO
 from .._coldread import PageWaits
 from .._options import default_cold_executor
 from .._outlet import Turn
-from .._platform import grow_fd_table
 from .._static._answers import Decided
 from .._static._archive import DEFAULT_MAX_ENTRIES
 from .._static._fs import directory_policy
@@ -38,7 +37,7 @@ from ._accesslog import AccessLog
 from ._auth import Gate, Secret, TrustedProxies
 from ._date import Clock
 from ._exchange import Exchange, Head
-from ._listener import BACKLOG, Listener, listening_socket
+from ._listener import BACKLOG, Listener, grow_fd_table, listening_socket
 from ._partial import AVAILABLE, Limits, Store
 from ._protocol import HttpProtocol
 from ._reader import ReaderRules, header_kinds

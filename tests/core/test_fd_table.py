@@ -1,4 +1,4 @@
-"""``_platform.grow_fd_table``: a server sizes its descriptor table before it serves.
+"""``_serve._listener.grow_fd_table``: a server sizes its descriptor table before it serves.
 
 The kernel grows the table by doubling as descriptors are opened, and in a process with threads
 each growth waits for an RCU grace period on the thread that opened one (6-20 ms measured on a
@@ -30,7 +30,7 @@ def run(code: str) -> str:
 
 PRELUDE = """
 import os, resource, threading
-from aiosendfile import _platform
+from aiosendfile._serve import _listener
 
 def fd_size():
     with open("/proc/self/status") as status:
@@ -48,11 +48,11 @@ def test_the_table_is_sized_once_without_touching_an_open_descriptor() -> None:
         r, w = os.pipe()
         os.dup2(w, 2999)  # (open where the probe would go)
         fds = set(os.listdir("/proc/self/fd"))
-        grown = _platform.grow_fd_table()
+        grown = _listener.grow_fd_table()
         os.write(2999, b"x")
         assert os.read(r, 1) == b"x"
         assert set(os.listdir("/proc/self/fd")) == fds
-        print(before, grown, fd_size(), _platform.grow_fd_table())
+        print(before, grown, fd_size(), _listener.grow_fd_table())
         """
     )
     before, grown, size, again = map(int, out.split())
@@ -66,7 +66,7 @@ def test_a_soft_limit_below_the_start_leaves_the_table_as_it_is() -> None:
         """
         resource.setrlimit(resource.RLIMIT_NOFILE, (50, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         before = fd_size()
-        print(_platform.grow_fd_table(), before == fd_size())
+        print(_listener.grow_fd_table(), before == fd_size())
         """
     )
     assert out == "0 True"
@@ -78,12 +78,12 @@ def test_a_forked_child_sizes_its_own_table() -> None:
     out = run(
         """
         resource.setrlimit(resource.RLIMIT_NOFILE, (5000, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-        _platform.grow_fd_table()
+        _listener.grow_fd_table()
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
             small = fd_size()
-            grown = _platform.grow_fd_table()
+            grown = _listener.grow_fd_table()
             os.write(w, f"{small} {grown} {fd_size()}".encode())
             os._exit(0)
         os.waitpid(pid, 0)
