@@ -44,6 +44,9 @@ connection count only:
   protocol and ``aiosendfile.asgi.StaticFiles``) and stock ``uvicorn/starlette``.
 * ``4KiB-close`` (issue #53): the 4 KiB file, one request per connection (``wrk -H "Connection:
   close"``): the cost of accepting, setting up and closing a connection.
+* ``4KiB-browser``: the 4 KiB file asked with a browser's fields (Firefox's ``Accept-Encoding``,
+  ``Accept``, ``Accept-Language``, ``User-Agent``): every browser's request names the encodings
+  it takes, which a server with pre-compressed siblings reads.
 * ``probe-slow`` (issue #53): the ``probe`` set on a slow disk. The server runs in a cgroup that
   holds its reads of the disk under the set to ``--slow-read-iops`` a second (default 200:
   ``benchmarks.harness.throttle``; root and a blkio or io controller, else the set is skipped with
@@ -155,12 +158,22 @@ TLS_SETS = {f"{f[0]}-tls": f[0] for f in FILES}
 # The 4 KiB file with a new connection for every request (wrk -H "Connection: close"): what a
 # connection's set-up and close cost (health checks, scripts, every browser's first request).
 CLOSE = "4KiB-close"
+# The 4 KiB file asked as a browser asks (wrk -H with Firefox's fields): Accept-Encoding in every
+# request, which a server with pre-compressed siblings must read (serve, nginx's gzip_static).
+BROWSER = "4KiB-browser"
+BROWSER_FIELDS = (
+    "Accept: */*",
+    "Accept-Encoding: gzip, deflate, br, zstd",
+    "Accept-Language: en-US,en;q=0.5",
+    "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+)
 # The probe set with the server's disk reads throttled (a slow device): --slow-read-iops.
 SLOW = "probe-slow"
 SLOW_READ_IOPS = 200
 SLOW_TIMEOUT_S = 60  # wrk's and the probe's wait for one answer on the slow disk
-SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS, CLOSE, SLOW)
-ONE_CASE_SETS = (PROBE, *TLS_SETS, CLOSE, SLOW)  # run with one worker at the first connection count only
+SETS = (*(f[0] for f in FILES), MIXED, PROBE, *TLS_SETS, CLOSE, BROWSER, SLOW)
+# Run with one worker at the first connection count only:
+ONE_CASE_SETS = (PROBE, *TLS_SETS, CLOSE, BROWSER, SLOW)
 PROBE_SETS = (PROBE, SLOW)  # the mixed set, cold, with the hot-file probe beside wrk
 HOT_NAME, HOT_SIZE = "hot.bin", 1024  # the probe's file, kept in the page cache
 PROBE_INTERVAL_MS = 10.0
@@ -362,7 +375,8 @@ def make_sets(
     for label, name, size in FILES:
         tls = f"{label}-tls"
         close = CLOSE if label == "4KiB" else None
-        if label in labels or tls in labels or close in labels:
+        browser = BROWSER if label == "4KiB" else None
+        if label in labels or tls in labels or close in labels or browser in labels:
             bodies[name] = os.urandom(size)
             (root / name).write_bytes(bodies[name])
             warm(str(root / name))
@@ -370,6 +384,8 @@ def make_sets(
             sets[tls] = FileSet(tls, name, size, scheme="https")
             if close is not None:
                 sets[close] = FileSet(close, name, size, headers=("Connection: close",))
+            if browser is not None:
+                sets[browser] = FileSet(browser, name, size, headers=BROWSER_FIELDS)
     if MIXED in labels or any(label in labels for label in PROBE_SETS):
         sizes, paths, script, files = write_mixed_set(root, tmp, mixed_files)
         check = paths[0].lstrip("/")

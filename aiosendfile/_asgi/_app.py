@@ -47,11 +47,11 @@ from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, respond
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy, folder_identity, no_sibling_names
 from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up, reopen_kept
-from .._static._policy import DEFAULT_INLINE_LIMIT, ENCODINGS, file_policy
+from .._static._policy import DEFAULT_INLINE_LIMIT, file_policy
 from .._static._recent import RecentPaths
-from .._static._request import EMPTY, BytesHeaders, Request
+from .._static._request import EMPTY, MEMO_MAX_ACCEPT_ENCODING, BytesHeaders, Request
 from ._render import BODY_TYPE, START, file_mode, header_pairs, off_loop, send_answer, transport_gone
 
 __all__ = ("FileResponse", "StaticFiles")
@@ -63,11 +63,6 @@ PathLike = str | os.PathLike[str]
 _R = TypeVar("_R")
 
 _WANTED = BytesHeaders.WANTED
-#: The longest ``Accept-Encoding`` value that may be part of a memo key. Browsers send 20 to 60
-#: bytes (``gzip, deflate, br, zstd`` is 23), curl and HTTP libraries less; 256 leaves room for
-#: q-values and new codings. A longer value is not a browser's: its request goes through the core,
-#: answered as any, and a peer cannot make one key cost more than its raw path and 256 bytes.
-MEMO_MAX_ACCEPT_ENCODING = 256
 #: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
 
@@ -83,30 +78,6 @@ def _scan(headers: Iterable[tuple[bytes, bytes]]) -> bool | bytes:
                 return False
             found = value
     return found
-
-
-def _folder(path: str) -> tuple[str, tuple[int, ...]] | None:
-    """The directory of *path* and what changes when an entry is added, removed or renamed in it."""
-    folder = os.path.dirname(path)
-    try:
-        st = os.stat(folder)
-    except OSError:
-        return None
-    return folder, (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _no_sibling_names(path: str) -> bool:
-    """Whether no name a pre-compressed sibling of *path* could have exists in any form (a dangling
-    symlink could come to life without its directory changing)."""
-    for _, suffix in ENCODINGS:
-        try:
-            os.lstat(path + suffix)
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return False
-        return False
-    return True
 
 
 async def _off_loop(fn: Callable[..., _R], *args: Any) -> _R:
@@ -222,7 +193,7 @@ class StaticFiles:
                 get = method == "GET"
                 cache_root = self.policy.cache_root
                 body = from_memory(path, decided.identity, decided.small, cache_root, get, decided.body)
-                if body is not False and (decided.folder is None or _folder(path) == decided.folder):
+                if body is not False and (decided.folder is None or folder_identity(path) == decided.folder):
                     # (no sibling came or went)
                     if body is not None:
                         try:
@@ -303,7 +274,8 @@ class StaticFiles:
                 self._recent.saw(key, time.monotonic())
                 looked = look_again(req, policy)
             if isinstance(kind, bytes) and isinstance(looked[0], str):
-                folder = _folder(looked[0])  # (only Accept-Encoding: before the core looks for siblings)
+                # (only Accept-Encoding: looked at before the core looks for siblings)
+                folder = folder_identity(looked[0])
             ans = decide_looked(req, looked, policy)
         except DecideInPool:  # a directory listing to build: in the pool, never on the loop
             folder = None
@@ -317,7 +289,7 @@ class StaticFiles:
                 decided is not None
                 and status is None  # (not the 404 page: its 200 is not the answer for this path)
                 and decided.prefix == root  # (the path below the mount is read from root_path)
-                and (plain or (folder is not None and _no_sibling_names(decided.path)))
+                and (plain or (folder is not None and no_sibling_names(decided.path)))
             ):
                 pairs = decided.pairs = header_pairs(ans.fields, ans.length)
                 decided.folder = folder

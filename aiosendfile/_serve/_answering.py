@@ -20,9 +20,17 @@ from typing import TYPE_CHECKING
 from .._outlet import PROBED_COLD, READ_MAX, probe_max
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
-from .._static._fs import POOL_FS, DecideInPool, read_first, reopen_answer
-from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up
-from .._static._request import EMPTY, BytesHeaders, Request
+from .._static._fs import (
+    POOL_FS,
+    DecideInPool,
+    folder_identity,
+    no_sibling_names,
+    read_first,
+    reopen_answer,
+    same_file,
+)
+from .._static._inline import Looked, decide_looked, first_look, from_memory, look_again, look_up
+from .._static._request import EMPTY, BytesHeaders, Request, accept_encoding_alone
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT
 from ._exchange import Exchange
@@ -60,10 +68,17 @@ def respond(conn: HttpProtocol, exchange: Exchange) -> None:
             return
     if exchange.auth is not None and not authorize(conn, exchange):
         return
+    fields = exchange.fields
+    browser = False
+    if fields is not None and accept_encoding_alone(fields):
+        if conn.engine.policy.precompressed:
+            browser = True
+        else:  # (the core reads no Accept-Encoding without pre-compressed siblings: a plain request)
+            exchange.fields = fields = None
     if (
-        exchange.fields is None
+        (fields is None or browser)
         and method in GET_HEAD
-        and replay(conn, exchange, exchange.url, exchange.mode, method == _GET)
+        and replay(conn, exchange, exchange.url, exchange.mode, method == _GET, browser)
     ):
         return
     decide(conn, exchange)
@@ -123,19 +138,25 @@ def refuse(conn: HttpProtocol, exchange: Exchange, verdict: float) -> None:
     render(conn, exchange, error(status, exchange.method.decode("latin-1"), *extra))
 
 
-def replay(conn: HttpProtocol, exchange: Exchange | None, url: bytes, mode: int, get: bool) -> bool:
+def replay(
+    conn: HttpProtocol, exchange: Exchange | None, url: bytes, mode: int, get: bool, browser: bool = False
+) -> bool:
     """Answer a plain GET (*get*) or HEAD of *url* if its path is in the answer cache: a hot
     file's bytes (or its head alone) from memory, else (GET) sent from its file opened again
     (``_static._inline``'s rules). *exchange* is the request if one was made (its log fields);
-    None for a head read from the heads memo. False: not kept, or the path no longer names the
-    kept file (it is forgotten); the request is to be decided."""
+    None for a head read from the heads memo. A *browser*'s request (``Accept-Encoding`` alone)
+    only from an answer kept for one, whose file's directory has not changed since (no name
+    came, went or was renamed there: no sibling appeared). False: not kept, or the path no longer
+    names the kept file (it is forgotten); the request is to be decided."""
     engine = conn.engine
     q = url.find(b"?")
     key = url if q < 0 else url[:q]
     known = engine.answers.get(key)
     if known is None:
         return False
-    ident, path, head, small = known
+    ident, path, head, small, folder, folder_ident = known
+    if browser and (folder is None or folder_ident is None or not same_file(folder, folder_ident)):
+        return False  # (what it keeps is a plain request's, or a sibling may be there: decided)
     head += engine.clock.tails[mode]
     body = from_memory(path, ident, small, engine.cache_root, get) if small or not get else None
     if body is None:  # (a GET) sent from the file, or read back (into the hot-file cache)
@@ -188,6 +209,8 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
     if looked is None:  # its lookup would read the disk: in the pool first
         _to_pool(conn, exchange, first=True)
         return
+    if fields is not None:
+        _look_at_folder(exchange, looked)
     try:
         ans = decide_looked(request, looked, policy)
     except DecideInPool:  # a directory listing to build: in the pool, as a first sight
@@ -197,6 +220,16 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
         crashed(conn, exchange, exc)
         return
     render(conn, exchange, ans)
+
+
+def _look_at_folder(exchange: Exchange, looked: Looked) -> None:
+    """A browser's request (``Accept-Encoding`` alone) of a path: its file's directory looked at
+    before the core looks for siblings, so that an answer kept for it is one no sibling could
+    have changed (:func:`render`)."""
+    fields = exchange.fields
+    path = looked[0]
+    if fields is not None and type(path) is str and accept_encoding_alone(fields):
+        exchange.folder = folder_identity(path)
 
 
 def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool) -> None:
@@ -246,7 +279,9 @@ def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.F
         if conn.transport is None:
             return
         try:
-            ans = decide_looked(exchange.request, look_again(exchange.request, engine.policy), engine.policy)
+            looked = look_again(exchange.request, engine.policy)
+            _look_at_folder(exchange, looked)
+            ans = decide_looked(exchange.request, looked, engine.policy)
         except DecideInPool:  # a directory listing to build: in the pool after all
             _to_pool(conn, exchange, first=False)
             return
@@ -267,13 +302,17 @@ def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:
     body = ans.body
     exchange.status = ans.status
     decided = ans.decided
-    if decided is not None and exchange.fields is None:  # a plain 200 of a whole file: kept
+    # A plain 200 of a whole file: kept; for a browser's request (Accept-Encoding alone) only while
+    # no name a sibling could have is there (its directory, looked at first, shows one coming).
+    if decided is not None and (
+        exchange.fields is None or (exchange.folder is not None and no_sibling_names(decided.path))
+    ):
         head = decided.head
         if head is None or engine.sandbox:  # (under --upload: rendered here, kept in the engine's memo)
             head = head_of(ans, engine.sandbox)
             if not engine.sandbox:
                 decided.head = head
-        engine.remember(exchange.raw, decided, head)
+        engine.remember(exchange.raw, decided, head, exchange.folder)
         fd = ans.fd
         if fd is not None and exchange.method == _GET and isinstance(body, FileRange):
             # A first sight of a file sent from its descriptor: as a kept one is sent, the head

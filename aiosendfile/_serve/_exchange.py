@@ -32,7 +32,19 @@ class Exchange:
     answer's status.
     """
 
-    __slots__ = ("auth", "fields", "guarded", "log", "method", "mode", "raw", "request", "status", "url")
+    __slots__ = (
+        "auth",
+        "fields",
+        "folder",
+        "guarded",
+        "log",
+        "method",
+        "mode",
+        "raw",
+        "request",
+        "status",
+        "url",
+    )
 
     raw: bytes
     request: Request
@@ -55,14 +67,19 @@ class Exchange:
         # proxy names) in guarded, and in auth until the gate allows them, when it is answered.
         self.auth: Guard | None = None
         self.guarded: Guard | None = None
+        # A browser's request (Accept-Encoding its only field the core reads): its file's directory
+        # and that directory's identity, looked at before the core looks for siblings (_fs's
+        # folder_identity); None for any other.
+        self.folder: tuple[str, tuple[int, ...]] | None = None
         # Set by answering before anything reads them: raw (the target's path, raw) and request.
 
 
 #: A plain keep-alive request as its head parses (``Engine.heads``, the heads memo): method, target,
-#: mode, log fields, and its credentials (checked again each time it is replayed). A plain tuple,
+#: mode, log fields, its credentials (checked again each time it is replayed), and a browser's
+#: ``Accept-Encoding`` field (its name and value as sent; None for a plain request). A plain tuple,
 #: unpacked by these names where it is read: the garbage collector stops tracking an exact tuple of
 #: untracked values (a NamedTuple stays tracked), and the memo holds thousands.
-Head = tuple[bytes, bytes, int, "LogFields | None", "Guard | None"]
+Head = tuple[bytes, bytes, int, "LogFields | None", "Guard | None", "tuple[bytes, bytes] | None"]
 
 
 #: What waits in a connection's ``pending``: a request, or prebuilt bytes (a 100 Continue, an error).

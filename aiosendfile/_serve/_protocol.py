@@ -228,16 +228,16 @@ class HttpProtocol(asyncio.Protocol):
                 self.since = engine.now
                 self.budget -= 1
                 # (a plain GET with no access log: answered with no request object if memoised)
-                method, url, mode, log, guard = head
+                method, url, mode, log, guard, field = head
                 if mode == CLOSE:  # (nothing after it is read: closed once answered)
                     self.dead = True
                 if (
                     guard is not None
                     or method != _GET
                     or log is not None
-                    or not replay(self, None, url, mode, True)
+                    or not replay(self, None, url, mode, True, field is not None)
                 ):
-                    exchange = Exchange(method, url, mode, None, log)
+                    exchange = Exchange(method, url, mode, None if field is None else [field], log)
                     exchange.auth = exchange.guarded = guard
                     respond(self, exchange)
             else:

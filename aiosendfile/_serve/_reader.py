@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import httptools
 
-from .._static._request import BytesHeaders, accept_matters
+from .._static._request import BytesHeaders, accept_encoding_alone, accept_matters
 from ._date import CLOSE, KEEP10, KEEP11
 from ._exchange import Exchange, LogFields
 from ._resumable import MARK
@@ -544,5 +544,6 @@ class RequestReader:
         if kept:
             self.kept = {}
         self.client = None
-        self.parsed = exchange if fields is None and self.plain and method in GET_HEAD else None
+        plain = fields is None or accept_encoding_alone(fields)  # (a browser's: Accept-Encoding alone)
+        self.parsed = exchange if plain and self.plain and method in GET_HEAD else None
         self.consumer.request(exchange)

@@ -46,13 +46,18 @@ from ._rules import HostRule
 __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
 
 #: What the engine keeps of a plain 200 (the core's ``Decided``, with its rendering): the file's
-#: identity, its path, the rendered head (without the per-second tail), and whether it is small
-#: enough to be answered from the hot-file cache. No body: a small file's bytes are the hot-file
-#: cache's (``_static._hot``, bounded on its own), any other file is opened again, checked against
-#: the identity by ``fstat``, and sent from it. A tuple of atomic values, which the garbage
-#: collector stops tracking after its first passes: a working set of ten thousand answers adds
-#: nothing to its passes (docs/performance.md, "Caches the collector does not walk").
-Known = tuple[tuple[int, ...], str, bytes, bool]
+#: identity, its path, the rendered head (without the per-second tail), whether it is small
+#: enough to be answered from the hot-file cache, and for an answer a browser's request may have
+#: (``Accept-Encoding`` alone, decided with no name a pre-compressed sibling could have beside
+#: the file) the file's directory and its identity then (``_fs.folder_identity``), else two
+#: None: an answer kept for a plain request says nothing of siblings, so a browser's is decided.
+#: No body:
+#: a small file's bytes are the hot-file cache's (``_static._hot``, bounded on its own), any
+#: other file is opened again, checked against the identity by ``fstat``, and sent from it. A
+#: tuple of atomic values, which the garbage collector stops tracking after its first passes: a
+#: working set of ten thousand answers adds nothing to its passes (docs/performance.md, "Caches
+#: the collector does not walk").
+Known = tuple[tuple[int, ...], str, bytes, bool, "str | None", "tuple[int, ...] | None"]
 
 #: Entries in the engine's answer cache (each charged its key, path, head and ``ENTRY_OVERHEAD``:
 #: about 900 bytes, so its 16 MiB hold them all): a site's working set of files, not a few hot ones.
@@ -224,25 +229,35 @@ class Engine:
 
     # -- what connections ask ----------------------------------------------------------------
 
-    def remember(self, raw: bytes, decided: Decided, head: bytes) -> bool:
-        """Keep the plain 200 of *raw* (its *head* rendered) as a :data:`Known`, charged its key,
-        path and head; False if the key is too long."""
+    def remember(
+        self, raw: bytes, decided: Decided, head: bytes, folder: tuple[str, tuple[int, ...]] | None = None
+    ) -> bool:
+        """Keep the plain 200 of *raw* (its *head* rendered; a browser's may have it with its
+        *folder*) as a :data:`Known`, charged its key, path, head and folder; False if the key is
+        too long."""
         if len(raw) > MEMO_MAX_KEY:
             return False
         path = decided.path
-        return self.answers.put(
-            raw, (decided.identity, path, head, decided.small), len(raw) + len(path) + len(head)
-        )
+        cost = len(raw) + len(path) + len(head)
+        where, ident = None, None
+        if folder is not None:
+            where, ident = folder
+            cost += len(where)
+        return self.answers.put(raw, (decided.identity, path, head, decided.small, where, ident), cost)
 
     def learn(self, data: bytes, x: Exchange) -> None:
         """Remember that the read *data* was exactly the plain request *x* (a parse is a function
         of its bytes alone: the limits and what is logged are the engine's, fixed at its start)."""
         if len(data) <= HEADS_MAX_KEY:
-            url, log, guarded = x.url, x.log, x.guarded  # (copies: charged too)
+            url, log, guarded, fields = x.url, x.log, x.guarded, x.fields  # (copies: charged too)
             logged = 0 if log is None else len(log[1] or b"") + len(log[2] or b"") + len(log[3] or "")
             if guarded is not None:
                 logged += len(guarded[0] or b"") + len(guarded[1] or "")
-            self.heads.put(data, (x.method, url, x.mode, log, guarded), len(data) + len(url) + logged)
+            field = None
+            if fields is not None:  # (a browser's Accept-Encoding alone: the reader's parsed)
+                field = fields[0]
+                logged += len(field[0]) + len(field[1])
+            self.heads.put(data, (x.method, url, x.mode, log, guarded, field), len(data) + len(url) + logged)
 
     def forget(self, raw: bytes) -> None:
         self.answers.pop(raw)

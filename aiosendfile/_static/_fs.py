@@ -22,7 +22,9 @@ takes the decision again in its pool, with ``POOL_FS``.
 opened again and checked by ``fstat`` against the identity the answer was decided for, and a small
 one's bytes read back (into the hot-file cache if it admits them; a door may read files up to a
 size of its own either way). ``reopen_answer`` does the same for ``serve``'s engine in one call
-(``_lookup.reopen_read``), the bytes read behind the answer's head.
+(``_lookup.reopen_read``), the bytes read behind the answer's head. ``folder_identity`` and
+``no_sibling_names`` let a door keep a browser's answer (``Accept-Encoding``): while no name a
+pre-compressed sibling could have exists and the file's directory is unchanged, it is a plain one.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .. import _lookup, _platform
 from . import _hot
 from ._archive import Layout
 from ._paths import inside
-from ._policy import DirectoryPolicy
+from ._policy import ENCODINGS, DirectoryPolicy
 
 __all__ = (
     "POOL_FS",
@@ -50,6 +52,8 @@ __all__ = (
     "KnownInside",
     "NotRegular",
     "directory_policy",
+    "folder_identity",
+    "no_sibling_names",
     "open_cached",
     "opened_inside",
     "OutsideRoot",
@@ -369,6 +373,32 @@ def directory_policy(directory: str | os.PathLike[str], **options: Any) -> Direc
 def same_file(path: str, ident: tuple[int, ...]) -> bool:
     """Whether *path* still names the file *ident* (``_hot.identity``) describes: one ``stat``."""
     return _lookup.stat_identity(path) == ident
+
+
+def folder_identity(path: str) -> tuple[str, tuple[int, ...]] | None:
+    """The directory of *path* and its identity (``_lookup.stat_identity``: device, inode, size,
+    mtime, ctime), which changes when an entry is added to it, removed or renamed in it (a
+    door checks it again with :func:`same_file`); None if it cannot be looked at."""
+    folder = os.path.dirname(path)
+    try:
+        ident = _lookup.stat_identity(folder)
+    except (UnicodeEncodeError, ValueError):
+        return None
+    return None if isinstance(ident, int) else (folder, ident)
+
+
+def no_sibling_names(path: str) -> bool:
+    """Whether no name a pre-compressed sibling of *path* could have (``.br``, ``.gz``) exists in
+    any form: a dangling symlink could come to life without its directory changing."""
+    for _, suffix in ENCODINGS:
+        try:
+            os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return False
+        return False
+    return True
 
 
 def lookup_cached(path: str) -> bool | None:

@@ -14,13 +14,38 @@ from typing import NamedTuple
 
 from ._http import HeaderView
 
-__all__ = ("EMPTY", "BytesHeaders", "HeaderView", "Request", "accept_matters")
+__all__ = (
+    "EMPTY",
+    "MEMO_MAX_ACCEPT_ENCODING",
+    "BytesHeaders",
+    "HeaderView",
+    "Request",
+    "accept_encoding_alone",
+    "accept_matters",
+)
+
+#: The longest ``Accept-Encoding`` value a door may keep an answer for. Browsers send 20 to 60
+#: bytes (``gzip, deflate, br, zstd`` is 23), curl and HTTP libraries less; 256 leaves room for
+#: q-values and new codings. A longer value is not a browser's: its request goes through the core,
+#: answered as any, and a peer cannot make one kept answer cost more than its path and 256 bytes.
+MEMO_MAX_ACCEPT_ENCODING = 256
 
 
 def accept_matters(value: bytes) -> bool:
     """Whether an ``Accept`` value is one the core reads: only a listing reads it, and only when
     it names JSON (so that curl's ``*/*`` or a browser's list leaves a request plain)."""
     return b"json" in value.lower()
+
+
+def accept_encoding_alone(fields: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether the only field among *fields* (the pairs a door kept of those the core reads) is one
+    ``Accept-Encoding`` of at most :data:`MEMO_MAX_ACCEPT_ENCODING` bytes: a browser's plain
+    request, whose answer is a plain one's unless a pre-compressed sibling is there to choose."""
+    return (
+        len(fields) == 1
+        and len(fields[0][1]) <= MEMO_MAX_ACCEPT_ENCODING
+        and fields[0][0].lower() == b"accept-encoding"
+    )
 
 
 class BytesHeaders:
