@@ -17,11 +17,14 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._lookup import identity_of
 from .._outlet import PROBED_COLD, READ_MAX, probe_max
+from .._static import _hot
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
 from .._static._fs import (
     POOL_FS,
+    REAL_FS,
     DecideInPool,
     folder_identity,
     no_sibling_names,
@@ -36,7 +39,7 @@ from ._bounds import FLUSH_AT
 from ._exchange import Exchange
 from ._reader import GET_HEAD, split_target
 from ._refusal import refusal, verdict_of
-from ._render import error_response, head_of
+from ._render import error_response, file_head, head_of
 from ._resumable import MARK
 from ._sending import send_body, send_whole
 
@@ -209,8 +212,15 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
     if looked is None:  # its lookup would read the disk: in the pool first
         _to_pool(conn, exchange, first=True)
         return
+    path, opened = looked
     if fields is not None:
         _look_at_folder(exchange, looked)
+    elif opened is not None and method == _GET and opened[1].st_size and policy.hot_cache:
+        try:
+            first_plain(conn, exchange, path, *opened)  # type: ignore[arg-type]  # (a path: opened)
+        except Exception as exc:
+            crashed(conn, exchange, exc)
+        return
     try:
         ans = decide_looked(request, looked, policy)
     except DecideInPool:  # a directory listing to build: in the pool, as a first sight
@@ -220,6 +230,59 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
         crashed(conn, exchange, exc)
         return
     render(conn, exchange, ans)
+
+
+def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: os.stat_result) -> None:
+    """The first sight of a plain ``GET`` (no field the core reads) of a regular file of a byte or
+    more that ``first_look`` opened (*fd*, now ours) below the root: what ``decide_looked`` then
+    :func:`render` give it, made without the core's request, answer and decision objects (their
+    Python was most of a first sight's cost): a hot small file's bytes, or one read whole into the
+    hot-file cache (``respond``'s rule), else the file sent from *fd*; the answer kept."""
+    engine = conn.engine
+    policy = engine.policy
+    size = st.st_size
+    small = size <= policy.inline_limit
+    ident = identity_of(st)
+    head = file_head(path, st, policy.precompressed, engine.sandbox)
+    body: bytes | None = None
+    if small:
+        hot = _hot.hot_files  # (through the module: the process's one cache, as the core reads it)
+        entry = hot.entry(path, engine.cache_root, st)
+        if entry is not None:
+            body = entry.body
+            engine.keep(exchange.raw, ident, path, head, True)
+        elif hot.admits(size):
+            try:
+                read = REAL_FS.read_cached(fd, size)
+            except BaseException:
+                os.close(fd)
+                raise
+            if read is not None and len(read) == size:
+                body = read
+                if hot.put(path, engine.cache_root, ident, read) is not None:
+                    engine.keep(exchange.raw, ident, path, head, True)
+        if body is not None:
+            os.close(fd)
+            conn._put(head + engine.clock.tails[exchange.mode] + body)
+            if exchange.log is not None:
+                conn._log(exchange, size)
+            return
+    engine.keep(exchange.raw, ident, path, head, small)
+    # As a kept one is sent: the head and the file straight where the socket takes them (a small
+    # one read and written from memory, its read the probe), else by a body sender.
+    head += engine.clock.tails[exchange.mode]
+    warm_to = 0
+    if size <= READ_MAX:
+        read_back = read_first(fd, size, st.st_dev)
+        if type(read_back) is bytearray and len(read_back) == size:
+            os.close(fd)
+            conn._put(head + read_back)
+            if exchange.log is not None:
+                conn._log(exchange, size)
+            return
+        if read_back is False:
+            warm_to = PROBED_COLD
+    send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
 
 
 def _look_at_folder(exchange: Exchange, looked: Looked) -> None:

@@ -233,17 +233,28 @@ class Engine:
         self, raw: bytes, decided: Decided, head: bytes, folder: tuple[str, tuple[int, ...]] | None = None
     ) -> bool:
         """Keep the plain 200 of *raw* (its *head* rendered; a browser's may have it with its
-        *folder*) as a :data:`Known`, charged its key, path, head and folder; False if the key is
-        too long."""
+        *folder*) as a :data:`Known` (:meth:`keep`)."""
+        return self.keep(raw, decided.identity, decided.path, head, decided.small, folder)
+
+    def keep(
+        self,
+        raw: bytes,
+        identity: tuple[int, ...],
+        path: str,
+        head: bytes,
+        small: bool,
+        folder: tuple[str, tuple[int, ...]] | None = None,
+    ) -> bool:
+        """Keep the plain 200 of *raw*, the file *path* of *identity*, as a :data:`Known`, charged
+        its key, path, head and folder; False if the key is too long."""
         if len(raw) > MEMO_MAX_KEY:
             return False
-        path = decided.path
         cost = len(raw) + len(path) + len(head)
         where, ident = None, None
         if folder is not None:
             where, ident = folder
             cost += len(where)
-        return self.answers.put(raw, (decided.identity, path, head, decided.small, where, ident), cost)
+        return self.answers.put(raw, (identity, path, head, small, where, ident), cost)
 
     def learn(self, data: bytes, x: Exchange) -> None:
         """Remember that the read *data* was exactly the plain request *x* (a parse is a function

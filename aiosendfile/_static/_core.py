@@ -43,7 +43,16 @@ from ._policy import ENCODINGS, DirectoryPolicy
 from ._request import Request
 from ._zip import ZipLayout
 
-__all__ = ("Located", "answer", "decide", "present_siblings", "resolve", "respond", "route")
+__all__ = (
+    "Located",
+    "answer",
+    "decide",
+    "file_content_type",
+    "present_siblings",
+    "resolve",
+    "respond",
+    "route",
+)
 
 #: Request fields that need ``respond``'s full handling (ranges, preconditions).
 _NOT_PLAIN = ("Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since")
@@ -291,6 +300,11 @@ def _content_type(name: str) -> str:
     if dot > 0 and ":" not in name:  # (a ``data:`` name is guessed whole)
         return content_type_for("f" + name[dot:])
     return content_type_for(name)
+
+
+def file_content_type(path: str) -> str:
+    """The Content-Type of the file at *path* (its base name's), as its answers carry it."""
+    return _content_type(os.path.basename(path))
 
 
 def present_siblings(path: str, accept: str, fs: FileSystem = REAL_FS) -> list[tuple[str, str]]:

@@ -1,0 +1,139 @@
+"""A plain ``GET``'s first sight on the engine (``_answering.first_plain``): the core's answer, byte
+for byte, made without the core's objects; anything else still goes through the core.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiosendfile._serve._answering import first_plain
+from aiosendfile._serve._render import file_head, head_of
+from aiosendfile._static import _core, _hot
+from aiosendfile._static._fs import directory_policy
+from aiosendfile._static._request import Request
+
+from ..support.raw_http import read_response
+from ..support.serve import close_writer, get, serving
+
+pytest.importorskip("httptools")
+
+NAMES = [
+    "a.txt",
+    "b.html",
+    "c.svg",
+    "no-extension",
+    "e.tar.gz",
+    "f.JS",
+    "sp ace.css",
+    "uni-\u00e9.json",
+    "100%.txt",
+    "x.unknown-type",
+    "d.xhtml",
+]
+#: mtimes (ns): before 1970, the epoch, a fraction that rounds up as a float, now, 2100.
+MTIMES = [-1_500_000_000, 0, 1_700_000_000_999_999_999, 1_764_000_000_123_456_789, 4_102_444_800 * 10**9]
+
+
+@pytest.mark.parametrize("sandbox", [False, True], ids=["plain", "sandbox"])
+@pytest.mark.parametrize("precompressed", [True, False], ids=["siblings", "no-siblings"])
+def test_a_first_sights_head_is_the_cores_byte_for_byte(
+    tmp_path: Path, sandbox: bool, precompressed: bool
+) -> None:
+    """``file_head`` against ``head_of`` of the core's answer for the same file: every type (and a
+    sandboxed one under ``--upload``), odd names, sizes either side of the inline limit, mtimes
+    before 1970, at a float's rounding edge and far ahead."""
+    policy = directory_policy(tmp_path, precompressed=precompressed, hot_cache=False)
+    for i, name in enumerate(NAMES):
+        path = tmp_path / name
+        path.write_bytes(b"x" * (1 + 37_000 * i))
+        mtime = MTIMES[i % len(MTIMES)]
+        os.utime(path, ns=(mtime, mtime))
+        raw = b"/" + os.fsencode(name).replace(b"%", b"%25").replace(b" ", b"%20")
+        answer = _core.answer(Request("GET", raw), policy)
+        try:
+            assert answer.status == 200
+            expected = head_of(answer, sandbox)
+        finally:
+            answer.close()
+        real = os.path.join(policy.root or "", name)
+        assert file_head(real, os.stat(real), precompressed, sandbox) == expected, name
+
+
+def decided_by_core(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    from aiosendfile._serve import _answering
+
+    seen: list[bytes] = []
+    real = _answering.decide_looked
+
+    def decide_looked(request: Any, looked: Any, policy: Any) -> Any:
+        seen.append(request.raw_path)
+        return real(request, looked, policy)
+
+    monkeypatch.setattr(_answering, "decide_looked", decide_looked)
+    return seen
+
+
+async def test_which_first_sights_are_made_without_the_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain GET of a regular file of a byte or more, looked up and opened at once: without the
+    core (small, big, hot already); a HEAD, an empty file, a range, a directory: through it. The
+    answers are the same either way (a second request, from the answer cache, is alike)."""
+    core = decided_by_core(monkeypatch)
+    async with serving(tmp_path) as site:
+        (site.public / "empty").write_bytes(b"")
+        reader, writer = await site.open()
+        try:
+            for target, extra, method in [
+                ("/small.txt", "", "GET"),
+                ("/big.bin", "", "GET"),
+                ("/empty", "", "GET"),
+                ("/sp%20ace.txt", "", "HEAD"),
+                ("/a%2520b.txt", "Range: bytes=0-1\r\n", "GET"),
+                ("/sub/", "", "GET"),
+            ]:
+                writer.write(get(target, extra, method))
+                first = await read_response(reader, method)
+                writer.write(get(target, extra, method))
+                again = await read_response(reader, method)
+                assert first.status == again.status
+                assert first.body == again.body
+                assert [f for f in first.headers.pairs if f[0] != "date"] == [
+                    f for f in again.headers.pairs if f[0] != "date"
+                ]
+        finally:
+            await close_writer(writer)
+    assert set(core) == {b"/empty", b"/sp%20ace.txt", b"/a%2520b.txt", b"/sub/"}
+
+
+@pytest.mark.parametrize("hot", ["in the hot cache", "admitted", "not admitted"])
+async def test_a_small_files_first_sight_uses_the_hot_cache_as_the_core_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hot: str
+) -> None:
+    """Its bytes from the hot-file cache if there; else read in if the cache admits them (then
+    kept there), else sent from the file; answered from the answer cache the next time."""
+    if hot == "not admitted":
+        monkeypatch.setattr(_hot.hot_files, "admits", lambda size: False)
+    async with serving(tmp_path) as site:
+        path = site.public / "small.txt"
+        root = str(site.public.resolve())
+        real = os.path.join(root, "small.txt")
+        _hot.hot_files.clear()
+        if hot == "in the hot cache":
+            _hot.hot_files.put(real, root, _hot.identity(os.stat(real)), path.read_bytes())
+        for _ in range(2):
+            answer = await site.fetch(get("/small.txt", "Connection: close\r\n"))
+            assert (answer.status, answer.body) == (200, path.read_bytes())
+        kept = _hot.hot_files.body(real, root, _hot.identity(os.stat(real)))
+        assert (kept is not None) == (hot != "not admitted")
+
+
+def test_first_plain_is_what_decide_calls() -> None:
+    """(The lean path is the engine's: ``decide`` reaches it by name.)"""
+    from aiosendfile._serve import _answering
+
+    assert _answering.first_plain is first_plain
