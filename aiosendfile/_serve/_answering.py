@@ -213,9 +213,14 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
         _to_pool(conn, exchange, first=True)
         return
     path, opened = looked
-    if fields is not None:
+    plain = fields is None
+    if not plain:
         _look_at_folder(exchange, looked)
-    elif opened is not None and method == _GET and opened[1].st_size and policy.hot_cache:
+        # A browser's request of a file with no name a sibling could have beside it is a plain
+        # one (its folder looked at first: what is kept for it says when that may change).
+        if exchange.folder is not None and opened is not None and isinstance(path, str):
+            plain = no_sibling_names(path)
+    if plain and opened is not None and method == _GET and opened[1].st_size and policy.hot_cache:
         try:
             first_plain(conn, exchange, path, *opened)  # type: ignore[arg-type]  # (a path: opened)
         except Exception as exc:
@@ -233,11 +238,12 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
 
 
 def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: os.stat_result) -> None:
-    """The first sight of a plain ``GET`` (no field the core reads) of a regular file of a byte or
-    more that ``first_look`` opened (*fd*, now ours) below the root: what ``decide_looked`` then
-    :func:`render` give it, made without the core's request, answer and decision objects (their
-    Python was most of a first sight's cost): a hot small file's bytes, or one read whole into the
-    hot-file cache (``respond``'s rule), else the file sent from *fd*; the answer kept."""
+    """The first sight of a plain ``GET`` (no field the core reads, or a browser's with no sibling
+    to choose: kept with its ``folder``) of a regular file of a byte or more that ``first_look``
+    opened (*fd*, now ours) below the root: what ``decide_looked`` then :func:`render` give it,
+    made without the core's request, answer and decision objects (their Python was most of a
+    first sight's cost): a hot small file's bytes, or one read whole into the hot-file cache
+    (``respond``'s rule), else the file sent from *fd*; the answer kept."""
     engine = conn.engine
     policy = engine.policy
     size = st.st_size
@@ -250,7 +256,7 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
         entry = hot.entry(path, engine.cache_root, st)
         if entry is not None:
             body = entry.body
-            engine.keep(exchange.raw, ident, path, head, True)
+            engine.keep(exchange.raw, ident, path, head, True, exchange.folder)
         elif hot.admits(size):
             try:
                 read = REAL_FS.read_cached(fd, size)
@@ -260,14 +266,14 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
             if read is not None and len(read) == size:
                 body = read
                 if hot.put(path, engine.cache_root, ident, read) is not None:
-                    engine.keep(exchange.raw, ident, path, head, True)
+                    engine.keep(exchange.raw, ident, path, head, True, exchange.folder)
         if body is not None:
             os.close(fd)
             conn._put(head + engine.clock.tails[exchange.mode] + body)
             if exchange.log is not None:
                 conn._log(exchange, size)
             return
-    engine.keep(exchange.raw, ident, path, head, small)
+    engine.keep(exchange.raw, ident, path, head, small, exchange.folder)
     # As a kept one is sent: the head and the file straight where the socket takes them (a small
     # one read and written from memory, its read the probe), else by a body sender.
     head += engine.clock.tails[exchange.mode]

@@ -137,3 +137,28 @@ def test_first_plain_is_what_decide_calls() -> None:
     from aiosendfile._serve import _answering
 
     assert _answering.first_plain is first_plain
+
+
+async def test_a_browsers_first_sight_is_plain_where_no_sibling_could_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Accept-Encoding`` alone, and no name a ``.br``/``.gz`` sibling could have beside the file:
+    made without the core and kept for browsers (with its folder); a sibling's name there (here a
+    dangling symlink): through the core, its answer not kept."""
+    core = decided_by_core(monkeypatch)
+    browser = "Accept-Encoding: gzip, deflate, br, zstd\r\n"
+    async with serving(tmp_path) as site:
+        os.symlink(tmp_path / "nowhere.gz", site.public / "big.bin.gz")
+        answers = engine_answers(site)
+        for name in ("small.txt", "big.bin"):
+            answer = await site.fetch(get("/" + name, browser + "Connection: close\r\n"))
+            assert (answer.status, answer.body) == (200, (site.public / name).read_bytes())
+        assert core == [b"/big.bin"]
+        assert answers.get(b"/small.txt")[4] == str(site.public.resolve())
+        assert b"/big.bin" not in answers
+
+
+def engine_answers(site: Any) -> Any:
+    from ..support.serve import engine
+
+    return engine()._engines[site.server].answers
