@@ -491,12 +491,37 @@ struct page_reader {
     int efd;
     int told; /* the eventfd was written since the last done(): no need to again */
     int running, closing;
-    pid_t pid;
+    unsigned long generation; /* fork_generation when it was made */
 };
 
 typedef struct {
     PyObject_HEAD struct page_reader *r;
 } PageReaderObject;
+
+/* Bumped in each forked child (pthread_atfork, registered once a process): a reader made before
+   the fork sees another generation. Read instead of getpid(), a system call on every call since
+   glibc 2.25 (three a cold chunk, in ask, start and done). */
+static unsigned long fork_generation;
+static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
+static int fork_watch_failed;
+
+static void
+bump_fork_generation(void)
+{
+    __atomic_add_fetch(&fork_generation, 1, __ATOMIC_RELAXED);
+}
+
+static void
+watch_forks(void)
+{
+    fork_watch_failed = pthread_atfork(NULL, NULL, bump_fork_generation) != 0;
+}
+
+static unsigned long
+current_generation(void)
+{
+    return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+}
 
 /* (Under the lock, or before the thread starts.) What the Python object owned, closed at once as
    it goes: the eventfd and the duplicates still queued (a read the thread is making goes on). */
@@ -648,7 +673,7 @@ page_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
-    r->pid = getpid();
+    r->generation = current_generation();
     PageReaderObject *self = (PageReaderObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         page_reader_close(r);
@@ -668,7 +693,7 @@ page_reader_release(PageReaderObject *self)
     self->r = NULL;
     if (r == NULL)
         return;
-    if (r->pid != getpid()) {
+    if (r->generation != current_generation()) {
         /* A forked child: its thread is not here, and its lock may have been held at the fork.
            Its own copies of the descriptors are closed (the parent's stay open), the rest left. */
         for (size_t i = 0; i < r->njobs; i++)
@@ -713,7 +738,7 @@ closed(PageReaderObject *self)
         PyErr_SetString(PyExc_ValueError, "the page reader is closed");
         return 1;
     }
-    if (self->r->pid != getpid()) {
+    if (self->r->generation != current_generation()) {
         PyErr_SetString(PyExc_RuntimeError, "a PageReader is not used across fork()");
         return 1;
     }
@@ -893,12 +918,15 @@ static int
 syscalls_exec(PyObject *module)
 {
 #ifdef HAS_PAGE_READER
-    PyObject *type = PyType_FromSpec(&page_reader_spec);
-    if (type == NULL)
-        return -1;
-    if (PyModule_AddObject(module, "PageReader", type) < 0) {
-        Py_DECREF(type);
-        return -1;
+    pthread_once(&fork_watch, watch_forks);
+    if (!fork_watch_failed) { /* (else no PageReader: a fork could not be told, the timer serves) */
+        PyObject *type = PyType_FromSpec(&page_reader_spec);
+        if (type == NULL)
+            return -1;
+        if (PyModule_AddObject(module, "PageReader", type) < 0) {
+            Py_DECREF(type);
+            return -1;
+        }
     }
 #endif
     return PyModule_AddIntConstant(module, "ABI", SYSCALLS_ABI);
