@@ -24,7 +24,6 @@ from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
 from .._static._fs import (
     POOL_FS,
-    REAL_FS,
     DecideInPool,
     folder_identity,
     no_sibling_names,
@@ -243,52 +242,51 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
     opened (*fd*, now ours) below the root: what ``decide_looked`` then :func:`render` give it,
     made without the core's request, answer and decision objects (their Python was most of a
     first sight's cost): a hot small file's bytes, or one read whole into the hot-file cache
-    (``respond``'s rule), else the file sent from *fd*; the answer kept."""
+    (``respond``'s rule) or up to ``READ_MAX``, else the file sent from *fd*; the answer kept.
+    (The core reads a file it admits with ``read_cached``, whose error is the request's: here,
+    as a kept file's read, an error leaves the file to the sender, which meets it again.)"""
     engine = conn.engine
     policy = engine.policy
     size = st.st_size
     small = size <= policy.inline_limit
     ident = identity_of(st)
     head = file_head(path, st, policy.precompressed, engine.sandbox)
-    body: bytes | None = None
+    tail = engine.clock.tails[exchange.mode]
+    folder = exchange.folder
+    admitted = False
     if small:
         hot = _hot.hot_files  # (through the module: the process's one cache, as the core reads it)
         entry = hot.entry(path, engine.cache_root, st)
         if entry is not None:
-            body = entry.body
-            engine.keep(exchange.raw, ident, path, head, True, exchange.folder)
-        elif hot.admits(size):
-            try:
-                read = REAL_FS.read_cached(fd, size)
-            except BaseException:
-                os.close(fd)
-                raise
-            if read is not None and len(read) == size:
-                body = read
-                if hot.put(path, engine.cache_root, ident, read) is not None:
-                    engine.keep(exchange.raw, ident, path, head, True, exchange.folder)
-        if body is not None:
             os.close(fd)
-            conn._put(head + engine.clock.tails[exchange.mode] + body)
-            if exchange.log is not None:
-                conn._log(exchange, size)
+            engine.keep(exchange.raw, ident, path, head, True, folder)
+            _written(conn, exchange, head + tail + entry.body, size)
             return
-    engine.keep(exchange.raw, ident, path, head, small, exchange.folder)
-    # As a kept one is sent: the head and the file straight where the socket takes them (a small
-    # one read and written from memory, its read the probe), else by a body sender.
-    head += engine.clock.tails[exchange.mode]
+        admitted = hot.admits(size)
     warm_to = 0
-    if size <= READ_MAX:
-        read_back = read_first(fd, size, st.st_dev)
-        if type(read_back) is bytearray and len(read_back) == size:
+    if admitted or size <= READ_MAX:
+        # One RWF_NOWAIT read, which is also its probe: the bytes (kept in the hot-file cache if it
+        # admits them; written from memory either way), or False: its pages are not all cached,
+        # and the sender waits for them at once, with no probe of its own.
+        read = read_first(fd, size, st.st_dev)
+        if type(read) is bytearray and len(read) == size:
             os.close(fd)
-            conn._put(head + read_back)
-            if exchange.log is not None:
-                conn._log(exchange, size)
+            if not admitted or _hot.hot_files.put(path, engine.cache_root, ident, bytes(read)) is not None:
+                engine.keep(exchange.raw, ident, path, head, True, folder)
+            _written(conn, exchange, head + tail + read, size)
             return
-        if read_back is False:
+        if read is False:
             warm_to = PROBED_COLD
-    send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
+    engine.keep(exchange.raw, ident, path, head, small, folder)
+    # As a kept one is sent: the head and the file straight where the socket takes them, else by a
+    # body sender.
+    send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head + tail, warm_to)
+
+
+def _written(conn: HttpProtocol, exchange: Exchange, data: bytes, size: int) -> None:
+    conn._put(data)
+    if exchange.log is not None:
+        conn._log(exchange, size)
 
 
 def _look_at_folder(exchange: Exchange, looked: Looked) -> None:

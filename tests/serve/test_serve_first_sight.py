@@ -162,3 +162,42 @@ def engine_answers(site: Any) -> Any:
     from ..support.serve import engine
 
     return engine()._engines[site.server].answers
+
+
+@pytest.mark.parametrize("size", [4_000, 40_000], ids=["read-max", "inline"])
+async def test_a_cold_small_files_first_sight_probes_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """A small file the hot-file cache admits, cold at its first sight: one ``RWF_NOWAIT`` read
+    finds it so (the core's admission read, then a second probe, made two), and its sender waits
+    for its pages with no probe of its own; the answer is whole."""
+    from aiosendfile import _platform
+
+    from ..support.files import evict, pattern
+
+    async with serving(tmp_path) as site:
+        path = site.public / "cold.bin"
+        path.write_bytes(pattern(size, seed=3))
+        evict(path)
+        _hot.hot_files.clear()
+        reads: list[int] = []
+        real = _platform.read_into_nowait
+
+        def read_into_nowait(fd: int, buf: Any, offset: int, device: Any = None) -> Any:
+            reads.append(offset)
+            return real(fd, buf, offset, device)
+
+        monkeypatch.setattr(_platform, "read_into_nowait", read_into_nowait)
+        probes: list[int] = []
+        real_range = _platform.range_cached
+
+        def range_cached(fd: int, offset: int, size: int) -> Any:
+            probes.append(offset)
+            return real_range(fd, offset, size)
+
+        monkeypatch.setattr(_platform, "range_cached", range_cached)
+        answer = await site.fetch(get("/cold.bin", "Connection: close\r\n"))
+        assert (answer.status, answer.body) == (200, path.read_bytes())
+        # one RWF_NOWAIT read at the first sight, one look once the pages are in (a read of the
+        # bytes, or the check of every page before the send); the admission read made it three
+        assert len(reads) + len(probes) == 2, (reads, probes)
