@@ -211,29 +211,41 @@ def decide(conn: HttpProtocol, exchange: Exchange) -> None:
     if looked is None:  # its lookup would read the disk: in the pool first
         _to_pool(conn, exchange, first=True)
         return
+    answer_looked(conn, exchange, looked, first=True)
+
+
+def answer_looked(conn: HttpProtocol, exchange: Exchange, looked: Looked, *, first: bool) -> bool:
+    """Decide and answer on the loop what ``first_look`` (a *first* look) or ``look_again`` found:
+    a plain ``GET`` of a file it opened by :func:`first_plain`, anything else by the core. False: a
+    directory listing to build went to the pool."""
     path, opened = looked
-    plain = fields is None
+    plain = exchange.fields is None
     if not plain:
         _look_at_folder(exchange, looked)
         # A browser's request of a file with no name a sibling could have beside it is a plain
         # one (its folder looked at first: what is kept for it says when that may change).
         if exchange.folder is not None and opened is not None and isinstance(path, str):
             plain = no_sibling_names(path)
-    if plain and opened is not None and method == _GET and opened[1].st_size and policy.hot_cache:
-        try:
-            first_plain(conn, exchange, path, *opened)  # type: ignore[arg-type]  # (a path: opened)
-        except Exception as exc:
-            crashed(conn, exchange, exc)
-        return
+    policy = conn.engine.policy
     try:
-        ans = decide_looked(request, looked, policy)
-    except DecideInPool:  # a directory listing to build: in the pool, as a first sight
-        _to_pool(conn, exchange, first=True)
-        return
+        if (
+            plain
+            and opened is not None
+            and exchange.method == _GET
+            and opened[1].st_size
+            and policy.hot_cache
+        ):
+            first_plain(conn, exchange, path, *opened)  # type: ignore[arg-type]  # (a path: opened)
+            return True
+        ans = decide_looked(exchange.request, looked, policy)
+    except DecideInPool:  # a directory listing to build: in the pool
+        _to_pool(conn, exchange, first=first)
+        return False
     except Exception as exc:
         crashed(conn, exchange, exc)
-        return
+        return True
     render(conn, exchange, ans)
+    return True
 
 
 def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: os.stat_result) -> None:
@@ -347,15 +359,13 @@ def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.F
             return
         try:
             looked = look_again(exchange.request, engine.policy)
-            _look_at_folder(exchange, looked)
-            ans = decide_looked(exchange.request, looked, engine.policy)
-        except DecideInPool:  # a directory listing to build: in the pool after all
-            _to_pool(conn, exchange, first=False)
-            return
         except Exception as error:
             crashed(conn, exchange, error)
             conn._resume()
             return
+        if answer_looked(conn, exchange, looked, first=False):
+            conn._resume()
+        return
     if conn.transport is None:
         ans.close()
         return
