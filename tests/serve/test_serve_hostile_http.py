@@ -761,18 +761,19 @@ async def test_inline_body_truncated_before_it_is_read(
     """A small body that shrinks between ``fstat`` and its read: no short 200 is ever sent."""
     path = door.public / "shrinks.bin"
     path.write_bytes(pattern(4096))
-    real = _platform.pread_cached
+    real = _platform.read_nowait
 
-    def shrink_then_read(fd: int, size: int, offset: int) -> bytes | None:
+    def shrink_then_read(fd: int, size: int, offset: int, device: int | None = None) -> Any:
         os.truncate(path, 100)
-        return real(fd, size, offset)
+        return real(fd, size, offset, device)
 
-    monkeypatch.setattr(_platform, "pread_cached", shrink_then_read)
+    # (the read every door's small body takes: the core's admission read, the engine's first sight)
+    monkeypatch.setattr(_platform, "read_nowait", shrink_then_read)
     # Raw, because aiohttp's client retries an idempotent request once after a disconnect.
     response = await door.fetch(request_bytes(door.prefix + b"/shrinks.bin"))
     if response.status:
         assert len(response.body) < int(response.header("content-length") or 0), response.raw[:300]
-    monkeypatch.setattr(_platform, "pread_cached", real)
+    monkeypatch.setattr(_platform, "read_nowait", real)
     connector = aiohttp.TCPConnector(ssl=tls_client_ctx if door.tls else False)
     async with (
         aiohttp.ClientSession(connector=connector) as session,
