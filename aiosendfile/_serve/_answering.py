@@ -275,24 +275,37 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
             _written(conn, exchange, head + tail + entry.body, size)
             return
         admitted = hot.admits(size)
+    # One RWF_NOWAIT read of a small one, which is also its probe (kept in the hot-file cache if
+    # it admits the bytes), else the file sent, at once to wait for its pages if they are cold.
+    read = _read_or_send(conn, exchange, fd, size, st.st_dev, head + tail, size if admitted else READ_MAX)
+    if (
+        read is not None
+        and admitted
+        and _hot.hot_files.put(path, engine.cache_root, ident, bytes(read)) is None
+    ):
+        return  # (bytes the hot-file cache would not take: the answer is not kept either)
+    engine.keep(exchange.raw, ident, path, head, small, folder)
+
+
+def _read_or_send(
+    conn: HttpProtocol, exchange: Exchange, fd: int, size: int, device: int, head: bytes, read_max: int
+) -> bytearray | None:
+    """A first sight's file, from *fd* (ours), after *head* (its tail included), as a kept one is
+    sent: one of at most *read_max* bytes read whole with one ``RWF_NOWAIT`` read (its probe) and
+    written with its head (the bytes come back); else (None) the head and the file straight where
+    the socket takes them, or by a body sender, which waits for the pages at once if the read
+    found them cold. A read that fails leaves the file to the send, which meets the error again."""
     warm_to = 0
-    if admitted or size <= READ_MAX:
-        # One RWF_NOWAIT read, which is also its probe: the bytes (kept in the hot-file cache if it
-        # admits them; written from memory either way), or False: its pages are not all cached,
-        # and the sender waits for them at once, with no probe of its own.
-        read = read_first(fd, size, st.st_dev)
+    if size <= read_max:
+        read = read_first(fd, size, device)
         if type(read) is bytearray and len(read) == size:
             os.close(fd)
-            if not admitted or _hot.hot_files.put(path, engine.cache_root, ident, bytes(read)) is not None:
-                engine.keep(exchange.raw, ident, path, head, True, folder)
-            _written(conn, exchange, head + tail + read, size)
-            return
+            _written(conn, exchange, head + read, size)
+            return read
         if read is False:
             warm_to = PROBED_COLD
-    engine.keep(exchange.raw, ident, path, head, small, folder)
-    # As a kept one is sent: the head and the file straight where the socket takes them, else by a
-    # body sender.
-    send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head + tail, warm_to)
+    send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
+    return None
 
 
 def _written(conn: HttpProtocol, exchange: Exchange, data: bytes, size: int) -> None:
@@ -397,19 +410,7 @@ def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:
             # from memory, its read the probe), else by a body sender.
             ans.fd = None  # (ours now: the answer closes nothing)
             head += engine.clock.tails[exchange.mode]
-            size = decided.size
-            warm_to = 0
-            if size <= READ_MAX:
-                read = read_first(fd, size, decided.identity[0])
-                if type(read) is bytearray and len(read) == size:
-                    os.close(fd)
-                    conn._put(head + read)
-                    if exchange.log is not None:
-                        conn._log(exchange, size)
-                    return
-                if read is False:
-                    warm_to = PROBED_COLD
-            send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
+            _read_or_send(conn, exchange, fd, decided.size, decided.identity[0], head, READ_MAX)
             return
     else:
         head = head_of(ans, engine.sandbox)

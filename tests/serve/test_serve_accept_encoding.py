@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ..support.raw_http import all_responses, read_response
-from ..support.serve import ServeSite, close_writer, engine, get, serving
+from ..support.serve import ServeSite, close_writer, engine, get, serving, watch_feeds
 
 pytest.importorskip("httptools")
 
@@ -37,21 +37,6 @@ def decisions(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return decided
 
 
-def parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The reads the connections parse from now on (a head the memo recognised is not)."""
-    from aiosendfile._serve import _protocol
-
-    fed: list[bytes] = []
-    real = _protocol.HttpProtocol._feed
-
-    def feed(self: Any, data: Any) -> None:
-        fed.append(bytes(data))
-        real(self, data)
-
-    monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
-    return fed
-
-
 async def ask(site: ServeSite, data: bytes, times: int = 1) -> list[Any]:
     reader, writer = await site.open()
     try:
@@ -71,7 +56,7 @@ async def test_a_browsers_request_is_decided_once_parsed_once_then_replayed(
     """Every browser sends ``Accept-Encoding``: with no sibling of the file's to choose, its request
     is answered from the answer cache after its first (and its head recognised by the heads memo),
     as a plain one is; before, each was decided and parsed afresh, at five times the CPU."""
-    decided, fed = decisions(monkeypatch), parses(monkeypatch)
+    decided, fed = decisions(monkeypatch), watch_feeds(monkeypatch)
     request = get("/" + name, BROWSER)
     answers = await ask(www_site, request, times=3)
     file = www_site.public / (name + "index.html" if name.endswith("/") else name)
@@ -167,7 +152,7 @@ async def test_an_answer_kept_for_a_plain_request_is_not_a_browsers(
 async def test_what_is_not_a_browsers_plain_request_is_decided_each_time(
     www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, extra: str
 ) -> None:
-    decided, fed = decisions(monkeypatch), parses(monkeypatch)
+    decided, fed = decisions(monkeypatch), watch_feeds(monkeypatch)
     request = get("/small.txt", extra)
     await ask(www_site, request, times=2)
     assert decided == [b"/small.txt"] * 2

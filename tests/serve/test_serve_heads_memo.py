@@ -19,6 +19,7 @@ from ..support.serve import (
     engine,
     get,
     serving,
+    watch_feeds,
 )
 
 pytest.importorskip("httptools")
@@ -29,21 +30,6 @@ pytest.importorskip("httptools")
 
 def heads_of(www_site: ServeSite) -> Any:
     return engine()._engines[www_site.server].heads
-
-
-def watch_feeds(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """What the connections hand their parser from now on (a read the memo recognised is not)."""
-    from aiosendfile._serve import _protocol
-
-    fed: list[bytes] = []
-    real = _protocol.HttpProtocol._feed
-
-    def feed(self: Any, data: Any) -> None:
-        fed.append(bytes(data))
-        real(self, data)
-
-    monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
-    return fed
 
 
 async def test_a_plain_request_is_parsed_once_then_its_head_is_recognised(

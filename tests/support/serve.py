@@ -101,6 +101,22 @@ def engine() -> Any:
 PAGE_WAITS = ("reader", "timer")
 
 
+def watch_feeds(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the engine's connections hand their parser from now on (a read the heads memo
+    recognised is not)."""
+    from aiosendfile._serve import _protocol
+
+    fed: list[bytes] = []
+    real = _protocol.HttpProtocol._feed
+
+    def feed(self: Any, data: Any) -> None:
+        fed.append(bytes(data))
+        real(self, data)
+
+    monkeypatch.setattr(_protocol.HttpProtocol, "_feed", feed)
+    return fed
+
+
 def wait_pages_by(site: Any, how: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """Make *site*'s engine wait for cold pages *how* (``PAGE_WAITS``; the reader is skipped where
     it is not built): the (offset, size) of every range it has read in, the reader's as it is asked,
