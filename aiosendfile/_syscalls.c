@@ -500,7 +500,9 @@ typedef struct {
 
 /* Bumped in each forked child (pthread_atfork, registered once a process): a reader made before
    the fork sees another generation. Read instead of getpid(), a system call on every call since
-   glibc 2.25 (three a cold chunk, in ask, start and done). */
+   glibc 2.25 (three a cold chunk, in ask, start and done). A child made without the fork
+   handlers (a raw clone(2), glibc's _Fork) is not seen; os.fork() and multiprocessing run them,
+   and a posix_spawn or vfork child runs no Python before it execs. */
 static unsigned long fork_generation;
 static pthread_once_t fork_watch = PTHREAD_ONCE_INIT;
 static int fork_watch_failed;

@@ -47,8 +47,17 @@ from .._options import DEFAULT_FALLBACK_CHUNK
 from .._static._answer import Answer, FileRange
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, respond
-from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy, folder_identity, no_sibling_names
-from .._static._inline import decide_looked, first_look, from_memory, look_again, look_up, reopen_kept
+from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy, folder_identity
+from .._static._inline import (
+    browser_folder,
+    decide_looked,
+    first_look,
+    for_browsers,
+    from_memory,
+    look_again,
+    look_up,
+    reopen_kept,
+)
 from .._static._policy import DEFAULT_INLINE_LIMIT, file_policy
 from .._static._recent import RecentPaths
 from .._static._request import EMPTY, MEMO_MAX_ACCEPT_ENCODING, BytesHeaders, Request
@@ -275,7 +284,7 @@ class StaticFiles:
                 looked = look_again(req, policy)
             if isinstance(kind, bytes) and isinstance(looked[0], str):
                 # (only Accept-Encoding: looked at before the core looks for siblings)
-                folder = folder_identity(looked[0])
+                folder = browser_folder(looked[0], policy)
             ans = decide_looked(req, looked, policy)
         except DecideInPool:  # a directory listing to build: in the pool, never on the loop
             folder = None
@@ -289,7 +298,7 @@ class StaticFiles:
                 decided is not None
                 and status is None  # (not the 404 page: its 200 is not the answer for this path)
                 and decided.prefix == root  # (the path below the mount is read from root_path)
-                and (plain or (folder is not None and no_sibling_names(decided.path)))
+                and (plain or for_browsers(folder, decided.path))
             ):
                 pairs = decided.pairs = header_pairs(ans.fields, ans.length)
                 decided.folder = folder

@@ -15,23 +15,25 @@ import concurrent.futures
 import functools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .._lookup import identity_of
 from .._outlet import PROBED_COLD, READ_MAX, probe_max
 from .._static import _hot
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
-from .._static._fs import (
-    POOL_FS,
-    DecideInPool,
-    folder_identity,
-    no_sibling_names,
-    read_first,
-    reopen_answer,
-    same_file,
+from .._static._fs import POOL_FS, DecideInPool, read_back, read_first, reopen_answer, same_file
+from .._static._inline import (
+    Looked,
+    browser_folder,
+    decide_looked,
+    first_look,
+    for_browsers,
+    from_memory,
+    look_again,
+    look_up,
 )
-from .._static._inline import Looked, decide_looked, first_look, from_memory, look_again, look_up
+from .._static._policy import DirectoryPolicy
 from .._static._request import EMPTY, BytesHeaders, Request, accept_encoding_alone
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT
@@ -219,14 +221,20 @@ def answer_looked(conn: HttpProtocol, exchange: Exchange, looked: Looked, *, fir
     a plain ``GET`` of a file it opened by :func:`first_plain`, anything else by the core. False: a
     directory listing to build went to the pool."""
     path, opened = looked
+    policy = conn.engine.policy
     plain = exchange.fields is None
     if not plain:
-        _look_at_folder(exchange, looked)
-        # A browser's request of a file with no name a sibling could have beside it is a plain
-        # one (its folder looked at first: what is kept for it says when that may change).
-        if exchange.folder is not None and opened is not None and isinstance(path, str):
-            plain = no_sibling_names(path)
-    policy = conn.engine.policy
+        try:
+            _look_at_folder(exchange, looked, policy)
+            # A browser's request of a file with no name a sibling could have beside it is a plain
+            # one (its folder looked at first: what is kept for it says when that may change).
+            if opened is not None and isinstance(path, str):
+                plain = for_browsers(exchange.folder, path)
+        except Exception as exc:
+            if opened is not None:
+                os.close(opened[0])
+            crashed(conn, exchange, exc)
+            return True
     try:
         if (
             plain
@@ -253,38 +261,36 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
     to choose: kept with its ``folder``) of a regular file of a byte or more that ``first_look``
     opened (*fd*, now ours) below the root: what ``decide_looked`` then :func:`render` give it,
     made without the core's request, answer and decision objects (their Python was most of a
-    first sight's cost): a hot small file's bytes, or one read whole into the hot-file cache
-    (``respond``'s rule) or up to ``READ_MAX``, else the file sent from *fd*; the answer kept.
-    (The core reads a file it admits with ``read_cached``, whose error is the request's: here,
-    as a kept file's read, an error leaves the file to the sender, which meets it again.)"""
+    first sight's cost): a hot small file's bytes, or one read whole (``_fs.read_back``: into the
+    hot-file cache if it admits it, else up to ``READ_MAX``), else the file sent from *fd*; the
+    answer kept. (The core reads a file it admits with ``read_cached``, whose error is the
+    request's: here, as a kept file's read, an error leaves the file to the sender, which meets
+    it again.)"""
     engine = conn.engine
     policy = engine.policy
     size = st.st_size
     small = size <= policy.inline_limit
-    ident = identity_of(st)
-    head = file_head(path, st, policy.precompressed, engine.sandbox)
-    tail = engine.clock.tails[exchange.mode]
-    folder = exchange.folder
-    admitted = False
-    if small:
-        hot = _hot.hot_files  # (through the module: the process's one cache, as the core reads it)
-        entry = hot.entry(path, engine.cache_root, st)
-        if entry is not None:
-            os.close(fd)
-            engine.keep(exchange.raw, ident, path, head, True, folder)
-            _written(conn, exchange, head + tail + entry.body, size)
-            return
-        admitted = hot.admits(size)
-    # One RWF_NOWAIT read of a small one, which is also its probe (kept in the hot-file cache if
-    # it admits the bytes), else the file sent, at once to wait for its pages if they are cold.
-    read = _read_or_send(conn, exchange, fd, size, st.st_dev, head + tail, size if admitted else READ_MAX)
-    if (
-        read is not None
-        and admitted
-        and _hot.hot_files.put(path, engine.cache_root, ident, bytes(read)) is None
-    ):
-        return  # (bytes the hot-file cache would not take: the answer is not kept either)
-    engine.keep(exchange.raw, ident, path, head, small, folder)
+    try:
+        ident = identity_of(st)
+        head = file_head(path, st, policy.precompressed, engine.sandbox)
+        entry = _hot.hot_files.entry(path, engine.cache_root, st) if small else None
+    except BaseException:  # (a date the head cannot show, say: answered 500, and no fd left open)
+        os.close(fd)
+        raise
+    body: bytes | bytearray | Literal[False] | None = None
+    if entry is not None:
+        os.close(fd)
+        body = entry.body
+    elif small:  # one RWF_NOWAIT read, also its probe; fd closed once the bytes are in (False: cold)
+        body = read_back(fd, st, path, engine.cache_root, READ_MAX)
+    engine.keep(exchange.raw, ident, path, head, small, exchange.folder)
+    head += engine.clock.tails[exchange.mode]
+    if type(body) is bytes or type(body) is bytearray:
+        _written(conn, exchange, head + body, size)
+    else:  # as a kept one is sent: straight where the socket takes it, or to wait for cold pages
+        send_whole(
+            conn, exchange, exchange.url, exchange.mode, fd, size, head, PROBED_COLD if body is False else 0
+        )
 
 
 def _read_or_send(
@@ -314,14 +320,14 @@ def _written(conn: HttpProtocol, exchange: Exchange, data: bytes, size: int) -> 
         conn._log(exchange, size)
 
 
-def _look_at_folder(exchange: Exchange, looked: Looked) -> None:
-    """A browser's request (``Accept-Encoding`` alone) of a path: its file's directory looked at
-    before the core looks for siblings, so that an answer kept for it is one no sibling could
-    have changed (:func:`render`)."""
+def _look_at_folder(exchange: Exchange, looked: Looked, policy: DirectoryPolicy) -> None:
+    """A browser's request (``Accept-Encoding`` alone) of a path: the folder of its file looked at
+    before the core looks for siblings (``_inline.browser_folder``), so that an answer kept for it
+    is one no sibling could have changed (:func:`render`)."""
     fields = exchange.fields
     path = looked[0]
     if fields is not None and type(path) is str and accept_encoding_alone(fields):
-        exchange.folder = folder_identity(path)
+        exchange.folder = browser_folder(path, policy)
 
 
 def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool) -> None:
@@ -394,9 +400,7 @@ def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:
     decided = ans.decided
     # A plain 200 of a whole file: kept; for a browser's request (Accept-Encoding alone) only while
     # no name a sibling could have is there (its directory, looked at first, shows one coming).
-    if decided is not None and (
-        exchange.fields is None or (exchange.folder is not None and no_sibling_names(decided.path))
-    ):
+    if decided is not None and (exchange.fields is None or for_browsers(exchange.folder, decided.path)):
         head = decided.head
         if head is None or engine.sandbox:  # (under --upload: rendered here, kept in the engine's memo)
             head = head_of(ans, engine.sandbox)

@@ -9,6 +9,14 @@ head) goes only once a ``stat`` shows the path still names a file of the same id
 only once the path is opened again and its ``fstat`` has that identity (:func:`reopen_kept`).
 Anything else is decided again, and the door forgets what it kept.
 
+**A browser's request** (``Accept-Encoding`` its only field the core reads): its answer is a plain
+one's unless a pre-compressed sibling is there to choose. A door looks at the folder the file lies
+in before the core looks for siblings (:func:`browser_folder`; the root itself for the root's
+index), and keeps the answer for browsers only if the file lies in that folder and no name a
+sibling could have is beside it (:func:`for_browsers`); it replays it for a browser only while
+that folder is unchanged (``_fs.same_file`` of it): a sibling added, removed or renamed in
+changes it. An answer kept for a plain request says nothing of siblings and is not a browser's.
+
 **First sight.** A path not kept is routed, then looked up and opened at once where that waits
 for no disk and crosses no symlink (:func:`first_look`); a lookup that would read the disk goes to
 the pool (:func:`look_up` there: a ``stat`` brings the metadata into the kernel's caches) unless
@@ -27,12 +35,31 @@ from typing import Literal
 from . import _hot
 from ._answer import Answer
 from ._core import decide, route
-from ._fs import look_up_path, lookup_cached, open_cached, read_back, reopen, same_file
+from ._fs import (
+    folder_identity,
+    look_up_path,
+    lookup_cached,
+    no_sibling_names,
+    open_cached,
+    read_back,
+    reopen,
+    same_file,
+)
 from ._policy import DirectoryPolicy
 from ._recent import RecentPaths
 from ._request import Request
 
-__all__ = ("Looked", "decide_looked", "first_look", "from_memory", "look_again", "look_up", "reopen_kept")
+__all__ = (
+    "Looked",
+    "browser_folder",
+    "decide_looked",
+    "first_look",
+    "for_browsers",
+    "from_memory",
+    "look_again",
+    "look_up",
+    "reopen_kept",
+)
 
 # (Every system call here is _fs's: the rest of _static stays pure.)
 
@@ -123,3 +150,17 @@ def decide_looked(request: Request, looked: Looked, policy: DirectoryPolicy) -> 
     directory listing to build: the door decides that in its pool (``answer(..., POOL_FS)``)."""
     path, opened = looked
     return path if isinstance(path, Answer) else decide(request, path, policy, opened=opened)
+
+
+def browser_folder(path: str, policy: DirectoryPolicy) -> tuple[str, tuple[int, ...]] | None:
+    """For a browser's request of what ``route`` gave as *path*: the folder its file lies in, and
+    that folder's identity now (``_fs.folder_identity``), taken before the core looks for
+    siblings. The root's own path (``/``, a mount's bare prefix) names its index: the root."""
+    return folder_identity(os.path.join(path, "") if path == policy.root else path)
+
+
+def for_browsers(folder: tuple[str, tuple[int, ...]] | None, path: str) -> bool:
+    """Whether an answer about the file *path*, decided after *folder* was looked at
+    (:func:`browser_folder`), may be kept for browsers' requests: the file lies in that folder and
+    no name a pre-compressed sibling of it could have is there, in any form."""
+    return folder is not None and folder[0] == os.path.dirname(path) and no_sibling_names(path)

@@ -195,6 +195,26 @@ async def test_a_sibling_that_appears_after_the_memo_is_served(
     assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"br", b"BR of a.txt")
 
 
+async def test_the_roots_index_is_kept_for_browsers_until_a_sibling_appears(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/`` routes to the root itself: the folder looked at for a browser's answer of its index
+    was the root's parent, so the answer kept was never replayed (its file's folder was not the
+    one kept). Now it is, until a sibling appears in the root."""
+    (public / "index.html").write_bytes(b"<p>root</p>")
+    app = asgi.StaticFiles(directory=public, html=True)
+    root_get = AE_GET.replace(b"/a.txt", b"/")
+    for _ in range(2):
+        got = await call(app, root_get)
+        assert (bytes(got.body), dict(got.headers).get(b"content-encoding")) == (b"<p>root</p>", None)
+    with monkeypatch.context() as patched:
+        no_core(patched)
+        assert bytes((await call(app, root_get)).body) == b"<p>root</p>"
+    (public / "index.html.br").write_bytes(b"BR of the index")
+    got = await call(app, root_get)
+    assert (dict(got.headers)[b"content-encoding"], bytes(got.body)) == (b"br", b"BR of the index")
+
+
 @pytest.mark.parametrize("name", ["a.txt", "large.bin"])
 @pytest.mark.parametrize("ae", [False, True], ids=["plain", "ae"])
 @pytest.mark.parametrize("change", CHANGES)

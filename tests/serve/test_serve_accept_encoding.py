@@ -198,3 +198,21 @@ async def test_without_siblings_on_a_browsers_request_is_plain(
             assert answer.header("vary") is None
         assert engine()._engines[site.server].answers.get(b"/small.txt")[4] is None
     assert decided == [b"/small.txt"]
+
+
+@pytest.mark.parametrize("target", ["/", "/sub/"])
+async def test_a_sibling_of_an_index_is_what_browsers_get_next(
+    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """The root's index too (``/`` routes to the root itself, not below it: the folder looked at
+    was the root's parent, which a sibling appearing in the root does not change, and browsers
+    kept the plain page)."""
+    folder = www_site.public / target.strip("/")
+    index = folder / "index.html"
+    index.write_bytes(b"<p>index</p>")
+    request = get(target, BROWSER)
+    for answer in await ask(www_site, request, times=2):
+        assert (answer.status, answer.body) == (200, index.read_bytes())
+    add_sibling(index, "written")
+    answer = (await ask(www_site, request))[0]
+    assert (answer.status, answer.body, answer.header("content-encoding")) == (200, GZIP, "gzip")

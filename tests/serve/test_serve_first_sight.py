@@ -5,6 +5,8 @@ for byte, made without the core's objects; anything else still goes through the 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from aiosendfile._static._fs import directory_policy
 from aiosendfile._static._request import Request
 
 from ..support.raw_http import read_response
-from ..support.serve import close_writer, get, serving
+from ..support.serve import close_writer, get, reported, serve_site, serving
 
 pytest.importorskip("httptools")
 
@@ -201,3 +203,39 @@ async def test_a_cold_small_files_first_sight_probes_it_once(
         # one RWF_NOWAIT read at the first sight, one look once the pages are in (a read of the
         # bytes, or the check of every page before the send); the admission read made it three
         assert len(reads) + len(probes) == 2, (reads, probes)
+
+
+def far_future_tree() -> Path:
+    """A tree on tmpfs holding ``far.txt``, modified in the year 11476 (tmpfs keeps such a time;
+    ext4 stops at 2446), or skip."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    root = Path(tempfile.mkdtemp(dir="/dev/shm")) / "www"
+    root.mkdir()
+    far = root / "far.txt"
+    far.write_bytes(b"x" * 100)
+    try:
+        os.utime(far, (300_000_000_000, 300_000_000_000))
+    except (OSError, OverflowError):
+        pytest.skip("this file system keeps no such time")
+    if os.stat(far).st_mtime < 253_402_300_800:  # (clamped: past the year 9999 it is not)
+        pytest.skip("this file system keeps no such time")
+    return root
+
+
+async def test_a_file_whose_head_cannot_be_made_leaves_no_descriptor_open() -> None:
+    """A modification time past the year 9999 has no HTTP date: the answer is a 500, as the
+    core's, and the descriptor its first sight opened is closed each time (it was left open: a
+    client asking again and again ran the server out of descriptors)."""
+    root = far_future_tree()
+    try:
+        async with serve_site(root) as site:
+            before = len(os.listdir("/proc/self/fd"))
+            with reported() as reports:
+                for _ in range(5):
+                    answer = await site.fetch(get("/far.txt", "Connection: close\r\n"))
+                    assert answer.status == 500
+            assert len(os.listdir("/proc/self/fd")) <= before + 1
+        assert {type(r.get("exception")) for r in reports} == {ValueError}
+    finally:
+        shutil.rmtree(root.parent)
