@@ -294,24 +294,23 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
 
 
 def _read_or_send(
-    conn: HttpProtocol, exchange: Exchange, fd: int, size: int, device: int, head: bytes, read_max: int
-) -> bytearray | None:
+    conn: HttpProtocol, exchange: Exchange, fd: int, size: int, device: int, head: bytes
+) -> None:
     """A first sight's file, from *fd* (ours), after *head* (its tail included), as a kept one is
-    sent: one of at most *read_max* bytes read whole with one ``RWF_NOWAIT`` read (its probe) and
-    written with its head (the bytes come back); else (None) the head and the file straight where
-    the socket takes them, or by a body sender, which waits for the pages at once if the read
-    found them cold. A read that fails leaves the file to the send, which meets the error again."""
+    sent: one of up to ``READ_MAX`` bytes read whole with one ``RWF_NOWAIT`` read (its probe) and
+    written with its head; else the head and the file straight where the socket takes them, or by
+    a body sender, which waits for the pages at once if the read found them cold. A read that
+    fails leaves the file to the send, which meets the error again."""
     warm_to = 0
-    if size <= read_max:
+    if size <= READ_MAX:
         read = read_first(fd, size, device)
         if type(read) is bytearray and len(read) == size:
             os.close(fd)
             _written(conn, exchange, head + read, size)
-            return read
+            return
         if read is False:
             warm_to = PROBED_COLD
     send_whole(conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to)
-    return None
 
 
 def _written(conn: HttpProtocol, exchange: Exchange, data: bytes, size: int) -> None:
@@ -414,7 +413,7 @@ def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:
             # from memory, its read the probe), else by a body sender.
             ans.fd = None  # (ours now: the answer closes nothing)
             head += engine.clock.tails[exchange.mode]
-            _read_or_send(conn, exchange, fd, decided.size, decided.identity[0], head, READ_MAX)
+            _read_or_send(conn, exchange, fd, decided.size, decided.identity[0], head)
             return
     else:
         head = head_of(ans, engine.sandbox)

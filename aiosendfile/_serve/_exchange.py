@@ -67,9 +67,9 @@ class Exchange:
         # proxy names) in guarded, and in auth until the gate allows them, when it is answered.
         self.auth: Guard | None = None
         self.guarded: Guard | None = None
-        # A browser's request (Accept-Encoding its only field the core reads): its file's directory
-        # and that directory's identity, looked at before the core looks for siblings (_fs's
-        # folder_identity); None for any other.
+        # A browser's request (Accept-Encoding its only field the core reads): its file's folder
+        # and that folder's identity, looked at before the core looks for siblings
+        # (_inline.browser_folder); None for any other.
         self.folder: tuple[str, tuple[int, ...]] | None = None
         # Set by answering before anything reads them: raw (the target's path, raw) and request.
 

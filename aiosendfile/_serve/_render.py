@@ -15,7 +15,7 @@ from http import HTTPStatus
 
 from .._static._answer import Answer, error
 from .._static._core import file_content_type
-from .._static._http import file_headers
+from .._static._http import cached_http_date, file_headers
 from ._date import CLOSE, Clock
 from ._rules import SANDBOX, runs_script
 
@@ -55,10 +55,6 @@ def head_of(answer: Answer, sandbox: bool = False) -> bytes:
 #: (``_file_template``); bounded: a site has a few dozen types.
 _FILE_TEMPLATES: dict[tuple[str, bool, bool], bytes] = {}
 _FILE_TEMPLATES_MAX = 256
-#: A file's Last-Modified second → its rendering (one entry a second: a site's files were written
-#: over a few thousand seconds at most that matter; bounded all the same).
-_DATES: dict[int, bytes] = {}
-_DATES_MAX = 4096
 
 
 def file_head(name: str, st: os.stat_result, precompressed: bool, sandbox: bool) -> bytes:
@@ -70,14 +66,8 @@ def file_head(name: str, st: os.stat_result, precompressed: bool, sandbox: bool)
     template = _FILE_TEMPLATES.get(key)
     if template is None:
         template = _file_template(content_type, precompressed, sandbox)
-    second = int(st.st_mtime)
-    date = _DATES.get(second)
-    if date is None:
-        if len(_DATES) >= _DATES_MAX:
-            _DATES.clear()
-        date = _DATES[second] = file_headers("", second)[1][1].encode("latin-1")
     size = st.st_size
-    return template % (st.st_mtime_ns, size, date, size)
+    return template % (st.st_mtime_ns, size, cached_http_date(int(st.st_mtime)).encode("latin-1"), size)
 
 
 def _file_template(content_type: str, precompressed: bool, sandbox: bool) -> bytes:

@@ -51,9 +51,8 @@ __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shut
 #: (``Accept-Encoding`` alone, decided with no name a pre-compressed sibling could have beside
 #: the file) the file's directory and its identity then (``_fs.folder_identity``), else two
 #: None: an answer kept for a plain request says nothing of siblings, so a browser's is decided.
-#: No body:
-#: a small file's bytes are the hot-file cache's (``_static._hot``, bounded on its own), any
-#: other file is opened again, checked against the identity by ``fstat``, and sent from it. A
+#: No body: a small file's bytes are the hot-file cache's (``_static._hot``, bounded on its own),
+#: any other file is opened again, checked against the identity by ``fstat``, and sent from it. A
 #: tuple of atomic values, which the garbage collector stops tracking after its first passes: a
 #: working set of ten thousand answers adds nothing to its passes (docs/performance.md, "Caches
 #: the collector does not walk").

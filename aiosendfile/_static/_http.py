@@ -418,7 +418,8 @@ def multipart_byteranges(
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_http_date(timestamp: int) -> str:
+def cached_http_date(timestamp: int) -> str:
+    """:func:`http_date` of whole seconds, memoised (a file's ``Last-Modified``)."""
     return http_date(timestamp)
 
 
@@ -442,7 +443,7 @@ def file_headers(
     """
     headers = [
         ("Etag", etag),  # spelled as aiohttp's hdrs.ETAG: the bytes on the wire stay the same
-        ("Last-Modified", _cached_http_date(last_modified)),
+        ("Last-Modified", cached_http_date(last_modified)),
         ("Accept-Ranges", "bytes"),
     ]
     if vary:
