@@ -224,6 +224,8 @@ class HttpProtocol(asyncio.Protocol):
         else:
             engine = self.engine
             head = engine.heads.get(data)
+            if head is None:
+                head = engine.head_like(data)  # (a new target in a head block seen before)
             if head is not None:
                 self.since = engine.now
                 self.budget -= 1

@@ -61,6 +61,7 @@ __all__ = (
     "RequestReader",
     "Stop",
     "header_kinds",
+    "split_head",
     "split_target",
 )
 
@@ -124,6 +125,30 @@ def split_target(url: bytes) -> tuple[bytes, bytes] | None:
     if not parsed.schema:
         return None
     return parsed.path or b"/", parsed.query or b""
+
+
+#: What a request target may hold for :func:`split_head` to take it: RFC 3986's unreserved and
+#: reserved characters but ``#``, ``[`` and ``]``, and ``%``. llhttp takes every one of them in a
+#: target and gives the target as it came (a test holds it to that, byte by byte).
+_PLAIN_TARGET_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/?%"
+
+
+def split_head(data: bytes, max_url: int) -> tuple[bytes, bytes] | None:
+    """A read as its head's *block* (the request line without its target, and every header field
+    after it: ``GET HTTP/1.1\r\nHost: ...\r\n\r\n``) and its target, where the request line
+    is a method, one space, an origin-form target of plain bytes (``_PLAIN_TARGET_BYTES``) of at
+    most *max_url* bytes, one space and a version; else None. Two reads with the same block are
+    the same head but for the target: a block the parser read and judged (``Engine.learn``) tells
+    what a read of it with another such target parses to, with no parse."""
+    line_end = data.find(b"\r\n")
+    space = data.find(b" ", 0, line_end)
+    last = data.rfind(b" ", 0, line_end)
+    if line_end < 0 or last <= space or last - space - 1 > max_url or data[space + 1 : space + 2] != b"/":
+        return None
+    target = data[space + 1 : last]
+    if target.translate(None, _PLAIN_TARGET_BYTES):
+        return None  # (a byte outside the set: a space, a control, a fragment, UTF-8...)
+    return data[:space] + data[last:], target
 
 
 class Stop(Exception):

@@ -36,11 +36,11 @@ from .._static._recent import RecentPaths
 from ._accesslog import AccessLog
 from ._auth import Gate, Secret, TrustedProxies
 from ._date import Clock
-from ._exchange import Exchange, Head
+from ._exchange import Exchange, Head, LogFields
 from ._listener import BACKLOG, Listener, grow_fd_table, listening_socket
 from ._partial import AVAILABLE, Limits, Store
 from ._protocol import HttpProtocol
-from ._reader import ReaderRules, header_kinds
+from ._reader import ReaderRules, header_kinds, split_head
 from ._rules import HostRule
 
 __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
@@ -69,6 +69,15 @@ ANSWERS_ENTRIES = 16384
 HEADS_ENTRIES = 16384
 HEADS_MAX_BYTES = 8 * 1024 * 1024
 HEADS_MAX_KEY = 2048
+#: Head blocks (``_reader.split_head``: a request line without its target, and the header fields
+#: after it) whose parse the engine knows (``Engine.blocks``): a client asks for new paths with the
+#: same fields each time (a browser, a crawler, a load test), and such a head is not parsed
+#: either. Bounded as the heads memo (a peer that sends a new block each time only churns it).
+BLOCKS_ENTRIES = 1024
+BLOCKS_MAX_BYTES = 2 * 1024 * 1024
+#: What a known block parses to: the method, the mode, the logged fields, a browser's
+#: Accept-Encoding (``Head`` but the target, and no guard: blocks are kept only without a gate).
+Block = tuple[bytes, int, "LogFields | None", "tuple[bytes, bytes] | None"]
 #: How long the connections may answer requests in one iteration of the event loop. Past it, a
 #: connection with a new read (or a turn to take) waits for the next iteration, in arrival order:
 #: the loop's timers, its other callbacks and its new events run in between, so no iteration grows
@@ -204,6 +213,11 @@ class Engine:
         self.answers: Memo[bytes, Known] = Memo(max_entries=ANSWERS_ENTRIES)
         #: a read that was exactly one plain request head → what it parsed to; bounded with its keys.
         self.heads: Memo[bytes, Head] = Memo(max_entries=HEADS_ENTRIES, max_bytes=HEADS_MAX_BYTES)
+        #: a head block the parser judged → what a head of it parses to (None with a gate, whose
+        #: judgement depends on the target)
+        self.blocks: Memo[bytes, Block] | None = (
+            Memo(max_entries=BLOCKS_ENTRIES, max_bytes=BLOCKS_MAX_BYTES) if self.gate is None else None
+        )
         self.recent = RecentPaths()
         self.executor = default_cold_executor()
         #: cold pages read in off the loop, each body told once they are in (None: on a timer)
@@ -268,6 +282,26 @@ class Engine:
                 field = fields[0]
                 logged += len(field[0]) + len(field[1])
             self.heads.put(data, (x.method, url, x.mode, log, guarded, field), len(data) + len(url) + logged)
+            blocks = self.blocks
+            if blocks is not None:
+                split = split_head(data, self.rules.max_url)
+                if split is not None and split[1] == url:  # (the target the parser read)
+                    blocks.put(split[0], (x.method, x.mode, log, field), len(split[0]) + logged)
+
+    def head_like(self, data: bytes) -> Head | None:
+        """What the read *data* parses to, if it is a known block (:meth:`learn`) with a plain
+        target (``_reader.split_head``); else None (parsed)."""
+        blocks = self.blocks
+        if blocks is None:
+            return None
+        split = split_head(data, self.rules.max_url)
+        if split is None:
+            return None
+        block = blocks.get(split[0])
+        if block is None:
+            return None
+        method, mode, log, field = block
+        return method, split[1], mode, log, None, field
 
     def forget(self, raw: bytes) -> None:
         self.answers.pop(raw)

@@ -179,3 +179,150 @@ async def test_the_heads_memo_charges_what_it_holds(tmp_path: Path) -> None:
         assert held <= 1.25 * HEADS_MAX_BYTES, f"{held / 2**20:.1f} MiB held"
     finally:
         engine.stop()
+
+
+# -- head blocks: a new target with the fields of a head parsed before is not parsed ----------------
+
+
+def blocks_of(www_site: ServeSite) -> Any:
+    return engine()._engines[www_site.server].blocks
+
+
+async def test_a_new_target_with_known_fields_is_not_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client asks for new paths with the same fields each time (a browser, a crawler, a load
+    test): the first head is parsed, the next ones, their targets new, are read as that head's
+    block with another target, and answered and logged as parsed ones are (a file, a folder's
+    index, a percent-encoded name, a query, a missing file, a HEAD's block learned apart)."""
+    fed = watch_feeds(monkeypatch)
+    log = io.StringIO()
+    fields = "Referer: http://r/\r\nUser-Agent: ua\r\nAccept: */*\r\n"
+    async with serving(tmp_path, access_log=log) as www_site:
+        small = (www_site.public / "small.txt").read_bytes()
+        reader, writer = await www_site.open()
+        try:
+            answers = []
+            for target, method in [
+                ("/sub/", "GET"),
+                ("/small.txt", "GET"),
+                ("/sm%61ll.txt?x=1&y=/;:@", "GET"),
+                ("/a%2520b.txt", "GET"),
+                ("/sp%20ace.txt", "GET"),
+                ("/missing.txt", "GET"),
+                ("/small.txt", "HEAD"),
+                ("/big.bin", "HEAD"),
+            ]:
+                writer.write(get(target, fields, method=method))
+                answers.append(await read_response(reader, method))
+        finally:
+            await close_writer(writer)
+        assert len(blocks_of(www_site)) == 2  # (GET's and HEAD's)
+    assert fed == [get("/sub/", fields), get("/small.txt", fields, method="HEAD")]
+    assert [(a.status, a.body) for a in answers] == [
+        (200, b"<p>index</p>"),
+        (200, small),
+        (200, small),
+        (200, b"literal percent"),
+        (200, b"space"),
+        (404, b"404: Not Found"),
+        (200, b""),
+        (200, b""),
+    ]
+    assert answers[-1].header("content-length") == str((www_site.public / "big.bin").stat().st_size)
+    lines = [line.split(" [")[0] + line.split("]")[1] for line in log.getvalue().splitlines()]
+    assert [line.split('"')[1] for line in lines] == [
+        "GET /sub/ HTTP/1.1",
+        "GET /small.txt HTTP/1.1",
+        "GET /sm%61ll.txt?x=1&y=/;:@ HTTP/1.1",
+        "GET /a%2520b.txt HTTP/1.1",
+        "GET /sp%20ace.txt HTTP/1.1",
+        "GET /missing.txt HTTP/1.1",
+        "HEAD /small.txt HTTP/1.1",
+        "HEAD /big.bin HTTP/1.1",
+    ]
+    assert all(line.endswith('"http://r/" "ua"') for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("target", "status"),
+    [
+        ("/" + "x" * 8191, 414),
+        ("/sm all.txt", 400),
+        ("/small.txt#frag", 200),
+        ("http://localhost/small.txt", 200),
+        ("/caf\u00e9.txt", 400),
+    ],
+    ids=["too-long", "space", "fragment", "absolute", "latin1"],
+)
+async def test_a_target_not_plain_in_a_known_block_is_parsed(
+    www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, target: str, status: int
+) -> None:
+    """A known block with a target the split does not take is parsed, and answered as the parser
+    and the core say (the long one, a read over a parse slice, from the backlog)."""
+    reader, writer = await www_site.open()
+    try:
+        writer.write(get("/small.txt"))
+        await read_response(reader)
+        fed = watch_feeds(monkeypatch)
+        data = get(target)
+        writer.write(data)
+        answer = await read_response(reader)
+    finally:
+        await close_writer(writer)
+    from aiosendfile._serve._reader import PARSE_SLICE
+
+    assert fed == ([data] if len(data) <= PARSE_SLICE else [])
+    assert answer.status == status
+
+
+async def test_behind_a_password_no_block_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a gate, what a head is allowed depends on its target too (``public_read`` reads, an
+    upload's resource): no block is kept, and each new target is parsed and judged."""
+    import base64
+
+    from aiosendfile._serve import _auth
+
+    fed = watch_feeds(monkeypatch)
+    users = (_auth.parse_entry("bob:pw"),)
+    fields = "Authorization: Basic " + base64.b64encode(b"bob:pw").decode() + "\r\n"
+    async with serving(tmp_path, auth=users, public_read=True) as www_site:
+        assert blocks_of(www_site) is None
+        reader, writer = await www_site.open()
+        try:
+            for target in ("/small.txt", "/sub/", "/sp%20ace.txt"):
+                writer.write(get(target, fields))
+                assert (await read_response(reader)).status == 200
+        finally:
+            await close_writer(writer)
+    assert len(fed) == 3
+
+
+async def test_the_blocks_stay_bounded_under_100000_distinct_blocks(tmp_path: Path) -> None:
+    """A peer that sends a new block with each head (a new User-Agent each time, near the longest a
+    memoised head may be): at most BLOCKS_ENTRIES blocks and BLOCKS_MAX_BYTES of charges, and a
+    block is known again only while held."""
+    from aiosendfile._serve._protocol import Exchange
+    from aiosendfile._serve._server import (
+        BLOCKS_ENTRIES,
+        BLOCKS_MAX_BYTES,
+        HEADS_MAX_KEY,
+        Engine,
+        ServeConfig,
+    )
+
+    engine = Engine(ServeConfig(str(tmp_path)), asyncio.get_running_loop())
+    try:
+        assert engine.blocks is not None
+        for i in range(100_000):
+            agent = b"%d" % i * (1 + i % 300)
+            data = get("/x")[:-2] + b"User-Agent: " + agent[: HEADS_MAX_KEY - 60] + b"\r\n\r\n"
+            engine.learn(data, Exchange(b"GET", b"/x", 1, None, ("1.1", None, agent, None)))
+            assert len(engine.blocks) <= BLOCKS_ENTRIES
+            assert engine.blocks.size <= BLOCKS_MAX_BYTES
+            parsed = (b"GET", b"/y", 1, ("1.1", None, agent, None), None, None)
+            assert engine.head_like(data.replace(b"/x", b"/y", 1)) == parsed
+        assert len(engine.blocks) > BLOCKS_ENTRIES // 4
+        assert engine.head_like(get("/y")[:-2] + b"User-Agent: 0\r\n\r\n") is None  # (long evicted)
+    finally:
+        engine.stop()

@@ -22,6 +22,7 @@ from aiosendfile._serve._reader import (
     RequestReader,
     Stop,
     header_kinds,
+    split_head,
     split_target,
 )
 from aiosendfile._serve._rules import HostRule
@@ -324,6 +325,40 @@ def test_a_plain_request_is_the_one_the_heads_memo_may_keep() -> None:
         r.feed(not_plain)
         assert rec.exchanges
         assert r.parsed is None, not_plain
+
+
+def test_a_head_split_without_the_parser_has_the_target_the_parser_reads() -> None:
+    """``split_head`` (a head block known, a new target: no parse) takes only an origin-form
+    target of bytes llhttp gives back as they came: each byte of its set, in a path and a query,
+    reads the same through the parser; every other byte, a fragment, another form, a second
+    space, no version, a target over the limit: not split (the parser reads it, and refuses
+    what it refuses)."""
+    from aiosendfile._serve._reader import _PLAIN_TARGET_BYTES
+
+    rest = b" HTTP/1.1\r\nHost: a\r\n\r\n"
+    for byte in range(256):
+        target = b"/a" + bytes([byte]) + b"b?q" + bytes([byte])
+        data = b"GET " + target + rest
+        split = split_head(data, MAX_URL)
+        if byte in _PLAIN_TARGET_BYTES:
+            assert split == (b"GET" + rest, target), data
+            assert [(e[0], e[2]) for e in events(data)] == [("request", target)], data
+        else:
+            assert split is None, data
+    longest = b"/" + b"x" * (MAX_URL - 1)
+    assert split_head(b"HEAD " + longest + rest, MAX_URL) == (b"HEAD" + rest, longest)
+    for other in (
+        b"GET /" + b"x" * MAX_URL + rest,  # (414 from the parser)
+        b"GET http://a/x" + rest,
+        b"GET *" + rest,
+        b"GET  /x" + rest,
+        b"GET /x" + b"\r\nHost: a\r\n\r\n",
+        b"GET /x  HTTP/1.1\r\n\r\n",
+        b"GET /x HTTP/1.1",
+        b"GET",
+        b"",
+    ):
+        assert split_head(other, MAX_URL) is None, other
 
 
 def test_the_access_log_fields() -> None:
