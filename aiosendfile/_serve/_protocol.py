@@ -27,7 +27,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .._outlet import Outlet
+from .._outlet import Outlet, Transfer
 from ._answering import replay, respond
 from ._archive_body import ArchiveBody
 from ._auth import address_key
@@ -215,6 +215,8 @@ class HttpProtocol(asyncio.Protocol):
         if reader.backlog or len(data) > PARSE_SLICE or self.pending or self.busy or self.write_paused:
             reader.to_backlog(data)
             self._resume()
+            if self.busy:  # (a read while a file body is sent: its backlog pauses reading)
+                self._update_reading()
             return
         # The common case, a read of one request or a few while nothing waits: parsed at once
         # (a slice's worth: at most a few hundred requests), answered within the turn's budget.
@@ -532,8 +534,12 @@ class HttpProtocol(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.ended or transport.is_closing():
             return  # (after the end of stream the transport reads no more: resuming would read it again)
+        # A file body sent on the connection's own duplicate (a Transfer: a cold chunk's wait, a
+        # full socket) leaves reading on: pausing and resuming around it cost two epoll_ctl a body,
+        # and a client that waits for its answer sends nothing meanwhile; a read that comes is
+        # kept in the backlog, which pauses reading then.
         paused = (
-            self.busy
+            (self.busy and type(self.owned) is not Transfer)
             or self.dead
             or self.write_paused
             or len(self.pending) >= MAX_PENDING

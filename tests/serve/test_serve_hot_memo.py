@@ -494,3 +494,40 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     assert len(reopened) == 1
     assert hints == [(0, len(body))]  # it waited for the pages
     assert len(probes) == 1  # only the one after the wait
+
+
+async def test_reading_stays_on_while_a_file_body_waits_and_a_read_then_pauses_it(tmp_path: Path) -> None:
+    """A file body that waits (the client reads nothing: the socket is full) leaves the
+    connection's reading on: no pause and resume around each body that does not go at once. A
+    request the client pipelines meanwhile is kept in the backlog, which pauses reading (one read
+    at most is held); it is answered after the body, in order, and reading is on again."""
+    loop = asyncio.get_running_loop()
+    async with serving(tmp_path) as www_site:
+        big = (www_site.public / "big.bin").read_bytes()
+        small = (www_site.public / "small.txt").read_bytes()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        writer = None
+        try:
+            await loop.sock_connect(sock, (www_site.host, www_site.port))
+            await loop.sock_sendall(sock, get("/big.bin"))
+            await until(lambda: engine()._engines[www_site.server].connections)
+            conn = next(iter(engine()._engines[www_site.server].connections))
+            await until(lambda: type(conn.owned).__name__ == "Transfer")
+            await asyncio.sleep(0.1)  # (the socket full: the body waits)
+            assert type(conn.owned).__name__ == "Transfer"
+            assert conn.busy
+            assert not conn.read_paused
+            await loop.sock_sendall(sock, get("/small.txt"))
+            await until(lambda: conn.read_paused)
+            assert conn.reader.backlog
+            assert type(conn.owned).__name__ == "Transfer"
+            stream, writer = await asyncio.open_connection(sock=sock, limit=2**22)
+            assert (await read_response(stream)).body == big
+            assert (await read_response(stream)).body == small
+            await until(lambda: not conn.read_paused and not conn.busy)
+        finally:
+            if writer is not None:
+                await close_writer(writer)
+            sock.close()
