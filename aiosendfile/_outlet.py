@@ -36,8 +36,9 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   out of order on a busy device, and the last one in says nothing of the others), and no GIL is
   handed off per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same reason). A
   larger chunk, or one still cold after ``COLD_WAITS`` waits (evicted again, a busy disk, or one
-  the reader held past ``READER_PATIENCE``), is sent from the cold-read pool, whose thread hands
-  the result back with one ``call_soon_threadsafe``. The duplicate stays open until that thread
+  the reader held past its patience, ``_coldread.READER_PATIENCE``, which one timer of the
+  waits keeps for all), is sent from the cold-read pool, whose thread hands the result back
+  with one ``call_soon_threadsafe``. The duplicate stays open until that thread
   is done with it, whatever happens to the connection. Where the owner shares out each iteration
   of the loop (``Turns``: ``serve``'s engine), a chunk whose wait ends while the iteration's time
   is spent takes a turn in a following iteration, as a connection's new request does.
@@ -101,9 +102,6 @@ PROBED_COLD = _platform.PROBED_COLD
 #: 1 ms, then 2 ms, each under load also at least a turn of the loop).
 COLD_WAITS = 2
 FIRST_WAIT = 0.001
-#: Seconds a chunk waits for the page reader before it goes to the pool: a hung file (a stuck
-#: network file system) holds the reader's thread, and what was asked after it, no longer.
-READER_PATIENCE = 1.0
 
 _MSG_MORE = getattr(socket, "MSG_MORE", 0) if _platform.HAS_MSG_MORE else 0
 _TCP = (socket.AF_INET, socket.AF_INET6)
@@ -341,12 +339,11 @@ class Transfer:
         pages = self.pages
         if pages is not None and not pages.closed:
             try:
-                self.asked = pages.ask(self.file_fd, self.position, size, self._read_through)
+                self.asked = pages.ask(self.file_fd, self.position, size, self._read_through, self._late)
             except (OSError, MemoryError):  # (EMFILE for its duplicate: the timer's way, this once)
                 pass
             else:
                 self.waits += 1
-                self.timer = self.outlet.loop.call_later(READER_PATIENCE, self._late, size)
                 return
         if self.waits == 0:
             read_ahead(self.file_fd, self.position, size, self.outlet.loop)  # (not from the loop's thread)
@@ -356,17 +353,14 @@ class Transfer:
 
     def _read_through(self) -> None:
         self.asked = None
-        if self.timer is not None:
-            self.timer.cancel()
         self._waited()
 
-    def _late(self, size: int) -> None:
-        """The page reader has not read the chunk in within READER_PATIENCE (a hung file, a very
+    def _late(self) -> None:
+        """The page reader has not read the chunk in within its patience (a hung file, a very
         slow device, or reads queued behind one): it goes to the pool, as a chunk still cold."""
-        self.timer = None
-        self._forget_ask()
+        self.asked = None
         self.warm_to = 0
-        self._to_pool(size)
+        self._to_pool(min(self.end - self.position, MAX_CHUNK))
 
     def _waited(self) -> None:
         self.timer = None

@@ -187,10 +187,13 @@ async def test_page_waits_call_back_on_the_loop_and_let_go_at_close(tmp_path: Pa
         called.append("fails")
         raise ValueError("boom")
 
+    def late() -> None:
+        called.append("late")
+
     try:
-        waits.ask(fd, 0, 50_000, fails)
-        waits.ask(fd, 0, 4096, lambda: called.append("second"))
-        cancelled = waits.ask(fd, 0, 4096, lambda: called.append("cancelled"))
+        waits.ask(fd, 0, 50_000, fails, late)
+        waits.ask(fd, 0, 4096, lambda: called.append("second"), late)
+        cancelled = waits.ask(fd, 0, 4096, lambda: called.append("cancelled"), late)
         waits.cancel(cancelled)
     finally:
         os.close(fd)
@@ -198,10 +201,78 @@ async def test_page_waits_call_back_on_the_loop_and_let_go_at_close(tmp_path: Pa
     await asyncio.sleep(0.05)  # (the cancelled range's read ends too: still not called)
     assert sorted(called) == ["fails", "second"]
     assert [type(e.get("exception")) for e in errors] == [ValueError]
+    assert not waits.waiting
+    assert not waits.late
     waits.close()
+    assert waits.timer is None
     assert open_fds() == before
     with pytest.raises(RuntimeError):
-        waits.ask(0, 0, 1, lambda: None)
+        waits.ask(0, 0, 1, lambda: None, late)
+
+
+class _HungReader:
+    """A page reader whose thread never gives a range back (a hung file): what the waits ask."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def ask(self, fd: int, offset: int, size: int, token: int) -> None:
+        self.asked.append(token)
+
+    def start(self) -> None:
+        pass
+
+    def done(self) -> list[int]:
+        return []
+
+
+async def test_page_waits_call_late_what_is_not_in_after_their_patience() -> None:
+    """One timer for all the waits (none a wait): a range still not in after the patience (within
+    twice it) is forgotten and its *late* called instead, once, oldest first; one asked later
+    waits on; one that came in is not late. The timer stops when nothing waits."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop, patience=0.1)
+    waits.reader = _HungReader()  # type: ignore[assignment]
+    calls: list[str] = []
+    try:
+        timers = []
+        real_call_later = loop.call_later
+
+        def counted(delay: float, *args: Any) -> Any:
+            timers.append(delay)
+            return real_call_later(delay, *args)
+
+        loop_calls = pytest.MonkeyPatch()
+        loop_calls.setattr(loop, "call_later", counted)
+        try:
+            for name in ("a", "b", "c"):
+                waits.ask(
+                    0,
+                    0,
+                    1,
+                    lambda name=name: calls.append("then " + name),
+                    lambda name=name: calls.append("late " + name),
+                )
+        finally:
+            loop_calls.undo()
+        assert timers == [0.1]  # (one timer for the three)
+        waits.waiting.pop(1)()  # ("b" came in: as _arrived does)
+        del waits.late[1]
+        started = loop.time()
+        await until(lambda: len(calls) == 3)
+        assert 0.1 <= loop.time() - started + 0.01 < 0.5
+        assert calls == ["then b", "late a", "late c"]
+        assert not waits.waiting
+        assert not waits.late
+        await until(lambda: waits.timer is None)
+        waits.ask(0, 0, 1, lambda: calls.append("then d"), lambda: calls.append("late d"))
+        await asyncio.sleep(0.12)
+        assert calls[3:] == []  # (asked after the last run: not late at the next)
+        await until(lambda: len(calls) == 4)
+        assert calls[3:] == ["late d"]
+    finally:
+        waits.reader = None
+        waits.close()
 
 
 class ColdSend:
@@ -284,7 +355,7 @@ async def test_a_transfer_waits_for_the_reader_not_a_timer(
             assert await send.end() == (size, None)
             assert send.received() == b"HEAD\r\n\r\n" + send.data
             # (the reader's patience, and wait_for's own 10 s: no timer that polls for the pages)
-            assert [delay for delay in timers if delay < _outlet.READER_PATIENCE] == []
+            assert [delay for delay in timers if delay < _coldread.READER_PATIENCE] == []
     finally:
         waits.close()
 
@@ -335,10 +406,11 @@ class StuckWaits:
         self.asked: list[tuple[int, int]] = []
         self.cancelled: list[int] = []
 
-    def ask(self, fd: int, offset: int, size: int, then: Any) -> int:
+    def ask(self, fd: int, offset: int, size: int, then: Any, late: Any) -> int:
         if self.fails:
             raise OSError(errno.EMFILE, "Too many open files")
         self.asked.append((offset, size))
+        asyncio.get_running_loop().call_later(0.05, late)  # (its patience: forgotten, then late)
         return len(self.asked)
 
     def cancel(self, token: int) -> None:
@@ -349,10 +421,9 @@ class StuckWaits:
 async def test_a_chunk_the_reader_does_not_give_back_goes_on_another_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    """A chunk the reader holds past READER_PATIENCE is cancelled there and sent from the pool; a
-    reader that cannot be asked (no descriptor for its duplicate) leaves the chunk to the read
+    """A chunk the waits call late (the reader held it past their patience) is sent from the pool;
+    a reader that cannot be asked (no descriptor for its duplicate) leaves the chunk to the read
     ahead and the timer. Byte-exact, never a hang."""
-    monkeypatch.setattr(_outlet, "READER_PATIENCE", 0.05)
     hints: list[int] = []
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: hints.append(size))
     waits = StuckWaits(fails=how == "refused")
@@ -363,7 +434,7 @@ async def test_a_chunk_the_reader_does_not_give_back_goes_on_another_way(
         assert send.received() == send.data
         if how == "stuck":
             assert waits.asked == [(0, len(send.data))]
-            assert waits.cancelled == [1]
+            assert waits.cancelled == []  # (the waits forgot it themselves)
             assert _platform.counters.cold == before + 1  # (sent from the pool)
         else:
             await until(lambda: hints)
@@ -376,8 +447,7 @@ async def test_waits_closed_under_a_waiting_transfer_let_it_go_on(
     """The engine closes its waits while a body still waits for its pages: the body is called back
     at once (not after the reader's patience), finds its chunk cold, and goes on the timer's way
     to its end (never a hang)."""
-    monkeypatch.setattr(_outlet, "READER_PATIENCE", 3600.0)
-    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    waits = _coldread.PageWaits(asyncio.get_running_loop(), patience=3600.0)
     with ColdSend(tmp_path, 100_000, 8, waits) as send:
         send.transfer.run()
         assert send.transfer.asked is not None
