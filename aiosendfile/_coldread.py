@@ -175,18 +175,27 @@ class PageWaits:
         ahead with :func:`read_ahead` and waits on a timer)."""
         return cls(loop) if _platform.HAS_PAGE_READER else None
 
-    def ask(self, fd: int, offset: int, size: int, then: Callable[[], None], late: Callable[[], None]) -> int:
+    def ask(
+        self,
+        fd: int,
+        offset: int,
+        size: int,
+        then: Callable[[], None],
+        late: Callable[[], None],
+        key: tuple[int, int] | None = None,
+    ) -> int:
         """Read [offset, offset+size) of *fd* in (from a duplicate: *fd* may be closed at once),
         then call *then* on the loop; the token :meth:`cancel` takes. A range not in after
         :attr:`patience` (within twice that: a hung file, a very slow device, reads queued behind
-        one) is no longer waited for, and *late* is called instead. Not after :meth:`close`."""
+        one) is no longer waited for, and *late* is called instead. *key*: the file's device and
+        inode, if known (``_platform.started_reading``). Not after :meth:`close`."""
         if self.closed:
             raise RuntimeError("these page waits are closed")
         reader = self.reader
         if reader is None:
             reader = self.reader = _platform.page_reader()
             self.loop.add_reader(reader.fileno(), self._arrived)
-        _platform.started_reading(fd)
+        _platform.started_reading(fd, key)
         token = self.next
         self.next = token + 1
         reader.ask(fd, offset, size, token)

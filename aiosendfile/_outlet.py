@@ -188,6 +188,7 @@ class Transfer:
         "end",
         "file_fd",
         "head",
+        "key",
         "on_progress",
         "outlet",
         "pages",
@@ -216,6 +217,7 @@ class Transfer:
         warm_to: int = 0,
         turns: Turns | None = None,
         pages: PageWaits | None = None,
+        key: tuple[int, int] | None = None,
     ) -> None:
         self.outlet = outlet
         self.head = memoryview(head) if head else None
@@ -236,6 +238,7 @@ class Transfer:
         self.timer: asyncio.TimerHandle | None = None
         self.turns = turns
         self.pages = pages  # the owner's page reader (else cold pages are waited for on a timer)
+        self.key = key  # the file's (device, inode), if the owner knows them: no fstat to track its reads
 
     def stop(self) -> None:
         """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
@@ -292,7 +295,8 @@ class Transfer:
                         self._read_in(read, size)
                         return
                     cold = read is False or (
-                        read is None and is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS)
+                        read is None
+                        and is_cold(self.file_fd, self.position, size, DEFAULT_OPTIONS, key=self.key)
                     )
                 else:
                     cold = self.warm_to == PROBED_COLD or is_cold(
@@ -301,6 +305,7 @@ class Transfer:
                         size,
                         DEFAULT_OPTIONS,
                         read_in=self.waits > 0,
+                        key=self.key,
                     )
                 if cold:
                     self.warm_to = 0  # (probed again after the wait)
@@ -339,7 +344,9 @@ class Transfer:
         pages = self.pages
         if pages is not None and not pages.closed:
             try:
-                self.asked = pages.ask(self.file_fd, self.position, size, self._read_through, self._late)
+                self.asked = pages.ask(
+                    self.file_fd, self.position, size, self._read_through, self._late, self.key
+                )
             except (OSError, MemoryError):  # (EMFILE for its duplicate: the timer's way, this once)
                 pass
             else:
@@ -404,7 +411,7 @@ class Transfer:
         self._unwatch()
         outlet = self.outlet
         outlet.in_pool = True
-        _platform.went_to_pool(self.file_fd)
+        _platform.went_to_pool(self.file_fd, self.key)
         job = DEFAULT_OPTIONS.cold_executor.submit(
             sendfile_once, outlet.fd, self.file_fd, self.position, size
         )
@@ -453,19 +460,25 @@ def probe_max(ident: tuple[int, ...]) -> int:
 
 
 def send_first(
-    outlet: Outlet, head: bytes, fd: int, size: int, probed: bool = False
+    outlet: Outlet,
+    head: bytes,
+    fd: int,
+    size: int,
+    probed: bool = False,
+    key: tuple[int, int] | None = None,
 ) -> tuple[int, bytes, int]:
     """The first send of a file of at most one chunk after *head*, made here, with no transfer
     object, where its pages are cached and the socket takes them (the common case, as the public
     call's straight line); *probed*: the caller found every page cached a moment ago. Returns the
     file bytes sent, what is left of *head*, and what a transfer that goes on from there takes for
-    its ``warm_to``: *size* (probed warm), ``PROBED_COLD``, or 0 (not probed). A full socket or
+    its ``warm_to``: *size* (probed warm), ``PROBED_COLD``, or 0 (not probed); *key*: the file's
+    device and inode, if known (no ``fstat`` to tell its reads). A full socket or
     an error stops it where it is: the transfer meets an error again, and aborts."""
     warm_to = 0
     position = 0
     rest = head
     try:
-        if not probed and is_cold(fd, 0, size, DEFAULT_OPTIONS):
+        if not probed and is_cold(fd, 0, size, DEFAULT_OPTIONS, key=key):
             return 0, head, PROBED_COLD  # (the transfer waits for its pages at once)
         warm_to = size
         rest = head[outlet.sock.send(head, outlet.flags) :]

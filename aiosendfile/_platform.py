@@ -141,14 +141,14 @@ _files_reading_in: OrderedDict[tuple[int, int], float] = OrderedDict()
 _reading_in_lock = threading.Lock()
 
 
-def started_reading(fd: int | None = None) -> None:
-    """This process started reading a file in (*fd*'s; None: not known): pages may be on the way
-    for a while, and only that file's (another connection's transfer of the same file checks
-    every page: :func:`reading_in`)."""
+def started_reading(fd: int | None = None, key: tuple[int, int] | None = None) -> None:
+    """This process started reading a file in (*fd*'s, or the file *key* names, its device and
+    inode: no ``fstat`` then; None: not known): pages may be on the way for a while, and only
+    that file's (another connection's transfer of the same file checks every page:
+    :func:`reading_in`)."""
     global _reading_in_until, _every_file_until
     until = time.monotonic() + READING_IN_S
-    key = None
-    if fd is not None:
+    if key is None and fd is not None:
         try:
             st = os.fstat(fd)
         except OSError:
@@ -174,11 +174,11 @@ def started_reading(fd: int | None = None) -> None:
                 _every_file_until = until
 
 
-def went_to_pool(fd: int | None = None) -> None:
-    """A chunk of *fd* goes to the cold-read pool to be sent or read: counted (``counters.cold``),
-    and a read that may bring pages in (:func:`started_reading`)."""
+def went_to_pool(fd: int | None = None, key: tuple[int, int] | None = None) -> None:
+    """A chunk of *fd* (the file *key* names, if given) goes to the cold-read pool to be sent or
+    read: counted (``counters.cold``), and a read that may bring pages in (:func:`started_reading`)."""
     counters.cold += 1
-    started_reading(fd)
+    started_reading(fd, key)
 
 
 def reading_in(fd: int | None = None, file_key: tuple[int, int] | None = None) -> bool:

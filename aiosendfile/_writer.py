@@ -273,6 +273,7 @@ def is_cold(
     device: int | None = None,
     *,
     read_in: bool = False,
+    key: tuple[int, int] | None = None,
 ) -> bool:
     """Whether this chunk's sendfile may wait for the disk (and so belongs in the pool).
 
@@ -282,7 +283,8 @@ def is_cold(
     checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer). The
     same while a read this process started of the same file may still be bringing pages in
     (``_platform.reading_in``: another connection's), and only then: a server with every file
-    cached pays nothing for it, nor does one file for another's cold read.
+    cached pays nothing for it, nor does one file for another's cold read. *key*: the file's
+    device and inode, if the caller knows them (``_platform.reading_in`` then needs no ``fstat``).
     """
     if not options.probe:
         return False
@@ -291,7 +293,7 @@ def is_cold(
     if whole is not None:
         if not whole:
             return True
-        if read_in or _platform.reading_in(file_fd):
+        if read_in or _platform.reading_in(file_fd, key):
             every = _platform.range_readable(file_fd, position, size)
             if every is not None:  # (it read every page, the last one too: no probe after it)
                 return not every

@@ -176,7 +176,7 @@ def replay(
                 conn._log(exchange, ident[2])
         else:  # (a working set larger than the cache is sent from its files)
             fd, size, warm_to = again
-            send_whole(conn, exchange, url, mode, fd, size, head, warm_to)
+            send_whole(conn, exchange, url, mode, fd, size, head, warm_to, (ident[0], ident[1]))
         return True
     if body is False:
         engine.forget(key)
@@ -288,8 +288,9 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
     if type(body) is bytes or type(body) is bytearray:
         _written(conn, exchange, head + body, size)
     else:  # as a kept one is sent: straight where the socket takes it, or to wait for cold pages
+        warm_to = PROBED_COLD if body is False else 0
         send_whole(
-            conn, exchange, exchange.url, exchange.mode, fd, size, head, PROBED_COLD if body is False else 0
+            conn, exchange, exchange.url, exchange.mode, fd, size, head, warm_to, (st.st_dev, st.st_ino)
         )
 
 

@@ -55,6 +55,7 @@ def send_whole(
     size: int,
     head: bytes,
     warm_to: int,
+    key: tuple[int, int] | None = None,
 ) -> None:
     """GET of a whole file from *fd* (ours: closed here, or by the sender) after *head*: a kept
     one, or a first sight (the core's plain 200). *warm_to*: 0 if its pages were not probed yet,
@@ -62,7 +63,8 @@ def send_whole(
     (trusted only by a send made now). A file of one chunk, on a connection whose outlet exists
     and whose transport holds nothing, is first sent at once (``send_first``); whatever is left
     goes on as a transfer from where that stopped. The request object *exchange* is made only
-    when a sender or the access log needs it."""
+    when a sender or the access log needs it. *key*: the file's device and inode, if known (its
+    cold reads are told by them, not by an ``fstat``)."""
     position = 0
     rest = head
     outlet = conn.outlet
@@ -72,7 +74,7 @@ def send_whole(
     if type(outlet) is Outlet and size <= MAX_CHUNK and not conn.out and warm_to != PROBED_COLD:
         transport = conn.transport
         if not transport.get_write_buffer_size() and not transport.is_closing():
-            position, rest, warm_to = send_first(outlet, head, fd, size, probed)
+            position, rest, warm_to = send_first(outlet, head, fd, size, probed, key)
             if position == size:
                 os.close(fd)
                 conn.since = conn.engine.now
@@ -83,7 +85,7 @@ def send_whole(
         exchange = Exchange(_GET, url, mode, None, None)
     body_range = FileRange(fd, position, size - position)
     ans = Answer(200, [], size, body=body_range, fd=fd, close=os.close)
-    send_body(conn, exchange, ans, body_range, rest, position, warm_to)
+    send_body(conn, exchange, ans, body_range, rest, position, warm_to, key)
 
 
 def send_body(
@@ -94,6 +96,7 @@ def send_body(
     head: bytes,
     sent: int = 0,
     warm_to: int = 0,
+    key: tuple[int, int] | None = None,
 ) -> None:
     """Send a file body after *head* through the body sender that fits the connection. *ans* is
     closed once it is sent (or the connection is gone); *sent*: file bytes already sent before
@@ -141,6 +144,7 @@ def send_body(
             warm_to,
             conn.engine,
             conn.engine.pages,
+            key,
         )
     else:
         sender = PublicBody(transport, ans, head, sent, done, conn._progress)

@@ -475,3 +475,29 @@ def test_a_read_of_one_file_checks_every_page_of_that_file_only(
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_a_read_told_by_its_file_key_needs_no_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An owner that knows the file's device and inode (a kept answer's identity, a first sight's
+    ``fstat``) tells a read and asks about one by them: no ``fstat`` (a closed descriptor here would
+    make every file count as read in), and is_cold asks by the key too."""
+    from aiosendfile._options import DEFAULT_OPTIONS
+    from aiosendfile._writer import is_cold
+
+    monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
+    monkeypatch.setattr(_platform, "_every_file_until", 0.0)
+    monkeypatch.setattr(_platform, "_files_reading_in", collections.OrderedDict())
+    monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
+    monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
+    checked: list[int] = []
+    monkeypatch.setattr(_platform, "range_readable", lambda fd, offset, size: checked.append(fd) or True)
+    _platform.started_reading(-1, (7, 42))
+    assert _platform.reading_in(None, (7, 42))
+    assert not _platform.reading_in(None, (7, 43))  # (not every file: the key was enough)
+    assert is_cold(-1, 0, 8192, DEFAULT_OPTIONS, key=(7, 42)) is False
+    assert checked == [-1]  # (every page checked: a read of that file may be on its way)
+    assert is_cold(-2, 0, 8192, DEFAULT_OPTIONS, key=(7, 43)) is False
+    assert checked == [-1]
+    _platform.went_to_pool(-1, (7, 44))
+    assert _platform.reading_in(None, (7, 44))
+    assert not _platform.reading_in(None, (7, 45))

@@ -406,7 +406,7 @@ class StuckWaits:
         self.asked: list[tuple[int, int]] = []
         self.cancelled: list[int] = []
 
-    def ask(self, fd: int, offset: int, size: int, then: Any, late: Any) -> int:
+    def ask(self, fd: int, offset: int, size: int, then: Any, late: Any, key: Any = None) -> int:
         if self.fails:
             raise OSError(errno.EMFILE, "Too many open files")
         self.asked.append((offset, size))

@@ -134,9 +134,9 @@ def wait_pages_by(site: Any, how: str, monkeypatch: pytest.MonkeyPatch) -> list[
     kind = type(eng.pages)
     real = kind.ask
 
-    def ask(self: Any, fd: int, offset: int, size: int, then: Any, late: Any) -> int:
+    def ask(self: Any, fd: int, offset: int, size: int, then: Any, late: Any, key: Any = None) -> int:
         asked.append((offset, size))
-        return real(self, fd, offset, size, then, late)
+        return real(self, fd, offset, size, then, late, key)
 
     monkeypatch.setattr(kind, "ask", ask)
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append((-1, -1)))
