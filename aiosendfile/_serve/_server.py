@@ -76,8 +76,9 @@ HEADS_MAX_KEY = 2048
 BLOCKS_ENTRIES = 1024
 BLOCKS_MAX_BYTES = 2 * 1024 * 1024
 #: What a known block parses to: the method, the mode, the logged fields, a browser's
-#: Accept-Encoding (``Head`` but the target, and no guard: blocks are kept only without a gate).
-Block = tuple[bytes, int, "LogFields | None", "tuple[bytes, bytes] | None"]
+#: Accept-Encoding (``Head`` but the target, and no guard: blocks are kept only without a gate),
+#: and what the logged fields are charged in the heads memo.
+Block = tuple[bytes, int, "LogFields | None", "tuple[bytes, bytes] | None", int]
 #: How long the connections may answer requests in one iteration of the event loop. Past it, a
 #: connection with a new read (or a turn to take) waits for the next iteration, in arrival order:
 #: the loop's timers, its other callbacks and its new events run in between, so no iteration grows
@@ -286,11 +287,12 @@ class Engine:
             if blocks is not None:
                 split = split_head(data, self.rules.max_url)
                 if split is not None and split[1] == url:  # (the target the parser read)
-                    blocks.put(split[0], (x.method, x.mode, log, field), len(split[0]) + logged)
+                    blocks.put(split[0], (x.method, x.mode, log, field, logged), len(split[0]) + logged)
 
     def head_like(self, data: bytes) -> Head | None:
         """What the read *data* parses to, if it is a known block (:meth:`learn`) with a plain
-        target (``_reader.split_head``); else None (parsed)."""
+        target (``_reader.split_head``), then kept in the heads memo as a parsed head is (a
+        client asking for that path again is recognised at once); else None (parsed)."""
         blocks = self.blocks
         if blocks is None:
             return None
@@ -300,8 +302,12 @@ class Engine:
         block = blocks.get(split[0])
         if block is None:
             return None
-        method, mode, log, field = block
-        return method, split[1], mode, log, None, field
+        method, mode, log, field, logged = block
+        target = split[1]
+        head = method, target, mode, log, None, field
+        if len(data) <= HEADS_MAX_KEY:
+            self.heads.put(data, head, len(data) + len(target) + logged)
+        return head
 
     def forget(self, raw: bytes) -> None:
         self.answers.pop(raw)

@@ -218,6 +218,7 @@ async def test_a_new_target_with_known_fields_is_not_parsed(
         finally:
             await close_writer(writer)
         assert len(blocks_of(www_site)) == 2  # (GET's and HEAD's)
+        assert get("/small.txt", fields) in heads_of(www_site)  # (asked again: recognised at once)
     assert fed == [get("/sub/", fields), get("/small.txt", fields, method="HEAD")]
     assert [(a.status, a.body) for a in answers] == [
         (200, b"<p>index</p>"),
