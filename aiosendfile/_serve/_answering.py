@@ -57,8 +57,9 @@ _GET, _HEAD = b"GET", b"HEAD"
 RESUMABLE_BODILESS = (b"HEAD", b"DELETE", b"OPTIONS")
 
 
-def respond(conn: HttpProtocol, exchange: Exchange) -> None:
-    """Answer *exchange*: judged by the gate if it must be, replayed if it can be, else decided."""
+def respond(conn: HttpProtocol, exchange: Exchange, replayed: bool = False) -> None:
+    """Answer *exchange*: judged by the gate if it must be, replayed if it can be, else decided.
+    *replayed*: the caller found it not kept a moment ago, as it stands (not asked again)."""
     method = exchange.method
     if (
         method is not _GET
@@ -82,6 +83,7 @@ def respond(conn: HttpProtocol, exchange: Exchange) -> None:
     if (
         (fields is None or browser)
         and method in GET_HEAD
+        and not replayed
         and replay(conn, exchange, exchange.url, exchange.mode, method == _GET, browser)
     ):
         return

@@ -235,15 +235,15 @@ class HttpProtocol(asyncio.Protocol):
                 method, url, mode, log, guard, field = head
                 if mode == CLOSE:  # (nothing after it is read: closed once answered)
                     self.dead = True
-                if (
-                    guard is not None
-                    or method != _GET
-                    or log is not None
-                    or not replay(self, None, url, mode, True, field is not None)
-                ):
+                if guard is not None or method != _GET or log is not None:
                     exchange = Exchange(method, url, mode, None if field is None else [field], log)
                     exchange.auth = exchange.guarded = guard
                     respond(self, exchange)
+                elif not replay(self, None, url, mode, True, field is not None):
+                    # (not kept as it stands: a browser's is asked again as a plain one where
+                    # there are no pre-compressed siblings, as respond decides)
+                    exchange = Exchange(method, url, mode, None if field is None else [field], None)
+                    respond(self, exchange, field is None or self.engine.policy.precompressed)
             else:
                 reader.completed = 0
                 self._feed(data)
