@@ -236,13 +236,17 @@ class PageWaits:
             calls.append(late.pop(token))
         if late and not self.closed:
             self.timer = self.loop.call_later(self.patience, self._check)
-        for call in calls:
+        for i, call in enumerate(calls):
             try:
                 call()
             except Exception as exc:  # (the others still go on)
                 self.loop.call_exception_handler(
                     {"message": "a late wait for pages failed", "exception": exc}
                 )
+            except BaseException:  # (KeyboardInterrupt, SystemExit: the rest at the next turn)
+                for later in calls[i + 1 :]:
+                    self.loop.call_soon(later)
+                raise
 
     def close(self) -> None:
         """No more waits: the reader's eventfd leaves the loop and is closed, with the duplicates

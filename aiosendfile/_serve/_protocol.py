@@ -311,6 +311,7 @@ class HttpProtocol(asyncio.Protocol):
                     exchange.auth = exchange.guarded = (head.authorization, head.client)
                 if self.busy or self.pending:
                     self.pending.append(exchange)
+                    self._update_reading()  # (dead: a body in flight had left reading on)
                 else:
                     respond(self, exchange)
                 raise Stop(None)
@@ -335,7 +336,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         if self.busy or self.pending or self.write_paused or self.budget <= 0:
             self.pending.append(exchange)
-            if len(self.pending) >= MAX_PENDING:
+            if len(self.pending) >= MAX_PENDING or self.dead:  # (a body in flight left reading on)
                 self._update_reading()
             return
         self.budget -= 1
@@ -499,6 +500,8 @@ class HttpProtocol(asyncio.Protocol):
     def shutdown(self) -> None:
         """Stop taking requests: close now if idle, else after the response in flight."""
         self.dead = True
+        if self.busy:
+            self._update_reading()  # (a body in flight left reading on: nothing more is read)
         transport = self.transport
         if transport is not None and not self.busy:
             self.pending.clear()

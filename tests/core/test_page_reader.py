@@ -454,3 +454,28 @@ async def test_waits_closed_under_a_waiting_transfer_let_it_go_on(
         waits.close()
         assert await send.end() == (len(send.data), None)
         assert send.received() == send.data
+
+
+async def test_a_late_wait_that_interrupts_leaves_the_others_for_the_next_turn() -> None:
+    """A late callback that raises KeyboardInterrupt (or SystemExit) goes up; the waits after it,
+    already forgotten, are called at the loop's next turn, not lost."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop, patience=3600.0)
+    waits.reader = _HungReader()  # type: ignore[assignment]
+    calls: list[str] = []
+
+    def interrupts() -> None:
+        raise KeyboardInterrupt
+
+    try:
+        waits.ask(0, 0, 1, lambda: None, interrupts)
+        waits.ask(0, 0, 1, lambda: None, lambda: calls.append("second"))
+        waits.horizon = waits.next  # (both asked before the last run: late at this one)
+        with pytest.raises(KeyboardInterrupt):
+            waits._check()
+        assert calls == []
+        await asyncio.sleep(0)
+        assert calls == ["second"]
+    finally:
+        waits.reader = None
+        waits.close()

@@ -496,6 +496,36 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     assert len(probes) == 1  # only the one after the wait
 
 
+async def test_a_request_that_closes_behind_a_waiting_body_pauses_reading(tmp_path: Path) -> None:
+    """Behind a file body that waits, the client's next request says ``Connection: close``: nothing
+    after it is read, so reading pauses (not left on to read and drop what comes until the body
+    ends); both are answered, in order, then the connection closes."""
+    loop = asyncio.get_running_loop()
+    async with serving(tmp_path) as www_site:
+        big = (www_site.public / "big.bin").read_bytes()
+        small = (www_site.public / "small.txt").read_bytes()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        writer = None
+        try:
+            await loop.sock_connect(sock, (www_site.host, www_site.port))
+            await loop.sock_sendall(sock, get("/big.bin") + get("/small.txt", "Connection: close\r\n"))
+            await until(lambda: engine()._engines[www_site.server].connections)
+            conn = next(iter(engine()._engines[www_site.server].connections))
+            await until(lambda: type(conn.owned).__name__ == "Transfer")
+            await until(lambda: conn.dead)
+            assert conn.read_paused
+            stream, writer = await asyncio.open_connection(sock=sock, limit=2**22)
+            assert (await read_response(stream)).body == big
+            assert (await read_response(stream)).body == small
+            assert await read_to_eof(stream) == b""
+        finally:
+            if writer is not None:
+                await close_writer(writer)
+            sock.close()
+
+
 async def test_reading_stays_on_while_a_file_body_waits_and_a_read_then_pauses_it(tmp_path: Path) -> None:
     """A file body that waits (the client reads nothing: the socket is full) leaves the
     connection's reading on: no pause and resume around each body that does not go at once. A
