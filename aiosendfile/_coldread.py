@@ -236,17 +236,7 @@ class PageWaits:
             calls.append(late.pop(token))
         if late and not self.closed:
             self.timer = self.loop.call_later(self.patience, self._check)
-        for i, call in enumerate(calls):
-            try:
-                call()
-            except Exception as exc:  # (the others still go on)
-                self.loop.call_exception_handler(
-                    {"message": "a late wait for pages failed", "exception": exc}
-                )
-            except BaseException:  # (KeyboardInterrupt, SystemExit: the rest at the next turn)
-                for later in calls[i + 1 :]:
-                    self.loop.call_soon(later)
-                raise
+        self._call_all(calls, "a late wait for pages failed")
 
     def close(self) -> None:
         """No more waits: the reader's eventfd leaves the loop and is closed, with the duplicates
@@ -278,13 +268,19 @@ class PageWaits:
             if then is not None:
                 del late[token]
                 ready.append(then)
-        for i, then in enumerate(ready):
+        self._call_all(ready, "a wait for pages failed")
+
+    def _call_all(self, calls: list[Callable[[], None]], failed: str) -> None:
+        """Call each of *calls* (waits already forgotten): one that raises is reported to the
+        loop's handler as *failed* and the others still go on; KeyboardInterrupt or SystemExit
+        goes up, the rest at the loop's next turn."""
+        for i, call in enumerate(calls):
             try:
-                then()
-            except Exception as exc:  # (the rest of the batch still goes on)
-                self.loop.call_exception_handler({"message": "a wait for pages failed", "exception": exc})
-            except BaseException:  # (KeyboardInterrupt, SystemExit: the rest at the next turn)
-                for later in ready[i + 1 :]:
+                call()
+            except Exception as exc:
+                self.loop.call_exception_handler({"message": failed, "exception": exc})
+            except BaseException:
+                for later in calls[i + 1 :]:
                     self.loop.call_soon(later)
                 raise
 
