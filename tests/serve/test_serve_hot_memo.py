@@ -6,11 +6,13 @@ inline, and memoised files go the straight line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gc
 import io
 import os
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -496,34 +498,43 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     assert len(probes) == 1  # only the one after the wait
 
 
+@contextlib.asynccontextmanager
+async def waiting_body(www_site: ServeSite, data: bytes) -> AsyncIterator[tuple[socket.socket, Any]]:
+    """A client with a 4 KiB receive buffer that sends *data* (a request of ``big.bin`` first) and
+    reads nothing: its socket and the engine's connection, once a Transfer sends the body."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, (www_site.host, www_site.port))
+        await loop.sock_sendall(sock, data)
+        await until(lambda: engine()._engines[www_site.server].connections)
+        conn = next(iter(engine()._engines[www_site.server].connections))
+        await until(lambda: type(conn.owned).__name__ == "Transfer")
+        yield sock, conn
+    finally:
+        sock.close()
+
+
 async def test_a_request_that_closes_behind_a_waiting_body_pauses_reading(tmp_path: Path) -> None:
     """Behind a file body that waits, the client's next request says ``Connection: close``: nothing
     after it is read, so reading pauses (not left on to read and drop what comes until the body
     ends); both are answered, in order, then the connection closes."""
-    loop = asyncio.get_running_loop()
     async with serving(tmp_path) as www_site:
         big = (www_site.public / "big.bin").read_bytes()
         small = (www_site.public / "small.txt").read_bytes()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        writer = None
-        try:
-            await loop.sock_connect(sock, (www_site.host, www_site.port))
-            await loop.sock_sendall(sock, get("/big.bin") + get("/small.txt", "Connection: close\r\n"))
-            await until(lambda: engine()._engines[www_site.server].connections)
-            conn = next(iter(engine()._engines[www_site.server].connections))
-            await until(lambda: type(conn.owned).__name__ == "Transfer")
+        data = get("/big.bin") + get("/small.txt", "Connection: close\r\n")
+        async with waiting_body(www_site, data) as (sock, conn):
             await until(lambda: conn.dead)
             assert conn.read_paused
             stream, writer = await asyncio.open_connection(sock=sock, limit=2**22)
-            assert (await read_response(stream)).body == big
-            assert (await read_response(stream)).body == small
-            assert await read_to_eof(stream) == b""
-        finally:
-            if writer is not None:
+            try:
+                assert (await read_response(stream)).body == big
+                assert (await read_response(stream)).body == small
+                assert await read_to_eof(stream) == b""
+            finally:
                 await close_writer(writer)
-            sock.close()
 
 
 async def test_reading_stays_on_while_a_file_body_waits_and_a_read_then_pauses_it(tmp_path: Path) -> None:
@@ -535,16 +546,7 @@ async def test_reading_stays_on_while_a_file_body_waits_and_a_read_then_pauses_i
     async with serving(tmp_path) as www_site:
         big = (www_site.public / "big.bin").read_bytes()
         small = (www_site.public / "small.txt").read_bytes()
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        writer = None
-        try:
-            await loop.sock_connect(sock, (www_site.host, www_site.port))
-            await loop.sock_sendall(sock, get("/big.bin"))
-            await until(lambda: engine()._engines[www_site.server].connections)
-            conn = next(iter(engine()._engines[www_site.server].connections))
-            await until(lambda: type(conn.owned).__name__ == "Transfer")
+        async with waiting_body(www_site, get("/big.bin")) as (sock, conn):
             await asyncio.sleep(0.1)  # (the socket full: the body waits)
             assert type(conn.owned).__name__ == "Transfer"
             assert conn.busy
@@ -554,10 +556,9 @@ async def test_reading_stays_on_while_a_file_body_waits_and_a_read_then_pauses_i
             assert conn.reader.backlog
             assert type(conn.owned).__name__ == "Transfer"
             stream, writer = await asyncio.open_connection(sock=sock, limit=2**22)
-            assert (await read_response(stream)).body == big
-            assert (await read_response(stream)).body == small
-            await until(lambda: not conn.read_paused and not conn.busy)
-        finally:
-            if writer is not None:
+            try:
+                assert (await read_response(stream)).body == big
+                assert (await read_response(stream)).body == small
+                await until(lambda: not conn.read_paused and not conn.busy)
+            finally:
                 await close_writer(writer)
-            sock.close()
