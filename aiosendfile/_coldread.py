@@ -26,6 +26,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
+from functools import partial
 from typing import TYPE_CHECKING
 
 from . import _platform
@@ -35,12 +36,19 @@ from ._threads import in_pool
 if TYPE_CHECKING:
     from . import _syscalls as _syscalls_types
 
-__all__ = ("READER_PATIENCE", "PageWaits", "read_ahead", "read_range")
+__all__ = ("READER_PATIENCE", "PageWaits", "Sent", "read_ahead", "read_range")
 
 #: Seconds a range is waited for before its waiter is told it is late (within twice that): a hung
 #: file (a stuck network file system) holds the reader's thread, and what was asked after it, no
 #: longer.
 READER_PATIENCE = 1.0
+
+#: What became of a range the page reader's thread was asked to send (:meth:`PageWaits.ask_send`):
+#: (token, head bytes sent, file bytes sent, errno: 0 when whole or the file ended early, EAGAIN
+#: when the socket was full, else why the send failed); None if the reader never began it (its
+#: waits closed first); ``UNKNOWN_SEND`` if it was under way as they closed.
+Sent = tuple[int, int, int, int]
+UNKNOWN_SEND: Sent = (-1, -1, -1, 0)
 
 
 async def read_range(
@@ -139,6 +147,10 @@ class PageWaits:
     cold small file is answered as soon as the disk gives it, as nginx's is) and the thread never
     takes the GIL. The reader's eventfd stays registered with the loop until :meth:`close` (the
     owner's end: ``serve``'s engine). What waits is bounded by the owner's transfers: a range each.
+
+    :meth:`ask_send` has the thread send the range itself once it is in, after a head, on the
+    owner's socket (a cold small file's whole answer: no Python between the pages and the socket,
+    and no probe of every page after the read, as a send from the loop needs).
     """
 
     __slots__ = (
@@ -149,6 +161,7 @@ class PageWaits:
         "next",
         "patience",
         "reader",
+        "sends",
         "starting",
         "timer",
         "waiting",
@@ -158,6 +171,8 @@ class PageWaits:
         self.loop = loop
         self.reader: _syscalls_types.PageReader | None = None
         self.waiting: dict[int, Callable[[], None]] = {}
+        #: token -> what to call with what became of it (:data:`Sent`), for the sends asked
+        self.sends: dict[int, Callable[[Sent | None], None]] = {}
         #: token -> what to call instead once it has waited :attr:`patience` (in token order)
         self.late: dict[int, Callable[[], None]] = {}
         self.patience = READER_PATIENCE if patience is None else patience
@@ -197,9 +212,45 @@ class PageWaits:
             self.loop.add_reader(reader.fileno(), self._arrived)
         _platform.started_reading(fd, key)
         token = self.next
-        self.next = token + 1
         reader.ask(fd, offset, size, token)
+        self.next = token + 1
         self.waiting[token] = then
+        self._asked(token, late)
+        return token
+
+    def ask_send(
+        self,
+        fd: int,
+        offset: int,
+        size: int,
+        sock: int,
+        head: bytes | memoryview,
+        flags: int,
+        then: Callable[[Sent | None], None],
+        late: Callable[[], None],
+        key: tuple[int, int] | None = None,
+    ) -> int:
+        """As :meth:`ask`, but the thread sends *head* (with *flags*) and then the range to *sock*
+        (non-blocking; a duplicate: the caller may close its own) as far as the socket takes
+        them, and *then* is called with what went (:data:`Sent`), or with None if the thread
+        never began (these waits closed first: the caller sends it another way). A send not made
+        within the patience is held back and *late* called instead (one under way is waited
+        for). The owner writes nothing else to *sock* until *then* or *late* is called."""
+        if self.closed:
+            raise RuntimeError("these page waits are closed")
+        reader = self.reader
+        if reader is None:
+            reader = self.reader = _platform.page_reader()
+            self.loop.add_reader(reader.fileno(), self._arrived)
+        _platform.started_reading(fd, key)
+        token = self.next
+        reader.ask(fd, offset, size, token, sock, head, flags)
+        self.next = token + 1
+        self.sends[token] = then
+        self._asked(token, late)
+        return token
+
+    def _asked(self, token: int, late: Callable[[], None]) -> None:
         self.late[token] = late
         if self.timer is None:
             self.horizon = token
@@ -207,7 +258,6 @@ class PageWaits:
         if not self.starting:  # (a turn's ranges together: one wake-up of the thread)
             self.starting = True
             self.loop.call_soon(self._start)
-        return token
 
     def _start(self) -> None:
         self.starting = False
@@ -215,9 +265,12 @@ class PageWaits:
             self.reader.start()
 
     def cancel(self, token: int) -> None:
-        """*then* is not called for *token* (its read goes on, and is dropped when it ends)."""
+        """*then* is not called for *token* (its read goes on, and is dropped when it ends; a send
+        not begun is not made)."""
         self.waiting.pop(token, None)
         self.late.pop(token, None)
+        if self.sends.pop(token, None) is not None and self.reader is not None:
+            self.reader.cancel(token)
 
     def _check(self) -> None:
         """(Every ``patience`` while something waits.) What was asked before the last run and is
@@ -231,7 +284,13 @@ class PageWaits:
                 break
             overdue.append(token)
         calls = []
+        sends = self.sends
         for token in overdue:
+            if token in sends:
+                assert self.reader is not None
+                if not self.reader.cancel(token):  # under way: what went is told in a moment
+                    continue
+                del sends[token]
             self.waiting.pop(token, None)
             calls.append(late.pop(token))
         if late and not self.closed:
@@ -241,8 +300,21 @@ class PageWaits:
     def close(self) -> None:
         """No more waits: the reader's eventfd leaves the loop and is closed, with the duplicates
         still queued (a read under way ends in the thread, which then ends too). What still
-        waits is called back at the loop's next turn (it finds the waits closed: a timer then)."""
+        waits is called back at the loop's next turn (it finds the waits closed: a timer then); a
+        send with what became of it (None if it was held back, ``UNKNOWN_SEND`` if under way)."""
         self.closed = True
+        reader = self.reader
+        sends: list[Callable[[], None]] = []
+        if self.sends and reader is not None:
+            # A send the thread has not begun is held back (the caller sends it another way); one
+            # it made is told by done(); one under way now cannot be known: the caller aborts.
+            held = {token for token in self.sends if reader.cancel(token)}
+            for item in reader.done():
+                if type(item) is tuple and item[0] in self.sends and item[0] not in held:
+                    sends.append(partial(self.sends.pop(item[0]), item))
+            for token, sent in self.sends.items():
+                sends.append(partial(sent, None if token in held else UNKNOWN_SEND))
+        self.sends = {}
         waiting, self.waiting = self.waiting, {}
         self.late = {}
         if self.timer is not None:
@@ -251,7 +323,9 @@ class PageWaits:
         if not self.loop.is_closed():
             for then in waiting.values():
                 self.loop.call_soon(then)
-        reader, self.reader = self.reader, None
+            for call in sends:
+                self.loop.call_soon(call)
+        self.reader = None
         if reader is not None:
             if not self.loop.is_closed():
                 self.loop.remove_reader(reader.fileno())
@@ -262,12 +336,19 @@ class PageWaits:
         if reader is None:  # (closed in this iteration, after the loop saw the eventfd readable)
             return
         waiting, late = self.waiting, self.late
-        ready = []
-        for token in reader.done():
-            then = waiting.pop(token, None)
-            if then is not None:
-                del late[token]
-                ready.append(then)
+        ready: list[Callable[[], None]] = []
+        for item in reader.done():
+            if type(item) is int:
+                then = waiting.pop(item, None)
+                if then is not None:
+                    del late[item]
+                    ready.append(then)
+            else:
+                assert isinstance(item, tuple)
+                sent = self.sends.pop(item[0], None)
+                if sent is not None:
+                    del late[item[0]]
+                    ready.append(partial(sent, item))
         self._call_all(ready, "a wait for pages failed")
 
     def _call_all(self, calls: list[Callable[[], None]], failed: str) -> None:

@@ -56,13 +56,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import os
 import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import _platform
-from ._coldread import PageWaits, read_ahead
+from ._coldread import PageWaits, Sent, read_ahead
 from ._options import DEFAULT_OPTIONS
 from ._platform import sendfile_once
 from ._target import resolve_target
@@ -194,6 +195,7 @@ class Transfer:
         "pages",
         "position",
         "release",
+        "sending_to",
         "sent",
         "stopped",
         "timer",
@@ -239,6 +241,7 @@ class Transfer:
         self.turns = turns
         self.pages = pages  # the owner's page reader (else cold pages are waited for on a timer)
         self.key = key  # the file's (device, inode), if the owner knows them: no fstat to track its reads
+        self.sending_to = 0  # the end of the chunk the page reader's thread was asked to send
 
     def stop(self) -> None:
         """The connection is gone: stop at once (any wait unregistered), without calling ``done``."""
@@ -270,7 +273,8 @@ class Transfer:
         outlet = self.outlet
         try:
             head = self.head
-            if head is not None:
+            if head is not None and not (self.warm_to == PROBED_COLD and self._reader_sends()):
+                # (A chunk known cold that the page reader's thread will send takes the head with it.)
                 # MSG_MORE while file bytes follow (the head shares their first packet); not after
                 # the last of them, read into memory: nothing would push it out.
                 n = outlet.sock.send(head, outlet.flags if self.position < self.end else 0)
@@ -337,19 +341,41 @@ class Transfer:
         self.on_progress()
         self.run()
 
+    def _reader_sends(self) -> bool:
+        """Whether the next chunk, if cold, goes to the page reader's thread to be sent once in."""
+        pages = self.pages
+        return (
+            pages is not None
+            and not pages.closed
+            and self.waits < COLD_WAITS
+            and not self.buffered
+            and min(self.end - self.position, MAX_CHUNK) <= READ_AHEAD_MAX
+        )
+
     def _wait_for_pages(self, size: int) -> None:
-        """Have the page reader read the chunk in and go on once it has; without it, have the kernel
-        read it in and probe it again from a timer (see the module)."""
+        """Have the page reader's thread send the chunk (after what is left of the head) once its
+        pages are in, and go on from what it sent; without it, have the kernel read it in and
+        probe it again from a timer (see the module)."""
         self._unwatch()
         pages = self.pages
         if pages is not None and not pages.closed:
+            head = self.head
             try:
-                self.asked = pages.ask(
-                    self.file_fd, self.position, size, self._read_through, self._late, self.key
+                self.asked = pages.ask_send(
+                    self.file_fd,
+                    self.position,
+                    size,
+                    self.outlet.fd,
+                    b"" if head is None else head,
+                    self.outlet.flags,
+                    self._sent_by_reader,
+                    self._late,
+                    self.key,
                 )
             except (OSError, MemoryError):  # (EMFILE for its duplicate: the timer's way, this once)
                 pass
             else:
+                self.sending_to = self.position + size
                 self.waits += 1
                 return
         if self.waits == 0:
@@ -357,6 +383,40 @@ class Transfer:
         delay = FIRST_WAIT * (1 << self.waits)
         self.waits += 1
         self.timer = self.outlet.loop.call_later(delay, self._waited)
+
+    def _sent_by_reader(self, result: Sent | None) -> None:
+        """What the page reader's thread sent of the head and the chunk (``PageWaits.ask_send``)."""
+        self.asked = None
+        if result is None:  # (the waits closed before the thread began it: sent another way)
+            self.warm_to = 0
+            self._waited()
+            return
+        _, head_sent, file_sent, err = result
+        if head_sent < 0:  # (under way as the waits closed: how far it went is not known)
+            self._end(ConnectionAbortedError("the page reader closed while it sent this body"))
+            return
+        head = self.head
+        if head is not None:
+            self.head = head[head_sent:] if head_sent < len(head) else None
+        if file_sent:
+            self.waits = 0
+            self.position += file_sent
+            self.sent += file_sent
+            _platform.counters.calls += 1
+            _platform.counters.bytes += file_sent
+            self.on_progress()
+        if err == errno.EAGAIN:  # the socket is full: the rest when it has room, probed again
+            self.warm_to = 0
+            self._wait()
+        elif err:
+            self._end(OSError(err, os.strerror(err)))
+        elif self.position >= self.end:
+            self._end(None)
+        elif self.position < self.sending_to:
+            self._end(EOFError(f"the file ended {self.end - self.position} bytes early"))
+        else:  # (a chunk of a larger file: the next from the loop)
+            self.warm_to = 0
+            self.outlet.loop.call_soon(self.run)
 
     def _read_through(self) -> None:
         self.asked = None
@@ -410,6 +470,20 @@ class Transfer:
     def _to_pool(self, size: int) -> None:
         self._unwatch()
         outlet = self.outlet
+        head = self.head
+        if head is not None:  # (held for the page reader's send, which was given up: it goes first)
+            try:
+                n = outlet.sock.send(head, outlet.flags)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                self._end(exc)
+                return
+            if n < len(head):
+                self.head = head[n:]
+                self._wait()
+                return
+            self.head = None
         outlet.in_pool = True
         _platform.went_to_pool(self.file_fd, self.key)
         job = DEFAULT_OPTIONS.cold_executor.submit(

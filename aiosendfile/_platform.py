@@ -376,7 +376,7 @@ def page_cached(fd: int, offset: int, device: int | None = None) -> bool | None:
 # It and openat2 come from aiosendfile._syscalls, a C module built at install where a compiler
 # is: the standard library has no binding, and a ctypes call costs 2-3 times as much.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_SYSCALLS_ABI = 5  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
+_SYSCALLS_ABI = 6  # aiosendfile/_syscalls.c's SYSCALLS_ABI: a stale build in a checkout is not used
 
 
 def _load_syscalls() -> Any:

@@ -43,11 +43,12 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #define HAS_PAGE_READER 1
 #endif
 
 /* ABI: what _platform checks before it uses the module (a stale build in a checkout is ignored). */
-#define SYSCALLS_ABI 5
+#define SYSCALLS_ABI 6
 
 /* Both numbers are the same on every architecture of the unified syscall table. */
 #if defined(SYS_cachestat)
@@ -471,13 +472,29 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
  * device works on them together; what is asked meanwhile joins the batch), then waits for each
  * with a 1-byte read of its first and last page (read_through), and each done token is made
  * known through an eventfd the loop watches: fileno(), then done() for the tokens. No timer
- * guesses how long a read takes, and no Python runs off the loop's thread. close() (or the
+ * guesses how long a read takes, and no Python runs off the loop's thread. A send (ask with a
+ * socket and a head) is the range sent, not read: the thread sends the head and then the range
+ * with sendfile (which waits for its pages there) on a duplicate of the socket, as far as the
+ * socket takes them, and done() says how far that was; cancel(token) holds back one it has not
+ * begun (a connection gone, a wait given up). close() (or the
  * object going away) closes the eventfd and the queued duplicates at once and ends the thread,
  * which frees what is left (it may be inside a read for a while; nothing waits for it). */
 
 struct page_job {
     int fd;
     long long offset, size, token;
+    int sock;      /* a send: a duplicate of the socket the range goes to, after head; else -1 */
+    int flags;     /* the head's send flags (MSG_MORE) */
+    char *head;    /* (malloc'd; NULL when empty) */
+    size_t head_len;
+};
+
+/* What became of a range: read in, or (a send) how much of its head and of itself went. */
+struct page_done {
+    long long token, head_sent, file_sent;
+    int err;  /* a send's errno: 0 (whole, or the file ended: file_sent short), EAGAIN (the socket
+                 was full), ECANCELED (cancelled before it went) or why it failed */
+    int send;
 };
 
 struct page_reader {
@@ -485,8 +502,11 @@ struct page_reader {
     pthread_cond_t wake;
     struct page_job *jobs; /* queued, not yet taken by the thread */
     size_t njobs, jobs_cap;
-    long long *done; /* tokens read in, not yet taken by done() */
+    struct page_done *done; /* ranges read in (or sent), not yet taken by done() */
     size_t ndone, done_cap;
+    long long *cancelled; /* sends cancelled before the thread came to them */
+    size_t ncancelled, cancelled_cap;
+    long long sending; /* the send the thread is making (its token), else -1 */
     size_t owed; /* tokens asked and not yet taken by done(): done_cap never falls below it */
     int efd;
     int told; /* the eventfd was written since the last done(): no need to again */
@@ -528,10 +548,20 @@ current_generation(void)
 /* (Under the lock, or before the thread starts.) What the Python object owned, closed at once as
    it goes: the eventfd and the duplicates still queued (a read the thread is making goes on). */
 static void
+job_free(struct page_job *job)
+{
+    close(job->fd);
+    if (job->sock >= 0)
+        close(job->sock);
+    free(job->head);
+    job->head = NULL;
+}
+
+static void
 page_reader_close(struct page_reader *r)
 {
     for (size_t i = 0; i < r->njobs; i++)
-        close(r->jobs[i].fd);
+        job_free(&r->jobs[i]);
     r->njobs = 0;
     if (r->efd >= 0)
         close(r->efd);
@@ -544,6 +574,7 @@ page_reader_free(struct page_reader *r)
 {
     free(r->jobs);
     free(r->done);
+    free(r->cancelled);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->wake);
     free(r);
@@ -600,6 +631,51 @@ hint(const struct page_job *jobs, size_t from, size_t to)
             posix_fadvise(jobs[i].fd, (off_t)jobs[i].offset, (off_t)jobs[i].size, POSIX_FADV_WILLNEED);
 }
 
+/* (Under the lock.) Whether *token* was cancelled (and forget it: each is asked once). */
+static int
+take_cancelled(struct page_reader *r, long long token)
+{
+    for (size_t i = 0; i < r->ncancelled; i++)
+        if (r->cancelled[i] == token) {
+            r->cancelled[i] = r->cancelled[--r->ncancelled];
+            return 1;
+        }
+    return 0;
+}
+
+/* A send: the head, then the range with sendfile, on the socket's duplicate (non-blocking: a full
+   socket stops it where it is, EAGAIN). sendfile waits here, in this thread, for any page not in
+   yet: none of it on the loop's. */
+static void
+send_range(const struct page_job *job, struct page_done *d)
+{
+    while ((size_t)d->head_sent < job->head_len) {
+        ssize_t n = send(job->sock, job->head + d->head_sent, job->head_len - (size_t)d->head_sent,
+                         (job->size > 0 ? job->flags : 0) | MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            d->err = errno == EWOULDBLOCK ? EAGAIN : errno;
+            return;
+        }
+        d->head_sent += n;
+    }
+    while (d->file_sent < job->size) {
+        off_t offset = (off_t)(job->offset + d->file_sent);
+        long long left = job->size - d->file_sent;
+        ssize_t n = sendfile(job->sock, job->fd, &offset, (size_t)(left < 0x7ffff000LL ? left : 0x7ffff000LL));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            d->err = errno == EWOULDBLOCK ? EAGAIN : errno;
+            return;
+        }
+        if (n == 0)
+            return; /* the file ended early: file_sent short, err 0 */
+        d->file_sent += n;
+    }
+}
+
 static void *
 page_reader_run(void *arg)
 {
@@ -622,13 +698,29 @@ page_reader_run(void *arg)
         pthread_mutex_unlock(&r->lock);
         hint(batch, 0, n);
         for (size_t i = 0; i < n; i++) {
-            if (!__atomic_load_n(&r->closing, __ATOMIC_RELAXED)) /* (at worst one more read) */
-                if (batch[i].size > 0)
-                    read_through(batch[i].fd, batch[i].offset, batch[i].size);
-            close(batch[i].fd);
+            struct page_job *job = &batch[i];
+            struct page_done d = {job->token, 0, 0, 0, job->sock >= 0};
+            if (!d.send) {
+                if (!__atomic_load_n(&r->closing, __ATOMIC_RELAXED)) /* (at worst one more read) */
+                    if (job->size > 0)
+                        read_through(job->fd, job->offset, job->size);
+            }
+            else {
+                pthread_mutex_lock(&r->lock);
+                int skip = r->closing || take_cancelled(r, job->token);
+                if (!skip)
+                    r->sending = job->token;
+                pthread_mutex_unlock(&r->lock);
+                if (skip)
+                    d.err = ECANCELED;
+                else
+                    send_range(job, &d);
+            }
+            job_free(job);
             pthread_mutex_lock(&r->lock);
+            r->sending = -1;
             if (!r->closing) {
-                r->done[r->ndone++] = batch[i].token; /* (room kept by ask: owed <= done_cap) */
+                r->done[r->ndone++] = d; /* (room kept by ask: owed <= done_cap) */
                 if (!r->told) { /* (one wake-up of the loop for all that is done by its next look) */
                     uint64_t one = 1;
                     while (write(r->efd, &one, sizeof one) < 0 && errno == EINTR)
@@ -673,6 +765,7 @@ page_reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         free(r);
         return NULL;
     }
+    r->sending = -1;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     r->generation = current_generation();
@@ -698,8 +791,11 @@ page_reader_release(PageReaderObject *self)
     if (r->generation != current_generation()) {
         /* A forked child: its thread is not here, and its lock may have been held at the fork.
            Its own copies of the descriptors are closed (the parent's stay open), the rest left. */
-        for (size_t i = 0; i < r->njobs; i++)
+        for (size_t i = 0; i < r->njobs; i++) {
             close(r->jobs[i].fd);
+            if (r->jobs[i].sock >= 0)
+                close(r->jobs[i].sock);
+        }
         if (r->efd >= 0)
             close(r->efd);
         return;
@@ -749,9 +845,12 @@ closed(PageReaderObject *self)
 
 
 PyDoc_STRVAR(page_reader_ask_doc,
-             "ask(fd, offset, size, token) -> None\n\n"
+             "ask(fd, offset, size, token[, sock, head, flags]) -> None\n\n"
              "Have the reader's thread bring [offset, offset+size) of fd into the page cache (on a\n"
-             "duplicate of fd: the caller may close its own at once); token is given back by done().");
+             "duplicate of fd: the caller may close its own at once); token is given back by done().\n"
+             "With sock (a non-blocking socket), head (bytes-like) and flags (head's send flags): the\n"
+             "thread sends head, then the range with sendfile, to a duplicate of sock, as far as the\n"
+             "socket takes them, and done() gives back (token, head_sent, file_sent, errno).");
 
 static PyObject *
 page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -761,8 +860,9 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long offset, size, token;
     if (closed(self))
         return NULL;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "ask() takes fd, offset, size and token");
+    int sock = -1, flags = 0;
+    if (nargs != 4 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "ask() takes fd, offset, size and token (and sock, head, flags)");
         return NULL;
     }
     if (!as_fd(args[0], &fd))
@@ -776,14 +876,50 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "offset and size must not be negative");
         return NULL;
     }
+    char *head = NULL;
+    size_t head_len = 0;
+    if (nargs == 7) {
+        if (!as_fd(args[4], &sock))
+            return NULL;
+        flags = PyLong_AsLong(args[6]);
+        if (flags == -1 && PyErr_Occurred())
+            return NULL;
+        Py_buffer view;
+        if (PyObject_GetBuffer(args[5], &view, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (view.len > 0) {
+            head = malloc((size_t)view.len);
+            if (head == NULL) {
+                PyBuffer_Release(&view);
+                return PyErr_NoMemory();
+            }
+            memcpy(head, view.buf, (size_t)view.len);
+            head_len = (size_t)view.len;
+        }
+        PyBuffer_Release(&view);
+        sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+        if (sock < 0) {
+            free(head);
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+    }
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (copy < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        if (sock >= 0)
+            close(sock);
+        free(head);
+        return NULL;
+    }
     pthread_mutex_lock(&r->lock);
     if (!grow((void **)&r->jobs, &r->jobs_cap, r->njobs + 1, sizeof *r->jobs) ||
-        !grow((void **)&r->done, &r->done_cap, r->owed + 1, sizeof *r->done)) {
+        !grow((void **)&r->done, &r->done_cap, r->owed + 1, sizeof *r->done) ||
+        (sock >= 0 && !grow((void **)&r->cancelled, &r->cancelled_cap, r->owed + 1, sizeof *r->cancelled))) {
         pthread_mutex_unlock(&r->lock);
         close(copy);
+        if (sock >= 0)
+            close(sock);
+        free(head);
         return PyErr_NoMemory();
     }
     if (!r->running) {
@@ -801,6 +937,9 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (failed) {
             pthread_mutex_unlock(&r->lock);
             close(copy);
+            if (sock >= 0)
+                close(sock);
+            free(head);
             errno = failed;
             return PyErr_SetFromErrno(PyExc_OSError);
         }
@@ -810,6 +949,10 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
     r->jobs[r->njobs].offset = offset;
     r->jobs[r->njobs].size = size;
     r->jobs[r->njobs].token = token;
+    r->jobs[r->njobs].sock = sock;
+    r->jobs[r->njobs].flags = flags;
+    r->jobs[r->njobs].head = head;
+    r->jobs[r->njobs].head_len = head_len;
     r->njobs++;
     r->owed++;
     pthread_mutex_unlock(&r->lock);
@@ -827,15 +970,51 @@ page_reader_start(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
     if (closed(self))
         return NULL;
     pthread_mutex_lock(&r->lock);
-    if (r->njobs)
-        pthread_cond_signal(&r->wake);
+    int asked = r->njobs != 0;
     pthread_mutex_unlock(&r->lock);
+    if (asked) /* (after the unlock: the woken thread does not wait for the lock at once) */
+        pthread_cond_signal(&r->wake);
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(page_reader_cancel_doc,
+             "cancel(token) -> bool\n\n"
+             "A send asked with token is not made if the thread has not begun it: True. False if it\n"
+             "is being made, or was (done() gives back what went).");
+
+static PyObject *
+page_reader_cancel(PageReaderObject *self, PyObject *arg)
+{
+    struct page_reader *r = self->r;
+    if (closed(self))
+        return NULL;
+    long long token = PyLong_AsLongLong(arg);
+    if (token == -1 && PyErr_Occurred())
+        return NULL;
+    int cancelled = 1;
+    pthread_mutex_lock(&r->lock);
+    if (r->sending == token)
+        cancelled = 0;
+    for (size_t i = 0; cancelled && i < r->ndone; i++)
+        if (r->done[i].token == token)
+            cancelled = 0;
+    if (cancelled) {
+        int known = 0;
+        for (size_t i = 0; i < r->ncancelled; i++)
+            known |= r->cancelled[i] == token;
+        if (!known && r->ncancelled < r->cancelled_cap) /* (ask keeps room for every send owed) */
+            r->cancelled[r->ncancelled++] = token;
+        else if (!known)
+            cancelled = 0; /* (not a send still owed: nothing to hold back) */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return PyBool_FromLong(cancelled);
+}
+
 PyDoc_STRVAR(page_reader_done_doc,
-             "done() -> list[int]\n\n"
-             "The tokens of the ranges read in since the last call (the eventfd is read too).");
+             "done() -> list[int | tuple[int, int, int, int]]\n\n"
+             "The tokens of the ranges read in since the last call (the eventfd is read too); for a\n"
+             "send, (token, head bytes sent, file bytes sent, errno).");
 
 static PyObject *
 page_reader_done(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
@@ -850,7 +1029,9 @@ page_reader_done(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
     PyObject *tokens = PyList_New((Py_ssize_t)r->ndone);
     if (tokens != NULL) {
         for (size_t i = 0; i < r->ndone; i++) {
-            PyObject *token = PyLong_FromLongLong(r->done[i]);
+            struct page_done *d = &r->done[i];
+            PyObject *token = d->send ? Py_BuildValue("(LLLi)", d->token, d->head_sent, d->file_sent, d->err)
+                                      : PyLong_FromLongLong(d->token);
             if (token == NULL) {
                 Py_CLEAR(tokens);
                 break;
@@ -883,6 +1064,7 @@ page_reader_fileno(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
 static PyMethodDef page_reader_methods[] = {
     {"ask", (PyCFunction)(void (*)(void))page_reader_ask, METH_FASTCALL, page_reader_ask_doc},
     {"start", (PyCFunction)page_reader_start, METH_NOARGS, page_reader_start_doc},
+    {"cancel", (PyCFunction)page_reader_cancel, METH_O, page_reader_cancel_doc},
     {"done", (PyCFunction)page_reader_done, METH_NOARGS, page_reader_done_doc},
     {"close", (PyCFunction)page_reader_close_method, METH_NOARGS,
      "close() -> None: its eventfd and queued duplicates closed now; its thread ends."},

@@ -9,6 +9,7 @@ tests, both ways). Both loops (conftest).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import select
@@ -290,6 +291,7 @@ class ColdSend:
         self.ended: asyncio.Future[tuple[int, Exception | None]] = loop.create_future()
         self.done: list[tuple[int, Exception | None]] = []
         self.released: list[int] = []
+        self.got = b""  # (what read_to_end read)
         self.ours, self.peer = socket.socketpair()
         self.ours.setblocking(False)
         self.fd = os.open(path, os.O_RDONLY)
@@ -413,6 +415,10 @@ class StuckWaits:
         asyncio.get_running_loop().call_later(0.05, late)  # (its patience: forgotten, then late)
         return len(self.asked)
 
+    def ask_send(self, fd: int, offset: int, size: int, sock: int, head: Any, *args: Any) -> int:
+        _flags, then, late, *key = args
+        return self.ask(fd, offset, size, then, late, *key)  # (held back when late, as the waits do)
+
     def cancel(self, token: int) -> None:
         self.cancelled.append(token)
 
@@ -478,4 +484,271 @@ async def test_a_late_wait_that_interrupts_leaves_the_others_for_the_next_turn()
         assert calls == ["second"]
     finally:
         waits.reader = None
+        waits.close()
+
+
+# -- sends made by the reader's thread ----------------------------------------------------------
+
+
+def sent_of(reader: Any, timeout: float = 10.0) -> Any:
+    """The reader's next done item (waiting on its eventfd)."""
+    got = tokens_of(reader, 1, timeout)
+    assert len(got) == 1
+    return got[0]
+
+
+def drain(sock: socket.socket, want: int, timeout: float = 10.0) -> bytes:
+    got = b""
+    sock.settimeout(timeout)
+    while len(got) < want:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("family", ["tcp", "unix"])
+def test_a_send_goes_whole_with_its_head_and_is_told_how_far(tmp_path: Path, family: str) -> None:
+    """The thread sends the head, then the cold range with sendfile, to a duplicate of the socket
+    (the caller may close its own descriptors at once), and done() says how much of each went."""
+    path = tmp_path / "cold.bin"
+    data = pattern(200_000, seed=11)
+    path.write_bytes(data)
+    evict(path)
+    if family == "tcp":
+        listener = socket.create_server(("127.0.0.1", 0))
+        ours = socket.create_connection(listener.getsockname())
+        peer, _ = listener.accept()
+        listener.close()
+    else:
+        ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    before = open_fds()
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader.ask(fd, 1000, 150_000, 3, ours.fileno(), b"HEAD\r\n\r\n", 0)
+        os.close(fd)
+        fd = -1
+        reader.start()
+        got = drain(peer, 8 + 150_000)
+        assert sent_of(reader) == (3, 8, 150_000, 0)
+        assert got == b"HEAD\r\n\r\n" + data[1000:151_000]
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        reader.close()
+        ours.close()
+        peer.close()
+    deadline = time.monotonic() + 10
+    while open_fds() - before:  # (its duplicates of the file and the socket closed)
+        assert time.monotonic() < deadline, {fd: describe_fd(fd) for fd in open_fds() - before}
+        time.sleep(0.01)
+
+
+def test_a_send_to_a_full_socket_says_where_it_stopped(tmp_path: Path) -> None:
+    """A socket that takes only part (nobody reads the other end): EAGAIN, with the bytes that
+    went; what the peer then reads is exactly those."""
+    path = tmp_path / "f.bin"
+    data = pattern(4 << 20, seed=12)
+    path.write_bytes(data)
+    ours, peer = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+    ours.setblocking(False)
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader.ask(fd, 0, len(data), 1, ours.fileno(), b"H", 0)
+        reader.start()
+        token, head_sent, file_sent, err = sent_of(reader)
+        assert (token, head_sent, err) == (1, 1, errno.EAGAIN)
+        assert 0 < file_sent < len(data)
+        assert drain(peer, 1 + file_sent) == b"H" + data[:file_sent]
+    finally:
+        os.close(fd)
+        reader.close()
+        ours.close()
+        peer.close()
+
+
+def test_a_send_cancelled_before_it_began_is_not_made(tmp_path: Path) -> None:
+    """cancel() holds back a send the thread has not begun (True); done() still gives it back,
+    with nothing sent (ECANCELED). One already made cannot be: False."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(10_000, seed=13))
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader.ask(fd, 0, 10_000, 1, ours.fileno(), b"HEAD", 0)
+        assert reader.cancel(1) is True
+        reader.start()
+        assert sent_of(reader) == (1, 0, 0, errno.ECANCELED)
+        reader.ask(fd, 0, 10_000, 2, ours.fileno(), b"HEAD", 0)
+        reader.start()
+        select.select([reader.fileno()], [], [], 10)
+        assert reader.cancel(2) is False  # (made: its result waits for done())
+        assert reader.done() == [(2, 4, 10_000, 0)]
+        assert drain(peer, 4 + 10_000) == b"HEAD" + pattern(10_000, seed=13)
+    finally:
+        os.close(fd)
+        reader.close()
+        ours.close()
+        peer.close()
+
+
+def test_a_send_to_a_peer_gone_fails_with_its_errno(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(10_000, seed=14))
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    peer.close()
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader.ask(fd, 0, 10_000, 1, ours.fileno(), b"HEAD", 0)
+        reader.start()
+        assert sent_of(reader) == (1, 0, 0, errno.EPIPE)
+    finally:
+        os.close(fd)
+        reader.close()
+        ours.close()
+
+
+def test_bad_send_arguments_are_refused_with_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x")
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    r, w = os.pipe()
+    os.close(w)
+    os.close(r)
+    try:
+        with pytest.raises(OSError, match="Bad file descriptor") as caught:
+            reader.ask(fd, 0, 1, 0, r, b"", 0)  # (a closed socket descriptor)
+        assert caught.value.errno == errno.EBADF
+        with pytest.raises(TypeError):
+            reader.ask(fd, 0, 1, 0, fd, "head", 0)  # type: ignore[call-overload]
+        with pytest.raises(TypeError):
+            reader.ask(fd, 0, 1, 0, fd, b"")  # type: ignore[call-overload]
+        with pytest.raises(TypeError):
+            reader.cancel("1")  # type: ignore[arg-type]
+        assert reader.done() == []
+        assert open_fds() >= {fd}
+    finally:
+        os.close(fd)
+        reader.close()
+    with pytest.raises(ValueError, match="closed"):
+        reader.cancel(1)
+
+
+async def read_to_end(send: ColdSend) -> tuple[int, Exception | None]:
+    """What the transfer ended with, the other end read meanwhile (into ``send.got``), as a
+    client does: a socket that nobody reads is full after some 200 KB."""
+    send.got = b""
+    send.peer.setblocking(False)
+    while not send.ended.done():
+        await asyncio.sleep(0.005)
+        with contextlib.suppress(BlockingIOError):
+            send.got += send.peer.recv(1 << 20)
+    send.got += send.received()
+    return await send.end()
+
+
+def probed_cold(send: ColdSend) -> _outlet.Transfer:
+    """The send's transfer as a first sight or a kept answer makes one: its file probed cold."""
+    send.transfer.warm_to = _outlet.PROBED_COLD
+    return send.transfer
+
+
+@pytest.mark.parametrize("size", [_outlet.READ_MAX, 100_000, _outlet.READ_AHEAD_MAX])
+async def test_a_cold_body_goes_with_its_head_from_the_readers_thread(tmp_path: Path, size: int) -> None:
+    """A body known cold does not send its head on its own: the reader's thread sends the head
+    and the body together once the pages are in (one wait, no probe of the chunk after it, no
+    timer), and the transfer ends whole. Byte-exact."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop)
+    try:
+        with ColdSend(tmp_path, size, 15, waits, b"HEAD\r\n\r\n") as send:
+            transfer = probed_cold(send)
+            transfer.run()
+            assert transfer.asked is not None
+            assert transfer.head is not None  # (the head waits for the body: not sent by the loop)
+            assert await send.end() == (size, None)
+            assert send.received() == b"HEAD\r\n\r\n" + send.data
+            assert send.released == [1]
+            assert not waits.waiting
+            assert not waits.sends
+            assert not waits.late
+    finally:
+        waits.close()
+
+
+async def test_a_cold_body_the_socket_takes_part_of_goes_on_from_there(tmp_path: Path) -> None:
+    """The reader's send stops at a full socket: the transfer goes on from where it stopped once
+    the socket has room (the rest probed again). Byte-exact."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop)
+    try:
+        with ColdSend(tmp_path, _outlet.READ_AHEAD_MAX, 16, waits, b"HEAD\r\n\r\n") as send:
+            send.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+            probed_cold(send).run()
+            assert await read_to_end(send) == (_outlet.READ_AHEAD_MAX, None)
+            assert send.got == b"HEAD\r\n\r\n" + send.data
+    finally:
+        waits.close()
+
+
+async def test_a_cold_body_whose_file_shrank_is_not_passed_off_as_whole(tmp_path: Path) -> None:
+    """The file is cut short before the reader's thread sends it: the transfer ends with an error
+    (the connection is aborted), never as complete."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop)
+    try:
+        with ColdSend(tmp_path, 100_000, 17, waits, b"HEAD\r\n\r\n") as send:
+            os.truncate(tmp_path / "cold.bin", 60_000)
+            probed_cold(send).run()
+            sent, exc = await read_to_end(send)
+            assert isinstance(exc, EOFError)
+            assert sent == 60_000
+            assert send.got == b"HEAD\r\n\r\n" + send.data[:60_000]
+    finally:
+        waits.close()
+
+
+@pytest.mark.parametrize("how", ["stuck", "closed"])
+async def test_a_cold_body_the_reader_gives_up_sends_its_head_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A send the reader never began (held past its patience; or its waits closed first) is made
+    another way, the head still first: from the pool, or on the timer's way. Byte-exact."""
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
+    waits: Any = StuckWaits() if how == "stuck" else _coldread.PageWaits(asyncio.get_running_loop())
+    with ColdSend(tmp_path, 100_000, 18, waits, b"HEAD\r\n\r\n") as send:
+        transfer = probed_cold(send)
+        transfer.run()
+        assert transfer.head is not None
+        if how == "closed":
+            waits.close()  # (before its next turn: the thread was not woken yet)
+        assert await send.end() == (100_000, None)
+        assert send.received() == b"HEAD\r\n\r\n" + send.data
+
+
+async def test_a_cold_body_stopped_before_its_send_is_not_sent(tmp_path: Path) -> None:
+    """The connection goes before the reader's thread began its send: nothing is sent, and the
+    transfer lets its file go at once."""
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    try:
+        with ColdSend(tmp_path, 100_000, 19, waits, b"HEAD\r\n\r\n") as send:
+            transfer = probed_cold(send)
+            transfer.run()  # (the reader's thread, new, may take it at once: stopped before this turn ends)
+            transfer.stop()
+            assert send.released == [1]
+            assert not waits.sends
+            await asyncio.sleep(0.1)
+            assert send.done == []
+            assert send.received() in (b"", b"HEAD\r\n\r\n" + send.data)  # (nothing, or it was begun)
+    finally:
         waits.close()

@@ -239,9 +239,10 @@ async def test_a_connection_whose_set_up_fails_is_closed_and_reported() -> None:
 async def test_a_cold_medium_chunk_waits_for_its_pages_then_the_pool(
     www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, cold: str, waits: str
 ) -> None:
-    """A cold chunk up to READ_AHEAD_MAX is read in off the loop (the page reader's thread, or the
-    kernel's read ahead and a timer) and probed again once it is in (no pool thread); one still
-    cold after COLD_WAITS goes to the pool. Byte-exact either way."""
+    """A cold chunk up to READ_AHEAD_MAX is sent by the page reader's thread once its pages are in
+    (no probe after it: that thread's sendfile waits for any page still on the way); or read in
+    by the kernel's read ahead and probed again from a timer, and one still cold after
+    COLD_WAITS goes to the pool. No pool thread with the reader. Byte-exact either way."""
     from aiosendfile import _outlet, _platform
 
     body = pattern(100_000, seed=5)
@@ -258,13 +259,16 @@ async def test_a_cold_medium_chunk_waits_for_its_pages_then_the_pool(
     raw = await www_site.exchange(get("/medium.bin", "Connection: close\r\n"))
     assert all_responses(raw, ["GET"])[0].body == body
     await until(lambda: hints)  # (asked from the read-ahead thread: it may come after the body)
-    if cold == "once":
+    if waits == "reader":
+        assert hints == [(0, len(body))]
+        assert len(probes) == 1
+        assert _platform.counters.cold == before
+    elif cold == "once":
         assert hints == [(0, len(body))]
         assert len(probes) == 2
         assert _platform.counters.cold == before
     else:
-        # (the reader is asked at each wait; the kernel's read ahead once)
-        assert hints == [(0, len(body))] * (_outlet.COLD_WAITS if waits == "reader" else 1)
+        assert hints == [(0, len(body))]  # (the kernel's read ahead once)
         assert len(probes) == 1 + _outlet.COLD_WAITS
         assert _platform.counters.cold == before + 1
 
@@ -274,8 +278,9 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
 ) -> None:
     """The timer that finds a cold chunk's pages in does not send it in an iteration whose time
     is spent: the transfer waits in the engine's queue with the connections and takes its turn
-    in the next iteration. Byte-exact."""
-    from aiosendfile import _outlet, _platform
+    in the next iteration (without the page reader, whose thread sends such a chunk itself).
+    Byte-exact."""
+    from aiosendfile import _outlet
 
     body = pattern(100_000, seed=7)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -286,7 +291,7 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
         return len(probes) == 1
 
     monkeypatch.setattr(_outlet, "is_cold", is_cold)
-    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
+    wait_pages_by(www_site, "timer", monkeypatch)
     eng = engine()._engines[www_site.server]
     in_timer = [False]
     real_spent, real_wait_turn, real_waited = eng.spent, eng.wait_turn, _outlet.Transfer._waited

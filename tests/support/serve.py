@@ -132,13 +132,18 @@ def wait_pages_by(site: Any, how: str, monkeypatch: pytest.MonkeyPatch) -> list[
     if eng.pages is None:
         pytest.skip("no compiled page reader here")
     kind = type(eng.pages)
-    real = kind.ask
+    real, real_send = kind.ask, kind.ask_send
 
     def ask(self: Any, fd: int, offset: int, size: int, then: Any, late: Any, key: Any = None) -> int:
         asked.append((offset, size))
         return real(self, fd, offset, size, then, late, key)
 
+    def ask_send(self: Any, fd: int, offset: int, size: int, *args: Any) -> int:
+        asked.append((offset, size))
+        return real_send(self, fd, offset, size, *args)
+
     monkeypatch.setattr(kind, "ask", ask)
+    monkeypatch.setattr(kind, "ask_send", ask_send)
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: asked.append((-1, -1)))
     return asked
 
