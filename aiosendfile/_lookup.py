@@ -93,7 +93,7 @@ def _pure_reopen_read(
             return head
         buf = bytearray(size)
         try:
-            got = _platform.read_into_nowait(fd, buf, 0, st.st_dev)
+            got = _platform.read_into_nowait(fd, buf, 0, st.st_dev, size)
         except OSError:
             got = None  # (not read: the sender meets the error again)
         if got == size:

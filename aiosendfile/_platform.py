@@ -246,18 +246,19 @@ def pread_cached(fd: int, size: int, offset: int) -> bytearray | None:
 
 
 def read_nowait(
-    fd: int, size: int, offset: int, device: int | None = None
+    fd: int, size: int, offset: int, device: int | None = None, file_size: int | None = None
 ) -> bytearray | Literal[False] | None:
     """:func:`pread_cached` that says why it read nothing: the bytes (fewer at end of file);
     False if some would wait for the disk; None if this platform or file system cannot tell.
 
     A caller that knows the file's file system (*device*, its ``st_dev``) has a refusal
-    remembered for it, as :func:`page_cached` does, and is not asked again.
+    remembered for it, as :func:`page_cached` does, and is not asked again; one that knows its
+    size a moment ago (*file_size*) spares the ``fstat`` that tells a range past the end.
     """
     if not HAS_RWF_NOWAIT or size <= 0:
         return None
     buf = bytearray(size)
-    got = read_into_nowait(fd, buf, offset, device)
+    got = read_into_nowait(fd, buf, offset, device, file_size)
     if got is None or got is False:
         return got
     if got < size:
@@ -268,7 +269,7 @@ def read_nowait(
 
 
 def read_into_nowait(
-    fd: int, buf: bytearray | memoryview, offset: int, device: int | None = None
+    fd: int, buf: bytearray | memoryview, offset: int, device: int | None = None, file_size: int | None = None
 ) -> int | Literal[False] | None:
     """Read into *buf* at *offset* without waiting for the disk: how many bytes (fewer only at the
     end of the file); False if some would wait for it; None if this platform or file system
@@ -288,7 +289,9 @@ def read_into_nowait(
     if call is not None:
         pages = call(fd, offset, size)
         if pages is not None and pages < _pages_of(offset, size):
-            end = min(offset + size, os.fstat(fd).st_size)  # (a range past the end: its pages are none)
+            if file_size is None:
+                file_size = os.fstat(fd).st_size
+            end = min(offset + size, file_size)  # (a range past the end: its pages are none)
             if end <= offset or pages < _pages_of(offset, end - offset):
                 return False if end > offset else 0
     try:

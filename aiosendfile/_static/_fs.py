@@ -418,7 +418,7 @@ def read_first(fd: int, size: int, device: int) -> bytearray | Literal[False] | 
     its bytes, False if some would wait for the disk, None if not read (the platform or file
     system cannot tell, an error: the sender meets it again)."""
     try:
-        return _platform.read_nowait(fd, size, 0, device)
+        return _platform.read_nowait(fd, size, 0, device, size)  # (size: its fstat's, a moment ago)
     except OSError:
         return None
 

@@ -171,9 +171,10 @@ async def test_a_cold_small_files_first_sight_probes_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
 ) -> None:
     """A small file the hot-file cache admits, cold at its first sight: one ``RWF_NOWAIT`` read
-    finds it so (the core's admission read, then a second probe, made two), and its sender waits
-    for its pages with no probe of its own, and (with the page reader) none after them either:
-    the reader's thread sends it; the answer is whole."""
+    finds it so (the core's admission read, then a second probe, made two; and an ``fstat`` to
+    learn the file's size, known a moment ago), and its sender waits for its pages with no probe
+    of its own, and (with the page reader) none after them either: the reader's thread sends it;
+    the answer is whole."""
     from aiosendfile import _platform
 
     from ..support.files import evict, pattern
@@ -186,9 +187,9 @@ async def test_a_cold_small_files_first_sight_probes_it_once(
         reads: list[int] = []
         real = _platform.read_into_nowait
 
-        def read_into_nowait(fd: int, buf: Any, offset: int, device: Any = None) -> Any:
+        def read_into_nowait(fd: int, buf: Any, offset: int, *rest: Any) -> Any:
             reads.append(offset)
-            return real(fd, buf, offset, device)
+            return real(fd, buf, offset, *rest)
 
         monkeypatch.setattr(_platform, "read_into_nowait", read_into_nowait)
         probes: list[int] = []
@@ -199,6 +200,14 @@ async def test_a_cold_small_files_first_sight_probes_it_once(
             return real_range(fd, offset, size)
 
         monkeypatch.setattr(_platform, "range_cached", range_cached)
+        fstats: list[int] = []
+        real_fstat = os.fstat
+
+        def fstat(fd: int) -> os.stat_result:
+            fstats.append(fd)
+            return real_fstat(fd)
+
+        monkeypatch.setattr(os, "fstat", fstat)
         answer = await site.fetch(get("/cold.bin", "Connection: close\r\n"))
         assert (answer.status, answer.body) == (200, path.read_bytes())
         # one RWF_NOWAIT read at the first sight; without the reader, one look once the pages are
@@ -206,6 +215,8 @@ async def test_a_cold_small_files_first_sight_probes_it_once(
         # read made it one more
         after = 0 if engine()._engines[site.server].pages is not None else 1
         assert len(reads) + len(probes) == 1 + after, (reads, probes)
+        # its own fstat as it is opened; none more to learn that its cold range is in the file
+        assert len(fstats) == 1, fstats
 
 
 def far_future_tree() -> Path:

@@ -763,9 +763,9 @@ async def test_inline_body_truncated_before_it_is_read(
     path.write_bytes(pattern(4096))
     real = _platform.read_nowait
 
-    def shrink_then_read(fd: int, size: int, offset: int, device: int | None = None) -> Any:
+    def shrink_then_read(fd: int, size: int, offset: int, *rest: Any) -> Any:
         os.truncate(path, 100)
-        return real(fd, size, offset, device)
+        return real(fd, size, offset, *rest)  # (its caller's size, if given, is the one before)
 
     # (the read every door's small body takes: the core's admission read, the engine's first sight)
     monkeypatch.setattr(_platform, "read_nowait", shrink_then_read)
