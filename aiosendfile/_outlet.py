@@ -71,6 +71,7 @@ from ._writer import is_cold
 
 __all__ = (
     "COLD_WAITS",
+    "ColdWhole",
     "MAX_CHUNK",
     "PROBED_COLD",
     "READ_AHEAD_MAX",
@@ -524,6 +525,134 @@ class Transfer:
         self._unwatch()
         self._release()
         self.done(self.sent, exc)
+
+
+class ColdWhole:
+    """A whole file of at most ``READ_AHEAD_MAX`` bytes found cold a moment ago (``PROBED_COLD``),
+    sent after its head by the owner's page reader's thread once its pages are in
+    (``PageWaits.ask_send``), with no :class:`Transfer` and nothing on the loop between: the
+    common cold body, for a fraction of a transfer's Python. Where it cannot end so (the socket
+    took only part, the wait was given up, the waits closed first, the reader could not be
+    asked), a transfer goes on from where it stopped (:attr:`went_on`). The contract is a
+    transfer's: ``done`` is called once at the end (not after :meth:`stop`), and *file_fd* is
+    closed once nothing uses it (here, or by the transfer)."""
+
+    __slots__ = (
+        "done",
+        "file_fd",
+        "head",
+        "key",
+        "on_progress",
+        "outlet",
+        "pages",
+        "size",
+        "token",
+        "turns",
+        "went_on",
+    )
+
+    def __init__(
+        self,
+        outlet: Outlet,
+        head: bytes,
+        file_fd: int,
+        size: int,
+        done: Done,
+        on_progress: Callable[[], None],
+        turns: Turns | None,
+        pages: PageWaits,
+        key: tuple[int, int] | None = None,
+    ) -> None:
+        self.outlet = outlet
+        self.head = head
+        self.file_fd = file_fd
+        self.size = size
+        self.done = done
+        self.on_progress = on_progress
+        self.turns = turns
+        self.pages = pages
+        self.key = key
+        self.token: int | None = None  # the reader's, while its thread may send
+        self.went_on: Transfer | None = None
+
+    def run(self) -> None:
+        """Ask the reader's thread to send it (once)."""
+        try:
+            self.token = self.pages.ask_send(
+                self.file_fd,
+                0,
+                self.size,
+                self.outlet.fd,
+                self.head,
+                self.outlet.flags,
+                self._sent,
+                self._late,
+                self.key,
+            )
+        except (OSError, MemoryError):  # (EMFILE for a duplicate: the timer's way, this once)
+            self._go_on(self.head, 0).run()
+
+    def stop(self) -> None:
+        """The connection is gone: the send is held back if not begun, the file let go."""
+        went_on = self.went_on
+        if went_on is not None:
+            went_on.stop()
+            return
+        token, self.token = self.token, None
+        if token is not None:
+            self.pages.cancel(token)
+            os.close(self.file_fd)
+
+    def _go_on(self, head: bytes, sent: int) -> Transfer:
+        """A transfer for the rest, after *sent* file bytes and what is left of the head."""
+        fd = self.file_fd
+        self.went_on = went_on = Transfer(
+            self.outlet,
+            head,
+            fd,
+            sent,
+            self.size - sent,
+            self.done,
+            self.on_progress,
+            lambda: os.close(fd),
+            sent,
+            0,
+            self.turns,
+            self.pages,
+            self.key,
+        )
+        return went_on
+
+    def _sent(self, result: Sent | None) -> None:
+        """What the reader's thread sent (``PageWaits.ask_send``)."""
+        self.token = None
+        if result is None:  # (the waits closed before the thread began it)
+            self._go_on(self.head, 0).run()
+            return
+        _, head_sent, file_sent, err = result
+        if file_sent > 0:
+            _platform.counters.calls += 1
+            _platform.counters.bytes += file_sent
+            self.on_progress()
+        if err == 0 and file_sent == self.size:
+            os.close(self.file_fd)
+            self.done(file_sent, None)
+        elif err == errno.EAGAIN:  # the socket is full: the rest when it has room, probed again
+            self._go_on(self.head[head_sent:], file_sent)._wait()
+        else:
+            os.close(self.file_fd)
+            if head_sent < 0:  # (under way as the waits closed: how far it went is not known)
+                failed: Exception = ConnectionAbortedError("the page reader closed while it sent this body")
+            elif err:
+                failed = OSError(err, os.strerror(err))
+            else:
+                failed = EOFError(f"the file ended {self.size - file_sent} bytes early")
+            self.done(max(file_sent, 0), failed)
+
+    def _late(self) -> None:
+        """The reader held it past its patience, not begun: the head and the file from the pool."""
+        self.token = None
+        self._go_on(self.head, 0)._to_pool(min(self.size, MAX_CHUNK))
 
 
 def probe_max(ident: tuple[int, ...]) -> int:

@@ -27,7 +27,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .._outlet import Outlet, Transfer
+from .._outlet import ColdWhole, Outlet, Transfer
 from ._answering import replay, respond
 from ._archive_body import ArchiveBody
 from ._auth import address_key
@@ -538,11 +538,13 @@ class HttpProtocol(asyncio.Protocol):
         if transport is None or self.ended or transport.is_closing():
             return  # (after the end of stream the transport reads no more: resuming would read it again)
         # A file body sent on the connection's own duplicate (a Transfer: a cold chunk's wait, a
-        # full socket) leaves reading on: pausing and resuming around it cost two epoll_ctl a body,
-        # and a client that waits for its answer sends nothing meanwhile; a read that comes is
-        # kept in the backlog, which pauses reading then.
+        # full socket; a ColdWhole, sent by the page reader's thread) leaves reading on: pausing
+        # and resuming around it cost two epoll_ctl a body, and a client that waits for its
+        # answer sends nothing meanwhile; a read that comes is kept in the backlog, which pauses
+        # reading then.
+        owned = self.owned
         paused = (
-            (self.busy and type(self.owned) is not Transfer)
+            (self.busy and type(owned) is not Transfer and type(owned) is not ColdWhole)
             or self.dead
             or self.write_paused
             or len(self.pending) >= MAX_PENDING

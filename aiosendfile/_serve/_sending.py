@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._api import sendfile
 from .._errors import SendfileError
-from .._outlet import MAX_CHUNK, PROBED_COLD, Outlet, Transfer, send_first
+from .._outlet import MAX_CHUNK, PROBED_COLD, READ_AHEAD_MAX, ColdWhole, Outlet, Transfer, send_first
 from .._static._answer import Answer, Archive, FileRange, Multipart
 from ._archive_body import ArchiveBody
 from ._exchange import Exchange
@@ -71,16 +71,28 @@ def send_whole(
     probed = warm_to > 0
     if probed:
         warm_to = 0  # (what a later transfer finds, it probes again)
-    if type(outlet) is Outlet and size <= MAX_CHUNK and not conn.out and warm_to != PROBED_COLD:
+    if type(outlet) is Outlet and size <= MAX_CHUNK and not conn.out:
         transport = conn.transport
         if not transport.get_write_buffer_size() and not transport.is_closing():
-            position, rest, warm_to = send_first(outlet, head, fd, size, probed, key)
-            if position == size:
-                os.close(fd)
-                conn.since = conn.engine.now
-                if exchange is not None and exchange.log is not None:
-                    conn._log(exchange, size)
-                return
+            if warm_to == PROBED_COLD:
+                pages = conn.engine.pages
+                if size <= READ_AHEAD_MAX and pages is not None and not pages.closed:
+                    # The page reader's thread sends head and file once the pages are in.
+                    if exchange is None:
+                        exchange = Exchange(_GET, url, mode, None, None)
+                    done = _done_of(conn, exchange)
+                    _run(
+                        conn, ColdWhole(outlet, head, fd, size, done, conn._progress, conn.engine, pages, key)
+                    )
+                    return
+            else:
+                position, rest, warm_to = send_first(outlet, head, fd, size, probed, key)
+                if position == size:
+                    os.close(fd)
+                    conn.since = conn.engine.now
+                    if exchange is not None and exchange.log is not None:
+                        conn._log(exchange, size)
+                    return
     if exchange is None:
         exchange = Exchange(_GET, url, mode, None, None)
     body_range = FileRange(fd, position, size - position)
@@ -111,9 +123,7 @@ def send_body(
         transport.abort()
         return
 
-    def done(body_sent: int, exc: BaseException | None) -> None:
-        body_done(conn, exchange, body_sent, exc)
-
+    done = _done_of(conn, exchange)
     sender: BodySender
     if isinstance(body, Archive):
         sender = ArchiveBody(conn, ans, head, done, conn._progress)
@@ -148,6 +158,19 @@ def send_body(
         )
     else:
         sender = PublicBody(transport, ans, head, sent, done, conn._progress)
+    _run(conn, sender)
+
+
+def _done_of(conn: HttpProtocol, exchange: Exchange) -> Callable[[int, BaseException | None], None]:
+    def done(body_sent: int, exc: BaseException | None) -> None:
+        body_done(conn, exchange, body_sent, exc)
+
+    return done
+
+
+def _run(conn: HttpProtocol, sender: BodySender) -> None:
+    """Start *sender*, the connection's body now (busy: nothing else is written meanwhile)."""
+    conn.busy = True
     conn.owned = sender
     conn.sending = True
     conn.since = conn.engine.now

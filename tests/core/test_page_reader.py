@@ -328,6 +328,27 @@ class ColdSend:
     def __enter__(self) -> ColdSend:
         return self
 
+    def whole(self) -> _outlet.ColdWhole:
+        """A ``ColdWhole`` of the file instead (the transfer is dropped): it closes the file
+        itself, so this one's descriptor is a duplicate (``fd_closed`` tells when it went)."""
+        fd = os.dup(self.fd)
+        self.whole_fd = fd
+        transfer = self.transfer
+        return _outlet.ColdWhole(
+            transfer.outlet,
+            b"HEAD\r\n\r\n",
+            fd,
+            len(self.data),
+            self._done,
+            lambda: None,
+            None,
+            transfer.pages,
+            None,
+        )
+
+    def fd_closed(self) -> bool:
+        return describe_fd(self.whole_fd) != describe_fd(self.fd)
+
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
         self.ours.close()
@@ -750,5 +771,102 @@ async def test_a_cold_body_stopped_before_its_send_is_not_sent(tmp_path: Path) -
             await asyncio.sleep(0.1)
             assert send.done == []
             assert send.received() in (b"", b"HEAD\r\n\r\n" + send.data)  # (nothing, or it was begun)
+    finally:
+        waits.close()
+
+
+# -- a whole cold file (ColdWhole) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 100_000, _outlet.READ_AHEAD_MAX])
+async def test_a_whole_cold_file_is_sent_by_the_readers_thread_alone(tmp_path: Path, size: int) -> None:
+    """Head and file go from the reader's thread once the pages are in; no transfer is made, the
+    file is closed, ``done`` is called once with every byte. Byte-exact."""
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    try:
+        with ColdSend(tmp_path, size, 20, waits) as send:
+            whole = send.whole()
+            whole.run()
+            assert whole.token is not None
+            assert await read_to_end(send) == (size, None)
+            assert send.got == b"HEAD\r\n\r\n" + send.data
+            assert whole.went_on is None
+            assert send.fd_closed()
+            await asyncio.sleep(0.01)
+            assert len(send.done) == 1
+            assert not waits.sends
+    finally:
+        waits.close()
+
+
+async def test_a_whole_cold_file_the_socket_takes_part_of_goes_on_as_a_transfer(tmp_path: Path) -> None:
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    try:
+        with ColdSend(tmp_path, _outlet.READ_AHEAD_MAX, 21, waits) as send:
+            send.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+            whole = send.whole()
+            whole.run()
+            assert await read_to_end(send) == (_outlet.READ_AHEAD_MAX, None)
+            assert send.got == b"HEAD\r\n\r\n" + send.data
+            assert whole.went_on is not None  # (the rest from the loop, once the socket had room)
+            assert send.fd_closed()
+    finally:
+        waits.close()
+
+
+@pytest.mark.parametrize("how", ["stuck", "refused", "closed"])
+async def test_a_whole_cold_file_the_reader_does_not_send_goes_another_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Held past the reader's patience (from the pool), a reader that cannot be asked, or waits
+    closed before the thread began (the timer's way): the head first, then the file, whole."""
+    monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
+    loop = asyncio.get_running_loop()
+    waits: Any = StuckWaits(fails=how == "refused") if how != "closed" else _coldread.PageWaits(loop)
+    with ColdSend(tmp_path, 100_000, 22, waits) as send:
+        whole = send.whole()
+        whole.run()
+        if how == "closed":
+            waits.close()
+        assert await read_to_end(send) == (100_000, None)
+        assert send.got == b"HEAD\r\n\r\n" + send.data
+        assert whole.went_on is not None
+        assert send.fd_closed()
+
+
+@pytest.mark.parametrize("how", ["shrank", "peer-gone"])
+async def test_a_whole_cold_file_that_cannot_go_whole_ends_with_an_error(tmp_path: Path, how: str) -> None:
+    """Cut short under it, or no peer: ``done`` gets the error (the connection is aborted), never
+    passed off as complete; the file is closed."""
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    try:
+        with ColdSend(tmp_path, 100_000, 23, waits) as send:
+            if how == "shrank":
+                os.truncate(tmp_path / "cold.bin", 60_000)
+            else:
+                send.peer.close()
+            send.whole().run()
+            sent, exc = await send.end()
+            if how == "shrank":
+                assert (sent, type(exc)) == (60_000, EOFError)
+            else:
+                assert (sent, type(exc)) == (0, BrokenPipeError)
+            assert send.fd_closed()
+    finally:
+        waits.close()
+
+
+async def test_a_whole_cold_file_stopped_before_it_went_lets_go_at_once(tmp_path: Path) -> None:
+    waits = _coldread.PageWaits(asyncio.get_running_loop())
+    try:
+        with ColdSend(tmp_path, 100_000, 24, waits) as send:
+            whole = send.whole()
+            whole.run()  # (the reader's thread, new, may take it at once: stopped before this turn ends)
+            whole.stop()
+            assert send.fd_closed()
+            assert not waits.sends
+            await asyncio.sleep(0.1)
+            assert send.done == []
+            assert send.received() in (b"", b"HEAD\r\n\r\n" + send.data)
     finally:
         waits.close()
