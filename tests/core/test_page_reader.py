@@ -593,6 +593,27 @@ def test_a_send_to_a_full_socket_says_where_it_stopped(tmp_path: Path) -> None:
         peer.close()
 
 
+def idle(reader: Any, fd: int) -> None:
+    """Have the reader's thread made, and asleep: a range asked then waits for ``start()`` (the
+    first ``ask`` makes the thread, which may take it at once)."""
+    reader.ask(fd, 0, 1, -1)
+    reader.start()
+    assert tokens_of(reader, 1) == [-1]
+
+
+async def idle_waits(waits: _coldread.PageWaits, tmp_path: Path) -> None:
+    """:func:`idle` for the reader of *waits*: what they ask next waits for the loop's next turn."""
+    path = tmp_path / "idle.bin"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    came = asyncio.get_running_loop().create_future()
+    try:
+        waits.ask(fd, 0, 1, lambda: came.set_result(None), lambda: None)
+    finally:
+        os.close(fd)
+    await asyncio.wait_for(came, 10)
+
+
 def test_a_send_cancelled_before_it_began_is_not_made(tmp_path: Path) -> None:
     """cancel() holds back a send the thread has not begun (True); done() still gives it back,
     with nothing sent (ECANCELED). One already made cannot be: False."""
@@ -603,7 +624,8 @@ def test_a_send_cancelled_before_it_began_is_not_made(tmp_path: Path) -> None:
     reader = _platform.page_reader()
     fd = os.open(path, os.O_RDONLY)
     try:
-        reader.ask(fd, 0, 10_000, 1, ours.fileno(), b"HEAD", 0)
+        idle(reader, fd)
+        reader.ask(fd, 0, 10_000, 1, ours.fileno(), b"HEAD", 0)  # (queued: start() not called)
         assert reader.cancel(1) is True
         reader.start()
         assert sent_of(reader) == (1, 0, 0, errno.ECANCELED)
@@ -747,6 +769,8 @@ async def test_a_cold_body_the_reader_gives_up_sends_its_head_first(
     another way, the head still first: from the pool, or on the timer's way. Byte-exact."""
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
     waits: Any = StuckWaits() if how == "stuck" else _coldread.PageWaits(asyncio.get_running_loop())
+    if how == "closed":
+        await idle_waits(waits, tmp_path)
     with ColdSend(tmp_path, 100_000, 18, waits, b"HEAD\r\n\r\n") as send:
         transfer = probed_cold(send)
         transfer.run()
@@ -823,6 +847,8 @@ async def test_a_whole_cold_file_the_reader_does_not_send_goes_another_way(
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
     loop = asyncio.get_running_loop()
     waits: Any = StuckWaits(fails=how == "refused") if how != "closed" else _coldread.PageWaits(loop)
+    if how == "closed":
+        await idle_waits(waits, tmp_path)
     with ColdSend(tmp_path, 100_000, 22, waits) as send:
         whole = send.whole()
         whole.run()
