@@ -26,22 +26,28 @@ call. A door that owns its connections (``serve``'s protocol: it gets ``pause_wr
   ``READ_AHEAD_MAX`` bytes is read in off the loop and sent once it is in, no pool thread. Where
   the owner has a page reader (``_coldread.PageWaits``: the compiled module's thread, which never
   takes the GIL; ``serve``'s engine has one), that thread asks the kernel for a loop turn's chunks
-  together and waits for each (a byte of its first and last page), and the loop is told through
-  an eventfd at once: a cold small file is answered as soon as the disk gives it (0.5-0.7 ms a
-  request where a timer made it 1.7, docs/performance.md). Without one, the read is asked of the
-  kernel (``POSIX_FADV_WILLNEED``, from the read-ahead thread, ``_coldread.read_ahead``, a loop
-  turn's chunks together: submitting it may wait in the block layer for milliseconds) and the
-  chunk is probed again from a timer, 1 ms later, then twice as long each time. Either way the
-  chunk is then probed again, every page of it (``is_cold(read_in=True)``: a read's pages come in
-  out of order on a busy device, and the last one in says nothing of the others), and no GIL is
-  handed off per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same reason). A
-  larger chunk, or one still cold after ``COLD_WAITS`` waits (evicted again, a busy disk, or one
-  the reader held past its patience, ``_coldread.READER_PATIENCE``, which one timer of the
-  waits keeps for all), is sent from the cold-read pool, whose thread hands the result back
-  with one ``call_soon_threadsafe``. The duplicate stays open until that thread
-  is done with it, whatever happens to the connection. Where the owner shares out each iteration
-  of the loop (``Turns``: ``serve``'s engine), a chunk whose wait ends while the iteration's time
-  is spent takes a turn in a following iteration, as a connection's new request does.
+  together and then *sends* each, after what is left of the head, with ``sendfile`` on its own
+  duplicate of the socket (which waits there for any page still on the way: nothing is probed
+  after the read), and the loop is told through an eventfd how far it went: a cold small file
+  is answered as soon as the disk gives it, with no Python between its pages and the socket. A
+  body known cold before its head went (``PROBED_COLD``) keeps the head for that send: one
+  ``send`` and one ``sendfile``. What the socket did not take goes on from the loop (probed
+  again); a chunk the reader has not begun within its patience (``_coldread.READER_PATIENCE``:
+  a hung file, a very slow device, reads queued behind one; one timer of the waits keeps it for
+  all) is held back and sent from the cold-read pool. :class:`ColdWhole` is that send for a
+  whole file found cold as it was opened, with no transfer unless it must go on another way.
+  Without a page reader, the read is asked of the kernel (``POSIX_FADV_WILLNEED``, from the
+  read-ahead thread, ``_coldread.read_ahead``, a loop turn's chunks together: submitting it may
+  wait in the block layer for milliseconds) and the chunk is probed again from a timer, 1 ms
+  later, then twice as long each time, every page of it (``is_cold(read_in=True)``: a read's
+  pages come in out of order on a busy device, and the last one in says nothing of the others);
+  no GIL is handed off per cold file and back (h2o tries ``RWF_NOWAIT`` first for the same
+  reason). A larger chunk, or one still cold after ``COLD_WAITS`` waits, is sent from the
+  cold-read pool, whose thread hands the result back with one ``call_soon_threadsafe``. The
+  duplicate stays open until that thread is done with it, whatever happens to the connection.
+  Where the owner shares out each iteration of the loop (``Turns``: ``serve``'s engine), a chunk
+  whose timer's wait ends while the iteration's time is spent takes a turn in a following
+  iteration, as a connection's new request does.
 * **A small chunk read, not sent with sendfile.** A chunk of up to ``READ_MAX`` bytes is read with
   one ``RWF_NOWAIT`` read, which is also its probe, and sent from memory like the head (the last
   send without ``MSG_MORE``): below that size the copy costs less than a probe and a ``sendfile``.
