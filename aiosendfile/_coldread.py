@@ -231,11 +231,13 @@ class PageWaits:
         key: tuple[int, int] | None = None,
     ) -> int:
         """As :meth:`ask`, but the thread sends *head* (with *flags*) and then the range to *sock*
-        (non-blocking; a duplicate: the caller may close its own) as far as the socket takes
-        them, and *then* is called with what went (:data:`Sent`), or with None if the thread
-        never began (these waits closed first: the caller sends it another way). A send not made
-        within the patience is held back and *late* called instead (one under way is waited
-        for). The owner writes nothing else to *sock* until *then* or *late* is called."""
+        (non-blocking) as far as the socket takes them, and *then* is called with what went
+        (:data:`Sent`), or with None if the thread never began (these waits closed first: the
+        caller sends it another way). A send not begun within the patience is held back and
+        *late* called instead (one under way is waited for). The thread takes its own duplicate
+        of *sock* as it begins: the caller keeps *sock* open until *then* or *late* is called or
+        :meth:`cancel` or :meth:`close` returns (a socket closed meanwhile is never written to,
+        whatever its number becomes), and writes nothing else to it until *then* or *late*."""
         if self.closed:
             raise RuntimeError("these page waits are closed")
         reader = self.reader
@@ -266,7 +268,8 @@ class PageWaits:
 
     def cancel(self, token: int) -> None:
         """*then* is not called for *token* (its read goes on, and is dropped when it ends; a send
-        not begun is not made)."""
+        not begun is not made, and one begun is on the thread's own duplicate of its socket:
+        the caller may close its socket once this returns)."""
         self.waiting.pop(token, None)
         self.late.pop(token, None)
         if self.sends.pop(token, None) is not None and self.reader is not None:

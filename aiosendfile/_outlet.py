@@ -394,6 +394,8 @@ class Transfer:
     def _sent_by_reader(self, result: Sent | None) -> None:
         """What the page reader's thread sent of the head and the chunk (``PageWaits.ask_send``)."""
         self.asked = None
+        if self.stopped:  # (told by waits that closed before the connection went: nothing to do)
+            return
         if result is None:  # (the waits closed before the thread began it: sent another way)
             self.warm_to = 0
             self._waited()
@@ -411,8 +413,10 @@ class Transfer:
             self.sent += file_sent
             _platform.counters.calls += 1
             _platform.counters.bytes += file_sent
+        if file_sent or head_sent:
             self.on_progress()
         if err == errno.EAGAIN:  # the socket is full: the rest when it has room, probed again
+            _platform.counters.eagain += 1
             self.warm_to = 0
             self._wait()
         elif err:
@@ -424,10 +428,6 @@ class Transfer:
         else:  # (a chunk of a larger file: the next from the loop)
             self.warm_to = 0
             self.outlet.loop.call_soon(self.run)
-
-    def _read_through(self) -> None:
-        self.asked = None
-        self._waited()
 
     def _late(self) -> None:
         """The page reader has not read the chunk in within its patience (a hung file, a very
@@ -552,6 +552,7 @@ class ColdWhole:
         "outlet",
         "pages",
         "size",
+        "stopped",
         "token",
         "turns",
         "went_on",
@@ -580,6 +581,7 @@ class ColdWhole:
         self.key = key
         self.token: int | None = None  # the reader's, while its thread may send
         self.went_on: Transfer | None = None
+        self.stopped = False
 
     def run(self) -> None:
         """Ask the reader's thread to send it (once)."""
@@ -600,6 +602,9 @@ class ColdWhole:
 
     def stop(self) -> None:
         """The connection is gone: the send is held back if not begun, the file let go."""
+        if self.stopped:
+            return
+        self.stopped = True
         went_on = self.went_on
         if went_on is not None:
             went_on.stop()
@@ -607,7 +612,12 @@ class ColdWhole:
         token, self.token = self.token, None
         if token is not None:
             self.pages.cancel(token)
-            os.close(self.file_fd)
+        self._close_file()
+
+    def _close_file(self) -> None:
+        fd, self.file_fd = self.file_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _go_on(self, head: bytes, sent: int) -> Transfer:
         """A transfer for the rest, after *sent* file bytes and what is left of the head."""
@@ -632,6 +642,8 @@ class ColdWhole:
     def _sent(self, result: Sent | None) -> None:
         """What the reader's thread sent (``PageWaits.ask_send``)."""
         self.token = None
+        if self.stopped:  # (told by waits that closed before the connection went: nothing to do)
+            return
         if result is None:  # (the waits closed before the thread began it)
             self._go_on(self.head, 0).run()
             return
@@ -639,14 +651,16 @@ class ColdWhole:
         if file_sent > 0:
             _platform.counters.calls += 1
             _platform.counters.bytes += file_sent
+        if file_sent > 0 or head_sent > 0:
             self.on_progress()
         if err == 0 and file_sent == self.size:
-            os.close(self.file_fd)
+            self._close_file()
             self.done(file_sent, None)
         elif err == errno.EAGAIN:  # the socket is full: the rest when it has room, probed again
+            _platform.counters.eagain += 1
             self._go_on(self.head[head_sent:], file_sent)._wait()
         else:
-            os.close(self.file_fd)
+            self._close_file()
             if head_sent < 0:  # (under way as the waits closed: how far it went is not known)
                 failed: Exception = ConnectionAbortedError("the page reader closed while it sent this body")
             elif err:
@@ -658,7 +672,8 @@ class ColdWhole:
     def _late(self) -> None:
         """The reader held it past its patience, not begun: the head and the file from the pool."""
         self.token = None
-        self._go_on(self.head, 0)._to_pool(min(self.size, MAX_CHUNK))
+        if not self.stopped:
+            self._go_on(self.head, 0)._to_pool(min(self.size, MAX_CHUNK))
 
 
 def probe_max(ident: tuple[int, ...]) -> int:

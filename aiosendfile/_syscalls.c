@@ -474,16 +474,19 @@ syscalls_reopen_read(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
  * known through an eventfd the loop watches: fileno(), then done() for the tokens. No timer
  * guesses how long a read takes, and no Python runs off the loop's thread. A send (ask with a
  * socket and a head) is the range sent, not read: the thread sends the head and then the range
- * with sendfile (which waits for its pages there) on a duplicate of the socket, as far as the
- * socket takes them, and done() says how far that was; cancel(token) holds back one it has not
- * begun (a connection gone, a wait given up). close() (or the
+ * with sendfile (which waits for its pages there) on a duplicate of the socket it takes as it
+ * begins, as far as the socket takes them, and done() says how far that was; cancel(token) holds
+ * back one it has not begun (a connection gone, a wait given up), whose socket then was never
+ * duplicated: the caller may close it once cancel() answers. close() (or the
  * object going away) closes the eventfd and the queued duplicates at once and ends the thread,
  * which frees what is left (it may be inside a read for a while; nothing waits for it). */
 
 struct page_job {
     int fd;
     long long offset, size, token;
-    int sock;      /* a send: a duplicate of the socket the range goes to, after head; else -1 */
+    int sock;      /* a send: the socket the range goes to, after head (the caller's number, kept
+                      open by it until the send is begun or held back: the thread takes its own
+                      duplicate as it begins, under the lock); else -1 */
     int flags;     /* the head's send flags (MSG_MORE) */
     char *head;    /* (malloc'd; NULL when empty) */
     size_t head_len;
@@ -551,8 +554,6 @@ static void
 job_free(struct page_job *job)
 {
     close(job->fd);
-    if (job->sock >= 0)
-        close(job->sock);
     free(job->head);
     job->head = NULL;
 }
@@ -643,14 +644,14 @@ take_cancelled(struct page_reader *r, long long token)
     return 0;
 }
 
-/* A send: the head, then the range with sendfile, on the socket's duplicate (non-blocking: a full
-   socket stops it where it is, EAGAIN). sendfile waits here, in this thread, for any page not in
-   yet: none of it on the loop's. */
+/* A send: the head, then the range with sendfile, on *sock*, the thread's duplicate of the
+   socket (non-blocking: a full socket stops it where it is, EAGAIN). sendfile waits here, in this
+   thread, for any page not in yet: none of it on the loop's. */
 static void
-send_range(const struct page_job *job, struct page_done *d)
+send_range(const struct page_job *job, int sock, struct page_done *d)
 {
     while ((size_t)d->head_sent < job->head_len) {
-        ssize_t n = send(job->sock, job->head + d->head_sent, job->head_len - (size_t)d->head_sent,
+        ssize_t n = send(sock, job->head + d->head_sent, job->head_len - (size_t)d->head_sent,
                          (job->size > 0 ? job->flags : 0) | MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
@@ -663,7 +664,7 @@ send_range(const struct page_job *job, struct page_done *d)
     while (d->file_sent < job->size) {
         off_t offset = (off_t)(job->offset + d->file_sent);
         long long left = job->size - d->file_sent;
-        ssize_t n = sendfile(job->sock, job->fd, &offset, (size_t)(left < 0x7ffff000LL ? left : 0x7ffff000LL));
+        ssize_t n = sendfile(sock, job->fd, &offset, (size_t)(left < 0x7ffff000LL ? left : 0x7ffff000LL));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -706,15 +707,25 @@ page_reader_run(void *arg)
                         read_through(job->fd, job->offset, job->size);
             }
             else {
+                /* Begun under the lock: held back (cancel, close) before, or ours from here, on a
+                   duplicate of the caller's socket taken now (the caller closes its own only once
+                   cancel() has answered, which takes the lock too). */
+                int sock = -1;
                 pthread_mutex_lock(&r->lock);
                 int skip = r->closing || take_cancelled(r, job->token);
-                if (!skip)
+                if (!skip) {
                     r->sending = job->token;
+                    sock = fcntl(job->sock, F_DUPFD_CLOEXEC, 0);
+                    if (sock < 0)
+                        d.err = errno;
+                }
                 pthread_mutex_unlock(&r->lock);
                 if (skip)
                     d.err = ECANCELED;
-                else
-                    send_range(job, &d);
+                else if (sock >= 0) {
+                    send_range(job, sock, &d);
+                    close(sock);
+                }
             }
             job_free(job);
             pthread_mutex_lock(&r->lock);
@@ -791,11 +802,8 @@ page_reader_release(PageReaderObject *self)
     if (r->generation != current_generation()) {
         /* A forked child: its thread is not here, and its lock may have been held at the fork.
            Its own copies of the descriptors are closed (the parent's stay open), the rest left. */
-        for (size_t i = 0; i < r->njobs; i++) {
+        for (size_t i = 0; i < r->njobs; i++)
             close(r->jobs[i].fd);
-            if (r->jobs[i].sock >= 0)
-                close(r->jobs[i].sock);
-        }
         if (r->efd >= 0)
             close(r->efd);
         return;
@@ -849,8 +857,9 @@ PyDoc_STRVAR(page_reader_ask_doc,
              "Have the reader's thread bring [offset, offset+size) of fd into the page cache (on a\n"
              "duplicate of fd: the caller may close its own at once); token is given back by done().\n"
              "With sock (a non-blocking socket), head (bytes-like) and flags (head's send flags): the\n"
-             "thread sends head, then the range with sendfile, to a duplicate of sock, as far as the\n"
-             "socket takes them, and done() gives back (token, head_sent, file_sent, errno).");
+             "thread sends head, then the range with sendfile, to a duplicate of sock it takes as it\n"
+             "begins, as far as the socket takes them, and done() gives back (token, head_sent,\n"
+             "file_sent, errno). The caller keeps sock open until then, or until cancel() answers.");
 
 static PyObject *
 page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -879,7 +888,7 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
     char *head = NULL;
     size_t head_len = 0;
     if (nargs == 7) {
-        if (!as_fd(args[4], &sock))
+        if (!as_fd(args[4], &sock)) /* (not duplicated here: see struct page_job) */
             return NULL;
         flags = PyLong_AsLong(args[6]);
         if (flags == -1 && PyErr_Occurred())
@@ -897,17 +906,10 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
             head_len = (size_t)view.len;
         }
         PyBuffer_Release(&view);
-        sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
-        if (sock < 0) {
-            free(head);
-            return PyErr_SetFromErrno(PyExc_OSError);
-        }
     }
     int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        if (sock >= 0)
-            close(sock);
         free(head);
         return NULL;
     }
@@ -917,8 +919,6 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
         (sock >= 0 && !grow((void **)&r->cancelled, &r->cancelled_cap, r->owed + 1, sizeof *r->cancelled))) {
         pthread_mutex_unlock(&r->lock);
         close(copy);
-        if (sock >= 0)
-            close(sock);
         free(head);
         return PyErr_NoMemory();
     }
@@ -937,8 +937,6 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (failed) {
             pthread_mutex_unlock(&r->lock);
             close(copy);
-            if (sock >= 0)
-                close(sock);
             free(head);
             errno = failed;
             return PyErr_SetFromErrno(PyExc_OSError);

@@ -532,7 +532,8 @@ def drain(sock: socket.socket, want: int, timeout: float = 10.0) -> bytes:
 @pytest.mark.parametrize("family", ["tcp", "unix"])
 def test_a_send_goes_whole_with_its_head_and_is_told_how_far(tmp_path: Path, family: str) -> None:
     """The thread sends the head, then the cold range with sendfile, to a duplicate of the socket
-    (the caller may close its own descriptors at once), and done() says how much of each went."""
+    it takes as it begins (the caller may close its file at once), and done() says how much of
+    each went."""
     path = tmp_path / "cold.bin"
     data = pattern(200_000, seed=11)
     path.write_bytes(data)
@@ -669,9 +670,9 @@ def test_bad_send_arguments_are_refused_with_a_typed_error(tmp_path: Path) -> No
     os.close(w)
     os.close(r)
     try:
-        with pytest.raises(OSError, match="Bad file descriptor") as caught:
-            reader.ask(fd, 0, 1, 0, r, b"", 0)  # (a closed socket descriptor)
-        assert caught.value.errno == errno.EBADF
+        reader.ask(fd, 0, 1, 7, r, b"", 0)  # (a closed socket: its duplicate, as it begins, fails)
+        reader.start()
+        assert sent_of(reader) == (7, 0, 0, errno.EBADF)
         with pytest.raises(TypeError):
             reader.ask(fd, 0, 1, 0, fd, "head", 0)  # type: ignore[call-overload]
         with pytest.raises(TypeError):
@@ -896,3 +897,126 @@ async def test_a_whole_cold_file_stopped_before_it_went_lets_go_at_once(tmp_path
             assert send.received() in (b"", b"HEAD\r\n\r\n" + send.data)
     finally:
         waits.close()
+
+
+@pytest.mark.parametrize("sender", ["whole", "transfer"])
+async def test_a_body_stopped_after_its_waits_closed_is_not_woken(tmp_path: Path, sender: str) -> None:
+    """The waits close with a send held back (its callback queued for the loop's next turn), then
+    the connection goes before that turn: the callback finds the body stopped and does nothing
+    (no second close of its file, no send on a closed socket, ``done`` not called)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    waits = _coldread.PageWaits(loop)
+    await idle_waits(waits, tmp_path)
+    with ColdSend(tmp_path, 100_000, 25, waits, b"HEAD\r\n\r\n") as send:
+        if sender == "whole":
+            body: Any = send.whole()
+        else:
+            body = probed_cold(send)
+        body.run()
+        waits.close()  # (held back: its callback waits for the next turn)
+        body.stop()
+        closed_once = os.dup(send.fd)  # (takes the number the stop freed, if it freed one)
+        try:
+            await asyncio.sleep(0.05)
+            assert describe_fd(closed_once) == describe_fd(send.fd)  # (not closed a second time)
+        finally:
+            os.close(closed_once)
+        assert send.done == []
+        assert send.received() == b""
+        assert errors == []
+
+
+def test_a_socket_closed_once_its_send_was_held_back_is_never_written_to(tmp_path: Path) -> None:
+    """The reader takes its duplicate of the socket only as it begins a send: once cancel() held
+    one back, the caller closes its socket, and another socket given the same number gets
+    nothing from the thread."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(10_000, seed=26))
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        idle(reader, fd)
+        number = ours.fileno()
+        reader.ask(fd, 0, 10_000, 1, number, b"HEAD", 0)
+        assert reader.cancel(1) is True
+        ours.close()
+        peer.close()
+        other, other_peer = socket.socketpair()
+        with other, other_peer:
+            if other.fileno() != number:
+                os.dup2(other.fileno(), number)  # (the number, taken by another socket)
+            try:
+                reader.start()
+                assert sent_of(reader) == (1, 0, 0, errno.ECANCELED)
+                other_peer.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    other_peer.recv(100)
+            finally:
+                if other.fileno() != number:
+                    os.close(number)
+    finally:
+        os.close(fd)
+        reader.close()
+
+
+class _SendingReader:
+    """A page reader whose thread has begun every send asked (``cancel`` says False) and gives
+    back what ``finished`` holds: what the waits do with sends under way."""
+
+    def __init__(self) -> None:
+        self.finished: list[Any] = []
+        self.cancelled: list[int] = []
+
+    def ask(self, *args: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self, token: int) -> bool:
+        self.cancelled.append(token)
+        return False
+
+    def done(self) -> list[Any]:
+        out, self.finished = self.finished, []
+        return out
+
+
+async def test_a_send_under_way_is_not_late_and_its_end_is_told() -> None:
+    """Past the patience, a send the thread has begun is not given up (it may be writing): it is
+    waited for, and what went is told when it ends. At close, a send ended but not yet taken
+    is told what went; one still under way is told it cannot be known."""
+    loop = asyncio.get_running_loop()
+    waits = _coldread.PageWaits(loop, patience=3600.0)
+    reader = _SendingReader()
+    waits.reader = reader  # type: ignore[assignment]
+    got: list[Any] = []
+    try:
+        first = waits.ask_send(0, 0, 10, 0, b"H", 0, got.append, lambda: got.append("late"))
+        waits.horizon = waits.next  # (asked before the timer's last run: late at this one)
+        waits._check()
+        assert got == []
+        assert reader.cancelled == [first]
+        assert first in waits.sends
+        reader.finished = [(first, 1, 10, 0)]
+        waits._arrived()
+        assert got == [(first, 1, 10, 0)]
+        ended = waits.ask_send(0, 0, 10, 0, b"H", 0, got.append, lambda: got.append("late"))
+        waits.ask_send(0, 0, 10, 0, b"H", 0, got.append, lambda: got.append("late"))  # (under way)
+        reader.finished = [(ended, 1, 10, 0)]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(loop, "remove_reader", lambda fd: True)
+            reader.fileno = lambda: 0  # type: ignore[attr-defined]
+            reader.close = lambda: None  # type: ignore[attr-defined]
+            waits.close()
+        await asyncio.sleep(0)
+        assert got[1:] == [(ended, 1, 10, 0), _coldread.UNKNOWN_SEND]
+        assert "late" not in got
+    finally:
+        if not waits.closed:
+            waits.reader = None
+            waits.close()
