@@ -204,13 +204,7 @@ class PageWaits:
         :attr:`patience` (within twice that: a hung file, a very slow device, reads queued behind
         one) is no longer waited for, and *late* is called instead. *key*: the file's device and
         inode, if known (``_platform.started_reading``). Not after :meth:`close`."""
-        if self.closed:
-            raise RuntimeError("these page waits are closed")
-        reader = self.reader
-        if reader is None:
-            reader = self.reader = _platform.page_reader()
-            self.loop.add_reader(reader.fileno(), self._arrived)
-        _platform.started_reading(fd, key)
+        reader = self._reader_for(fd, key)
         token = self.next
         reader.ask(fd, offset, size, token)
         self.next = token + 1
@@ -238,6 +232,17 @@ class PageWaits:
         of *sock* as it begins: the caller keeps *sock* open until *then* or *late* is called or
         :meth:`cancel` or :meth:`close` returns (a socket closed meanwhile is never written to,
         whatever its number becomes), and writes nothing else to it until *then* or *late*."""
+        reader = self._reader_for(fd, key)
+        token = self.next
+        reader.ask(fd, offset, size, token, sock, head, flags)
+        self.next = token + 1
+        self.sends[token] = then
+        self._asked(token, late)
+        return token
+
+    def _reader_for(self, fd: int, key: tuple[int, int] | None) -> _syscalls_types.PageReader:
+        """The reader (made at the first ask), about to read *fd*'s file in (noted: its pages
+        may be on the way, ``_platform.started_reading``)."""
         if self.closed:
             raise RuntimeError("these page waits are closed")
         reader = self.reader
@@ -245,12 +250,7 @@ class PageWaits:
             reader = self.reader = _platform.page_reader()
             self.loop.add_reader(reader.fileno(), self._arrived)
         _platform.started_reading(fd, key)
-        token = self.next
-        reader.ask(fd, offset, size, token, sock, head, flags)
-        self.next = token + 1
-        self.sends[token] = then
-        self._asked(token, late)
-        return token
+        return reader
 
     def _asked(self, token: int, late: Callable[[], None]) -> None:
         self.late[token] = late

@@ -282,14 +282,8 @@ class Transfer:
             head = self.head
             if head is not None and not (self.warm_to == PROBED_COLD and self._reader_sends()):
                 # (A chunk known cold that the page reader's thread will send takes the head with it.)
-                # MSG_MORE while file bytes follow (the head shares their first packet); not after
-                # the last of them, read into memory: nothing would push it out.
-                n = outlet.sock.send(head, outlet.flags if self.position < self.end else 0)
-                if n < len(head):
-                    self.head = head[n:]
-                    self._wait()
+                if not self._head_sent(head):
                     return
-                self.head = None
                 if self.buffered:
                     self.sent += self.buffered
                     self.buffered = 0
@@ -334,6 +328,19 @@ class Transfer:
             self._end(exc)
             return
         self._advance(n, size)
+
+    def _head_sent(self, head: memoryview) -> bool:
+        """Send what is left of the head: with MSG_MORE while file bytes follow (it shares their
+        first packet); not after the last of them, read into memory (nothing would push it out).
+        False: the socket took only part, and the rest waits for room (raises as ``send`` does)."""
+        outlet = self.outlet
+        n = outlet.sock.send(head, outlet.flags if self.position < self.end else 0)
+        if n < len(head):
+            self.head = head[n:]
+            self._wait()
+            return False
+        self.head = None
+        return True
 
     def _read_in(self, read: bytearray, size: int) -> None:
         """A small chunk read into memory: sent as the head is (the file ends early: an error)."""
@@ -480,17 +487,14 @@ class Transfer:
         head = self.head
         if head is not None:  # (held for the page reader's send, which was given up: it goes first)
             try:
-                n = outlet.sock.send(head, outlet.flags)
+                if not self._head_sent(head):
+                    return
             except BlockingIOError:
-                n = 0
+                self._wait()
+                return
             except OSError as exc:
                 self._end(exc)
                 return
-            if n < len(head):
-                self.head = head[n:]
-                self._wait()
-                return
-            self.head = None
         outlet.in_pool = True
         _platform.went_to_pool(self.file_fd, self.key)
         job = DEFAULT_OPTIONS.cold_executor.submit(
@@ -630,7 +634,7 @@ class ColdWhole:
             self.size - sent,
             self.done,
             self.on_progress,
-            lambda: os.close(fd),
+            self._close_file,
             sent,
             0,
             self.turns,
@@ -647,27 +651,18 @@ class ColdWhole:
         if result is None:  # (the waits closed before the thread began it)
             self._go_on(self.head, 0).run()
             return
-        _, head_sent, file_sent, err = result
-        if file_sent > 0:
+        size = self.size
+        if result[3] == 0 and result[2] == size:  # whole: the common case, no transfer
             _platform.counters.calls += 1
-            _platform.counters.bytes += file_sent
-        if file_sent > 0 or head_sent > 0:
+            _platform.counters.bytes += size
             self.on_progress()
-        if err == 0 and file_sent == self.size:
             self._close_file()
-            self.done(file_sent, None)
-        elif err == errno.EAGAIN:  # the socket is full: the rest when it has room, probed again
-            _platform.counters.eagain += 1
-            self._go_on(self.head[head_sent:], file_sent)._wait()
-        else:
-            self._close_file()
-            if head_sent < 0:  # (under way as the waits closed: how far it went is not known)
-                failed: Exception = ConnectionAbortedError("the page reader closed while it sent this body")
-            elif err:
-                failed = OSError(err, os.strerror(err))
-            else:
-                failed = EOFError(f"the file ended {self.size - file_sent} bytes early")
-            self.done(max(file_sent, 0), failed)
+            self.done(size, None)
+            return
+        # Anything else (the socket full, an error, a file cut short) is told as a transfer's send.
+        went_on = self._go_on(self.head, 0)
+        went_on.sending_to = size
+        went_on._sent_by_reader(result)
 
     def _late(self) -> None:
         """The reader held it past its patience, not begun: the head and the file from the pool."""
