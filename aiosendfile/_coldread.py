@@ -15,7 +15,7 @@ the pool's reads fill the device's queue, or for memory) for milliseconds.
 
 :class:`PageWaits` does more where the compiled module is here: its page reader's thread (C, no
 GIL) reads a range in and the loop is told once its pages are in, through an eventfd; the body
-sender of a connection owner (``_outlet.Transfer``) waits on it instead of a timer.
+sender of a connection owner (``_bodies.Transfer``) waits on it instead of a timer.
 """
 
 from __future__ import annotations

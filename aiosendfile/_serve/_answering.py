@@ -166,7 +166,7 @@ def replay(
     head += engine.clock.tails[mode]
     body = from_memory(path, ident, small, engine.cache_root, get) if small or not get else None
     if body is None:  # (a GET) sent from the file, or read back (into the hot-file cache)
-        # (probed as it is opened if it is sent from its descriptor: see _outlet.send_first)
+        # (probed as it is opened if it is sent from its descriptor: see _bodies.send_first)
         probe = probe_max(ident) if ident[2] > READ_MAX or not small else 0
         again = reopen_answer(path, ident, small, engine.cache_root, head, READ_MAX, probe)
         if again is None:

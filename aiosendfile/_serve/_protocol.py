@@ -27,7 +27,8 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .._outlet import ColdWhole, Outlet, Transfer
+from .._bodies import ColdWhole, Transfer
+from .._outlet import Outlet
 from ._answering import replay, respond
 from ._archive_body import ArchiveBody
 from ._auth import address_key

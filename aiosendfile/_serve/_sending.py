@@ -2,11 +2,11 @@
 
 Four body senders share one small interface (:class:`BodySender`: ``run`` starts or goes on,
 ``stop`` when the connection is gone, ``done(sent, exc)`` once at the end, ``progress`` on the
-way): ``_outlet.Transfer`` (``sendfile`` on the connection's own socket, plain TCP or Unix),
+way): ``_bodies.Transfer`` (``sendfile`` on the connection's own socket, plain TCP or Unix),
 ``_tls_body.TLSBody`` (the connection's own TLS transport), ``_archive_body.ArchiveBody`` (a
 folder's tar archive), and :class:`PublicBody` (the public
 ``aiosendfile.sendfile`` in a task: answers still in the transport's buffer, a transport of another
-kind). A whole file of one chunk is first tried at once (``_outlet.send_first``), with no sender
+kind). A whole file of one chunk is first tried at once (``_bodies.send_first``), with no sender
 object at all: the common case. One body is in flight at a time (the connection is ``busy``); a
 body that cannot be sent whole aborts the connection, never passed off as complete.
 """
@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .._api import sendfile
+from .._bodies import ColdWhole, Transfer, send_first
 from .._errors import SendfileError
-from .._outlet import MAX_CHUNK, PROBED_COLD, READ_AHEAD_MAX, ColdWhole, Outlet, Transfer, send_first
+from .._outlet import MAX_CHUNK, PROBED_COLD, READ_AHEAD_MAX, Outlet
 from .._static._answer import Answer, Archive, FileRange, Multipart
 from ._archive_body import ArchiveBody
 from ._exchange import Exchange

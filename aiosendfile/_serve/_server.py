@@ -25,9 +25,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TextIO
 
+from .._bodies import Turn
 from .._coldread import PageWaits
 from .._options import default_cold_executor
-from .._outlet import Turn
 from .._static._answers import Decided
 from .._static._archive import DEFAULT_MAX_ENTRIES
 from .._static._fs import directory_policy

@@ -50,12 +50,13 @@ def _install_ticker() -> None:
 
 
 def _no_probe() -> None:
-    from aiosendfile import _options, _outlet
-    from aiosendfile._serve import _protocol
+    from aiosendfile import _bodies, _options, _outlet
+    from aiosendfile._serve import _tls_body
 
     options = dataclasses.replace(_options.DEFAULT_OPTIONS, probe=False)
     # (Each module imported the name: it is replaced where it is read.)
-    _outlet.__dict__["DEFAULT_OPTIONS"] = _protocol.__dict__["DEFAULT_OPTIONS"] = options
+    for module in (_outlet, _bodies, _tls_body):
+        module.__dict__["DEFAULT_OPTIONS"] = options
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
 """The owner's send path (``_outlet``): a small chunk read into memory instead of sent with
 ``sendfile``, and ``_platform.read_nowait``, the read that is its own probe.
 
-A :class:`~aiosendfile._outlet.Transfer` runs on an outlet whose socket records the flags of each
+A :class:`~aiosendfile._bodies.Transfer` runs on an outlet whose socket records the flags of each
 ``send``: ``MSG_MORE`` while file bytes follow, never on the last send (nothing would push a
 corked segment out). Both loops (conftest).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from aiosendfile import _outlet, _platform
+from aiosendfile import _bodies, _outlet, _platform
 from aiosendfile._coldread import read_ahead as read_ahead_later
 
 from ..support.fds import open_fds
@@ -59,7 +59,7 @@ async def transfer(path: Path, length: int, head: bytes = b"HEAD\r\n\r\n") -> tu
     fd = os.open(path, os.O_RDONLY)
     released: list[int] = []
     try:
-        t = _outlet.Transfer(
+        t = _bodies.Transfer(
             outlet,
             head,
             fd,
@@ -159,7 +159,7 @@ async def test_where_the_read_cannot_tell_the_chunk_is_probed_and_sent_with_send
     data = pattern(3_000, seed=4)
     path.write_bytes(data)
     monkeypatch.setattr(_platform, "read_nowait", lambda *args: None)
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: False)
+    monkeypatch.setattr(_bodies, "is_cold", lambda *args, **kwargs: False)
     calls = _platform.counters.calls
     got, sock, (sent, exc) = await transfer(path, len(data))
     assert got == b"HEAD\r\n\r\n" + data
@@ -330,7 +330,7 @@ async def test_a_chunk_read_ahead_is_sent_only_once_every_page_is_in(
         events.append(f"readable {(answer := next(readable, True))}")
         return answer
 
-    real_send = _outlet.sendfile_once
+    real_send = _bodies.sendfile_once
 
     def sendfile_once(out_fd: int, in_fd: int, offset: int, count: int) -> int:
         events.append("sendfile")
@@ -340,7 +340,7 @@ async def test_a_chunk_read_ahead_is_sent_only_once_every_page_is_in(
     monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
     monkeypatch.setattr(_platform, "range_readable", range_readable, raising=False)
     monkeypatch.setattr(_platform, "read_ahead", lambda fd, offset, size: None)
-    monkeypatch.setattr(_outlet, "sendfile_once", sendfile_once)
+    monkeypatch.setattr(_bodies, "sendfile_once", sendfile_once)
     got, _, (sent, exc) = await transfer(path, len(data))
     assert got == b"HEAD\r\n\r\n" + data
     assert (sent, exc) == (len(data), None)

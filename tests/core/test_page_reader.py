@@ -1,5 +1,5 @@
 """The compiled page reader (``_syscalls.PageReader``) and the waits built on it
-(``_coldread.PageWaits``, ``_outlet.Transfer``): a cold range is read in by a thread of its own that
+(``_coldread.PageWaits``, ``_bodies.Transfer``): a cold range is read in by a thread of its own that
 never takes the GIL, and the loop is told through an eventfd once every page is in.
 
 Skipped where the C module was not built (the timer path is tested in test_outlet and the serve

@@ -1,6 +1,6 @@
 """Sends made by the compiled page reader's thread (``_syscalls.PageReader.ask`` with a socket,
-``_coldread.PageWaits.ask_send``) and the bodies built on them (``_outlet.Transfer``'s cold
-chunks, ``_outlet.ColdWhole``): the head and the range go from the thread once the pages are in,
+``_coldread.PageWaits.ask_send``) and the bodies built on them (``_bodies.Transfer``'s cold
+chunks, ``_bodies.ColdWhole``): the head and the range go from the thread once the pages are in,
 and the loop is told how far; held back when cancelled before they begin; every other ending
 (a full socket, the wait given up, the waits closed, a file cut short, a peer gone) goes on or
 ends with an error, never a short body passed off as whole.

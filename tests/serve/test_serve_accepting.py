@@ -243,7 +243,7 @@ async def test_a_cold_medium_chunk_waits_for_its_pages_then_the_pool(
     (no probe after it: that thread's sendfile waits for any page still on the way); or read in
     by the kernel's read ahead and probed again from a timer, and one still cold after
     COLD_WAITS goes to the pool. No pool thread with the reader. Byte-exact either way."""
-    from aiosendfile import _outlet, _platform
+    from aiosendfile import _bodies, _outlet, _platform
 
     body = pattern(100_000, seed=5)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -254,7 +254,7 @@ async def test_a_cold_medium_chunk_waits_for_its_pages_then_the_pool(
         return cold == "always" or len(probes) == 1
 
     hints = wait_pages_by(www_site, waits, monkeypatch)
-    monkeypatch.setattr(_outlet, "is_cold", is_cold)
+    monkeypatch.setattr(_bodies, "is_cold", is_cold)
     before = _platform.counters.cold
     raw = await www_site.exchange(get("/medium.bin", "Connection: close\r\n"))
     assert all_responses(raw, ["GET"])[0].body == body
@@ -280,7 +280,7 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
     is spent: the transfer waits in the engine's queue with the connections and takes its turn
     in the next iteration (without the page reader, whose thread sends such a chunk itself).
     Byte-exact."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     body = pattern(100_000, seed=7)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -290,11 +290,11 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
         probes.append(1)
         return len(probes) == 1
 
-    monkeypatch.setattr(_outlet, "is_cold", is_cold)
+    monkeypatch.setattr(_bodies, "is_cold", is_cold)
     wait_pages_by(www_site, "timer", monkeypatch)
     eng = engine()._engines[www_site.server]
     in_timer = [False]
-    real_spent, real_wait_turn, real_waited = eng.spent, eng.wait_turn, _outlet.Transfer._waited
+    real_spent, real_wait_turn, real_waited = eng.spent, eng.wait_turn, _bodies.Transfer._waited
 
     def spent() -> bool:
         opened = real_spent()  # (opens the iteration: its queue is then served next iteration)
@@ -315,10 +315,10 @@ async def test_a_chunk_whose_pages_came_in_while_the_iteration_is_spent_takes_a_
 
     monkeypatch.setattr(eng, "spent", spent)
     monkeypatch.setattr(eng, "wait_turn", wait_turn)
-    monkeypatch.setattr(_outlet.Transfer, "_waited", waited)
+    monkeypatch.setattr(_bodies.Transfer, "_waited", waited)
     raw = await www_site.exchange(get("/medium.bin", "Connection: close\r\n"))
     assert all_responses(raw, ["GET"])[0].body == body
-    assert [type(t) for t in turns] == [_outlet.Transfer]
+    assert [type(t) for t in turns] == [_bodies.Transfer]
     assert len(probes) == 2
 
 
@@ -327,19 +327,19 @@ async def test_a_client_gone_while_its_chunk_waits_for_pages_leaves_nothing(
 ) -> None:
     """A reset while a cold chunk waits on its timer: the timer is cancelled and the file closed
     (the fd guard), nothing reported (the loop guard)."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     (www_site.public / "medium.bin").write_bytes(pattern(100_000, seed=6))
     waiting = asyncio.get_running_loop().create_future()
-    real = _outlet.Transfer._wait_for_pages
+    real = _bodies.Transfer._wait_for_pages
 
     def wait_for_pages(self: Any, size: int) -> None:
         real(self, size)
         if not waiting.done():
             waiting.set_result(None)
 
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: True)
-    monkeypatch.setattr(_outlet.Transfer, "_wait_for_pages", wait_for_pages)
+    monkeypatch.setattr(_bodies, "is_cold", lambda *args, **kwargs: True)
+    monkeypatch.setattr(_bodies.Transfer, "_wait_for_pages", wait_for_pages)
     sock = socket.create_connection((www_site.host, www_site.port))
     try:
         sock.sendall(get("/medium.bin"))
@@ -359,7 +359,7 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(
 ) -> None:
     """The page-cache probe runs once per 2 MiB chunk: the rest of a chunk the socket took only
     part of is sent without probing again (a client with a small window made one probe per wakeup)."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies, _outlet
 
     probes: list[int] = []
 
@@ -367,7 +367,7 @@ async def test_a_slow_reader_costs_one_probe_per_chunk(
         probes.append(position)
         return False
 
-    monkeypatch.setattr(_outlet, "is_cold", is_cold)
+    monkeypatch.setattr(_bodies, "is_cold", is_cold)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
@@ -391,10 +391,10 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
     answered; then the big file arrives whole."""
     import threading
 
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     disk, in_pool = threading.Event(), threading.Event()
-    real_send = _outlet.sendfile_once
+    real_send = _bodies.sendfile_once
     big = www_site.public / "big.bin"
 
     def held_in_the_pool(out_fd: int, in_fd: int, offset: int, count: int) -> int:
@@ -408,8 +408,8 @@ async def test_a_hot_client_is_answered_while_a_cold_file_waits_for_the_disk(
 
     if not sys.platform.startswith("linux"):
         pytest.skip("needs /proc/self/fd to tell the files apart")
-    monkeypatch.setattr(_outlet, "sendfile_once", held_in_the_pool)
-    monkeypatch.setattr(_outlet, "is_cold", cold_if_big)
+    monkeypatch.setattr(_bodies, "sendfile_once", held_in_the_pool)
+    monkeypatch.setattr(_bodies, "is_cold", cold_if_big)
     cold_r, cold_w = await www_site.open()
     hot_r, hot_w = await www_site.open()
     try:

@@ -1,4 +1,4 @@
-"""Cold files end to end: the page reader's thread sends a cold body (``_outlet.ColdWhole``), or a
+"""Cold files end to end: the page reader's thread sends a cold body (``_bodies.ColdWhole``), or a
 transfer goes on where it could not; every answer whole and in order, keep-alive and pipelined,
 over TCP, a Unix socket and TLS in the server's own loop, and from a server in its own process
 (both loops) to clients in this one. Nothing left behind: no descriptor, nothing on stderr."""
@@ -56,7 +56,7 @@ async def test_cold_files_are_answered_whole_in_order(
     """Cold files, each asked on its own and then all pipelined on one connection, twice (first
     sights, then kept answers): byte-exact, in order; over plain sockets the cold ones that the
     reader's thread can send go without a transfer."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies, _outlet
 
     files = cold_tree(tmp_path / "www")
     where: dict[str, Any] = {}
@@ -65,13 +65,13 @@ async def test_cold_files_are_answered_whole_in_order(
     elif kind == "tls":
         where.update(server_ctx=tls_server_ctx, client_ctx=tls_client_ctx)
     whole: list[int] = []
-    real_run = _outlet.ColdWhole.run
+    real_run = _bodies.ColdWhole.run
 
     def run(self: Any) -> None:
         whole.append(self.size)
         real_run(self)
 
-    monkeypatch.setattr(_outlet.ColdWhole, "run", run)
+    monkeypatch.setattr(_bodies.ColdWhole, "run", run)
     async with serve_site(tmp_path / "www", limit=2**22, **where) as site:
         has_reader = engine()._engines[site.server].pages is not None
         for name, data in files.items():

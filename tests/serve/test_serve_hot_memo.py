@@ -243,15 +243,15 @@ async def test_a_full_hot_cache_sends_memoised_small_files_from_their_files(
 async def test_a_file_truncated_while_sent_aborts_the_connection(
     www_site: ServeSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
-    real = _outlet.sendfile_once
+    real = _bodies.sendfile_once
 
     def truncating(*args: Any, **kwargs: Any) -> int:
         (www_site.public / "big.bin").write_bytes(b"short")  # after the core's fstat: the length is promised
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_outlet, "sendfile_once", truncating)
+    monkeypatch.setattr(_bodies, "sendfile_once", truncating)
     with reported() as errors:
         raw = await www_site.exchange(get("/big.bin") + get("/small.txt"))
     body = raw.partition(b"\r\n\r\n")[2]
@@ -299,10 +299,10 @@ def _admit_no_hot_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _count_transfers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """From now on, one item in the list returned for each transfer object the engine makes."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     transfers: list[int] = []
-    real_transfer = _outlet.Transfer
+    real_transfer = _bodies.Transfer
 
     def counting(*args: Any) -> Any:
         transfers.append(1)
@@ -320,7 +320,7 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
     object; when the socket takes only part of the head or the file (or nothing of the file), a
     transfer goes on from exactly there. Byte-exact, the file closed (the fd guard), and the
     access log counts every byte of the body."""
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     log = io.StringIO()
     async with serving(tmp_path, access_log=log) as www_site:
@@ -333,7 +333,7 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
                 assert (await read_response(reader)).body == body
             transfers = _count_transfers(monkeypatch)
             outlet = next(iter(engine()._engines[www_site.server].connections)).outlet
-            real_sock, real_send = outlet.sock, _outlet.sendfile_once
+            real_sock, real_send = outlet.sock, _bodies.sendfile_once
             calls: list[int] = []
 
             class HalfHead:  # the socket takes half the head, once
@@ -349,7 +349,7 @@ async def test_a_memoised_file_goes_straight_or_on_from_where_it_stopped(
                     raise BlockingIOError
                 return real_send(out_fd, in_fd, offset, count)
 
-            monkeypatch.setattr(_outlet, "sendfile_once", partly)
+            monkeypatch.setattr(_bodies, "sendfile_once", partly)
             if cut == "part of the head":
                 outlet.sock = HalfHead()
             writer.write(get("/mid.bin"))
@@ -426,7 +426,7 @@ async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
     ``cachestat`` and last-page read), is sent straight with no probe of its own; one being read
     in by this process (another connection's cold read of it) is probed page by page as before.
     Byte-exact."""
-    from aiosendfile import _outlet, _platform
+    from aiosendfile import _bodies, _platform
 
     if not (_platform.HAS_RWF_NOWAIT and _platform.range_cached_available()):
         pytest.skip("no cachestat or RWF_NOWAIT here: the reopen cannot probe")
@@ -434,8 +434,8 @@ async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
     path = www_site.public / "medium.bin"
     path.write_bytes(body)
     probes: list[int] = []
-    real_is_cold = _outlet.is_cold
-    monkeypatch.setattr(_outlet, "is_cold", lambda *a, **k: probes.append(1) or real_is_cold(*a, **k))
+    real_is_cold = _bodies.is_cold
+    monkeypatch.setattr(_bodies, "is_cold", lambda *a, **k: probes.append(1) or real_is_cold(*a, **k))
     reader, writer = await www_site.open()
     try:
         for _ in range(2):  # decided, then memoised (the connection's outlet made)
@@ -462,7 +462,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
     goes on as a transfer that waits for them at once (the page reader's thread, which then sends
     it, or a read ahead and a timer, probed once after it), without probing them a second time
     first (a probe costs a cachestat and a read). Byte-exact."""
-    from aiosendfile import _lookup, _outlet
+    from aiosendfile import _bodies, _lookup, _outlet
 
     body = pattern(100_000, seed=9)
     (www_site.public / "medium.bin").write_bytes(body)
@@ -487,7 +487,7 @@ async def test_a_memoised_file_probed_cold_waits_for_its_pages_at_once(
 
         hints = wait_pages_by(www_site, waits, monkeypatch)
         monkeypatch.setattr(_lookup, "reopen_read", reopen_cold)
-        monkeypatch.setattr(_outlet, "is_cold", probe)
+        monkeypatch.setattr(_bodies, "is_cold", probe)
         writer.write(get("/medium.bin"))
         assert (await read_response(reader)).body == body
     finally:

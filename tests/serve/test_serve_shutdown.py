@@ -66,9 +66,9 @@ async def test_cold_chunks_go_through_the_pool_in_order_and_vanishing_leaves_not
     """Every chunk probed cold: the outlet sends each from the cold pool. Pipelined answers around
     a big file are byte-exact; a client gone while a pool thread sends leaves no fd behind (the fd
     guard) and nothing reported (the loop guard)."""
-    from aiosendfile import _outlet, _platform
+    from aiosendfile import _bodies, _platform
 
-    monkeypatch.setattr(_outlet, "is_cold", lambda *args, **kwargs: True)
+    monkeypatch.setattr(_bodies, "is_cold", lambda *args, **kwargs: True)
     small, big = (www_site.public / "small.txt").read_bytes(), (www_site.public / "big.bin").read_bytes()
     before = _platform.counters.cold
     raw = await www_site.exchange(
@@ -232,12 +232,12 @@ async def test_a_failing_core_gives_500_and_is_reported(
 async def test_a_failing_body_send_aborts_the_connection_and_is_reported(
     www_site: ServeSite, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
 ) -> None:
-    from aiosendfile import _outlet
+    from aiosendfile import _bodies
 
     def broken(*args: Any, **kwargs: Any) -> int:
         raise error("send bug")  # a RuntimeError with the connection alive is a bug too
 
-    monkeypatch.setattr(_outlet, "sendfile_once", broken)
+    monkeypatch.setattr(_bodies, "sendfile_once", broken)
     with reported() as errors:
         raw = await www_site.exchange(get("/big.bin"))  # aborted: no complete answer, no hang
     assert len(raw.partition(b"\r\n\r\n")[2]) < BIG

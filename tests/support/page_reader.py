@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from aiosendfile import _coldread, _outlet
+from aiosendfile import _bodies, _coldread, _outlet
 
 from .fds import describe_fd
 from .files import evict, pattern
@@ -48,7 +48,7 @@ class ColdSend:
         self.ours, self.peer = socket.socketpair()
         self.ours.setblocking(False)
         self.fd = os.open(path, os.O_RDONLY)
-        self.transfer = _outlet.Transfer(
+        self.transfer = _bodies.Transfer(
             _outlet.Outlet(loop, self.ours, 0),
             head,
             self.fd,
@@ -81,13 +81,13 @@ class ColdSend:
     def __enter__(self) -> ColdSend:
         return self
 
-    def whole(self) -> _outlet.ColdWhole:
+    def whole(self) -> _bodies.ColdWhole:
         """A ``ColdWhole`` of the file instead (the transfer is dropped): it closes the file
         itself, so this one's descriptor is a duplicate (``fd_closed`` tells when it went)."""
         fd = os.dup(self.fd)
         self.whole_fd = fd
         transfer = self.transfer
-        return _outlet.ColdWhole(
+        return _bodies.ColdWhole(
             transfer.outlet,
             b"HEAD\r\n\r\n",
             fd,
@@ -185,7 +185,7 @@ async def read_to_end(send: ColdSend) -> tuple[int, Exception | None]:
     return await send.end()
 
 
-def probed_cold(send: ColdSend) -> _outlet.Transfer:
+def probed_cold(send: ColdSend) -> _bodies.Transfer:
     """The send's transfer as a first sight or a kept answer makes one: its file probed cold."""
     send.transfer.warm_to = _outlet.PROBED_COLD
     return send.transfer
