@@ -43,7 +43,8 @@ connection count only:
   HTTPS (``--ssl-certfile``/``--ssl-keyfile``): ``uvicorn+asf/asf.asgi`` (aiosendfile's uvicorn
   protocol and ``aiosendfile.asgi.StaticFiles``) and stock ``uvicorn/starlette``.
 * ``4KiB-close`` (issue #53): the 4 KiB file, one request per connection (``wrk -H "Connection:
-  close"``): the cost of accepting, setting up and closing a connection.
+  close"``): the cost of accepting, setting up and closing a connection. ``4KiB-tls-close``: the
+  same over HTTPS, a full handshake a connection (wrk resumes no session), ``serve`` and nginx.
 * ``4KiB-browser``: the 4 KiB file asked with a browser's fields (Firefox's ``Accept-Encoding``,
   ``Accept``, ``Accept-Language``, ``User-Agent``): every browser's request names the encodings
   it takes, which a server with pre-compressed siblings reads.
@@ -155,6 +156,9 @@ MIXED = "mixed"
 PROBE = "probe"
 # The single files over HTTPS, serve and nginx only (one worker, first --connections): label -> file label.
 TLS_SETS = {f"{f[0]}-tls": f[0] for f in FILES}
+# The 4 KiB file over HTTPS with a new connection (a full handshake) for every request.
+TLS_CLOSE = "4KiB-tls-close"
+TLS_SETS[TLS_CLOSE] = "4KiB"
 # The 4 KiB file with a new connection for every request (wrk -H "Connection: close"): what a
 # connection's set-up and close cost (health checks, scripts, every browser's first request).
 CLOSE = "4KiB-close"
@@ -375,8 +379,9 @@ def make_sets(
     for label, name, size in FILES:
         tls = f"{label}-tls"
         close = CLOSE if label == "4KiB" else None
+        tls_close = TLS_CLOSE if label == "4KiB" else None
         browser = BROWSER if label == "4KiB" else None
-        if label in labels or tls in labels or close in labels or browser in labels:
+        if any(x in labels for x in (label, tls, close, tls_close, browser) if x is not None):
             bodies[name] = os.urandom(size)
             (root / name).write_bytes(bodies[name])
             warm(str(root / name))
@@ -384,6 +389,10 @@ def make_sets(
             sets[tls] = FileSet(tls, name, size, scheme="https")
             if close is not None:
                 sets[close] = FileSet(close, name, size, headers=("Connection: close",))
+            if tls_close is not None:
+                sets[tls_close] = FileSet(
+                    tls_close, name, size, scheme="https", headers=("Connection: close",)
+                )
             if browser is not None:
                 sets[browser] = FileSet(browser, name, size, headers=BROWSER_FIELDS)
     if MIXED in labels or any(label in labels for label in PROBE_SETS):
