@@ -37,6 +37,10 @@ uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
     the only step after it that raises ``OSError``.
 ssl (``ssl.py``)
   * :func:`ssl_calls`: ``SSLSocket._sslobj``, the ``_ssl._SSLSocket`` under the Python wrapper.
+  * :func:`tls_server_connection`: ``SSLContext._wrap_socket``, the call ``SSLContext.wrap_socket``
+    makes (through ``SSLSocket._create``) for the ``_ssl._SSLSocket`` on a socket.
+  * :func:`ssl_object`: ``SSLObject._sslobj`` (written), the ``_ssl._SSLSocket`` an
+    ``SSLObject``'s methods call.
 socket (``socket.py``)
   * :func:`acceptor`: ``socket._accept``, the C call under ``socket.accept``.
 aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
@@ -80,6 +84,9 @@ __all__ = (
     "set_handler_class",
     "skip_length_check",
     "ssl_calls",
+    "ssl_object",
+    "TLSConnection",
+    "tls_server_connection",
     "take_buffered_headers",
     "tls_protocol_types",
     "tls_shutting_down",
@@ -123,6 +130,8 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
         ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
         ("ssl", "ssl.SSLSocket", "_sslobj"),
+        ("ssl", "ssl.SSLContext", "_wrap_socket"),
+        ("ssl", "ssl.SSLObject", "_sslobj"),
         ("socket", "socket.socket", "_accept"),
         ("django", "django.http.response.HttpResponseBase", "_handler_class"),
     )
@@ -318,6 +327,67 @@ def ssl_calls(sock: ssl.SSLSocket) -> tuple[Callable[..., Any], Callable[..., An
     if inner is not None and all(hasattr(inner, name) for name in ("read", "write", "pending")):
         return inner.read, inner.write, inner.pending
     return sock.recv, sock.send, sock.pending
+
+
+class TLSConnection(NamedTuple):
+    """A server's TLS connection on a socket, as ``serve``'s TLS transport drives it."""
+
+    sock: socket.socket  # for the socket's own calls: fileno, shutdown, recv, close
+    do_handshake: Callable[[], None]
+    read: Callable[[int], bytes]
+    write: Callable[[Any], int]
+    pending: Callable[[], int]
+    close_notify: Callable[[], Any]  # SSL_shutdown: our close_notify
+    info: Any  # cipher(), getpeercert(), compression(), version()... (see ssl_object)
+
+
+_INNER_CALLS = (
+    "do_handshake",
+    "read",
+    "write",
+    "pending",
+    "shutdown",
+    "cipher",
+    "getpeercert",
+    "compression",
+    "version",
+)
+
+
+def tls_server_connection(context: ssl.SSLContext, sock: socket.socket) -> TLSConnection:
+    """The server side of a TLS connection on the non-blocking, connected *sock*, not begun.
+
+    ``SSLContext._wrap_socket(sock, True, None)`` (CPython 3.10-3.13: the call ``wrap_socket``
+    makes through ``SSLSocket._create``) gives the ``_ssl._SSLSocket`` alone, working on *sock*'s
+    descriptor with *sock*'s timeout: no ``SSLSocket`` around it, which costs a second socket
+    object made from *sock* (detached), a ``getsockopt``, a ``getsockname``, a ``getpeername``
+    and an ``ioctl`` a connection (four system calls of a new connection's ~40). An SNI callback
+    is given *sock* (no ``SSLSocket`` exists); ``context.sslsocket_class`` is not used. Missing
+    (or without one of the calls): ``wrap_socket``, whose ``SSLSocket`` takes *sock*'s
+    descriptor and is ``sock`` then."""
+    wrap = getattr(context, "_wrap_socket", None)
+    if wrap is not None:
+        inner = wrap(sock, True, None)
+        if all(hasattr(inner, name) for name in _INNER_CALLS):
+            return TLSConnection(
+                sock, inner.do_handshake, inner.read, inner.write, inner.pending, inner.shutdown, inner
+            )
+    wrapped = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    read, write, pending = ssl_calls(wrapped)
+    return TLSConnection(wrapped, wrapped.do_handshake, read, write, pending, wrapped.unwrap, wrapped)
+
+
+def ssl_object(info: Any) -> Any:
+    """What a TLS transport's ``get_extra_info("ssl_object")`` gives for a connection's *info*
+    (:attr:`TLSConnection.info`): an ``SSLSocket`` as it is; an ``_ssl._SSLSocket`` in an
+    ``ssl.SSLObject``, whose methods call the one it holds in ``_sslobj`` (3.10-3.13; its
+    constructor refuses to be called, so it is made with ``__new__``) as asyncio's transports
+    give one."""
+    if isinstance(info, ssl.SSLSocket):
+        return info
+    found = ssl.SSLObject.__new__(ssl.SSLObject)
+    found._sslobj = info  # type: ignore[attr-defined]
+    return found
 
 
 # -- socket --------------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ READ_SIZE = 16 * 1024
 READS_PER_WAKEUP = 16
 
 _ULP = "/proc/sys/net/ipv4/tcp_available_ulp"
+_MISSING = object()
+_SESSION_FACTS = frozenset(("ssl_object", "cipher", "peercert", "compression"))
 
 
 def kernel_tls() -> str | None:
@@ -106,16 +108,15 @@ class TLSTransport(asyncio.Transport):
         self._lingering = lingering  # where a closed connection waits for its client's end
         self._loop = loop
         raw.setblocking(False)
-        self._sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        self._tls = tls = _compat.tls_server_connection(context, raw)
+        self._sock = tls.sock  # (the socket's own calls)
         self._fd = self._sock.fileno()
         self._context = context
         self._factory = factory
         self._on_ready = on_ready
         self._protocol: asyncio.Protocol | None = None
+        # (the addresses and the TLS session's facts are asked when wanted: see get_extra_info)
         self._extra: dict[str, Any] = {"sslcontext": context, "socket": self._sock}
-        with contextlib.suppress(OSError):
-            self._extra["peername"] = self._sock.getpeername()
-            self._extra["sockname"] = self._sock.getsockname()
         self._pending: Any = None  # the write OpenSSL must be given again (whole)
         self._queue: collections.deque[bytes] = collections.deque()
         self._buffered = 0  # bytes in _pending and _queue
@@ -131,15 +132,17 @@ class TLSTransport(asyncio.Transport):
         self._handshaking = True
         self._timer: asyncio.TimerHandle | None = loop.call_later(handshake_timeout, self._handshake_expired)
         self._drained: Callable[[], None] | None = None  # a body waiting for the socket (TLSBody)
-        self._read, self._write, self._pending_bytes = _compat.ssl_calls(self._sock)
+        self._read, self._write, self._pending_bytes = tls.read, tls.write, tls.pending
+        # The handshake begins when the client's hello is read, in the loop's turn for this socket,
+        # not here: an accept batch does no handshake (each ~0.4 ms of key exchange and signing),
+        # so the connections already set up are not held behind a burst of new ones (as nginx).
         self._watch_read(True)
-        self._handshake()
 
     # -- handshake --------------------------------------------------------------------------
 
     def _handshake(self) -> None:
         try:
-            self._sock.do_handshake()
+            self._tls.do_handshake()
         except ssl.SSLWantReadError:
             self._watch_write(False)
             return
@@ -154,11 +157,6 @@ class TLSTransport(asyncio.Transport):
             self._timer.cancel()
             self._timer = None
         self._watch_write(False)
-        with contextlib.suppress(OSError, ValueError):
-            self._extra["ssl_object"] = self._sock
-            self._extra["cipher"] = self._sock.cipher()
-            self._extra["peercert"] = self._sock.getpeercert()
-            self._extra["compression"] = self._sock.compression()
         if self._on_ready is not None:
             self._on_ready(self)
         try:
@@ -167,8 +165,8 @@ class TLSTransport(asyncio.Transport):
         except BaseException:  # (a bug: no connection left open with nobody to serve it)
             self.abort()
             raise
-        if not self._closed and self._pending_bytes():
-            self._loop.call_soon(self._readable)
+        if not self._closed:  # (a client's first request comes right behind its last handshake record)
+            self._readable()
 
     def _handshake_expired(self) -> None:
         self._timer = None
@@ -418,9 +416,10 @@ class TLSTransport(asyncio.Transport):
         if self._handshaking:
             self._drop()
             return
-        self._watch_read(False)
         if self._pending is None and not self._queue:
-            self._finish()
+            self._finish()  # (the reader stays registered for the lingering close: no epoll_ctl)
+        else:
+            self._watch_read(False)
 
     def abort(self) -> None:
         self._end(None)
@@ -431,7 +430,7 @@ class TLSTransport(asyncio.Transport):
     def _finish(self) -> None:
         """Everything written: our ``close_notify``, then a lingering close (see :meth:`_linger`)."""
         with contextlib.suppress(OSError, ValueError):
-            self._sock.unwrap()  # (sends close_notify; then waits for the peer's: WantRead)
+            self._tls.close_notify()  # (sends it; then would wait for the peer's: WantRead)
         linger = self._lingering is not None
         if linger:
             try:
@@ -446,8 +445,8 @@ class TLSTransport(asyncio.Transport):
         if self._writing:
             self._writing = False
             self._loop.remove_writer(self._fd)
-        if self._reading:
-            self._loop.remove_reader(self._fd)
+        # Registered already (the common close): the callback replaced, no epoll_ctl (on uvloop,
+        # no poll handle freed and made again, four system calls each).
         self._reading = True
         self._loop.add_reader(self._fd, self._linger)
         self._timer = self._loop.call_later(LINGER, self.end_linger)
@@ -524,7 +523,34 @@ class TLSTransport(asyncio.Transport):
         self._protocol = protocol  # type: ignore[assignment]
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._extra.get(name, default)
+        extra = self._extra
+        if name in extra:
+            return extra[name]
+        found = self._found(name)
+        if found is _MISSING:
+            return default
+        extra[name] = found
+        return found
+
+    def _found(self, name: str) -> Any:
+        """An extra asked for the first time (each costs calls most connections never need):
+        the addresses while the socket is open, the TLS session's facts once it is set up."""
+        try:
+            if name in ("peername", "sockname"):
+                sock = self._sock
+                return sock.getpeername() if name == "peername" else sock.getsockname()
+            if self._handshaking or name not in _SESSION_FACTS:
+                return _MISSING
+            info = self._tls.info
+            if name == "ssl_object":
+                return _compat.ssl_object(info)
+            if name == "cipher":
+                return info.cipher()
+            if name == "peercert":
+                return info.getpeercert()
+            return info.compression()
+        except (OSError, ValueError):
+            return _MISSING
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "closing" if self._closing else "open"

@@ -16,6 +16,7 @@ import importlib
 import inspect
 import os
 import re
+import select
 import socket
 import ssl
 import sys
@@ -90,6 +91,12 @@ def static_object(where: str, tmp_path: Path) -> Iterator[Any]:
         a, b = socket.socketpair()
         with b, context.wrap_socket(a, server_side=True, do_handshake_on_connect=False) as wrapped:
             yield wrapped
+    elif where == "ssl.SSLContext":
+        yield ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    elif where == "ssl.SSLObject":
+        yield ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).wrap_bio(
+            ssl.MemoryBIO(), ssl.MemoryBIO(), server_side=True
+        )
     elif where == "socket.socket":
         with socket.socket() as sock:
             yield sock
@@ -117,6 +124,68 @@ def test_ssl_calls_are_the_connections_own() -> None:
         assert pending() == 0
         wrapped._sslobj = None  # as a library without the inner object would have it
         assert _compat.ssl_calls(wrapped) == (wrapped.recv, wrapped.send, wrapped.pending)
+
+
+def _handshake_over(server: _compat.TLSConnection, client: ssl.SSLSocket) -> None:
+    """Both ends of a connected pair through their handshake (the client blocking in a thread)."""
+    import threading
+
+    done = threading.Thread(target=client.do_handshake)
+    done.start()
+    while True:
+        try:
+            server.do_handshake()
+            break
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            select.select([server.sock], [], [], 5)
+    done.join(5)
+
+
+@pytest.mark.parametrize("inner", [True, False])
+def test_a_tls_server_connection_works_on_its_socket(
+    tls_server_ctx: ssl.SSLContext, tls_client_ctx: ssl.SSLContext, inner: bool
+) -> None:
+    """The ``_ssl._SSLSocket`` alone on the socket (or, where ``_wrap_socket`` is missing, the
+    ``SSLSocket`` that took the socket's descriptor): handshake, both ways, the session's facts,
+    an ``ssl_object`` as asyncio's, our close_notify, and the socket's own calls on ``sock``."""
+    server_ctx: Any = tls_server_ctx if inner else _NoInnerWrap(tls_server_ctx)
+    client_ctx = tls_client_ctx
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    with contextlib.ExitStack() as stack, a, b:
+        client = stack.enter_context(
+            client_ctx.wrap_socket(b, server_hostname="localhost", do_handshake_on_connect=False)
+        )
+        conn = _compat.tls_server_connection(server_ctx, a)
+        stack.callback(conn.sock.close)  # (without _wrap_socket, an SSLSocket took a's descriptor)
+        assert (conn.sock is a) is inner
+        assert conn.sock.gettimeout() == 0.0
+        _handshake_over(conn, client)
+        client.sendall(b"ping")
+        select.select([conn.sock], [], [], 5)
+        assert conn.read(1024) == b"ping"
+        assert conn.pending() == 0
+        assert conn.write(b"pong") == 4
+        assert client.recv(4) == b"pong"
+        assert conn.info.cipher()[1] in ("TLSv1.2", "TLSv1.3")
+        assert conn.info.getpeercert() is None
+        found = _compat.ssl_object(conn.info)
+        assert found.version() == conn.info.version()
+        assert found.server_side
+        assert found.cipher() == conn.info.cipher()
+        assert found.getpeercert() is None
+        with contextlib.suppress(ssl.SSLWantReadError):
+            conn.close_notify()
+        assert client.recv(1) == b""  # (the client read our close_notify)
+        assert conn.sock.fileno() >= 0
+        assert conn.sock.getpeername() == ""
+
+
+class _NoInnerWrap:
+    """A context without ``_wrap_socket``, as a library without it would have it."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.wrap_socket = context.wrap_socket
 
 
 def test_a_response_marked_by_our_handler_tells_request_finished_so() -> None:

@@ -221,6 +221,15 @@ async def test_the_engine_runs_tls_on_its_own_transport(tmp_path: Path, tls_cont
                 conn.transport.get_extra_info("ssl_object").version()
                 == writer.get_extra_info("ssl_object").version()
             )
+            # (asked when wanted, not made for every connection)
+            transport = conn.transport
+            assert transport.get_extra_info("peername") == writer.get_extra_info("sockname")
+            assert transport.get_extra_info("sockname") == writer.get_extra_info("peername")
+            assert transport.get_extra_info("cipher") == writer.get_extra_info("cipher")
+            assert transport.get_extra_info("peercert") is None  # (no client certificate asked)
+            assert transport.get_extra_info("compression") is None
+            assert transport.get_extra_info("nothing such", "d") == "d"
+            assert transport.get_extra_info("socket").fileno() == transport._fd
         finally:
             await close_writer(writer)
 
@@ -255,3 +264,99 @@ async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path,
         finally:
             client.close()
         await until(lambda: not listener._lingering)  # the client's end came: closed
+
+
+class _CountingLoop:
+    """The running loop, with its reader registrations counted (uvloop's loop takes no attributes)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.added = 0
+        self.removed = 0
+
+    def add_reader(self, fd: int, callback: Any) -> None:
+        self.added += 1
+        self.loop.add_reader(fd, callback)
+
+    def remove_reader(self, fd: int) -> bool:
+        self.removed += 1
+        return self.loop.remove_reader(fd)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loop, name)
+
+
+def _client_hello(client_ctx: ssl.SSLContext) -> bytes:
+    """The first flight of a client, as a memory-BIO client writes it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+def _readable(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+async def test_an_accepted_connection_begins_its_handshake_in_its_own_turn(tls_contexts: Any) -> None:
+    """A transport made with the client's hello already waiting does no handshake then: its key
+    exchange and signature (~0.4 ms each) would run inside the accept batch, and a burst of new
+    connections would hold every connection already set up (256 a batch: ~100 ms). The socket's
+    readiness starts it, in the loop's turn for it, as nginx does."""
+    loop = asyncio.get_running_loop()
+    server, client = socket.socketpair()
+    with server, client:
+        client.sendall(_client_hello(tls_contexts[1]))
+        transport = tls_module().TLSTransport(loop, server, tls_contexts[0], asyncio.Protocol)
+        try:
+            assert transport.in_setup
+            assert not _readable(client)  # no server hello yet
+            await until(lambda: _readable(client))  # the loop's turn for the socket began it
+        finally:
+            transport.abort()
+
+
+async def test_a_closed_connection_keeps_its_reader_for_the_linger(tls_contexts: Any) -> None:
+    """``close()`` with nothing left to write goes to the lingering close with the reader it has
+    (its callback replaced): no reader removed and added again (on uvloop each is a poll handle
+    freed or made, four system calls), one removal at the very end. The request right behind the
+    last handshake record is read as the handshake ends, and answered."""
+    counting = _CountingLoop(asyncio.get_running_loop())
+    server, raw_client = socket.socketpair()
+    answered: list[bytes] = []
+
+    class Answer(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            answered.append(data)
+            self.transport.write(b"pong")
+            self.transport.close()
+
+    lingering: set[Any] = set()
+    with server:
+        transport = tls_module().TLSTransport(
+            counting,
+            server,
+            tls_contexts[0],
+            Answer,
+            lingering=lingering,  # type: ignore[arg-type]
+        )
+
+        def client_side() -> bytes:
+            with tls_contexts[1].wrap_socket(raw_client, server_hostname="localhost") as client:
+                client.sendall(b"ping")
+                got = b""
+                while chunk := client.recv(1024):
+                    got += chunk
+                return got
+
+        assert await asyncio.wait_for(asyncio.to_thread(client_side), 10) == b"pong"
+        await until(lambda: not lingering)
+        assert answered == [b"ping"]
+        assert transport.is_closing()
+        assert (counting.added, counting.removed) == (2, 1)  # set up, the linger's; the end
