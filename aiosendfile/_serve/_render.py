@@ -11,11 +11,12 @@ charset=utf-8``), so the doors answer byte for byte alike. The engine always ans
 from __future__ import annotations
 
 import os
+import time
 from http import HTTPStatus
 
 from .._static._answer import Answer, error
 from .._static._core import file_content_type
-from .._static._http import cached_http_date, file_headers
+from .._static._http import cached_http_date, file_headers, last_modified
 from ._date import CLOSE, Clock
 from ._rules import SANDBOX, runs_script
 
@@ -67,7 +68,8 @@ def file_head(name: str, st: os.stat_result, precompressed: bool, sandbox: bool)
     if template is None:
         template = _file_template(content_type, precompressed, sandbox)
     size = st.st_size
-    return template % (st.st_mtime_ns, size, cached_http_date(int(st.st_mtime)).encode("latin-1"), size)
+    modified = cached_http_date(last_modified(st.st_mtime, time.time())).encode("latin-1")
+    return template % (st.st_mtime_ns, size, modified, size)
 
 
 def _file_template(content_type: str, precompressed: bool, sandbox: bool) -> bytes:

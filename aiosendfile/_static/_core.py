@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 import uuid
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
@@ -242,12 +243,13 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
     size = layout.length
     etag = layout.etag
     last_modified = max(m.mtime_ns for m in layout.members) // 1_000_000_000
+    shown = _http.last_modified(last_modified, time.time())  # (not after the answer's Date)
     headers = req.headers
     extra = [("Content-Disposition", content_disposition(f"{top}.{layout.KIND}"))]
     if headers and any(field in headers for field in _CONDITIONAL):
         status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
         if status is not None:
-            fields = _http.file_headers(etag, last_modified)
+            fields = _http.file_headers(etag, shown)
             return Answer(status, fields, None if status == 304 else 0, head_only=True, path=path)
     start, stop = 0, size
     content_range = None
@@ -258,14 +260,12 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
     try:
         ranges = _ranges_asked(req, etag, last_modified, size, policy, ranges_ok)
     except _http.RangeNotSatisfiable:
-        fields = _http.file_headers(etag, last_modified, content_range=f"bytes */{size}")
+        fields = _http.file_headers(etag, shown, content_range=f"bytes */{size}")
         return Answer(416, fields, 0, head_only=True, path=path)
     if ranges is not None and len(ranges) == 1:
         start, stop = ranges[0].start, ranges[0].stop
         content_range = ranges[0].content_range(size)
-    fields = _http.file_headers(
-        etag, last_modified, content_type=layout.CONTENT_TYPE, content_range=content_range
-    )
+    fields = _http.file_headers(etag, shown, content_type=layout.CONTENT_TYPE, content_range=content_range)
     fields += extra
     if layout.skipped:
         fields.append(("X-Skipped-Entries", str(layout.skipped)))  # unreadable, special, links out
@@ -285,7 +285,7 @@ def _plain_fields(
     """The fields of a plain 200 of a hot file, memoised on its entry (valid while the entry is)."""
     fields = _http.file_headers(
         _http.make_etag(st.st_mtime_ns, st.st_size),
-        int(st.st_mtime),
+        _http.last_modified(st.st_mtime, time.time()),
         vary=policy.precompressed,
         content_type=_content_type(os.path.basename(path)),
     )
@@ -408,7 +408,8 @@ def _file_answer(
     """Preconditions, ranges and headers for the representation *source* (bytes, or an fd now owned)."""
     size = st.st_size
     etag = _http.make_etag(st.st_mtime_ns, size)
-    last_modified = int(st.st_mtime)
+    last_modified = int(st.st_mtime)  # (the validators compare the file's own time)
+    shown = _http.last_modified(st.st_mtime, time.time())  # (not after the answer's Date)
     headers = req.headers
     vary = policy.precompressed
     fd = source if isinstance(source, int) else None
@@ -416,7 +417,7 @@ def _file_answer(
     if headers and any(field in headers for field in _CONDITIONAL):
         status = _http.evaluate_preconditions(req.method, headers, etag, last_modified)
         if status is not None:  # (no Content-Encoding: no representation is sent)
-            fields = _http.file_headers(etag, last_modified, vary=vary)
+            fields = _http.file_headers(etag, shown, vary=vary)
             return _headers_only(status, fields, None if status == 304 else 0, None, name, fd, fs)
 
     content_type = req.content_type or _content_type(os.path.basename(name))
@@ -426,15 +427,13 @@ def _file_answer(
         ranges = _ranges_asked(req, etag, last_modified, size, policy, req.ranges_ok or encoding is not None)
     except _http.RangeNotSatisfiable:
         fields = _http.file_headers(
-            etag, last_modified, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
+            etag, shown, vary=vary, encoding=encoding, content_range=f"bytes */{size}"
         )
         return _headers_only(416, fields, 0, encoding, name, fd, fs)
 
     close = fs.close if fd is not None else None
     if ranges is None:
-        fields = _http.file_headers(
-            etag, last_modified, vary=vary, encoding=encoding, content_type=content_type
-        )
+        fields = _http.file_headers(etag, shown, vary=vary, encoding=encoding, content_type=content_type)
         if size == 0 or req.method == "HEAD":
             return _headers_only(200, fields, size, encoding, name, fd, fs)
         whole = FileRange(source, 0, size) if isinstance(source, int) else source
@@ -447,7 +446,7 @@ def _file_answer(
         r = ranges[0]
         fields = _http.file_headers(
             etag,
-            last_modified,
+            shown,
             vary=vary,
             encoding=encoding,
             content_type=content_type,
@@ -459,7 +458,7 @@ def _file_answer(
     parts, closing, length = _http.multipart_byteranges(ranges, size, content_type, boundary)
     fields = _http.file_headers(
         etag,
-        last_modified,
+        shown,
         vary=vary,
         encoding=encoding,
         content_type=f"multipart/byteranges; boundary={boundary}",

@@ -29,6 +29,7 @@ __all__ = (
     "RangeNotSatisfiable",
     "parse_ranges",
     "make_etag",
+    "last_modified",
     "http_date",
     "parse_http_date",
     "parse_etag_list",
@@ -175,6 +176,17 @@ def _coalesce(ranges: list[ByteRange]) -> list[ByteRange]:
 def make_etag(mtime_ns: int, size: int) -> str:
     """A strong entity tag from the file's modification time (ns) and size."""
     return f'"{mtime_ns:x}-{size:x}"'
+
+
+def last_modified(mtime: float, now: float) -> int:
+    """A file's ``Last-Modified`` in whole seconds: its *mtime*, or *now* where that is earlier.
+    RFC 9110 8.8.2.1: a server MUST NOT send a date later than its message's ``Date``, and sends
+    the time of the message instead (a clock set wrong, a file unpacked with times from a machine
+    ahead of this one, ``touch -d`` in the future); as Apache httpd does. A time in the future
+    then validates nothing: a later ``If-Modified-Since`` with the date sent is older than the
+    file, so the file is sent again, until the clock passes its time. (It also keeps a time past
+    the year 9999, which no HTTP date can name, out of the header.)"""
+    return int(mtime // 1) if mtime <= now else int(now // 1)
 
 
 def http_date(timestamp: float) -> str:

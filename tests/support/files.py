@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -153,3 +154,21 @@ class SlowDisk(ThreadPoolExecutor):
             return fn(*args, **kwargs)
 
         return super().submit(run)
+
+
+def far_future_tree() -> Path:
+    """A tree on tmpfs holding ``far.txt``, modified in the year 11476 (tmpfs keeps such a time;
+    ext4 stops at 2446), or skip. The caller removes its parent."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    root = Path(tempfile.mkdtemp(dir="/dev/shm")) / "www"
+    root.mkdir()
+    far = root / "far.txt"
+    far.write_bytes(b"x" * 100)
+    try:
+        os.utime(far, (300_000_000_000, 300_000_000_000))
+    except (OSError, OverflowError):
+        pytest.skip("this file system keeps no such time")
+    if os.stat(far).st_mtime < 253_402_300_800:  # (clamped: past the year 9999 it is not)
+        pytest.skip("this file system keeps no such time")
+    return root
