@@ -39,8 +39,8 @@ ssl (``ssl.py``)
   * :func:`ssl_calls`: ``SSLSocket._sslobj``, the ``_ssl._SSLSocket`` under the Python wrapper.
   * :func:`tls_server_connection`: ``SSLContext._wrap_socket``, the call ``SSLContext.wrap_socket``
     makes (through ``SSLSocket._create``) for the ``_ssl._SSLSocket`` on a socket.
-  * :func:`ssl_object`: ``SSLObject._sslobj`` (written), the ``_ssl._SSLSocket`` an
-    ``SSLObject``'s methods call.
+  * :func:`tls_server_connection`, :func:`forget_tls_connection`: ``SSLObject._sslobj``
+    (written), the ``_ssl._SSLSocket`` an ``SSLObject``'s methods call.
 socket (``socket.py``)
   * :func:`acceptor`: ``socket._accept``, the C call under ``socket.accept``.
 aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_urldispatcher.py``)
@@ -84,7 +84,7 @@ __all__ = (
     "set_handler_class",
     "skip_length_check",
     "ssl_calls",
-    "ssl_object",
+    "forget_tls_connection",
     "TLSConnection",
     "tls_server_connection",
     "take_buffered_headers",
@@ -338,7 +338,7 @@ class TLSConnection(NamedTuple):
     write: Callable[[Any], int]
     pending: Callable[[], int]
     close_notify: Callable[[], Any]  # SSL_shutdown: our close_notify
-    info: Any  # cipher(), getpeercert(), compression(), version()... (see ssl_object)
+    info: Any  # an SSLObject (or the SSLSocket): cipher(), getpeercert(), version(), context...
 
 
 _INNER_CALLS = (
@@ -357,37 +357,36 @@ _INNER_CALLS = (
 def tls_server_connection(context: ssl.SSLContext, sock: socket.socket) -> TLSConnection:
     """The server side of a TLS connection on the non-blocking, connected *sock*, not begun.
 
-    ``SSLContext._wrap_socket(sock, True, None)`` (CPython 3.10-3.13: the call ``wrap_socket``
-    makes through ``SSLSocket._create``) gives the ``_ssl._SSLSocket`` alone, working on *sock*'s
-    descriptor with *sock*'s timeout: no ``SSLSocket`` around it, which costs a second socket
-    object made from *sock* (detached), a ``getsockopt``, a ``getsockname``, a ``getpeername``
-    and an ``ioctl`` a connection (four system calls of a new connection's ~40). An SNI callback
-    is given *sock* (no ``SSLSocket`` exists); ``context.sslsocket_class`` is not used. Missing
-    (or without one of the calls): ``wrap_socket``, whose ``SSLSocket`` takes *sock*'s
-    descriptor and is ``sock`` then."""
+    ``SSLContext._wrap_socket(sock, True, None, owner=...)`` (CPython 3.10-3.13: the call
+    ``wrap_socket`` makes through ``SSLSocket._create``) gives the ``_ssl._SSLSocket`` alone,
+    working on *sock*'s descriptor with *sock*'s timeout: no ``SSLSocket`` around it, which costs
+    a second socket object made from *sock* (detached), a ``getsockopt``, a ``getsockname``, a
+    ``getpeername`` and an ``ioctl`` a connection. Its owner, what an SNI callback is given
+    (``sni_callback(obj, name, context)``, which may set ``obj.context``), is an ``ssl.SSLObject``
+    over it, as asyncio's transports give (made with ``__new__``: its constructor refuses to be
+    called; its methods call the one in ``_sslobj``); the connection holds it (``info``: the owner
+    is held weakly). ``context.sslsocket_class`` is not used. Missing (or without one of the
+    calls): ``wrap_socket``, whose ``SSLSocket`` takes *sock*'s descriptor and is ``sock`` then."""
     wrap = getattr(context, "_wrap_socket", None)
     if wrap is not None:
-        inner = wrap(sock, True, None)
+        shell = ssl.SSLObject.__new__(ssl.SSLObject)
+        inner = wrap(sock, True, None, owner=shell)
         if all(hasattr(inner, name) for name in _INNER_CALLS):
+            shell._sslobj = inner  # type: ignore[attr-defined]
             return TLSConnection(
-                sock, inner.do_handshake, inner.read, inner.write, inner.pending, inner.shutdown, inner
+                sock, inner.do_handshake, inner.read, inner.write, inner.pending, inner.shutdown, shell
             )
     wrapped = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
     read, write, pending = ssl_calls(wrapped)
     return TLSConnection(wrapped, wrapped.do_handshake, read, write, pending, wrapped.unwrap, wrapped)
 
 
-def ssl_object(info: Any) -> Any:
-    """What a TLS transport's ``get_extra_info("ssl_object")`` gives for a connection's *info*
-    (:attr:`TLSConnection.info`): an ``SSLSocket`` as it is; an ``_ssl._SSLSocket`` in an
-    ``ssl.SSLObject``, whose methods call the one it holds in ``_sslobj`` (3.10-3.13; its
-    constructor refuses to be called, so it is made with ``__new__``) as asyncio's transports
-    give one."""
-    if isinstance(info, ssl.SSLSocket):
-        return info
-    found = ssl.SSLObject.__new__(ssl.SSLObject)
-    found._sslobj = info  # type: ignore[attr-defined]
-    return found
+def forget_tls_connection(conn: TLSConnection) -> None:
+    """*conn*'s socket is closed: its ``SSLObject`` (handed out as a transport's ``ssl_object``)
+    lets go of the ``_ssl._SSLSocket``, so that a call on it raises instead of reaching OpenSSL
+    with a descriptor number that may be another's now (an ``SSLSocket`` does so at its close)."""
+    if isinstance(conn.info, ssl.SSLObject):
+        conn.info._sslobj = None  # type: ignore[attr-defined]
 
 
 # -- socket --------------------------------------------------------------------------------------

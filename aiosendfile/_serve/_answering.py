@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
@@ -23,6 +24,7 @@ from .._static import _hot
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
 from .._static._fs import POOL_FS, DecideInPool, read_back, read_first, reopen_answer, same_file
+from .._static._http import settled
 from .._static._inline import (
     Looked,
     browser_folder,
@@ -274,7 +276,8 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
     small = size <= policy.inline_limit
     try:
         ident = identity_of(st)
-        head = file_head(path, st, policy.precompressed, engine.sandbox)
+        now = time.time()
+        head = file_head(path, st, policy.precompressed, engine.sandbox, now)
         entry = _hot.hot_files.entry(path, engine.cache_root, st) if small else None
     except BaseException:  # (a date the head cannot show, say: answered 500, and no fd left open)
         os.close(fd)
@@ -285,7 +288,8 @@ def first_plain(conn: HttpProtocol, exchange: Exchange, path: str, fd: int, st: 
         body = entry.body
     elif small:  # one RWF_NOWAIT read, also its probe; fd closed once the bytes are in (False: cold)
         body = read_back(fd, st, path, engine.cache_root, READ_MAX)
-    engine.keep(exchange.raw, ident, path, head, small, exchange.folder)
+    if settled(st.st_mtime, now):  # (else its date is this answer's: not kept)
+        engine.keep(exchange.raw, ident, path, head, small, exchange.folder)
     head += engine.clock.tails[exchange.mode]
     if type(body) is bytes or type(body) is bytearray:
         _written(conn, exchange, head + body, size)

@@ -58,7 +58,9 @@ _FILE_TEMPLATES: dict[tuple[str, bool, bool], bytes] = {}
 _FILE_TEMPLATES_MAX = 256
 
 
-def file_head(name: str, st: os.stat_result, precompressed: bool, sandbox: bool) -> bytes:
+def file_head(
+    name: str, st: os.stat_result, precompressed: bool, sandbox: bool, now: float | None = None
+) -> bytes:
     """The head (without the tail) of the plain ``200`` of the whole file *name* whose ``fstat`` is
     *st*: byte for byte ``head_of`` of the core's answer (its fields, ``_http.file_headers``),
     built from a template per type instead of the answer's objects (a first sight's cost)."""
@@ -68,7 +70,9 @@ def file_head(name: str, st: os.stat_result, precompressed: bool, sandbox: bool)
     if template is None:
         template = _file_template(content_type, precompressed, sandbox)
     size = st.st_size
-    modified = cached_http_date(last_modified(st.st_mtime, time.time())).encode("latin-1")
+    if now is None:
+        now = time.time()
+    modified = cached_http_date(last_modified(st.st_mtime, now)).encode("latin-1")
     return template % (st.st_mtime_ns, size, modified, size)
 
 

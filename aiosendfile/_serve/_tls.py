@@ -115,8 +115,11 @@ class TLSTransport(asyncio.Transport):
         self._factory = factory
         self._on_ready = on_ready
         self._protocol: asyncio.Protocol | None = None
-        # (the addresses and the TLS session's facts are asked when wanted: see get_extra_info)
+        # (the peer's address now: a client gone before its first request is read leaves none;
+        # the rest is asked when wanted: see get_extra_info)
         self._extra: dict[str, Any] = {"sslcontext": context, "socket": self._sock}
+        with contextlib.suppress(OSError):
+            self._extra["peername"] = self._sock.getpeername()
         self._pending: Any = None  # the write OpenSSL must be given again (whole)
         self._queue: collections.deque[bytes] = collections.deque()
         self._buffered = 0  # bytes in _pending and _queue
@@ -507,6 +510,7 @@ class TLSTransport(asyncio.Transport):
             self._writing = False
             self._loop.remove_writer(self._fd)
         self._sock.close()
+        _compat.forget_tls_connection(self._tls)
 
     def _lost(self, exc: Exception | None) -> None:
         protocol, self._protocol = self._protocol, None
@@ -543,13 +547,13 @@ class TLSTransport(asyncio.Transport):
                 return _MISSING
             info = self._tls.info
             if name == "ssl_object":
-                return _compat.ssl_object(info)
+                return info
             if name == "cipher":
                 return info.cipher()
             if name == "peercert":
                 return info.getpeercert()
             return info.compression()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # (closed: the socket, or the connection let go)
             return _MISSING
 
     def __repr__(self) -> str:

@@ -160,7 +160,8 @@ def _resolve_file(
     if fields is None:
         fields = _plain_fields(entry, path, st, policy)
     ans = Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
-    ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
+    if _http.settled(st.st_mtime, time.time()):  # (else its date is an answer's: not kept)
+        ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
     return ans
 
 
@@ -282,14 +283,17 @@ _ARCHIVE_KINDS: dict[bytes, type[Layout]] = {b"tar": Layout, b"zip": ZipLayout}
 def _plain_fields(
     entry: HotEntry, path: str, st: os.stat_result, policy: DirectoryPolicy
 ) -> list[tuple[str, str]]:
-    """The fields of a plain 200 of a hot file, memoised on its entry (valid while the entry is)."""
+    """The fields of a plain 200 of a hot file, memoised on its entry (valid while the entry is;
+    not for a file dated now or later, whose ``Last-Modified`` is the answer's time)."""
+    now = time.time()
     fields = _http.file_headers(
         _http.make_etag(st.st_mtime_ns, st.st_size),
-        _http.last_modified(st.st_mtime, time.time()),
+        _http.last_modified(st.st_mtime, now),
         vary=policy.precompressed,
         content_type=_content_type(os.path.basename(path)),
     )
-    entry.rendering(policy.precompressed).fields = fields
+    if _http.settled(st.st_mtime, now):
+        entry.rendering(policy.precompressed).fields = fields
     return fields
 
 
@@ -378,7 +382,7 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                     ans = _file_answer(req, located.path, policy, st, encoding, read, fs)
                     if entry is not None and ans.body is read:  # the whole file: a door may memoise it
                         ans.entry = entry
-                        if ans.status == 200 and encoding is None:
+                        if ans.status == 200 and encoding is None and _http.settled(st.st_mtime, time.time()):
                             ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
                     return ans
             try:
@@ -409,7 +413,8 @@ def _file_answer(
     size = st.st_size
     etag = _http.make_etag(st.st_mtime_ns, size)
     last_modified = int(st.st_mtime)  # (the validators compare the file's own time)
-    shown = _http.last_modified(st.st_mtime, time.time())  # (not after the answer's Date)
+    now = time.time()
+    shown = _http.last_modified(st.st_mtime, now)  # (not after the answer's Date)
     headers = req.headers
     vary = policy.precompressed
     fd = source if isinstance(source, int) else None
@@ -438,7 +443,8 @@ def _file_answer(
             return _headers_only(200, fields, size, encoding, name, fd, fs)
         whole = FileRange(source, 0, size) if isinstance(source, int) else source
         ans = Answer(200, fields, size, body=whole, encoding=encoding, path=name, fd=fd, close=close)
-        if fd is not None and encoding is None:  # a whole file of any size: a door may memoise it
+        if fd is not None and encoding is None and _http.settled(st.st_mtime, now):
+            # (a whole file of any size, dated before now: a door may memoise it)
             small = policy.hot_cache and size <= policy.inline_limit
             ans.decided = Decided(_hot.identity(st), name, size, small, req.prefix)
         return ans

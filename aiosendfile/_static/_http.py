@@ -30,6 +30,7 @@ __all__ = (
     "parse_ranges",
     "make_etag",
     "last_modified",
+    "settled",
     "http_date",
     "parse_http_date",
     "parse_etag_list",
@@ -179,14 +180,22 @@ def make_etag(mtime_ns: int, size: int) -> str:
 
 
 def last_modified(mtime: float, now: float) -> int:
-    """A file's ``Last-Modified`` in whole seconds: its *mtime*, or *now* where that is earlier.
+    """A file's ``Last-Modified`` in whole seconds (truncated, as the validators compare it): its
+    *mtime*, or for a file dated later than *now* (not :func:`settled`) the second before now.
     RFC 9110 8.8.2.1: a server MUST NOT send a date later than its message's ``Date``, and sends
     the time of the message instead (a clock set wrong, a file unpacked with times from a machine
-    ahead of this one, ``touch -d`` in the future); as Apache httpd does. A time in the future
-    then validates nothing: a later ``If-Modified-Since`` with the date sent is older than the
-    file, so the file is sent again, until the clock passes its time. (It also keeps a time past
-    the year 9999, which no HTTP date can name, out of the header.)"""
-    return int(mtime // 1) if mtime <= now else int(now // 1)
+    ahead of this one, ``touch -d`` in the future), as Apache httpd does; a second before it, as
+    the doors' ``Date`` is a clock read once a second. The validators compare the file's own time:
+    a later ``If-Modified-Since`` with the date sent is older than the file, which is sent again.
+    (It also keeps a time past the year 9999, which no HTTP date can name, out of the header.)"""
+    return int(mtime) if mtime <= now else int(now) - 1
+
+
+def settled(mtime: float, now: float) -> bool:
+    """Whether a file's ``Last-Modified`` is its own time (see :func:`last_modified`), so that an
+    answer carrying it may be kept: one made for a file dated later would keep a date that is
+    neither the file's nor, once the clock passes the file's, an answer's."""
+    return mtime <= now
 
 
 def http_date(timestamp: float) -> str:

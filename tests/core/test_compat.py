@@ -169,16 +169,47 @@ def test_a_tls_server_connection_works_on_its_socket(
         assert client.recv(4) == b"pong"
         assert conn.info.cipher()[1] in ("TLSv1.2", "TLSv1.3")
         assert conn.info.getpeercert() is None
-        found = _compat.ssl_object(conn.info)
-        assert found.version() == conn.info.version()
-        assert found.server_side
-        assert found.cipher() == conn.info.cipher()
-        assert found.getpeercert() is None
+        assert isinstance(conn.info, ssl.SSLObject if inner else ssl.SSLSocket)  # (as asyncio's)
+        assert conn.info.version() == client.version()
+        assert conn.info.server_side
+        assert conn.info.cipher() == client.cipher()
         with contextlib.suppress(ssl.SSLWantReadError):
             conn.close_notify()
         assert client.recv(1) == b""  # (the client read our close_notify)
         assert conn.sock.fileno() >= 0
         assert conn.sock.getpeername() == ""
+        conn.sock.close()
+        _compat.forget_tls_connection(conn)  # (its socket closed: no call reaches OpenSSL now)
+        if inner:
+            with pytest.raises(AttributeError):
+                conn.info.cipher()
+
+
+def test_an_sni_callback_may_choose_the_certificate(tls_ca: Any, tls_client_ctx: ssl.SSLContext) -> None:
+    """The owner an SNI callback is given is an ``SSLObject`` whose ``context`` it may set (as
+    with asyncio's transports): the client asking for another name gets that name's certificate."""
+    first = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls_ca.issue_cert("localhost").configure_cert(first)
+    other = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls_ca.issue_cert("other.example").configure_cert(other)
+    given: list[Any] = []
+
+    def choose(obj: Any, name: str | None, context: ssl.SSLContext) -> None:
+        given.append(obj)
+        if name == "other.example":
+            obj.context = other
+
+    first.sni_callback = choose
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    with contextlib.ExitStack() as stack, a, b:
+        client = stack.enter_context(
+            tls_client_ctx.wrap_socket(b, server_hostname="other.example", do_handshake_on_connect=False)
+        )
+        conn = _compat.tls_server_connection(first, a)
+        _handshake_over(conn, client)
+        assert given == [conn.info]
+        assert ("DNS", "other.example") in client.getpeercert()["subjectAltName"]
 
 
 class _NoInnerWrap:

@@ -5,6 +5,7 @@ at first sight, from the caches, for ``HEAD``, a range, a conditional request an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
@@ -69,14 +70,52 @@ async def test_a_file_dated_in_the_future_is_never_said_modified_after_the_answe
     assert again[2] == b"from tomorrow"
 
 
-def test_last_modified_is_the_file_time_or_now_if_that_is_earlier() -> None:
-    from aiosendfile._static._http import last_modified
+def test_last_modified_is_the_file_time_or_the_second_before_now() -> None:
+    """Truncated as the validators compare it; for a file dated later than *now*, the second
+    before now (the doors' ``Date`` is a clock read once a second), and not kept (``settled``)."""
+    from aiosendfile._static._http import last_modified, settled
 
     assert last_modified(1_000.7, 2_000.0) == 1_000
+    assert settled(1_000.7, 2_000.0)
+    assert last_modified(1_998.9, 2_000.0) == 1_998
+    assert settled(1_998.9, 2_000.0)
+    assert last_modified(1_999.5, 2_000.2) == 1_999
+    assert settled(1_999.5, 2_000.2)
     assert last_modified(2_000.0, 2_000.0) == 2_000
-    assert last_modified(5_000.2, 2_000.9) == 2_000
-    assert last_modified(-86_400.5, 2_000.0) == -86_401  # (before 1970: the whole second before)
-    assert last_modified(PAST_9999, 2_000.0) == 2_000
+    assert last_modified(2_000.5, 2_000.2) == 1_999
+    assert not settled(2_000.5, 2_000.2)
+    assert last_modified(5_000.2, 2_000.9) == 1_999
+    assert not settled(5_000.2, 2_000.9)
+    assert last_modified(-86_400.5, 2_000.0) == -86_400  # (before 1970: truncated, as int())
+    assert last_modified(PAST_9999, 2_000.0) == 1_999
+
+
+async def test_a_file_dated_ahead_is_not_kept_with_a_date_that_is_not_its_own(tmp_path: Path) -> None:
+    """The answer of a file dated later than now carries the answer's time, which no cache keeps:
+    once the clock has passed the file's time, the file's own date is sent (a kept head would
+    have sent the old one for as long as it was kept)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "soon.txt").write_bytes(b"soon")
+    (root / "soon.bin").write_bytes(os.urandom(50_000))
+    soon = time.time() + 1.2  # (in a later second than the first answers)
+    for name in ("soon.txt", "soon.bin"):
+        os.utime(root / name, (soon, soon))
+    async with serve_site(root) as site:
+        reader, writer = await site.open()
+        try:
+            dates = []
+            for pause in (0, 0, 1.7, 0):
+                await asyncio.sleep(pause)
+                for name in ("soon.txt", "soon.bin"):
+                    writer.write(get(f"/{name}"))
+                    r = await read_response(reader)
+                    assert r.status == 200
+                    dates.append(_seconds(r.header("Last-Modified")))
+        finally:
+            await close_writer(writer)
+    assert all(d < soon for d in dates[:4])  # (the second before the answer)
+    assert dates[4:] == [float(int(soon))] * 4  # the file's own, replayed or not
 
 
 async def test_a_file_dated_past_the_year_9999_is_answered() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,14 @@ MTIMES = [-1_500_000_000, 0, 1_700_000_000_999_999_999, 1_764_000_000_123_456_78
 @pytest.mark.parametrize("sandbox", [False, True], ids=["plain", "sandbox"])
 @pytest.mark.parametrize("precompressed", [True, False], ids=["siblings", "no-siblings"])
 def test_a_first_sights_head_is_the_cores_byte_for_byte(
-    tmp_path: Path, sandbox: bool, precompressed: bool
+    tmp_path: Path, sandbox: bool, precompressed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``file_head`` against ``head_of`` of the core's answer for the same file: every type (and a
     sandboxed one under ``--upload``), odd names, sizes either side of the inline limit, mtimes
-    before 1970, at a float's rounding edge and far ahead."""
+    before 1970, at a float's rounding edge and far ahead (whose date is the answer's: one clock
+    for both, or a second may pass between them)."""
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)
     policy = directory_policy(tmp_path, precompressed=precompressed, hot_cache=False)
     for i, name in enumerate(NAMES):
         path = tmp_path / name

@@ -317,6 +317,9 @@ async def test_an_accepted_connection_begins_its_handshake_in_its_own_turn(tls_c
             await until(lambda: _readable(client))  # the loop's turn for the socket began it
         finally:
             transport.abort()
+        # The peer's address was taken as it came: a client gone before its first request is read
+        # is still told apart (the lockout's key, the log).
+        assert transport.get_extra_info("peername") == ""  # (a socketpair's peer has no name)
 
 
 async def test_a_closed_connection_keeps_its_reader_for_the_linger(tls_contexts: Any) -> None:
