@@ -4,13 +4,16 @@ asyncio's TLS transport (CPython's ``sslproto``, uvloop's) runs OpenSSL over mem
 byte written is copied into a BIO, the ciphertext out of it into a Python object, and that into
 the socket transport, with Python calls per record between. nginx calls ``SSL_read`` and
 ``SSL_write`` on the socket itself. :class:`TLSTransport` does what nginx does, on either loop:
-an ``ssl.SSLSocket`` made non-blocking on the accepted socket, its descriptor watched with
+OpenSSL's connection on the accepted, non-blocking socket (``_compat.tls_server_connection``: the
+``_ssl`` object alone, no ``ssl.SSLSocket`` around it), its descriptor watched with
 ``add_reader``/``add_writer``, and the transport API the engine uses on top (``write``, flow
 control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``, ``abort``).
 
 * **Handshake** as the loop's own would: within ``handshake_timeout`` (asyncio's 60 s) or the
-  socket is closed; a failed one is the peer's problem (nothing logged). The protocol is made and
-  its ``connection_made`` called once it is done.
+  socket is closed; a failed one is the peer's problem (nothing logged). It begins when the
+  socket is readable (the client's hello), in the loop's turn for it, never inside the accept
+  batch. The protocol is made and its ``connection_made`` called once it is done, and what the
+  client sent behind its last handshake record is read at once.
 * **Writes** go to ``SSL_write`` at once when nothing waits. One that the socket cannot take
   whole (``SSLWantWriteError``) is kept, the very object, and written again when the socket is
   writable, as OpenSSL requires; what is written meanwhile waits behind it, and the protocol is
