@@ -36,7 +36,7 @@ from ._answer import Answer, Archive, FileRange, Multipart, error
 from ._answers import Decided
 from ._archive import Layout, TooLarge, content_disposition
 from ._fs import REAL_FS, ArchivesBusy, FileSystem, NotRegular, OutsideRoot
-from ._hot import HotEntry
+from ._hot import Rendering
 from ._listing import listing_html, listing_json, view_of
 from ._mime import content_type_for
 from ._paths import checked, decode, inside
@@ -156,11 +156,12 @@ def _resolve_file(
         siblings = present_siblings(path, accept, fs)
         if siblings:
             return Located(path, st, siblings, fd=fd)  # (respond need not look them up again)
-    fields = entry.rendering(policy.precompressed).fields
+    rendering = entry.rendering(policy.precompressed)
+    fields = rendering.fields
     if fields is None:
-        fields = _plain_fields(entry, path, st, policy)
+        fields = _plain_fields(rendering, path, st, policy)
     ans = Answer(200, fields, st.st_size, req.method == "HEAD", entry.body, None, entry, path)
-    if _http.settled(st.st_mtime, time.time()):  # (else its date is an answer's: not kept)
+    if rendering.fields is not None:  # (memoised: its date is the file's own, so a door may keep it)
         ans.decided = Decided(entry.identity, path, st.st_size, True, req.prefix)
     return ans
 
@@ -281,10 +282,10 @@ _ARCHIVE_KINDS: dict[bytes, type[Layout]] = {b"tar": Layout, b"zip": ZipLayout}
 
 
 def _plain_fields(
-    entry: HotEntry, path: str, st: os.stat_result, policy: DirectoryPolicy
+    rendering: Rendering, path: str, st: os.stat_result, policy: DirectoryPolicy
 ) -> list[tuple[str, str]]:
-    """The fields of a plain 200 of a hot file, memoised on its entry (valid while the entry is;
-    not for a file dated now or later, whose ``Last-Modified`` is the answer's time)."""
+    """The fields of a plain 200 of a hot file, memoised in its entry's *rendering* (valid while
+    the entry is; not for a file dated later than now, whose ``Last-Modified`` is the answer's)."""
     now = time.time()
     fields = _http.file_headers(
         _http.make_etag(st.st_mtime_ns, st.st_size),
@@ -293,7 +294,7 @@ def _plain_fields(
         content_type=_content_type(os.path.basename(path)),
     )
     if _http.settled(st.st_mtime, now):
-        entry.rendering(policy.precompressed).fields = fields
+        rendering.fields = fields
     return fields
 
 
