@@ -126,6 +126,23 @@ def test_ssl_calls_are_the_connections_own() -> None:
         assert _compat.ssl_calls(wrapped) == (wrapped.recv, wrapped.send, wrapped.pending)
 
 
+@contextlib.contextmanager
+def _tls_pair(
+    server_ctx: Any, client_ctx: ssl.SSLContext, name: str
+) -> Iterator[tuple[_compat.TLSConnection, ssl.SSLSocket, socket.socket]]:
+    """A server connection (``tls_server_connection``), a blocking client asking for *name*, and
+    the server's socket it was made on: a connected pair, not begun; all closed after."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    with contextlib.ExitStack() as stack, a, b:
+        client = stack.enter_context(
+            client_ctx.wrap_socket(b, server_hostname=name, do_handshake_on_connect=False)
+        )
+        conn = _compat.tls_server_connection(server_ctx, a)
+        stack.callback(conn.sock.close)  # (without _wrap_socket, an SSLSocket took a's descriptor)
+        yield conn, client, a
+
+
 def _handshake_over(server: _compat.TLSConnection, client: ssl.SSLSocket) -> None:
     """Both ends of a connected pair through their handshake (the client blocking in a thread)."""
     import threading
@@ -149,15 +166,7 @@ def test_a_tls_server_connection_works_on_its_socket(
     ``SSLSocket`` that took the socket's descriptor): handshake, both ways, the session's facts,
     an ``ssl_object`` as asyncio's, our close_notify, and the socket's own calls on ``sock``."""
     server_ctx: Any = tls_server_ctx if inner else _NoInnerWrap(tls_server_ctx)
-    client_ctx = tls_client_ctx
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    with contextlib.ExitStack() as stack, a, b:
-        client = stack.enter_context(
-            client_ctx.wrap_socket(b, server_hostname="localhost", do_handshake_on_connect=False)
-        )
-        conn = _compat.tls_server_connection(server_ctx, a)
-        stack.callback(conn.sock.close)  # (without _wrap_socket, an SSLSocket took a's descriptor)
+    with _tls_pair(server_ctx, tls_client_ctx, "localhost") as (conn, client, a):
         assert (conn.sock is a) is inner
         assert conn.sock.gettimeout() == 0.0
         _handshake_over(conn, client)
@@ -200,13 +209,7 @@ def test_an_sni_callback_may_choose_the_certificate(tls_ca: Any, tls_client_ctx:
             obj.context = other
 
     first.sni_callback = choose
-    a, b = socket.socketpair()
-    a.setblocking(False)
-    with contextlib.ExitStack() as stack, a, b:
-        client = stack.enter_context(
-            tls_client_ctx.wrap_socket(b, server_hostname="other.example", do_handshake_on_connect=False)
-        )
-        conn = _compat.tls_server_connection(first, a)
+    with _tls_pair(first, tls_client_ctx, "other.example") as (conn, client, _):
         _handshake_over(conn, client)
         assert given == [conn.info]
         assert ("DNS", "other.example") in client.getpeercert()["subjectAltName"]
