@@ -130,9 +130,12 @@ counters = ShimCounters()
 #: (docs/performance.md, "A slow disk"). Until then every page of a chunk of that file is checked
 #: before it is sent on the loop.
 READING_IN_S = 2.0
-#: The files being read in are known by (device, inode), this many at most: past it (a cold burst
-#: wider than that), every file is taken as being read in until the window closes.
-READING_IN_FILES = 4096
+#: The files being read in are known by (device, inode), this many at most (about 200 bytes each:
+#: 3 MiB): past it (a cold burst wider than that), every file is taken as being read in until the
+#: window closes, and every page of every chunk is checked by a copy. At 4,096, one worker on the
+#: 20,000-file cold set (about 2,500 files read in a second, 5,000 a window) passed it all the time:
+#: three of four page-cache checks became such a copy (docs/performance.md, 2026-12-01).
+READING_IN_FILES = 16384
 _reading_in_until = 0.0  # when the last window closes (0.0: none was ever opened)
 _every_file_until = 0.0  # a read of a file not known by its inode, or too many: every file's window
 #: (device, inode): its window's end, oldest first (ordered: a plain dict emptied from its front
