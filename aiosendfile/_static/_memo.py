@@ -70,13 +70,23 @@ class Memo(Generic[K, V]):
         entries not used longest as needed. An entry that could never fit is not held (returns
         False)."""
         cost = nbytes + ENTRY_OVERHEAD
-        self.pop(key)
+        costs = self._costs
+        if key in costs:  # (the charges name every key held: one lookup for a new key)
+            self.pop(key)
         if cost > self.max_bytes // 16:  # one entry may take a sixteenth of the memo
             return False
-        self._young[key] = value
-        self._costs[key] = cost
-        self.size += cost
-        while len(self._young) + len(self._old) > self.max_entries or self.size > self.max_bytes:
+        young = self._young
+        young[key] = value
+        costs[key] = cost
+        size = self.size = self.size + cost
+        if len(costs) > self.max_entries or size > self.max_bytes:
+            self._evict()
+        return True
+
+    def _evict(self) -> None:
+        """Evict the entries not used longest until the memo is within its bounds."""
+        costs = self._costs
+        while len(costs) > self.max_entries or self.size > self.max_bytes:
             old = self._old
             if not old:  # the generations turn: what was young is old now, the new key too
                 old = self._old = self._young
@@ -84,16 +94,17 @@ class Memo(Generic[K, V]):
                 self._order = list(old)
                 self._next = 0
             order = self._order
+            position = self._next
             while True:  # (a key promoted or popped since the turn is passed over)
-                oldest = order[self._next]
-                order[self._next] = None  # (not kept alive once passed)
-                self._next += 1
+                oldest = order[position]
+                order[position] = None  # (not kept alive once passed)
+                position += 1
                 if oldest in old:
                     break
+            self._next = position
             assert oldest is not None
             del old[oldest]
-            self.size -= self._costs.pop(oldest)
-        return True
+            self.size -= costs.pop(oldest)
 
     def pop(self, key: K) -> None:
         """Forget *key* (nothing if absent)."""
