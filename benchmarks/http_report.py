@@ -238,7 +238,7 @@ def report(
         for name, row in by_name.items():
             tag = name + (f" ({row['runs'] - row['ok']} failed)" if row["ok"] < row["runs"] else "")
             if not row["ok"]:
-                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", "", ""])
+                rows.append([tag, label, "ERROR", "", "", "", "", "", "", "", "", "", "", ""])
                 continue
             vs = rat.get(label, {}).get(name, {}).get("req_per_s")
             rows.append(
@@ -254,6 +254,7 @@ def report(
                     + _num(row, "latency_p99_ms_max", ".2f"),
                     str(row["socket_errors_total"]),
                     _num(row, "server_cpu_us_per_req_median", ".1f"),
+                    _num(row, "server_user_us_per_req_median", ".1f"),
                     _num(row, "server_cpu_s_per_gb_median", ".2f"),
                     _num(row, "server_cpus_busy_median", ".2f"),
                     _num(row, "wrk_cpus_busy_median", ".2f"),
@@ -322,6 +323,7 @@ def report(
                 "p99 ms med/max",
                 "sock errs",
                 "CPU us/req",
+                "user us/req",
                 "CPU s/GB",
                 "server CPUs",
                 "wrk CPUs",
@@ -334,7 +336,8 @@ def report(
         "mixed: x the mean file size). x nginx: req/s median / nginx's in the same case. p99: median over",
         "rounds / worst round. sock errs: wrk's socket errors, all rounds (connect/read/write/timeout:",
         "listed below when any). CPU: the server's process tree (utime+stime from /proc/PID/stat) over the",
-        "wrk run, per request and per 10^9 body bytes. server CPUs, wrk CPUs: CPU seconds / wall seconds;",
+        "wrk run, per request and per 10^9 body bytes; user: its utime alone (the interpreter's share;",
+        "the rest is the kernel's). server CPUs, wrk CPUs: CPU seconds / wall seconds;",
         "1.00 = that side's pinned core is saturated, so it is the limit.",
         "Other load: CPUs' worth of busy time on the machine (/proc/stat) that was neither server nor wrk.",
         "p99 and max include each run's connection ramp-up (see benchmarks/README.md, caveats).",

@@ -135,6 +135,7 @@ class Sample:
     server_cpu_sys_s: float | None = None
     server_cpu_s: float | None = None
     server_cpu_us_per_req: float | None = None
+    server_user_us_per_req: float | None = None  # its user time alone: the interpreter's share
     server_cpu_s_per_gb: float | None = None  # per 10^9 body bytes
     server_cpus_busy: float | None = None  # server CPU seconds / wall seconds
     wrk_cpu_s: float | None = None  # RUSAGE_CHILDREN delta (wrk is the only child reaped meanwhile)
@@ -248,6 +249,7 @@ def run_trial(
     cpu = sample.server_cpu_user_s + sample.server_cpu_sys_s
     sample.server_cpu_s = cpu
     sample.server_cpu_us_per_req = cpu / sample.requests * 1e6
+    sample.server_user_us_per_req = sample.server_cpu_user_s / sample.requests * 1e6
     sample.server_cpu_s_per_gb = cpu / (sample.requests * size) * GB
     sample.server_cpus_busy = cpu / sample.wall_s
     wrk_cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
@@ -341,6 +343,7 @@ def summarize(
                 "latency_p50_ms",
                 "latency_p99_ms",
                 "server_cpu_us_per_req",
+                "server_user_us_per_req",
                 "server_cpu_s_per_gb",
                 "server_cpus_busy",
                 "wrk_cpus_busy",
