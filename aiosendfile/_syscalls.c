@@ -507,6 +507,8 @@ struct page_reader {
     size_t njobs, jobs_cap;
     struct page_done *done; /* ranges read in (or sent), not yet taken by done() */
     size_t ndone, done_cap;
+    long long *waiting; /* sends asked, neither begun nor cancelled yet */
+    size_t nwaiting, waiting_cap;
     long long *cancelled; /* sends cancelled before the thread came to them */
     size_t ncancelled, cancelled_cap;
     long long sending; /* the send the thread is making (its token), else -1 */
@@ -575,6 +577,7 @@ page_reader_free(struct page_reader *r)
 {
     free(r->jobs);
     free(r->done);
+    free(r->waiting);
     free(r->cancelled);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->wake);
@@ -632,13 +635,13 @@ hint(const struct page_job *jobs, size_t from, size_t to)
             posix_fadvise(jobs[i].fd, (off_t)jobs[i].offset, (off_t)jobs[i].size, POSIX_FADV_WILLNEED);
 }
 
-/* (Under the lock.) Whether *token* was cancelled (and forget it: each is asked once). */
+/* (Under the lock.) Whether *token* is in *list* of *n*, and take it out (one of it). */
 static int
-take_cancelled(struct page_reader *r, long long token)
+take_token(long long *list, size_t *n, long long token)
 {
-    for (size_t i = 0; i < r->ncancelled; i++)
-        if (r->cancelled[i] == token) {
-            r->cancelled[i] = r->cancelled[--r->ncancelled];
+    for (size_t i = 0; i < *n; i++)
+        if (list[i] == token) {
+            list[i] = list[--*n];
             return 1;
         }
     return 0;
@@ -712,8 +715,9 @@ page_reader_run(void *arg)
                    cancel() has answered, which takes the lock too). */
                 int sock = -1;
                 pthread_mutex_lock(&r->lock);
-                int skip = r->closing || take_cancelled(r, job->token);
+                int skip = r->closing || take_token(r->cancelled, &r->ncancelled, job->token);
                 if (!skip) {
+                    take_token(r->waiting, &r->nwaiting, job->token);
                     r->sending = job->token;
                     sock = fcntl(job->sock, F_DUPFD_CLOEXEC, 0);
                     if (sock < 0)
@@ -916,7 +920,8 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
     pthread_mutex_lock(&r->lock);
     if (!grow((void **)&r->jobs, &r->jobs_cap, r->njobs + 1, sizeof *r->jobs) ||
         !grow((void **)&r->done, &r->done_cap, r->owed + 1, sizeof *r->done) ||
-        (sock >= 0 && !grow((void **)&r->cancelled, &r->cancelled_cap, r->owed + 1, sizeof *r->cancelled))) {
+        (sock >= 0 && (!grow((void **)&r->waiting, &r->waiting_cap, r->owed + 1, sizeof *r->waiting) ||
+                       !grow((void **)&r->cancelled, &r->cancelled_cap, r->owed + 1, sizeof *r->cancelled)))) {
         pthread_mutex_unlock(&r->lock);
         close(copy);
         free(head);
@@ -953,6 +958,8 @@ page_reader_ask(PageReaderObject *self, PyObject *const *args, Py_ssize_t nargs)
     r->jobs[r->njobs].head_len = head_len;
     r->njobs++;
     r->owed++;
+    if (sock >= 0)
+        r->waiting[r->nwaiting++] = token;
     pthread_mutex_unlock(&r->lock);
     Py_RETURN_NONE;
 }
@@ -978,7 +985,7 @@ page_reader_start(PageReaderObject *self, PyObject *Py_UNUSED(ignored))
 PyDoc_STRVAR(page_reader_cancel_doc,
              "cancel(token) -> bool\n\n"
              "A send asked with token is not made if the thread has not begun it: True. False if it\n"
-             "is being made, or was (done() gives back what went).");
+             "is being made, or was (done() gives back what went), or is no send asked.");
 
 static PyObject *
 page_reader_cancel(PageReaderObject *self, PyObject *arg)
@@ -989,22 +996,15 @@ page_reader_cancel(PageReaderObject *self, PyObject *arg)
     long long token = PyLong_AsLongLong(arg);
     if (token == -1 && PyErr_Occurred())
         return NULL;
-    int cancelled = 1;
     pthread_mutex_lock(&r->lock);
-    if (r->sending == token)
-        cancelled = 0;
-    for (size_t i = 0; cancelled && i < r->ndone; i++)
-        if (r->done[i].token == token)
-            cancelled = 0;
-    if (cancelled) {
-        int known = 0;
-        for (size_t i = 0; i < r->ncancelled; i++)
-            known |= r->cancelled[i] == token;
-        if (!known && r->ncancelled < r->cancelled_cap) /* (ask keeps room for every send owed) */
-            r->cancelled[r->ncancelled++] = token;
-        else if (!known)
-            cancelled = 0; /* (not a send still owed: nothing to hold back) */
-    }
+    /* Only a send still waiting is held back: one begun, given back, a read or never asked is
+       not, and leaves no mark (room for every send owed is kept by ask). */
+    int cancelled = take_token(r->waiting, &r->nwaiting, token);
+    if (cancelled)
+        r->cancelled[r->ncancelled++] = token;
+    else
+        for (size_t i = 0; !cancelled && i < r->ncancelled; i++)
+            cancelled = r->cancelled[i] == token; /* (asked again: still held back) */
     pthread_mutex_unlock(&r->lock);
     return PyBool_FromLong(cancelled);
 }

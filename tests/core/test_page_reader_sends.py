@@ -132,6 +132,39 @@ def test_a_send_cancelled_before_it_began_is_not_made(tmp_path: Path) -> None:
         peer.close()
 
 
+def test_cancel_holds_back_only_a_send_still_waiting(tmp_path: Path) -> None:
+    """cancel() of a token that is not a send still waiting (already given back by done(), a
+    read, or never asked) holds nothing back: False. It leaves no mark either: a caller that
+    asks it of many such tokens can still cancel the sends that wait, each once."""
+    path = tmp_path / "f.bin"
+    path.write_bytes(pattern(10_000, seed=15))
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    reader = _platform.page_reader()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        idle(reader, fd)
+        reader.ask(fd, 0, 10_000, 1, ours.fileno(), b"HEAD", 0)
+        reader.start()
+        assert sent_of(reader) == (1, 4, 10_000, 0)
+        assert drain(peer, 4 + 10_000) == b"HEAD" + pattern(10_000, seed=15)
+        assert reader.cancel(1) is False  # (made, and given back)
+        assert reader.cancel(99) is False  # (never asked)
+        reader.ask(fd, 0, 10_000, 5, ours.fileno(), b"", 0)  # (queued: start() not called)
+        for stale in range(100, 200):  # (none of them waits: no room taken from the one that does)
+            assert reader.cancel(stale) is False
+        assert reader.cancel(5) is True
+        assert reader.cancel(5) is True  # (asked again: still held back, and given back once)
+        reader.start()
+        assert sent_of(reader) == (5, 0, 0, errno.ECANCELED)
+        assert reader.cancel(5) is False
+    finally:
+        os.close(fd)
+        reader.close()
+        ours.close()
+        peer.close()
+
+
 def test_a_send_to_a_peer_gone_fails_with_its_errno(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     path.write_bytes(pattern(10_000, seed=14))
