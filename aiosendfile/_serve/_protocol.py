@@ -295,6 +295,8 @@ class HttpProtocol(asyncio.Protocol):
     def head(self, head: EarlyHead) -> None:
         """A head to judge before its body: its ``100 Continue``, and with uploads on a ``PUT`` or
         ``POST``'s origin and place (``UploadReceiver.begin``)."""
+        if self.dead:  # an answer already said this connection closes: nothing after it is read
+            raise Stop(None)
         engine = self.engine
         method = head.method
         if head.expects_continue:
@@ -444,7 +446,8 @@ class HttpProtocol(asyncio.Protocol):
         self.dead = True
         self._update_reading()
         if status is not None:
-            self._emit(error_response(status, self.engine.clock, extra=extra))
+            body = not self.reader.refused_head()  # (a HEAD's answer has none, its errors' too)
+            self._emit(error_response(status, self.engine.clock, body=body, extra=extra))
             if self.engine.log is not None:  # (a request the parser refused: no method, no target)
                 unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None, None))
                 unparsed.status = status

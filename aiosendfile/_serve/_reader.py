@@ -10,9 +10,11 @@ what llhttp leaves to a server:
 - limits: a target over ``max_url`` → 414; header fields over ``max_head`` together, or one over
   ``max_url`` → 431; a head llhttp still buffers past the limits plus one read → 431;
 - framing: anything llhttp refuses → 400; an HTTP/1.1 head without exactly one ``Host``, or any
-  head with two → 400; a ``Host`` the server does not go by → 421; ``Transfer-Encoding`` in
-  HTTP/1.0 → 400, other than ``chunked`` → 501; a version other than 1.x → 505; an ``Expect``
-  other than ``100-continue`` (HTTP/1.1) → 417;
+  head with two → 400; a ``Host`` the server does not go by → 421 (an absolute-form target's
+  authority is judged instead of the field); ``Transfer-Encoding`` in HTTP/1.0 → 400, other than
+  ``chunked`` → 501; a version other than 1.x → 505; an ``Expect`` other than ``100-continue``
+  (HTTP/1.1) → 417; a chunked body's trailer fields are dropped (bounded as the head's); an
+  upgrade is answered as HTTP/1.1, and closes;
 - pipelining: a backlog is parsed a slice (``PARSE_SLICE``) at a time, while the consumer has
   room for more requests.
 
@@ -63,6 +65,7 @@ __all__ = (
     "header_kinds",
     "split_head",
     "split_target",
+    "target_authority",
 )
 
 #: What a wanted request header is kept for (``ReaderRules.wanted`` maps lowercase names to these).
@@ -109,6 +112,22 @@ def header_kinds(
         kinds[b"referer"] = REFERER
         kinds[b"user-agent"] = AGENT
     return kinds
+
+
+def target_authority(url: bytes) -> bytes | None:
+    """The host (and port) of an absolute-form target (``http://user@host:port/path``), which a
+    server judges instead of the ``Host`` field (RFC 9112 3.2.2, as nginx and Go do); None for a
+    target of another form."""
+    start = url.find(b"://")
+    if start <= 0:
+        return None
+    start += 3
+    end = len(url)
+    for stop in b"/?#":
+        at = url.find(stop, start, end)
+        if at >= 0:
+            end = at
+    return url[start:end].rpartition(b"@")[2]
 
 
 def split_target(url: bytes) -> tuple[bytes, bytes] | None:
@@ -322,6 +341,7 @@ class RequestReader:
         "rules",
         "stopped",
         "te",
+        "trailing",
         "url",
         "version",
         "wanted",
@@ -348,6 +368,7 @@ class RequestReader:
         self.version = "1.1"  # the HTTP version of the request being read ("1.0", "1.1")
         self.partial = 0
         self.in_head = False
+        self.trailing = False  # after a chunk's size line, before its data: maybe the trailer section
         self.in_request = False
         self.plain = True  # the request being read has no Expect and no Transfer-Encoding
         self.completed = 0
@@ -379,9 +400,10 @@ class RequestReader:
             self._refuse(None, ())  # the upgrade request was answered; what follows is not HTTP
         except httptools.HttpParserError:
             self._refuse(400, ())
-        if self.in_head:
+        if self.in_head or self.trailing:
             # A field llhttp is still collecting reaches on_header only when complete: bound
-            # what it may buffer meanwhile (to the limits plus the read that began the request).
+            # what it may buffer meanwhile (to the limits plus the read that began the request),
+            # in the head and in a chunked body's trailer section alike.
             self.partial += len(data)
             if self.partial > self.max_head + self.max_url + _READ_ALLOWANCE:
                 self._refuse(431, ())
@@ -440,11 +462,21 @@ class RequestReader:
         return url
 
     def mode(self) -> int:
-        """How the request being read ends (``_date``'s ``CLOSE``, ``KEEP11``, ``KEEP10``)."""
-        assert self.parser is not None  # (asked from the parser's callbacks)
-        if self.parser.should_keep_alive():
+        """How the request being read ends (``_date``'s ``CLOSE``, ``KEEP11``, ``KEEP10``). An
+        upgrade (``Upgrade`` with ``Connection: upgrade``, or ``CONNECT``) is answered as HTTP/1.1
+        and closes: no ``101`` is sent, and what follows it would be another protocol's (a proxy
+        in front that took it for a tunnel must not get requests answered through it)."""
+        parser = self.parser
+        assert parser is not None  # (asked from the parser's callbacks)
+        if parser.should_keep_alive() and not parser.should_upgrade():
             return KEEP11 if self.version == "1.1" else KEEP10
         return CLOSE
+
+    def refused_head(self) -> bool:
+        """Whether the request a refusal is for is a ``HEAD`` (its answer then has no body): known
+        once its target began, else not (a request line llhttp refused has no method)."""
+        parser = self.parser
+        return parser is not None and self.url != b"" and parser.get_method() == b"HEAD"
 
     def _refuse(self, status: int | None, extra: tuple[tuple[str, str], ...]) -> None:
         if not self.stopped:
@@ -459,9 +491,9 @@ class RequestReader:
 
     def on_url(self, url: bytes) -> None:
         url = self.url + url
+        self.url = url  # (a refusal's answer is told whether it is a HEAD's: refused_head)
         if len(url) > self.max_url:
             raise Stop(414)
-        self.url = url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         field = len(name) + len(value)
@@ -471,6 +503,11 @@ class RequestReader:
         self.head_size = size
         kind = self.wanted.get(name.lower())
         if kind is None:
+            return
+        if not self.in_head:
+            # A trailer field (after a chunked body): bounded with the head, never merged into
+            # it (RFC 9110 6.5.1), as nginx drops them; else a trailer's Host, Range or
+            # Authorization would judge this request, or count in the next one's head.
             return
         if kind in (CORE, ACCEPT):
             if kind == ACCEPT and not accept_matters(value):
@@ -523,6 +560,9 @@ class RequestReader:
             raise Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)
         if hosts != 1 and (hosts or version == "1.1"):
             raise Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
+        url = self.url
+        if url[:1] != b"/" and url != b"*":  # absolute-form: its authority stands for Host (RFC 9112 3.2.2)
+            host = target_authority(url)
         if rules.hosts is not None and not rules.hosts.allows(host):
             raise Stop(421)  # a name this server does not go by: DNS rebinding (_rules.HostRule)
         if te is not None:
@@ -544,7 +584,15 @@ class RequestReader:
             self.consumer.head(EarlyHead(self, parser.get_method(), host, expects_continue))
 
     def on_body(self, body: bytes) -> None:
+        self.trailing = False
         self.consumer.body(body)
+
+    def on_chunk_header(self) -> None:
+        self.trailing = True  # (the last chunk's is followed by the trailer section)
+        self.partial = 0
+
+    def on_chunk_complete(self) -> None:
+        self.trailing = False
 
     def on_message_complete(self) -> None:
         self.in_request = False

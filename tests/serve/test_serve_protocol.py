@@ -254,6 +254,81 @@ async def test_limits_and_garbage_are_answered_then_closed(
     assert (a.status, a.headers["connection"]) == (status, "close")
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HEAD /small.txt HTTP/1.1\r\n\r\n",  # 400: no Host
+        get("/small.txt", method="HEAD", version="2.0"),  # 505
+        get("/small.txt", "Expect: teapot\r\n", "HEAD"),  # 417
+        get("/small.txt", "X-Big: " + "b" * 20000 + "\r\n", "HEAD"),  # 431
+        get("/" + "a" * 9000, method="HEAD"),  # 414
+        get("/small.txt", "Transfer-Encoding: gzip\r\n", "HEAD"),  # 501
+    ],
+    ids=["no-host", "version", "expect", "field", "url", "coding"],
+)
+async def test_an_error_answering_a_head_has_no_body(www_site: ServeSite, data: bytes) -> None:
+    """RFC 9110 9.3.2: an answer to HEAD has no content, an error's included (as nginx)."""
+    reader, writer = await www_site.open()
+    try:
+        writer.write(data)
+        raw = await asyncio.wait_for(read_to_eof(reader), 20)
+    finally:
+        await close_writer(writer)
+    (a,) = all_responses(raw, ["HEAD"])  # (no bytes after the head)
+    assert a.status >= 400
+    assert a.headers["connection"] == "close"
+    assert int(a.headers["content-length"]) > 0  # (what a GET's answer would have held)
+
+
+@pytest.mark.parametrize(
+    "behind",
+    [
+        get("/small.txt", "Expect: 100-continue\r\n"),
+        get("/small.txt", "Expect: 100-continue\r\nContent-Length: 3\r\n", "PUT"),
+        get("/small.txt", "Expect: 100-continue\r\nContent-Length: 3\r\n", "POST"),
+    ],
+    ids=["get", "put", "post"],
+)
+@pytest.mark.parametrize(
+    "closing",
+    [b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", get("/small.txt", "Connection: close\r\n")],
+    ids=["error", "connection-close"],
+)
+async def test_nothing_is_answered_after_an_answer_that_closes(
+    www_site: ServeSite, closing: bytes, behind: bytes
+) -> None:
+    """RFC 9112 9.6: once an answer said close, no later request in the same read is processed,
+    not even its head (no 100 Continue, no 405 for a refused method's expectation)."""
+    reader, writer = await www_site.open()
+    try:
+        writer.write(closing + behind + behind)
+        raw = await asyncio.wait_for(read_to_eof(reader), 20)
+    finally:
+        await close_writer(writer)
+    (a,) = all_responses(raw, ["GET"])
+    assert a.headers["connection"] == "close"
+
+
+async def test_a_trailer_section_judges_no_request(www_site: ServeSite) -> None:
+    """Trailer fields are dropped (RFC 9110 6.5.1): a trailer's Host does not stand for the next
+    request's missing one, on this connection or, through the heads memo, on another."""
+    chunked = get("/small.txt", "Transfer-Encoding: chunked\r\n")
+    trailer = b"3\r\nabc\r\n0\r\nHost: localhost\r\nRange: bytes=0-1\r\nIf-None-Match: *\r\n\r\n"
+    hostless = b"GET /small.txt HTTP/1.1\r\n\r\n"
+    reader, writer = await www_site.open()
+    try:
+        writer.write(chunked + trailer + hostless)
+        raw = await asyncio.wait_for(read_to_eof(reader), 20)
+    finally:
+        await close_writer(writer)
+    a, b = all_responses(raw, ["GET", "GET"])
+    assert (a.status, len(a.body)) == (200, SMALL)  # (no Range, no If-None-Match from the trailer)
+    assert (b.status, b.headers["connection"]) == (400, "close")
+    raw = await www_site.exchange(hostless)
+    (c,) = all_responses(raw, ["GET"])
+    assert c.status == 400
+
+
 async def test_an_error_after_pipelined_requests_comes_after_their_answers(www_site: ServeSite) -> None:
     reader, writer = await www_site.open()
     try:
@@ -450,3 +525,4 @@ async def test_an_upgrade_request_is_answered_and_the_connection_closed(www_site
     raw = await www_site.exchange(upgrade + b"\x81\x85not http at all")
     (a,) = all_responses(raw, ["GET"])
     assert (a.status, len(a.body)) == (200, SMALL)
+    assert a.headers["connection"] == "close"  # (no 101: said to close, as it does)

@@ -128,9 +128,31 @@ FRAMING = [
         [("request", b"GET", b"/", CLOSE)],
     ),
     (
-        "an upgrade: answered, then nothing more is HTTP",
-        b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
-        [("request", b"GET", b"/", KEEP11), ("refused", None)],
+        "an upgrade: answered as HTTP/1.1 with the connection closing, then nothing more is read",
+        b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n" + GET,
+        [("request", b"GET", b"/", CLOSE), ("refused", None)],
+    ),
+    (
+        "CONNECT: the same",
+        b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n" + GET,
+        [("request", b"CONNECT", b"a:443", CLOSE), ("refused", None)],
+    ),
+    (
+        "Upgrade without Connection: upgrade is no upgrade",
+        b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n" + GET,
+        [("request", b"GET", b"/", KEEP11), ("request", b"GET", b"/", KEEP11)],
+    ),
+    (
+        "trailer fields: not merged into the head, nor counted in the next one's",
+        b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+        b"Host: a\r\nRange: bytes=0-1\r\n\r\n" + GET,
+        [("body", b"abc"), ("request", b"GET", b"/", KEEP11), ("request", b"GET", b"/", KEEP11)],
+    ),
+    (
+        "a trailer's Host does not stand for a missing one",
+        b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nHost: a\r\n\r\n"
+        b"GET / HTTP/1.1\r\n\r\n",
+        [("request", b"GET", b"/", KEEP11), ("refused", 400)],
     ),
     (
         "pipelined",
@@ -206,6 +228,75 @@ def test_the_hosts_a_server_goes_by() -> None:
     assert events(b"GET / HTTP/1.1\r\nHost: files.example\r\n\r\n", hosts=rule)[0][0] == "request"
     assert events(b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", hosts=rule) == [("refused", 421)]
     assert events(b"GET / HTTP/1.0\r\n\r\n", hosts=rule)[0][0] == "request"  # (no Host: HTTP/1.0)
+
+
+def test_an_absolute_form_targets_authority_is_judged_not_its_host_field() -> None:
+    """RFC 9112 3.2.2: with an absolute-form target, the server goes by its authority (userinfo
+    and port aside as for Host), as nginx and Go do; a Host field is still required of HTTP/1.1."""
+    rule = HostRule(("files.example",), this_machine=False)
+    ok = events(b"GET http://files.example/a HTTP/1.1\r\nHost: evil.example\r\n\r\n", hosts=rule)
+    assert ok == [("request", b"GET", b"http://files.example/a", KEEP11)]
+    for target in (b"http://evil.example/a", b"http://files.example@evil.example/a", b"http:///a"):
+        got = events(b"GET %s HTTP/1.1\r\nHost: files.example\r\n\r\n" % target, hosts=rule)
+        assert got == [("refused", 421)], target
+    assert events(b"GET http://files.example/a HTTP/1.1\r\n\r\n", hosts=rule) == [("refused", 400)]
+    r, rec = reader(uploads=True)
+    r.feed(b"PUT http://b.example:8080/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+    assert rec.heads[0].host == b"b.example:8080"  # (the same-origin rule compares this one)
+
+
+def test_trailer_fields_are_bounded_and_dropped() -> None:
+    """A trailer section is read and dropped: its fields reach neither this request (its core
+    fields, its credentials) nor the next; one llhttp is still collecting is bounded as a head's
+    field is (431), not buffered without end."""
+    r, rec = reader(gated=True)
+    r.feed(
+        b"GET /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+        b"Range: bytes=0-1\r\nIf-None-Match: *\r\nAuthorization: Basic dTpw\r\n\r\n"
+    )
+    (exchange,) = rec.exchanges
+    assert exchange.fields is None
+    assert exchange.auth == (None, None)
+    r, rec = reader()
+    r.feed(b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX: ")
+    for _ in range(300):
+        r.feed(b"v" * 1024)
+        if r.stopped:
+            break
+    assert rec.events == [("body", b"abc"), ("refused", 431)]
+
+
+def test_a_chunked_body_of_any_size_is_not_taken_for_a_trailer_section() -> None:
+    """Chunks split across many reads, and large ones, pass: only a trailer section is bounded."""
+    r, rec = reader()
+    r.feed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n%s\r\n" % (1 << 20, b"z" * (1 << 20))
+    for _ in range(3):
+        for at in range(0, len(chunk), 1000):  # (a read ending just after a size line, too)
+            r.feed(chunk[at : at + 1000])
+    r.feed(b"0\r\n\r\n")
+    assert not r.stopped
+    assert sum(len(e[1]) for e in rec.events if e[0] == "body") == 3 << 20
+    assert rec.events[-1] == ("request", b"POST", b"/", KEEP11)
+
+
+@pytest.mark.parametrize(
+    ("data", "head"),
+    [
+        (b"HEAD / HTTP/1.1\r\n\r\n", True),  # (400: no Host)
+        (b"HEAD / HTTP/2.0\r\nHost: a\r\n\r\n", True),  # (505)
+        (b"HEAD /" + b"a" * MAX_URL + b" HTTP/1.1\r\nHost: a\r\n\r\n", True),  # (414)
+        (b"HEAD / HTTP/1.1\r\nHost: a\r\nX: " + b"v" * MAX_URL + b"\r\n\r\n", True),  # (431)
+        (b"GET / HTTP/1.1\r\n\r\n", False),
+        (b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n\x16\x03\x01", False),  # (the next one's line)
+        (b"\x16\x03\x01\x02\x00", False),
+    ],
+)
+def test_a_refusal_knows_whether_it_answers_a_head(data: bytes, head: bool) -> None:
+    r, rec = reader()
+    r.feed(data)
+    assert rec.events[-1][0] == "refused"
+    assert r.refused_head() is head
 
 
 def test_a_refusal_is_told_once_and_stops_the_parse() -> None:
