@@ -158,7 +158,12 @@ def replay(
     names the kept file (it is forgotten); the request is to be decided."""
     engine = conn.engine
     q = url.find(b"?")
-    key = url if q < 0 else url[:q]
+    if q < 0:
+        key = url
+    else:
+        key = url[:q]
+        if key[-1:] == b"/" or key[-3:].lower() == b"%2f":
+            return False  # (a folder's query may ask for its archive, not its index page: decided)
     known = engine.answers.get(key)
     if known is None:
         return False

@@ -112,6 +112,22 @@ async def test_a_folder_downloads_as_a_tar_archive_equal_to_the_tree(
         assert b'href="?tar"' in listing.body
 
 
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+async def test_a_folders_kept_index_page_does_not_stand_for_its_archive(tree: Path, kind: str) -> None:
+    """The folder's index.html, once kept in the answer cache (asked twice, by a plain request
+    and by a browser's), does not answer the folder's archive, which names its query."""
+    async with serve_site(tree, show_index=True, archives=True) as site:
+        for extra in ("", "", "Accept-Encoding: gzip, br\r\n", "Accept-Encoding: gzip, br\r\n"):
+            page = await get(site, "/", extra)
+            assert page.body == b"<p>home</p>"
+        for extra in ("", "Accept-Encoding: gzip, br\r\n"):
+            r = await get(site, f"/?{kind}", extra)
+            assert r.status == 200
+            assert r.headers["content-disposition"] == f'attachment; filename="public.{kind}"'
+            assert len(r.body) > 3 * MiB
+        assert (await get(site, "/?v=2")).body == b"<p>home</p>"  # (any other query: the page)
+
+
 async def test_a_folder_downloads_as_a_zip_equal_to_the_tree(tree: Path, where: dict[str, Any]) -> None:
     async with serve_site(tree, show_index=True, archives=True, **where) as site:
         r = await get(site, "/photos/?zip")
