@@ -202,8 +202,8 @@ def status_of(exc: BaseException) -> int:
         return 413
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return 403
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
-        return 409
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENAMETOOLONG):
+        return 409  # (a name longer than the file system takes: 409, as nginx's WebDAV)
     return 500
 
 

@@ -129,6 +129,8 @@ async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
         ("/sub/%2e%2e/%2e%2e/escape", 404),  # out of the root
         ("/sub/ctl%07name", 403),  # a control character
         ("/sub/%00nul", 404),
+        ("/sub/" + "n" * 300, 409),  # a name longer than the file system takes (as nginx's WebDAV)
+        ("/" + "d" * 300 + "/f", 409),  # a folder's
     ],
 )
 async def test_put_where_no_file_may_go_is_refused_and_leaves_nothing(
