@@ -267,7 +267,8 @@ class Upload:
         """Whether the name holds a file now (UploadRefused if the upload may not take it: a
         directory's; a file's without ``overwrite``; a pre-compressed sibling of a file, which
         would be served in that file's place; a file's whose siblings exist, without
-        ``overwrite``, which would be served in its place)."""
+        ``overwrite``, which would be served in its place; without ``overwrite``, a folder's index
+        page, which would be served in place of the folder's listing)."""
         name = self.target.name
         there = self._lstat(name)
         if there is not None:
@@ -275,6 +276,8 @@ class Upload:
                 raise UploadRefused(409, "a directory has that name")
             if not self.overwrite:
                 raise UploadRefused(409, "a file has that name")
+        elif not self.overwrite and name == self.policy.index:
+            raise UploadRefused(409, "an index page would be served in place of the folder")
         if self.policy.precompressed:
             base = sibling_of(name)
             if base is not None and self._lstat(base) is not None:

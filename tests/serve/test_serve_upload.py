@@ -84,6 +84,32 @@ async def test_put_writes_the_body_byte_exact_then_409_unless_overwrite(
     assert _left(public / "sub") == ["big.bin", "chunked", "empty", "new", "one"]
 
 
+async def test_a_folders_index_page_is_made_only_with_overwrite(public: Path) -> None:
+    """An index.html uploaded would be served in place of its folder's listing (another name's
+    answer): 409 without --overwrite, by PUT and by a form; with it, made (201)."""
+    async with serve_site(public, upload=True, show_index=True) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(b"GET /sub/ HTTP/1.1\r\nHost: x\r\n\r\n")  # (the listing, kept or not)
+            assert b"Index of" in (await read_response(reader)).body
+            writer.write(_put("/sub/index.html", b"<p>mine</p>"))
+            assert (await read_response(reader)).status == 409
+            writer.write(b"GET /sub/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"Index of" in (await read_response(reader)).body
+        finally:
+            writer.close()
+    assert _left(public / "sub") == []
+    async with serve_site(public, upload=True, show_index=True, overwrite=True) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(_put("/sub/index.html", b"<p>mine</p>"))
+            assert (await read_response(reader)).status == 201
+            writer.write(b"GET /sub/ HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await read_response(reader)).body == b"<p>mine</p>"
+        finally:
+            writer.close()
+
+
 async def test_a_body_with_a_length_goes_to_its_file_zero_copy(
     public: Path, site_kwargs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
