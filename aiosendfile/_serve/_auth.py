@@ -23,7 +23,8 @@ never when it was parsed (a pipelined guess is judged after the failures before 
   allowed;
 * anything else is checked by :meth:`Gate.verify_later` in the gate's one thread (scrypt takes
   tens of milliseconds and 16 MiB), an unknown user against a dummy hash so that the answer's
-  time does not tell which users exist. The thread judges the lock again just before it hashes
+  time does not tell which users exist (beside a hashed user, a user whose password was given in
+  clear is checked there too, after the dummy hash: else its quick answer would tell it exists). The thread judges the lock again just before it hashes
   and counts the outcome before it takes the next check, so guesses queued together from many
   connections are each judged after the ones before. The queue is bounded: at most
   :data:`QUEUE_PER_ADDRESS` distinct values of one address (429 beyond) and :data:`QUEUE_MAX` in
@@ -303,9 +304,9 @@ class Gate:
                 self.verified.move_to_end(value)
                 return ALLOWED
             found = _credentials(value)
+            if found is not None and self._dummy is not None:
+                return SLOW  # (a hash; an unknown user, or one in clear, timed as one)
             secret = None if found is None else self.users.get(found[0])
-            if found is not None and (secret.slow if secret is not None else self._dummy is not None):
-                return SLOW  # (a hash, or an unknown user timed as one)
             ok = secret is not None and found is not None and secret.matches_now(found[1])
             self._record(value, ok, key, now)
         return ALLOWED if ok else MISSING
@@ -372,10 +373,11 @@ class Gate:
         if found is None:
             return False
         secret = self.users.get(found[0])
-        if secret is None:
-            if self._dummy is not None:
-                self._dummy.matches(found[1])  # (the same time as a wrong password)
-            return False
+        if secret is None or not secret.slow:
+            if self._dummy is not None:  # (the same time as a hashed user's password)
+                self._dummy.matches(found[1])
+            if secret is None:
+                return False
         return secret.matches(found[1])
 
     def record(self, value: bytes, ok: bool, key: str, now: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -84,6 +85,27 @@ def test_a_hashed_password_is_checked_off_the_loop_and_then_remembered() -> None
     assert gate.verify(wrong) is False
     assert gate.verify(basic("eve", "s3cret")) is False  # (checked against a dummy hash: same time)
     assert gate.check(b"GET", right, "a", 0.0) == ALLOWED  # (recorded by the thread: no hash again)
+    gate.close()
+
+
+def test_beside_a_hashed_user_every_user_takes_a_hashs_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a hashed user, an unknown user is checked against a dummy hash: a user whose password
+    was given in clear then is too (the time of a 401 would else tell that this user exists),
+    right or wrong, until a right one is remembered."""
+    user, secret = hashed("alice", "s3cret")
+    gate = Gate({user: secret, **users(bob="pw")})
+    hashes = []
+    real = hashlib.scrypt
+    monkeypatch.setattr(hashlib, "scrypt", lambda *a, **k: hashes.append(1) or real(*a, **k))
+    for value in (basic("bob", "nope"), basic("bob", "pw"), basic("eve", "x"), basic("alice", "x")):
+        assert gate.check(b"GET", value, "a", 0.0) == SLOW, value
+        before = len(hashes)
+        assert gate.verify(value) is (value == basic("bob", "pw"))
+        assert len(hashes) == before + 1, value
+    job = gate.verify_later(basic("bob", "pw"), "a")
+    assert not isinstance(job, float)
+    assert job.result(10) == ALLOWED
+    assert gate.check(b"GET", basic("bob", "pw"), "a", 0.0) == ALLOWED  # (remembered: no hash again)
     gate.close()
 
 
