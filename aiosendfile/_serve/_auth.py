@@ -24,9 +24,10 @@ never when it was parsed (a pipelined guess is judged after the failures before 
 * anything else is checked by :meth:`Gate.verify_later` in the gate's one thread (scrypt takes
   tens of milliseconds and 16 MiB), an unknown user against a dummy hash so that the answer's
   time does not tell which users exist (beside a hashed user, a user whose password was given in
-  clear is checked there too, after the dummy hash: else its quick answer would tell it exists). The thread judges the lock again just before it hashes
-  and counts the outcome before it takes the next check, so guesses queued together from many
-  connections are each judged after the ones before. The queue is bounded: at most
+  clear is checked there too, after the dummy hash: else its quick answer would tell it exists).
+  The thread judges the lock again just before it hashes and counts the outcome before it
+  takes the next check, so guesses queued together from many connections are each judged after
+  the ones before. The queue is bounded: at most
   :data:`QUEUE_PER_ADDRESS` distinct values of one address (429 beyond) and :data:`QUEUE_MAX` in
   all (503 beyond), and a value already queued for an address is not queued twice (a browser's
   parallel connections): a flood of guesses from one client costs that client, and a value that

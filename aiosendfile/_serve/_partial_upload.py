@@ -152,11 +152,14 @@ class ResumableUpload(Upload):
     def _create(self) -> None:
         self.dir_fd = open_directory(self.target.parent, self.policy)
         self._may_take_name()
-        self.length = self._announced(0)
         now = time.time()
+        # Judged and noted as one step across the workers, as an append's: the room left by the
+        # owner's other uploads (a length they told, what they hold or a request under way may
+        # bring them to), and this one's share of it held from now on, while its body comes.
         with self.store.registry(exclusive=True, make=True) as reg:
-            self.store.make_room(reg, self.owner, self.length, now)
+            self.store.make_room(reg, self.owner, None, now)
             self.room = self.store.room(reg, self.owner, self.id)
+            self.length = self._announced(0)
             record = {
                 "v": 1,
                 "path": self.path,
@@ -172,6 +175,8 @@ class ResumableUpload(Upload):
                 "touched": now,
                 "done": None,
             }
+            if self.length is None:  # what it may take, counted against its owner meanwhile
+                record["reserved"] = self.body_length if self.body_length is not None else self.room
             name = partial_name(self.id)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:

@@ -281,6 +281,57 @@ async def test_uploads_of_no_announced_length_count_against_their_owners_bytes(p
     assert sum(size_of(public / "sub" / n) for n in left(public / "sub")) <= 1000
 
 
+@pytest.mark.parametrize("how", ["spliced", "with-the-head", "tus-deferred", "chunked-together"])
+async def test_creations_with_a_body_share_their_owners_bytes(public: Path, how: str) -> None:
+    """Creations that bring a body (an IETF draft's with no length told, tus's with its length
+    deferred) count against the bytes their owner's other uploads hold, whether the body is
+    spliced to the file or read with the head, and two under way at once cannot both take the
+    same room: 90,000 bytes each, 100,000 allowed, only one is made."""
+    body = b"a" * 90_000
+    if how == "tus-deferred":
+        offsets = "Content-Type: application/offset+octet-stream"
+        fields: tuple[str, ...] = (TUS, "Upload-Defer-Length: 1", offsets)
+        method, path = "POST", "/sub/"
+    else:
+        fields, method, path = ("Upload-Complete: ?0",), "PUT", "/sub/{n}"
+    async with serve_site(public, upload=True, max_partial_size=100_000, max_partial_uploads=4) as site:
+
+        async def create(n: int, together: asyncio.Event | None = None) -> int:
+            reader, writer = await site.open()
+            try:
+                target = path.format(n=n)
+                named = (*fields, tus_metadata(f"t{n}")) if how == "tus-deferred" else fields
+                if how == "chunked-together":
+                    head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+                    writer.write((head + "".join(f + "\r\n" for f in named) + "\r\n").encode())
+                    writer.write(b"%x\r\n%s\r\n" % (1000, body[:1000]))
+                    await writer.drain()
+                    assert together is not None
+                    together.set() if n else await together.wait()
+                    await asyncio.sleep(0.2)  # (both under way)
+                    writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body) - 1000, body[1000:]))
+                elif how == "with-the-head":
+                    writer.write(request(method, target, *named, body=body))
+                else:
+                    writer.write(request(method, target, *named, length=len(body)))
+                    await writer.drain()
+                    await asyncio.sleep(0.05)  # (the body after the head: spliced where it can be)
+                    writer.write(body)
+                return (await read_response(reader)).status
+            finally:
+                writer.close()
+
+        if how == "chunked-together":
+            together = asyncio.Event()
+            statuses = sorted(await asyncio.gather(create(0, together), create(1, together)))
+        else:
+            statuses = [await create(0), await create(1)]
+        assert statuses[0] == 201
+        assert statuses[1] == 507
+    held = sum(size_of(public / "sub" / n) for n in left(public / "sub"))
+    assert held <= 100_000
+
+
 async def test_each_address_has_its_own_share_without_a_log_or_passwords(public: Path) -> None:
     async with serve_site(public, upload=True, max_partial_uploads=1) as site:
 
