@@ -361,12 +361,12 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                         # escapes the root or is no regular file: serve the next candidate, as
                         # nginx's gzip_static declines.
                         continue
-                    if (
-                        isinstance(exc, NotRegular | PermissionError)
-                        or getattr(exc, "errno", None) == errno.ENXIO
-                    ):
+                    code = getattr(exc, "errno", None)
+                    if isinstance(exc, NotRegular | PermissionError) or code == errno.ENXIO:
                         return _empty_error(403)  # ENXIO: a socket
-                    return _empty_error(404)  # ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, outside the root, ...
+                    if isinstance(exc, OutsideRoot) or code in _NOT_THERE:
+                        return _empty_error(404)
+                    return _empty_error(500)  # (EMFILE, EIO...: the server's trouble, as nginx)
             # A small file is read into the hot-file cache if the cache admits it: once the cache
             # is full, one in READMIT_EVERY (a set of files larger than the cache is sent from its
             # files, not copied in, written by copy and evicted again at each first sight).
@@ -395,6 +395,11 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
     finally:
         if owned is not None:
             fs.close(owned)
+
+
+#: Why an open says a name holds no file this server serves (404); any other failure is its own
+#: trouble (500: out of descriptors, a disk error), not an answer a cache may keep about the name.
+_NOT_THERE = frozenset((errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EXDEV))
 
 
 def _empty_error(status: int) -> Answer:

@@ -314,7 +314,16 @@ def test_respond_empty_file_sends_headers_only() -> None:
         (NotRegular("fifo"), 403),
         (FileNotFoundError(errno.ENOENT, "gone"), 404),
         (OSError(errno.ELOOP, "loop"), 404),
+        (OSError(errno.ENOTDIR, "not a folder"), 404),
+        (OSError(errno.ENAMETOOLONG, "long"), 404),
+        (OSError(errno.EXDEV, "beneath"), 404),
         (OutsideRoot("escaped"), 404),
+        # The server's trouble, not a missing file (nginx: 500): a 404 would tell a cache in
+        # front that an existing file is gone.
+        (OSError(errno.EMFILE, "out of descriptors"), 500),
+        (OSError(errno.ENFILE, "the system's out"), 500),
+        (OSError(errno.EIO, "the disk"), 500),
+        (OSError(errno.ENOMEM, "memory"), 500),
     ],
 )
 def test_respond_open_failures_are_empty_errors(exc: Exception, status: int) -> None:
