@@ -10,7 +10,8 @@ OpenSSL's connection on the accepted, non-blocking socket (``_compat.tls_server_
 control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``, ``abort``).
 
 * **Handshake** as the loop's own would: within ``handshake_timeout`` (asyncio's 60 s) or the
-  socket is closed; a failed one is the peer's problem (nothing logged). It begins when the
+  socket is closed; a failed one is the peer's problem (nothing logged; plain HTTP gets a plain
+  400 that says it came to an HTTPS port, as nginx answers). It begins when the
   socket is readable (the client's hello), in the loop's turn for it, never inside the accept
   batch. The protocol is made and its ``connection_made`` called once it is done, and what the
   client sent behind its last handshake record is read at once.
@@ -37,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -55,6 +57,14 @@ __all__ = (
 
 #: A handshake not done in this many seconds is dropped (asyncio's ``ssl_handshake_timeout``).
 HANDSHAKE_TIMEOUT = 60.0
+
+_PLAIN_TEXT = b"400: a plain HTTP request was sent to an HTTPS port (ask with https://)\n"
+#: The answer to plain HTTP on the HTTPS port (see TLSTransport._plain_refusal).
+_PLAIN_REFUSAL = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"X-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+    % (len(_PLAIN_TEXT), _PLAIN_TEXT)
+)
 #: A closed connection reads what its client still sends this long at most (nginx's
 #: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
 #: client to read the end of the answer from the socket buffers.
@@ -155,7 +165,9 @@ class TLSTransport(asyncio.Transport):
         except ssl.SSLWantWriteError:
             self._watch_write(True)
             return
-        except (OSError, ValueError):  # (ssl.SSLError is an OSError) the peer's problem
+        except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError) the peer's problem
+            if getattr(exc, "reason", None) == "HTTP_REQUEST":  # (OpenSSL saw plain HTTP)
+                self._plain_refusal()
             self._drop()
             return
         self._handshaking = False
@@ -173,6 +185,20 @@ class TLSTransport(asyncio.Transport):
             raise
         if not self._closed:  # (a client's first request comes right behind its last handshake record)
             self._readable()
+
+    def _plain_refusal(self) -> None:
+        """Plain HTTP where a ClientHello belongs: a plain 400 that says so, as nginx answers, so
+        that a client asking ``http://`` is told why (not a reset). Best effort, on the socket
+        as it is: what the client sent is read and dropped first (up to a bound), so that the
+        close after the answer is not a reset that could take the answer with it."""
+        fd = self._fd
+        with contextlib.suppress(OSError):
+            for _ in range(4):
+                if len(os.read(fd, 65536)) < 65536:
+                    break
+        with contextlib.suppress(OSError):
+            os.write(fd, _PLAIN_REFUSAL)
+            self._sock.shutdown(socket.SHUT_WR)
 
     def _handshake_expired(self) -> None:
         self._timer = None

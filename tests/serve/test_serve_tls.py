@@ -60,16 +60,30 @@ async def test_a_client_that_never_shakes_hands_is_dropped_after_the_header_time
             writer.close()
 
 
-async def test_a_garbage_handshake_is_closed_quietly(tmp_path: Path, tls_contexts: Any) -> None:
+@pytest.mark.parametrize("plain", [True, False], ids=["plain-http", "garbage"])
+async def test_a_garbage_handshake_is_closed_quietly(tmp_path: Path, tls_contexts: Any, plain: bool) -> None:
+    """Plain HTTP on the HTTPS port gets a plain 400 that says so before the close (as nginx), so
+    that ``curl http://`` tells its user why; other garbage is closed with no answer."""
     async with serving(tmp_path, tls=tls_contexts) as site:
         with reported() as errors:
             reader, writer = await asyncio.open_connection(site.host, site.port)
             try:
-                writer.write(get("/small.txt"))  # HTTP where a ClientHello belongs
+                # HTTP where a ClientHello belongs, pipelined and with a body: all read and dropped
+                writer.write(get("/small.txt") * 3 if plain else b"\x00\x01garbage" * 100)
+                got = b""
                 with contextlib.suppress(ConnectionError):
-                    await asyncio.wait_for(reader.read(), 10)
+                    got = await asyncio.wait_for(reader.read(), 10)
             finally:
                 writer.close()
+            if plain:
+                head, _, body = got.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+                assert b"Connection: close" in head
+                assert b"HTTPS" in body
+                assert f"Content-Length: {len(body)}".encode() in head
+            else:
+                assert got == b""
+
             # and the server still serves
             reader, writer = await site.open()
             try:
