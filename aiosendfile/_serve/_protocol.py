@@ -494,7 +494,7 @@ class HttpProtocol(asyncio.Protocol):
         if self.reader.in_request:  # a head or a body not all there yet (slowloris)
             if now - self.since > config.header_timeout:
                 self.dead = True
-                self._put(error_response(408, self.engine.clock))
+                self._put(error_response(408, self.engine.clock, body=not self.reader.refused_head()))
                 self._flush()
                 transport.close()
         elif now - self.since > config.keepalive_timeout:

@@ -97,6 +97,21 @@ def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
     return root.rstrip(os.sep) + os.sep + filename if filename else root  # (no leading "/": checked)
 
 
+#: Why a look at a name says it holds no file this server serves (404); any other failure but a
+#: refusal (403) is the server's own trouble (500: out of descriptors, a disk error), not an
+#: answer a cache in front may keep about the name (nginx answers alike).
+_NOT_THERE = frozenset((errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EXDEV))
+
+
+def _failed(req: Request, exc: Exception) -> Answer:
+    """The answer for a look at a name that failed with *exc* (see ``_NOT_THERE``)."""
+    if isinstance(exc, PermissionError):
+        return error(403, req.method)
+    if isinstance(exc, OutsideRoot) or getattr(exc, "errno", None) in _NOT_THERE:
+        return error(404, req.method)
+    return error(500, req.method)
+
+
 def resolve(
     req: Request,
     path: str,
@@ -120,17 +135,15 @@ def resolve(
         return found
     try:
         st = fs.stat(path)
-    except PermissionError:
-        return error(403, req.method)
-    except OSError:  # missing, ENOTDIR (``a.txt/``), ELOOP, ENAMETOOLONG
-        return error(404, req.method)
+    except OSError as exc:  # missing, ENOTDIR (``a.txt/``), ELOOP, ENAMETOOLONG; EACCES; EIO...
+        return _failed(req, exc)
     if stat.S_ISDIR(st.st_mode):
         root = policy.root
         if root is not None and not policy.follow_symlinks:
             try:
                 real = fs.realpath(path)
-            except OSError:  # (a link swapped under realpath's feet: ENOENT, EINVAL)
-                return error(404, req.method)
+            except OSError as exc:  # (a link swapped under realpath's feet: ENOENT, EINVAL)
+                return error(404, req.method) if exc.errno == errno.EINVAL else _failed(req, exc)
             if not inside(real, root):
                 return error(404, req.method)
         return _directory(req, path, st, policy, fs)
@@ -201,10 +214,8 @@ def _directory(
         if page is None:
             try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
                 entries, real = fs.scan(path, root)
-            except PermissionError:
-                return error(403, req.method)
-            except (OSError, OutsideRoot):  # removed meanwhile; swapped for a symlink out
-                return error(404, req.method)
+            except (OSError, OutsideRoot) as exc:  # removed meanwhile; swapped for a symlink out
+                return _failed(req, exc)
             if view.json:
                 page = listing_json(shown, entries, policy.dotfiles, view)
             else:
@@ -238,10 +249,8 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
         return error(413, req.method)
     except ArchivesBusy:
         return error(503, req.method, ("Retry-After", "1"))
-    except PermissionError:
-        return error(403, req.method)
-    except OSError:  # removed meanwhile
-        return error(404, req.method)
+    except OSError as exc:  # removed meanwhile
+        return _failed(req, exc)
     size = layout.length
     etag = layout.etag
     last_modified = max(m.mtime_ns for m in layout.members) // 1_000_000_000
@@ -395,11 +404,6 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
     finally:
         if owned is not None:
             fs.close(owned)
-
-
-#: Why an open says a name holds no file this server serves (404); any other failure is its own
-#: trouble (500: out of descriptors, a disk error), not an answer a cache may keep about the name.
-_NOT_THERE = frozenset((errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EXDEV))
 
 
 def _empty_error(status: int) -> Answer:

@@ -344,15 +344,16 @@ async def test_an_error_after_pipelined_requests_comes_after_their_answers(www_s
 # -- timeouts -------------------------------------------------------------------------------------
 
 
-async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path, method: str) -> None:
     async with serving(tmp_path, header_timeout=0.2) as www_site:
         reader, writer = await www_site.open()
         try:
-            writer.write(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n")  # never finished
+            writer.write(f"{method} /small.txt HTTP/1.1\r\nHost: x\r\n".encode())  # never finished
             raw = await asyncio.wait_for(read_to_eof(reader), 20)
         finally:
             await close_writer(writer)
-    (a,) = all_responses(raw, ["GET"])
+    (a,) = all_responses(raw, [method])  # (a HEAD's: no body, RFC 9110 9.3.2)
     assert (a.status, a.headers["connection"]) == (408, "close")
 
 

@@ -162,6 +162,28 @@ def test_resolve_stat_refused_is_403() -> None:
     assert got.status == 403
 
 
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (FileNotFoundError(errno.ENOENT, "gone"), 404),
+        (NotADirectoryError(errno.ENOTDIR, "a.txt/"), 404),
+        (OSError(errno.ELOOP, "loop"), 404),
+        (OSError(errno.ENAMETOOLONG, "long"), 404),
+        (OSError(errno.EIO, "a damaged inode"), 500),
+        (OSError(errno.ENOMEM, "memory"), 500),
+        (OSError(errno.EMFILE, "descriptors"), 500),
+    ],
+)
+def test_resolve_stat_failures_say_whose_trouble_it_is(exc: OSError, status: int) -> None:
+    """Only a name that holds no file is 404 (which a cache in front may keep); the server's own
+    trouble is 500, as nginx."""
+    fs = sample_fs()
+    fs.stat_errors["/srv/a.txt"] = exc
+    got = route_and_resolve(fs, req())
+    assert isinstance(got, Answer)
+    assert got.status == status
+
+
 def test_resolve_301_keeps_the_prefix_and_the_encoded_path() -> None:
     fs = sample_fs()
     fs.dirs.add("/srv/a b")
