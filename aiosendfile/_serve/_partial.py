@@ -299,6 +299,16 @@ class Store:
             os.close(fd)
         return False
 
+    def _holds(self, record: dict[str, Any], upload_id: str) -> int:
+        """The bytes an upload of no known length counts for: what it holds, or what a request
+        writing it now may bring it to. A share noted by a request that is gone without taking it
+        back (its server killed) counts for nothing: nothing holds the partial file's lock."""
+        size = int(record.get("size", 0))
+        reserved = int(record.get("reserved", 0))
+        if reserved > size and self._held(record, upload_id):
+            return reserved
+        return size
+
     def make_room(self, reg: int, owner: str, length: int | None, now: float) -> None:
         """Judge a new upload of *owner*'s (announcing *length*) against the bounds, removing what
         has expired first (UploadRefused 507 if it has no room)."""
@@ -315,10 +325,10 @@ class Store:
                 records.remove((upload_id, record))
             if len(records) >= MAX_RECORDS:
                 raise UploadRefused(507, "too many uploads in progress")
-        mine = [r for _, r in records if r.get("owner") == owner and r.get("done") is None]
+        mine = [(i, r) for i, r in records if r.get("owner") == owner and r.get("done") is None]
         if len(mine) >= self.limits.per_owner:
             raise UploadRefused(507, "too many uploads in progress for this client")
-        held = sum(int(r["length"]) if r.get("length") is not None else _holds(r) for r in mine)
+        held = sum(int(r["length"]) if r.get("length") is not None else self._holds(r, i) for i, r in mine)
         if held + (length or 0) > self.limits.owner_bytes:
             raise UploadRefused(507, "too many bytes in uploads in progress for this client")
 
@@ -329,7 +339,7 @@ class Store:
         for other, record in self._records(reg):
             if other != upload_id and record.get("owner") == owner and record.get("done") is None:
                 length = record.get("length")
-                held += int(length) if length is not None else _holds(record)
+                held += int(length) if length is not None else self._holds(record, other)
         return self.limits.owner_bytes - held
 
     def note(self, upload_id: str, record: dict[str, Any]) -> None:
@@ -393,12 +403,6 @@ class Store:
             os.close(dir_fd)
             raise UploadRefused(404)
         return dir_fd, fd
-
-
-def _holds(record: dict[str, Any]) -> int:
-    """The bytes an upload of no known length counts for: what it holds, or what a request under
-    way may bring it to."""
-    return max(int(record.get("size", 0)), int(record.get("reserved", 0)))
 
 
 def wait_for_holder(engine: Any, upload_id: str, conn: Any, tries: int, again: Callable[[], None]) -> bool:

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -499,6 +500,39 @@ def test_an_upload_survives_a_killed_client_and_a_killed_server(public: Path, lo
     assert (public / "sub" / "f").read_bytes() == b"k" * 400_000 + b"r" * (total - 400_000)
     with contextlib.suppress(FileNotFoundError):
         assert [n for n in left(public / "sub") if n.endswith(".partial")] == []
+
+
+def test_a_killed_servers_creation_under_way_holds_no_room_after(public: Path) -> None:
+    """A creation of no announced length holds its owner's room while its body comes; the server
+    killed meanwhile (an OOM kill, a crash), the next server does not count that share against
+    the owner (it counted the whole --max-partial-size for the upload's expiry)."""
+    args = ("--port", "0", "--upload", "--max-partial-size", "1M")
+    server = Server(str(public), *args)
+    sock = None
+    try:
+        port = port_of(server)
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(
+            b"PUT /sub/k.bin HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+            b"Upload-Complete: ?0\r\n\r\n3e8\r\n" + b"k" * 1000 + b"\r\n"
+        )
+        deadline = time.monotonic() + 20
+        while not any(p.stat().st_size == 1000 for p in (public / "sub").glob(".upload-*.partial")):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait()
+    finally:
+        if sock is not None:
+            sock.close()
+        server.close()
+    server = Server(str(public), *args)
+    try:
+        creation = request("PUT", "/sub/new.bin", "Upload-Complete: ?0", body=b"n" * 10)
+        made = http_exchange(port_of(server), creation)
+        assert made.status == 201
+    finally:
+        server.close()
 
 
 def test_the_parts_of_an_upload_may_reach_different_workers(public: Path) -> None:
