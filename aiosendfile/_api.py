@@ -27,7 +27,7 @@ from concurrent.futures import Executor
 from typing import IO, Any, Literal
 
 from . import _compat
-from ._errors import SendfileNotAvailableError, map_exceptions
+from ._errors import FileTruncatedError, SendfileNotAvailableError, map_exceptions
 from ._fallback import copy_to_socket, copy_to_transport
 from ._job import SendJob
 from ._lease import TransportLease
@@ -187,6 +187,12 @@ def _plan(info: FileInfo, offset: int, count: int | None, max_chunk: int) -> Tra
             raise ValueError("a non-zero offset needs a seekable file")
         return TransferState(offset, count, max_chunk)
     if offset > info.size:
+        if count:  # (bytes asked where the file has none: it is shorter than the range, as below)
+            raise FileTruncatedError(
+                f"file ends at {info.size}, before offset {offset}: all {count} bytes requested missing",
+                sent=0,
+                expected=count,
+            )
         raise ValueError(f"offset {offset} is past the end of the file ({info.size} bytes)")
     available = info.size - offset
     if count is not None and count > available:

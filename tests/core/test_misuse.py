@@ -170,6 +170,10 @@ async def test_raw_socket_argument_errors(make_file: Any) -> None:
                 await aiosendfile.sock_sendfile(a, f, 1001)
             with pytest.raises(aiosendfile.FileTruncatedError):
                 await aiosendfile.sock_sendfile(a, f, 10, 991)
+            # A count past an end that came before the offset: the file is shorter than the
+            # range asked (a door's later part of a file cut meanwhile), not a bad argument.
+            with pytest.raises(aiosendfile.FileTruncatedError):
+                await aiosendfile.sock_sendfile(a, f, 2000, 10)
             assert f.tell() == 0
         # a closed socket: refused before anything, file untouched
         with pytest.raises(OSError, match="closed"):
