@@ -74,7 +74,9 @@ class StaticFiles:
         self._relative = not path.startswith("/")
         self._prefix = path if not self._relative else "/" + path
         if root:
-            self._files = DirectoryApp(directory=str(root), check_dir=False, chunk_size=self.chunk_size)
+            self._files = DirectoryApp(  # (no index page: a folder goes on to Django, as WhiteNoise)
+                directory=str(root), check_dir=False, chunk_size=self.chunk_size, index=None
+            )
         self._ready = True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -62,6 +62,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (static / "css" / "site.0123456789ab.css.gz").write_bytes(gzip.compress(css))
     (static / "css" / "site.css").write_bytes(css)
     (static / "plain.txt").write_bytes(b"not hashed\n")
+    (static / "css" / "index.html").write_bytes(b"<p>an index</p>\n")  # (a folder: passed to Django)
     manifest = {"paths": {"css/site.css": "css/site.0123456789ab.css"}, "version": "1.1", "hash": "0"}
     (static / "staticfiles.json").write_text(json.dumps(manifest))
     return root
@@ -161,6 +162,9 @@ def test_file_responses_and_static_files(project: Path, server: tuple[str, str |
         status, headers, body = _request(running, "/static/missing.css")  # (Django's own 404)
         assert status == 404
         assert b"Not Found" in body
+        for folder in ("/static/css/", "/static/css"):  # (a folder, index.html or not, as WhiteNoise)
+            status, headers, body = _request(running, folder)
+            assert (status, b"Not Found" in body) == (404, True), folder
         assert _request(running, "/static/plain.txt", "POST")[0] == 404  # (no URL for it in Django)
 
 
