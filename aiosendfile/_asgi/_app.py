@@ -291,7 +291,7 @@ class StaticFiles:
             ans = await _off_loop(answer, req, policy, POOL_FS)
         with ans:
             status = None
-            if ans.status == 404 and self.html and ans.fields:
+            if ans.status == 404 and self.html:  # (also one found as the file is opened)
                 ans, status = await self._not_found_page(ans, method)
             decided = ans.decided
             if (

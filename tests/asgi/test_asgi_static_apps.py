@@ -315,6 +315,9 @@ async def test_html_serves_the_404_page(public: Path) -> None:
         assert (again.status, bytes(again.body)) == (404, b"<h1>lost</h1>")
     plain = await call(asgi.StaticFiles(directory=public), b"GET /nope.txt HTTP/1.1\r\n\r\n")
     assert bytes(plain.body) == b"404: Not Found"
+    # A 404 found only as the file is opened (a symlink out of the root) gets the page too.
+    out = await call(app, b"GET /out-link.txt HTTP/1.1\r\n\r\n")
+    assert (out.status, bytes(out.body)) == (404, b"<h1>lost</h1>")
 
 
 async def test_follow_symlink_is_starlettes_spelling(public: Path) -> None:
