@@ -455,7 +455,7 @@ class RequestReader:
         """The request being read ended outside the parser (its body went from the socket to a
         file): a new parser reads what comes after it. Returns its target."""
         self.parser = None  # (a new one at the next feed)
-        self.in_request = self.in_head = False
+        self.in_request = self.in_head = self.trailing = False
         url, self.url = self.url, b""
         self.fields = None
         self.kept = {}
@@ -562,7 +562,9 @@ class RequestReader:
             raise Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
         url = self.url
         if url[:1] != b"/" and url != b"*":  # absolute-form: its authority stands for Host (RFC 9112 3.2.2)
-            host = target_authority(url)
+            authority = target_authority(url)
+            if authority is not None:  # (not CONNECT's authority-form: its Host is judged)
+                host = authority
         if rules.hosts is not None and not rules.hosts.allows(host):
             raise Stop(421)  # a name this server does not go by: DNS rebinding (_rules.HostRule)
         if te is not None:

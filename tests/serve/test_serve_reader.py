@@ -240,6 +240,8 @@ def test_an_absolute_form_targets_authority_is_judged_not_its_host_field() -> No
         got = events(b"GET %s HTTP/1.1\r\nHost: files.example\r\n\r\n" % target, hosts=rule)
         assert got == [("refused", 421)], target
     assert events(b"GET http://files.example/a HTTP/1.1\r\n\r\n", hosts=rule) == [("refused", 400)]
+    connect = b"CONNECT files.example:443 HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+    assert events(connect, hosts=rule) == [("refused", 421)]  # (authority-form: its Host judged)
     r, rec = reader(uploads=True)
     r.feed(b"PUT http://b.example:8080/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
     assert rec.heads[0].host == b"b.example:8080"  # (the same-origin rule compares this one)
