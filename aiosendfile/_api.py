@@ -216,6 +216,8 @@ async def _run(
     state = _plan(info, offset, count, options.max_chunk)
     file = info.file
     if state.total == 0:
+        if target.sock is None and TransportLease.held_on(target.transport):  # (before the seek)
+            raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
         if info.seekable:
             file.seek(offset)
         await _send_frame_only(target, options)
@@ -236,7 +238,9 @@ async def _run(
 
 
 async def _send_frame_only(target: Target, options: Options) -> None:
-    """Headers and trailers around an empty body: plain writes keep the order."""
+    """Headers and trailers around an empty body: plain writes keep the order (the caller has
+    refused a transport another transfer holds, as any transfer is refused: a plain write there
+    would land inside that transfer's body, and uvloop's transport cannot be guarded)."""
     frame = bytes(options.headers) + bytes(options.trailers)
     if not frame:
         return

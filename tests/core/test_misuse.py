@@ -230,6 +230,14 @@ async def test_second_concurrent_sendfile_on_a_transport_is_refused(
         with pytest.raises(RuntimeError, match="in progress"):
             await aiosendfile.sendfile(conn.writer, f2)
         assert f2.tell() == 0
+        # Nothing of a file to send, only headers or trailers: refused as well, not written into
+        # the body under way (uvloop's transport write cannot be guarded).
+        f2.seek(5)
+        with pytest.raises(RuntimeError, match="in progress"):
+            await aiosendfile.sendfile(conn.writer, f2, 0, 0, headers=b"<<INTERLOPER>>")
+        assert f2.tell() == 5
+        with open(make_file(0, "empty.bin"), "rb") as empty, pytest.raises(RuntimeError, match="in progress"):
+            await aiosendfile.sendfile(conn.transport, empty, trailers=b"<<TRAILER>>")
         reader = asyncio.create_task(conn.read_all())
         assert await first == size
     assert transport.get_protocol() is protocol
