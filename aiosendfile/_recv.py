@@ -71,8 +71,11 @@ async def recvfile(
     if callable(writable) and not writable():
         raise ValueError("file is not open for writing")
     check_int("offset", offset, optional=True)
+    end = _append_end(file)
     if offset is None:
-        offset = file.tell()
+        offset = _position(file)
+    elif end is not None and offset != end:
+        raise ValueError(f"a file opened for appending takes bytes at its end ({end}), not at {offset}")
     file_fd = _regular_fd(file)
     reader: asyncio.StreamReader | None = None
     transport: Any = None
@@ -112,6 +115,25 @@ async def recvfile(
         with contextlib.suppress(OSError, ValueError):
             file.seek(sink.state.position)
     return count
+
+
+def _append_end(file: Any) -> int | None:
+    """The size of *file* if it is open for appending (every write lands at its end), else None."""
+    try:
+        fd = file.fileno()
+        if not (getattr(os, "O_APPEND", 0) and _fd_flags(fd) & os.O_APPEND):
+            return None
+        return os.fstat(fd).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation, ImportError):
+        return None
+
+
+def _position(file: Any) -> int:
+    """Where *file*'s bytes go by default: its position; 0 for a pipe or socket, which has none."""
+    try:
+        return int(file.tell())
+    except (OSError, io.UnsupportedOperation):
+        return 0
 
 
 def _regular_fd(file: Any) -> int | None:

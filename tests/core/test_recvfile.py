@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import socket
 import sys
 import threading
@@ -241,6 +242,21 @@ async def test_non_regular_targets_and_fallback_false(tmp_path: Path) -> None:
             await loop.sock_sendall(a, b"new")
             assert await aiosendfile.recvfile(b, f, 3) == 3
         assert (tmp_path / "append.bin").read_bytes() == b"oldnew"
+        # An append-mode file takes its bytes at its end: an offset elsewhere cannot be kept, and
+        # is refused before anything is read (it was taken, and the bytes landed at the end).
+        for mode in ("ab", "a+b"):
+            with open(tmp_path / "append.bin", mode) as f:
+                with pytest.raises(ValueError, match="append"):
+                    await asyncio.wait_for(aiosendfile.recvfile(b, f, 3, offset=2), 5)
+                await loop.sock_sendall(a, b"end")
+                assert await aiosendfile.recvfile(b, f, 3, offset=6 if mode == "ab" else 9) == 3
+        assert (tmp_path / "append.bin").read_bytes() == b"oldnewendend"
+        # A pipe has no position: its default offset is no error.
+        r, w = os.pipe()
+        with open(w, "wb", buffering=0) as sink, open(r, "rb") as source:
+            await loop.sock_sendall(a, b"piped")
+            assert await aiosendfile.recvfile(b, sink, 5) == 5
+            assert source.read(5) == b"piped"
 
 
 async def test_bad_arguments(tmp_path: Path) -> None:
