@@ -119,6 +119,7 @@ _WORDS = {
     errno.EPERM: "permission denied",
     errno.ENOENT: "no such file or directory",
     errno.EISDIR: "it is a directory",
+    errno.ENXIO: "no program reads that pipe (or no such device)",
     errno.ENOTDIR: "a part of the path is not a directory",
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is exceeded",

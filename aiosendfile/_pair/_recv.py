@@ -76,6 +76,8 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
 
 def check_out(out: str, *, resume: bool, force: bool) -> str | None:
     """Why OUT cannot be written (checked before listening), or None."""
+    if not out:
+        return "OUT is empty; name the file to write"
     if os.path.isdir(out):
         return f"{out} is a directory; name the file to write, e.g. {os.path.join(out, 'NAME')}"
     parent = os.path.dirname(os.path.abspath(out))
@@ -93,6 +95,21 @@ def check_out(out: str, *, resume: bool, force: bool) -> str | None:
         if not os.access(out, os.W_OK):
             return f"cannot write {out}: permission denied"
     return None
+
+
+def _open_out(out: str, start: int) -> IO[bytes]:
+    """OUT opened for the transfer (at *start* to resume). A FIFO is opened without waiting for a
+    reader: with none, ENXIO at once (a blocking open would hold the loop, its timeouts and its
+    signals, until one came); then its writes wait as any file's, in the pool."""
+    try:
+        fifo = stat.S_ISFIFO(os.stat(out).st_mode)
+    except OSError:
+        fifo = False
+    if fifo:
+        fd = os.open(out, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(fd, True)
+        return open(fd, "wb")
+    return open(out, "r+b" if start else "wb")
 
 
 class _Receiver:
@@ -274,7 +291,7 @@ class _Receiver:
         out = self.out
         self.size = size
         try:
-            f = open(out, "r+b" if start else "wb")  # noqa: SIM115 - closed below
+            f = _open_out(out, start)
         except OSError as exc:
             send_message(writer, {"error": f"the receiver cannot write its file: {in_words(exc)}"})
             await self.drain_body(reader, size - start)

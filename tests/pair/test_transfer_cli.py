@@ -100,6 +100,7 @@ def test_out_is_checked_before_listening(tmp_path: Path) -> None:
         str(tmp_path / "missing" / "out.bin"): "does not exist",
         str(tmp_path): "is a directory",
         str(existing): "already exists; use --force to overwrite it, or --resume",
+        "": "OUT is empty",
     }
     for out, words in cases.items():
         result = run_cli("recv", out, "--listen", "127.0.0.1:0")
@@ -205,6 +206,22 @@ def test_no_disk_space_check_for_a_device_out(tmp_path: Path) -> None:
     receiver.kill()
     _, _, err = finish(receiver)
     assert "disk space" not in err, err
+
+
+def test_a_pipe_out_with_no_reader_fails_in_words_at_once(tmp_path: Path) -> None:
+    """OUT a FIFO nobody reads: the receiver says so and exits 1 (its open held the loop, the
+    idle timeout and Ctrl-C until a reader came); the sender is told too."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(1 << 20))
+    receiver, port = start_receiver(fifo, "--force")
+    sent = send(source, port)
+    code, _, err = finish(receiver)
+    assert (sent.returncode, code) == (1, 1), (sent.stderr, err)
+    assert "no program reads that pipe" in err, err
+    assert err.count("\n") == 1, err
+    assert "cannot write its file" in sent.stderr, sent.stderr
 
 
 def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
