@@ -80,7 +80,7 @@ def port(text: str) -> int:
 
 def _port(text: str, *, lowest: int) -> int:
     value = text.strip()
-    if not value.isdigit() or not lowest <= int(value) <= 65535:
+    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"a port is a number from {lowest} to 65535, not {text!r}")
     return int(value)
 
@@ -138,6 +138,17 @@ def in_words(exc: BaseException) -> str:
             return "the connection was lost"
     text = str(exc)
     return text or type(exc).__name__
+
+
+def announce(text: str) -> None:
+    """Print *text* on stdout, where nobody may read it: a closed or full stdout (``serve | true``,
+    ``> /dev/full``) is no reason to stop, and no traceback (stdout goes to /dev/null from then on,
+    so that the exit's flush does not fail either)."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
 
 
 def fail(prog: str, message: str, status: int = 1) -> int:

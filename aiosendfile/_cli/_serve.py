@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from .. import __version__
 from .._serve._listener import listening_socket
-from ._common import fail, in_words, loop_factory
+from ._common import announce, fail, in_words, loop_factory
 from ._serve_run import PROG, drain_log, run_server, tls_context
 from ._supervisor import Supervisor
 
@@ -139,8 +139,11 @@ def serve_command(args: argparse.Namespace) -> int:
     # port 0 this picks the port every worker then shares. With workers, this socket
     # only holds the port: it never listens, so the kernel gives it no connections.
     try:
+        if multi:  # (bound alone first: another server's SO_REUSEPORT socket would share the port)
+            with listening_socket(args.host, args.port, listen=False) as alone:
+                args.port = alone.getsockname()[1]
         sock = listening_socket(args.host, args.port, reuse_port=multi, listen=not multi)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # (UnicodeError: a host name IDNA cannot encode)
         return fail(PROG, f"cannot listen on {args.host}:{args.port}: {in_words(exc)}")
     host, port = sock.getsockname()[:2]
     if args.upload and not args.users and not _is_loopback(host):
@@ -173,7 +176,7 @@ def serve_command(args: argparse.Namespace) -> int:
                 " clear text: add --tls-cert FILE"
             )
     if not multi:
-        print(banner, flush=True)
+        announce(banner)
         run_server(args, directory, sock, worker=False)
         return 0
     with sock:

@@ -4,7 +4,9 @@ type and its check), for the ``aiosendfile`` parser. The commands are :mod:`._se
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import re
 import stat
 from typing import Any
 
@@ -62,7 +64,7 @@ machine's, or a port below 1024 without privileges), or a worker cannot start.""
 def _workers(text: str) -> int:
     """``--workers``: a number of processes, 1 to :data:`MAX_WORKERS`."""
     value = text.strip()
-    if not value.isdigit() or not 1 <= int(value) <= MAX_WORKERS:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"a number of processes from 1 to {MAX_WORKERS}, not {text!r}")
     return int(value)
 
@@ -74,7 +76,7 @@ def _size(text: str) -> int:
     if value[-1:] in ("K", "M", "G", "T"):
         scale = 1024 ** ("KMGT".index(value[-1]) + 1)
         value = value[:-1]
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()):
         raise argparse.ArgumentTypeError(f"a size in bytes (or with K, M, G), not {text!r}")
     return int(value) * scale
 
@@ -86,7 +88,7 @@ def _duration(text: str) -> float:
     if value[-1:] in ("s", "m", "h", "d"):
         scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[value[-1]]
         value = value[:-1]
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"a time such as 3600, 30m, 12h or 1d, not {text!r}")
     return float(int(value) * scale)
 
@@ -108,9 +110,35 @@ def _path_prefix(text: str) -> str:
 def _count(text: str) -> int:
     """``--max-archive-entries``: a positive number."""
     value = text.strip()
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"a positive number, not {text!r}")
     return int(value)
+
+
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?")
+
+
+def _host_name(text: str) -> str:
+    """``--allow-host``: ``*``, a host name or address, or a domain with its subdomains
+    (``.example.org``, ``*.example.org``). Anything else (a URL, an empty value, ``*.`` alone: an
+    unset variable in ``*.$DOMAIN``) is refused, not read as some other rule."""
+    value = text.strip().lower()
+    if value == "*":
+        return value
+    name = value[2:] if value.startswith("*.") else value[1:] if value.startswith(".") else value
+    name = name[:-1] if name.endswith(".") else name
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        ipaddress.ip_address(name)
+        ok = name == value or f"[{name}]" == value
+    except ValueError:
+        ok = bool(name) and len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"a host name, an address, .DOMAIN or *.DOMAIN for a domain, or '*', not {text!r}"
+        )
+    return value
 
 
 def _directory(text: str) -> str:
@@ -285,6 +313,7 @@ def add_serve_command(commands: Any) -> None:
     serve.add_argument(
         "--allow-host",
         action="append",
+        type=_host_name,
         default=[],
         metavar="NAME",
         help="also answer requests for this host name (repeatable; .example.org: it and its subdomains; "

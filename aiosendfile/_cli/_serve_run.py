@@ -71,8 +71,14 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     frames what it reads."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.options |= getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)  # (OpenSSL 3)
-    context.load_cert_chain(args.tls_cert, args.tls_key)
+    context.load_cert_chain(args.tls_cert, args.tls_key, password=_no_passphrase)
     return context
+
+
+def _no_passphrase() -> bytes:
+    """Called by OpenSSL for an encrypted key only: refused in words, never asked (OpenSSL would
+    ask the terminal in every process, a worker restarted unattended included)."""
+    raise ssl.SSLError(0, "the key is encrypted with a passphrase: give serve a key file without one")
 
 
 def signal_name(signum: int) -> str:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from ._common import NO_OP_SIGNALS, SERVE_SIGNALS, fail, hangup_text, ignored_text, in_words
+from ._common import NO_OP_SIGNALS, SERVE_SIGNALS, announce, fail, hangup_text, ignored_text, in_words
 from ._serve_run import PROG, quiet_exit, say, signal_name, stderr_lines, worker
 
 __all__ = ("Backoff", "STOP_WORKERS_WITHIN", "Supervisor")
@@ -141,7 +141,7 @@ class Supervisor:
             if self.stopping and not live:
                 return
             if not (self.started or self.stopping) and all(slot.listening for slot in self.slots):
-                print(banner, flush=True)  # the banner promises a working server
+                announce(banner)  # the banner promises a working server
                 self.started = True
             now = time.monotonic()
             if self.stopping:

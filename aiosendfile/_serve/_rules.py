@@ -66,10 +66,14 @@ class HostRule:
             if with_domain:
                 exact.update((with_domain, with_domain.split(".")[0], with_domain.split(".")[0] + ".local"))
         for name in names:
-            name = name.strip().lower().rstrip(".")
+            name = name.strip().lower()
             if name == "*":
                 self.any = True
-            elif name.startswith("."):
+                continue
+            name = name.rstrip(".")
+            if name in ("", "*"):
+                continue  # ("*." names nothing: not every host)
+            if name.startswith("."):
                 suffixes.append(name)
                 exact.add(name[1:])
             elif name.startswith("*."):

@@ -627,3 +627,91 @@ def test_serve_lists_a_directory_by_default_and_not_under_no_listing(
     assert closed.get("/")[0] == 403
     assert closed.get("/docs/")[::2] == (200, b"<p>docs</p>")
     assert closed.interrupt() == 0
+
+
+@pytest.mark.parametrize(
+    "value", ["*.", "", "https://files.example.org", "a..b", "exa mple", "files.example.org/x"]
+)
+def test_a_host_name_allow_host_cannot_read_is_refused(tmp_path: Path, value: str) -> None:
+    """Not read as some other rule: ``*.`` (``*.$DOMAIN`` with DOMAIN unset) turned the check
+    off, a URL allowed the name ``https``."""
+    done = _run("serve", str(tmp_path), "--port", "0", "--allow-host", value)
+    assert done.returncode == 2, done
+    assert "--allow-host" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_port_another_servers_workers_hold_is_refused(tmp_path: Path) -> None:
+    """Two ``--workers`` servers on one port: the second is refused in words (with SO_REUSEPORT on
+    both, it started and took half the connections)."""
+    first = Server(str(tmp_path), "--port", "0", "--workers", "2")
+    try:
+        port = first.url.rsplit(":", 1)[1].strip("/")
+        done = _run("serve", str(tmp_path), "--port", port, "--workers", "2")
+        assert done.returncode == 1, done
+        assert "already in use" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    finally:
+        first.close()
+
+
+def test_an_encrypted_key_is_refused_in_words_never_asked(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca = trustme.CA()
+    cert = tmp_path / "cert.pem"
+    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    key = tmp_path / "key.pem"
+    key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    done = _run("serve", str(tmp_path), "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    assert done.returncode == 2, done
+    assert "encrypted" in done.stderr
+    assert "PEM pass phrase" not in done.stderr + done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_stdout_nobody_reads_is_no_reason_to_stop(tmp_path: Path, workers: str) -> None:
+    """``serve > /dev/full``: the banner cannot be written; serving goes on, with no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aiosendfile",
+                "serve",
+                str(tmp_path),
+                "--port",
+                "0",
+                "--workers",
+                workers,
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(2)  # (still serving)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+
+
+def test_a_host_name_that_cannot_be_encoded_is_one_line(tmp_path: Path) -> None:
+    done = _run("serve", str(tmp_path), "--port", "0", "--host", "a..b")
+    assert done.returncode == 1, done
+    assert "cannot listen on a..b" in done.stderr
+    assert "Traceback" not in done.stderr

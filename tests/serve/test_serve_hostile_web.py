@@ -394,6 +394,7 @@ def test_the_rules_on_host_and_origin() -> None:
     for bad in (b"evil.example", b"files.example.org.evil.example", b"evil-lan.example", b"", b"a b", b"x"):
         assert not rule.allows(bad), bad
     assert HostRule(("*",), this_machine=False).allows(b"anything")
+    assert not HostRule(("*.", "", "*.."), this_machine=False).allows(b"evil.example")  # (no "any")
     assert same_origin(None, None, b"x")
     assert same_origin(b"http://x:8000", None, b"x:8000")
     assert same_origin(b"https://x", None, b"x:443")
