@@ -24,8 +24,10 @@ room again one line says how many::
 
     aiosendfile serve: 1234 log lines dropped (stderr was not being read)
 
-Each ``write`` is whole lines, at most ``PIPE_BUF`` bytes (a longer line alone), so workers
-sharing a pipe never tear each other's lines. At the end, :meth:`LineWriter.drain` gives what is
+Each ``write`` is whole lines, at most ``PIPE_BUF`` bytes, so workers sharing a pipe never tear
+each other's lines: no line is longer, as each field a client sets (the request line, the
+referer, the user agent) keeps at most ``_FIELD_MAX`` characters, escaped, and ends with ``...``
+where it was cut. At the end, :meth:`LineWriter.drain` gives what is
 queued a bounded time (the command line: 1 s, and ``atexit`` does the same for a program that
 exits normally); the thread is a daemon and never holds up the exit. A stream without a
 descriptor (``io.StringIO``) cannot block: it is written directly, as before.
@@ -64,12 +66,27 @@ _HANDLED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal
 _UNSAFE = re.compile(rb'[^\x20-\x7e]|["\\]')
 
 
+#: The characters a field (the request line, the referer, the user agent) keeps, escaped: three
+#: of them and the rest of a line, also as JSON (which writes each ``\`` twice), stay within
+#: PIPE_BUF, so that a line a client made long is still written whole (see the module).
+_FIELD_MAX = 1000
+
+
 def _escape(value: bytes | None) -> str:
     if not value:
         return "-"
+    long = len(value) > _FIELD_MAX
+    if long:
+        value = value[:_FIELD_MAX]
     if _UNSAFE.search(value) is not None:
         value = _UNSAFE.sub(lambda m: b"\\x%02X" % m[0][0], value)
-    return value.decode("ascii")
+        long = long or len(value) > _FIELD_MAX
+    text = value.decode("ascii")
+    if long:  # cut short, not inside an escape (every backslash begins one of four characters)
+        text = text[: _FIELD_MAX - 3]
+        cut = text.rfind("\\", len(text) - 3)
+        return (text[:cut] if cut >= 0 else text) + "..."
+    return text
 
 
 class LineWriter:

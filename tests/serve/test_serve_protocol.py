@@ -527,3 +527,30 @@ async def test_an_upgrade_request_is_answered_and_the_connection_closed(www_site
     (a,) = all_responses(raw, ["GET"])
     assert (a.status, len(a.body)) == (200, SMALL)
     assert a.headers["connection"] == "close"  # (no 101: said to close, as it does)
+
+
+@pytest.mark.parametrize("form", ["combined", "common", "json"])
+def test_access_log_lines_of_hostile_length_stay_within_pipe_buf(form: str) -> None:
+    """A client sets a line's length (a target of 8 KiB, a User-Agent of 8 KiB, each up to four
+    times longer escaped): every line stays within PIPE_BUF, so workers sharing a pipe never tear
+    each other's (a torn JSON line is no JSON); a field cut short ends with ``...``."""
+    from aiosendfile._serve._accesslog import AccessLog
+
+    stream = io.StringIO()
+    log = AccessLog(stream, form)
+    long = b"\x01" * 8190  # (each byte escaped as four characters)
+    log.line(
+        "2001:db8::1", "[24/Nov/2026:08:09:07 +0000]", b"GET /" + long + b" HTTP/1.1", 200, 1, long, long
+    )
+    log.line(
+        "127.0.0.1", "[24/Nov/2026:08:09:07 +0000]", b"GET /" + b"a" * 5000 + b" HTTP/1.1", 200, 1, b"r", b"u"
+    )
+    log.flush()
+    lines = stream.getvalue().splitlines(keepends=True)
+    assert len(lines) == 2
+    for line in lines:
+        assert len(line.encode()) <= 4096, len(line)
+        if form == "json":
+            json.loads(line)
+    assert "GET /aaaa" in lines[1]
+    assert "a..." in lines[1]
