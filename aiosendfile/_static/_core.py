@@ -209,6 +209,7 @@ def _directory(
             policy.resumable_uploads,
             policy.archives,
             view,
+            req.prefix,
         )
         page = _listing.listings.get(key, st)
         if page is None:
@@ -228,6 +229,7 @@ def _directory(
                     policy.upload_form,
                     policy.archives,
                     policy.resumable_uploads,
+                    req.prefix,
                 )
             _listing.listings.put(key, st, page, len(shown) + len(path))
         kind = "application/json" if view.json else "text/html; charset=utf-8"

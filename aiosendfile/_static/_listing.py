@@ -318,10 +318,12 @@ def listing_html(
     upload_form: bool = False,
     archives: bool = False,
     resumable: bool = False,
+    prefix: str = "",
 ) -> bytes:
     """The page (see the module docstring); with *upload_form*, a form that uploads files here
     (*resumable*: its script sends each as a resumable upload); with *archives*, links that
-    download the folder as a tar or zip archive (``?tar``, ``?zip``)."""
+    download the folder as a tar or zip archive (``?tar``, ``?zip``); *prefix*: the mount's, whose
+    levels the breadcrumbs do not link."""
     title = html.escape(f"Index of {_display(shown_path)}")
     rows = []
     if not at_root:
@@ -348,7 +350,7 @@ def listing_html(
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{title}</title>\n<style>{_STYLE}{_FORM_STYLE if upload_form else ''}</style>\n"
-        f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path)}</h1>\n"
+        f"</head>\n<body>\n<h1>Index of {_breadcrumbs(shown_path, prefix)}</h1>\n"
         + ((_FORM_RESUMABLE if resumable else _FORM) if upload_form else "")
         + (_ARCHIVE_LINK if archives else "")
         + f"<table>\n<thead><tr>{''.join(headings)}</tr></thead>\n<tbody>\n"
@@ -360,15 +362,20 @@ def listing_html(
     return page.encode()
 
 
-def _breadcrumbs(shown_path: bytes) -> str:
+def _breadcrumbs(shown_path: bytes, prefix: str = "") -> str:
     """``/a/b/`` as links to ``/``, ``/a/`` and ``/a/b/``, each relative (``../../``, ``../``,
-    ``./``): right wherever the server is mounted."""
+    ``./``): right wherever the server is mounted. Under a mount *prefix* (``/files``), the
+    levels above the served tree are text, not links out of it (its root is the prefix's last)."""
     parts = [p for p in shown_path.split(b"/") if p]
+    mounted = sum(1 for p in prefix.split("/") if p)
     up = len(parts)
-    crumbs = [f'<a href="{"../" * up or "./"}">/</a>']
+    crumbs = ["/" if mounted else f'<a href="{"../" * up or "./"}">/</a>']
     for i, part in enumerate(parts):
-        href = "../" * (up - i - 1) or "./"
-        crumbs.append(f'<a href="{href}">{html.escape(_display(part))}</a>/')
+        name = html.escape(_display(part))
+        if i < mounted - 1:
+            crumbs.append(f"{name}/")
+        else:
+            crumbs.append(f'<a href="{"../" * (up - i - 1) or "./"}">{name}</a>/')
     return "".join(crumbs)
 
 

@@ -44,6 +44,8 @@ async def test_a_path_prefix_serves_under_it_and_nothing_else(tmp_path: Path) ->
         assert listing.status == 200
         assert b"<title>Index of /files/dir/</title>" in listing.body  # (the path as the browser has it)
         assert b'href="../"' in listing.body
+        heading = listing.body.partition(b"<h1>")[2].partition(b"</h1>")[0]
+        assert heading == b'Index of /<a href="../">files</a>/<a href="./">dir</a>/'  # (none out of it)
         assert (await site.fetch(put(b"/files/dir/new.txt"))).status == 201
         assert (site.public / "dir" / "new.txt").read_bytes() == b"new"
         outside = (
