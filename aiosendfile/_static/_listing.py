@@ -243,7 +243,11 @@ _SCRIPT = """<script>
         var fields = {"Upload-Complete": "?0", "Upload-Length": String(file.size)};
         ask("PUT", location.pathname + encodeURIComponent(file.name), fields, null, 0, function (x) {
           where = x.status == 201 && x.getResponseHeader("Location");
-          if (where) append(0); else failed(file, x);
+          if (!where) { failed(file, x); return; }
+          // (its last step, from this page's folder: a proxy in front may strip a prefix)
+          var q = where.indexOf("?"), path = q < 0 ? where : where.slice(0, q);
+          where = location.pathname + path.slice(path.lastIndexOf("/") + 1) + (q < 0 ? "" : where.slice(q));
+          append(0);
         });
       }
       function probe() {

@@ -249,6 +249,90 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     assert not [n for n in os.listdir(public) if n.endswith(".partial")]
 
 
+class _StrippingProxy:
+    """An HTTP proxy that serves the server under ``/files/``, stripping the prefix before it
+    forwards (as nginx's ``location /files/ { proxy_pass http://up/; }``); requests framed by
+    ``Content-Length``, as the page sends them."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream_port = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.listener]
+        self.targets: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.sockets += (client, upstream)
+            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=_CuttingProxy._down, args=(upstream, client), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket) -> None:
+        buffered = b""
+        with contextlib.suppress(OSError):
+            while True:
+                while b"\r\n\r\n" not in buffered:
+                    data = client.recv(65536)
+                    if not data:
+                        upstream.shutdown(socket.SHUT_WR)
+                        return
+                    buffered += data
+                head, _, buffered = buffered.partition(b"\r\n\r\n")
+                line, _, fields = head.partition(b"\r\n")
+                method, target, version = line.split(b" ")
+                self.targets.append(target)
+                if not target.startswith(b"/files/"):
+                    client.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                upstream.sendall(
+                    b" ".join((method, target[len(b"/files") :], version)) + b"\r\n" + fields + b"\r\n\r\n"
+                )
+                length = re.search(rb"(?im)^content-length: *(\d+)", fields)
+                left = int(length.group(1)) if length else 0
+                while left:
+                    if not buffered:
+                        buffered = client.recv(65536)
+                        if not buffered:
+                            return
+                    part, buffered = buffered[:left], buffered[left:]
+                    upstream.sendall(part)
+                    left -= len(part)
+
+    def close(self) -> None:
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def test_an_upload_from_the_page_behind_a_proxy_that_strips_a_prefix(
+    serve_cli: Any, public: Path, tmp_path: Path, page: Any
+) -> None:
+    """The server never sees the ``/files`` prefix: the page's upload goes on at its address
+    taken from its folder, not at the server's absolute one (which the proxy does not route)."""
+    picked = tmp_path / "behind.bin"
+    picked.write_bytes(os.urandom(300_000))
+    port = int(serve_cli.url.rsplit(":", 1)[1].strip("/"))
+    proxy = _StrippingProxy(port)
+    try:
+        driver = page
+        driver.get(f"http://127.0.0.1:{proxy.port}/files/")
+        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+        _listed(driver, "behind.bin")
+    finally:
+        proxy.close()
+    assert (public / "behind.bin").read_bytes() == picked.read_bytes()
+    assert not [n for n in os.listdir(public) if n.endswith(".partial")]
+    asked = [t for t in proxy.targets if t != b"/favicon.ico"]  # (the browser's own)
+    assert all(t.startswith(b"/files/") for t in asked), proxy.targets
+
+
 def test_the_listings_archive_links_download_the_folder(
     serve_cli: Any, public: Path, tmp_path: Path, page: Any
 ) -> None:
