@@ -216,8 +216,8 @@ async def _run(
     state = _plan(info, offset, count, options.max_chunk)
     file = info.file
     if state.total == 0:
-        if target.sock is None and TransportLease.held_on(target.transport):  # (before the seek)
-            raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
+        if target.sock is None:  # (before the seek)
+            TransportLease.refuse_if_held(target.transport)
         if info.seekable:
             file.seek(offset)
         await _send_frame_only(target, options)

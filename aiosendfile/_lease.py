@@ -93,8 +93,7 @@ class TransportLease(asyncio.Protocol):
     ) -> None:
         if transport.is_closing() and not receiving:
             raise RuntimeError("Transport is closing")
-        if self.held_on(transport):
-            raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
+        self.refuse_if_held(transport)
         self._receiving = receiving
         self._transport = transport
         self._writer = writer
@@ -121,6 +120,13 @@ class TransportLease(asyncio.Protocol):
     def held_on(transport: asyncio.BaseTransport) -> bool:
         """Whether a lease (a ``sendfile`` or ``recvfile`` in progress) holds *transport* now."""
         return isinstance(transport.get_protocol(), TransportLease)
+
+    @staticmethod
+    def refuse_if_held(transport: asyncio.BaseTransport) -> None:
+        """RuntimeError if a lease holds *transport*: a second transfer is refused, as
+        ``loop.sendfile`` refuses one."""
+        if TransportLease.held_on(transport):
+            raise RuntimeError("unable to start; another sendfile/recvfile is in progress on this transport")
 
     @staticmethod
     def guards_writes(transport: asyncio.BaseTransport, writer: Any = None) -> bool:
