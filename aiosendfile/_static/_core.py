@@ -103,13 +103,20 @@ def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
 _NOT_THERE = frozenset((errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EXDEV))
 
 
+def _failure_status(exc: Exception) -> int:
+    """The status for a look at a name, or an open of it, that failed with *exc*: 403 (not ours
+    to read: a refusal, a FIFO or socket), 404 (``_NOT_THERE``, outside the root), else 500."""
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, NotRegular | PermissionError) or code == errno.ENXIO:  # (ENXIO: a socket)
+        return 403
+    if isinstance(exc, OutsideRoot) or code in _NOT_THERE:
+        return 404
+    return 500
+
+
 def _failed(req: Request, exc: Exception) -> Answer:
-    """The answer for a look at a name that failed with *exc* (see ``_NOT_THERE``)."""
-    if isinstance(exc, PermissionError):
-        return error(403, req.method)
-    if isinstance(exc, OutsideRoot) or getattr(exc, "errno", None) in _NOT_THERE:
-        return error(404, req.method)
-    return error(500, req.method)
+    """The error answer for a look at a name that failed with *exc* (``_failure_status``)."""
+    return error(_failure_status(exc), req.method)
 
 
 def resolve(
@@ -372,12 +379,7 @@ def respond(req: Request, located: Located, policy: DirectoryPolicy, fs: FileSys
                         # escapes the root or is no regular file: serve the next candidate, as
                         # nginx's gzip_static declines.
                         continue
-                    code = getattr(exc, "errno", None)
-                    if isinstance(exc, NotRegular | PermissionError) or code == errno.ENXIO:
-                        return _empty_error(403)  # ENXIO: a socket
-                    if isinstance(exc, OutsideRoot) or code in _NOT_THERE:
-                        return _empty_error(404)
-                    return _empty_error(500)  # (EMFILE, EIO...: the server's trouble, as nginx)
+                    return _empty_error(_failure_status(exc))
             # A small file is read into the hot-file cache if the cache admits it: once the cache
             # is full, one in READMIT_EVERY (a set of files larger than the cache is sent from its
             # files, not copied in, written by copy and evicted again at each first sight).
