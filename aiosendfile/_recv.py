@@ -121,9 +121,7 @@ def _append_end(file: Any) -> int | None:
     """The size of *file* if it is open for appending (every write lands at its end), else None."""
     try:
         fd = file.fileno()
-        if not (getattr(os, "O_APPEND", 0) and _fd_flags(fd) & os.O_APPEND):
-            return None
-        return os.fstat(fd).st_size
+        return os.fstat(fd).st_size if _appends(fd) else None
     except (AttributeError, OSError, io.UnsupportedOperation, ImportError):
         return None
 
@@ -144,9 +142,14 @@ def _regular_fd(file: Any) -> int | None:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         return None
     file.flush()  # anything the file object buffered goes before our bytes
-    if getattr(os, "O_APPEND", 0) and _fd_flags(fd) & os.O_APPEND:
+    if _appends(fd):
         return None  # positioned writes do not work in append mode: copy instead
     return int(fd)
+
+
+def _appends(fd: int) -> bool:
+    """Whether *fd* is open for appending (every write lands at the file's end)."""
+    return bool(getattr(os, "O_APPEND", 0) and _fd_flags(fd) & os.O_APPEND)
 
 
 def _fd_flags(fd: int) -> int:
