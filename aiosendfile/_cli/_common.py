@@ -78,9 +78,15 @@ def port(text: str) -> int:
     return _port(text, lowest=0)
 
 
+def is_number(text: str) -> bool:
+    """Whether *text* is a whole number in ASCII digits (``str.isdigit`` also takes ``²``, which
+    ``int`` then refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def _port(text: str, *, lowest: int) -> int:
     value = text.strip()
-    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= 65535:
+    if not is_number(value) or not lowest <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"a port is a number from {lowest} to 65535, not {text!r}")
     return int(value)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._serve._accesslog import FORMATS
 from .._static._archive import DEFAULT_MAX_ENTRIES
-from ._common import add_loop_option, in_words, port
+from ._common import add_loop_option, in_words, is_number, port
 from ._serve import MAX_WORKERS, hash_password_command, serve_command
 
 __all__ = ("add_serve_command",)
@@ -64,7 +64,7 @@ machine's, or a port below 1024 without privileges), or a worker cannot start.""
 def _workers(text: str) -> int:
     """``--workers``: a number of processes, 1 to :data:`MAX_WORKERS`."""
     value = text.strip()
-    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_WORKERS:
+    if not is_number(value) or not 1 <= int(value) <= MAX_WORKERS:
         raise argparse.ArgumentTypeError(f"a number of processes from 1 to {MAX_WORKERS}, not {text!r}")
     return int(value)
 
@@ -76,7 +76,7 @@ def _size(text: str) -> int:
     if value[-1:] in ("K", "M", "G", "T"):
         scale = 1024 ** ("KMGT".index(value[-1]) + 1)
         value = value[:-1]
-    if not (value.isascii() and value.isdigit()):
+    if not is_number(value):
         raise argparse.ArgumentTypeError(f"a size in bytes (or with K, M, G), not {text!r}")
     return int(value) * scale
 
@@ -88,7 +88,7 @@ def _duration(text: str) -> float:
     if value[-1:] in ("s", "m", "h", "d"):
         scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[value[-1]]
         value = value[:-1]
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+    if not is_number(value) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"a time such as 3600, 30m, 12h or 1d, not {text!r}")
     return float(int(value) * scale)
 
@@ -110,7 +110,7 @@ def _path_prefix(text: str) -> str:
 def _count(text: str) -> int:
     """``--max-archive-entries``: a positive number."""
     value = text.strip()
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+    if not is_number(value) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"a positive number, not {text!r}")
     return int(value)
 
