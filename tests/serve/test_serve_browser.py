@@ -167,16 +167,12 @@ def test_without_script_the_page_still_sorts_and_uploads(
     assert (public / "plain form.txt").read_bytes() == picked.read_bytes()
 
 
-class _CuttingProxy:
-    """A TCP proxy in front of the server that drops the first *cuts* connections carrying a
-    ``PATCH`` once *cut_after* bytes of it have passed (a dropped network), and notes each
-    ``PATCH``'s ``Upload-Offset``."""
+class _Proxy:
+    """A proxy in front of the server on *port*: each client connection gets its own upstream
+    one; what comes back is passed on as it is (``_down``), what goes up as ``_up`` says."""
 
-    def __init__(self, port: int, cut_after: int, cuts: int) -> None:
+    def __init__(self, port: int) -> None:
         self.upstream_port = port
-        self.cut_after = cut_after
-        self.cuts = cuts
-        self.offsets: list[int] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sockets: list[socket.socket] = [self.listener]
@@ -192,6 +188,33 @@ class _CuttingProxy:
             self.sockets += (client, upstream)
             threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
             threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+
+    def _up(self, client: socket.socket, upstream: socket.socket) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _down(upstream: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                client.sendall(data)
+            client.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+class _CuttingProxy(_Proxy):
+    """A TCP proxy in front of the server that drops the first *cuts* connections carrying a
+    ``PATCH`` once *cut_after* bytes of it have passed (a dropped network), and notes each
+    ``PATCH``'s ``Upload-Offset``."""
+
+    def __init__(self, port: int, cut_after: int, cuts: int) -> None:
+        self.cut_after = cut_after
+        self.cuts = cuts
+        self.offsets: list[int] = []
+        super().__init__(port)
 
     def _up(self, client: socket.socket, upstream: socket.socket) -> None:
         counted: int | None = None
@@ -210,18 +233,6 @@ class _CuttingProxy:
                             s.close()
                         return
                 upstream.sendall(data)
-
-    @staticmethod
-    def _down(upstream: socket.socket, client: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := upstream.recv(65536):
-                client.sendall(data)
-            client.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        for s in self.sockets:
-            with contextlib.suppress(OSError):
-                s.close()
 
 
 def test_an_upload_from_the_page_resumes_after_the_connection_drops(
@@ -249,29 +260,14 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     assert not [n for n in os.listdir(public) if n.endswith(".partial")]
 
 
-class _StrippingProxy:
+class _StrippingProxy(_Proxy):
     """An HTTP proxy that serves the server under ``/files/``, stripping the prefix before it
     forwards (as nginx's ``location /files/ { proxy_pass http://up/; }``); requests framed by
     ``Content-Length``, as the page sends them."""
 
     def __init__(self, port: int) -> None:
-        self.upstream_port = port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.sockets: list[socket.socket] = [self.listener]
         self.targets: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            self.sockets += (client, upstream)
-            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=_CuttingProxy._down, args=(upstream, client), daemon=True).start()
+        super().__init__(port)
 
     def _up(self, client: socket.socket, upstream: socket.socket) -> None:
         buffered = b""
@@ -303,11 +299,6 @@ class _StrippingProxy:
                     part, buffered = buffered[:left], buffered[left:]
                     upstream.sendall(part)
                     left -= len(part)
-
-    def close(self) -> None:
-        for s in self.sockets:
-            with contextlib.suppress(OSError):
-                s.close()
 
 
 def test_an_upload_from_the_page_behind_a_proxy_that_strips_a_prefix(
