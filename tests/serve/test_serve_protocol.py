@@ -268,12 +268,7 @@ async def test_limits_and_garbage_are_answered_then_closed(
 )
 async def test_an_error_answering_a_head_has_no_body(www_site: ServeSite, data: bytes) -> None:
     """RFC 9110 9.3.2: an answer to HEAD has no content, an error's included (as nginx)."""
-    reader, writer = await www_site.open()
-    try:
-        writer.write(data)
-        raw = await asyncio.wait_for(read_to_eof(reader), 20)
-    finally:
-        await close_writer(writer)
+    raw = await www_site.exchange(data)
     (a,) = all_responses(raw, ["HEAD"])  # (no bytes after the head)
     assert a.status >= 400
     assert a.headers["connection"] == "close"
@@ -299,12 +294,7 @@ async def test_nothing_is_answered_after_an_answer_that_closes(
 ) -> None:
     """RFC 9112 9.6: once an answer said close, no later request in the same read is processed,
     not even its head (no 100 Continue, no 405 for a refused method's expectation)."""
-    reader, writer = await www_site.open()
-    try:
-        writer.write(closing + behind + behind)
-        raw = await asyncio.wait_for(read_to_eof(reader), 20)
-    finally:
-        await close_writer(writer)
+    raw = await www_site.exchange(closing + behind + behind)
     (a,) = all_responses(raw, ["GET"])
     assert a.headers["connection"] == "close"
 
@@ -315,12 +305,7 @@ async def test_a_trailer_section_judges_no_request(www_site: ServeSite) -> None:
     chunked = get("/small.txt", "Transfer-Encoding: chunked\r\n")
     trailer = b"3\r\nabc\r\n0\r\nHost: localhost\r\nRange: bytes=0-1\r\nIf-None-Match: *\r\n\r\n"
     hostless = b"GET /small.txt HTTP/1.1\r\n\r\n"
-    reader, writer = await www_site.open()
-    try:
-        writer.write(chunked + trailer + hostless)
-        raw = await asyncio.wait_for(read_to_eof(reader), 20)
-    finally:
-        await close_writer(writer)
+    raw = await www_site.exchange(chunked + trailer + hostless)
     a, b = all_responses(raw, ["GET", "GET"])
     assert (a.status, len(a.body)) == (200, SMALL)  # (no Range, no If-None-Match from the trailer)
     assert (b.status, b.headers["connection"]) == (400, "close")
@@ -347,12 +332,8 @@ async def test_an_error_after_pipelined_requests_comes_after_their_answers(www_s
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
 async def test_a_slow_head_gets_408_and_is_closed(tmp_path: Path, method: str) -> None:
     async with serving(tmp_path, header_timeout=0.2) as www_site:
-        reader, writer = await www_site.open()
-        try:
-            writer.write(f"{method} /small.txt HTTP/1.1\r\nHost: x\r\n".encode())  # never finished
-            raw = await asyncio.wait_for(read_to_eof(reader), 20)
-        finally:
-            await close_writer(writer)
+        unfinished = f"{method} /small.txt HTTP/1.1\r\nHost: x\r\n".encode()  # never finished
+        raw = await www_site.exchange(unfinished)
     (a,) = all_responses(raw, [method])  # (a HEAD's: no body, RFC 9110 9.3.2)
     assert (a.status, a.headers["connection"]) == (408, "close")
 
