@@ -20,7 +20,7 @@ from urllib.parse import quote
 from .. import __version__
 from .._serve._listener import listening_socket
 from ._common import announce, fail, in_words, loop_factory
-from ._serve_run import PROG, drain_log, run_server, tls_context
+from ._serve_run import PROG, drain_log, run_server, tls_context, tls_trouble
 from ._supervisor import Supervisor
 
 __all__ = ("MAX_WORKERS", "hash_password_command", "serve_command")
@@ -131,7 +131,10 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.tls_cert:
         try:
             tls_context(args)  # checked here, so that a bad file shows before anything starts
-        except (OSError, ssl.SSLError) as exc:
+        except ssl.SSLError as exc:
+            trouble = tls_trouble(args.tls_cert, args.tls_key, exc)
+            return fail(PROG, f"cannot use --tls-cert/--tls-key: {trouble}", 2)
+        except OSError as exc:
             return fail(PROG, f"cannot use --tls-cert/--tls-key: {in_words(exc)}", 2)
 
     multi = args.workers > 1

@@ -56,6 +56,7 @@ __all__ = (
     "signal_name",
     "stderr_lines",
     "tls_context",
+    "tls_trouble",
     "worker",
 )
 
@@ -73,6 +74,29 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     context.options |= getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)  # (OpenSSL 3)
     context.load_cert_chain(args.tls_cert, args.tls_key, password=_no_passphrase)
     return context
+
+
+def tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
+    """What is wrong with a ``--tls-cert``/``--tls-key`` pair OpenSSL refused, in words naming the
+    file (OpenSSL says ``[SSL] PEM lib`` for a file with no certificate, a missing key and a file
+    that is no key alike): told from the PEM markers in each file's first MiB."""
+    if getattr(exc, "reason", None) == "KEY_VALUES_MISMATCH":
+        return f"the key in {key or cert} does not belong to the certificate in {cert}"
+    if b"CERTIFICATE-----" not in _pem_start(cert):
+        return f"{cert} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+    if b"PRIVATE KEY-----" not in _pem_start(key or cert):
+        if key is None:
+            return f"{cert} holds no private key: give it with --tls-key"
+        return f"{key} holds no PEM private key (-----BEGIN PRIVATE KEY-----)"
+    return in_words(exc)
+
+
+def _pem_start(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read(1 << 20)
+    except OSError:
+        return b""
 
 
 def _no_passphrase() -> bytes:

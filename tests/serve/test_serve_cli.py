@@ -677,6 +677,39 @@ def test_an_encrypted_key_is_refused_in_words_never_asked(tmp_path: Path) -> Non
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        (("cert", None), "holds no private key: give it with --tls-key"),
+        (("junk", None), "holds no PEM certificate"),
+        (("key", None), "holds no PEM certificate"),
+        (("cert", "junk"), "holds no PEM private key"),
+        (("cert", "cert"), "holds no PEM private key"),
+        (("cert", "other"), "does not belong to the certificate"),
+    ],
+)
+def test_a_certificate_and_key_that_do_not_make_a_pair_are_refused_in_words(
+    tmp_path: Path, files: tuple[str, str | None], words: str
+) -> None:
+    """Each way a ``--tls-cert``/``--tls-key`` pair fails says which file lacks what, not
+    OpenSSL's ``[SSL] PEM lib (_ssl.c:3926)``."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("localhost")
+    issued.cert_chain_pems[0].write_to_path(str(tmp_path / "cert"))
+    issued.private_key_pem.write_to_path(str(tmp_path / "key"))
+    ca.issue_cert("other").private_key_pem.write_to_path(str(tmp_path / "other"))
+    (tmp_path / "junk").write_text("not a PEM file\n")
+    cert, key = files
+    options = ["--tls-cert", str(tmp_path / cert)] + (
+        [] if key is None else ["--tls-key", str(tmp_path / key)]
+    )
+    done = _run("serve", str(tmp_path), "--port", "0", *options)
+    assert done.returncode == 2, done
+    assert words in done.stderr, done.stderr
+    assert "PEM lib" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_stdout_nobody_reads_is_no_reason_to_stop(tmp_path: Path, workers: str) -> None:
     """``serve > /dev/full``: the banner cannot be written; serving goes on, with no traceback."""
