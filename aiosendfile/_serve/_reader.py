@@ -12,9 +12,9 @@ what llhttp leaves to a server:
 - framing: anything llhttp refuses → 400; an HTTP/1.1 head without exactly one ``Host``, or any
   head with two → 400; a ``Host`` the server does not go by → 421 (an absolute-form target's
   authority is judged instead of the field); ``Transfer-Encoding`` in HTTP/1.0 → 400, other than
-  ``chunked`` → 501; a version other than 1.x → 505; an ``Expect`` other than ``100-continue``
-  (HTTP/1.1) → 417; a chunked body's trailer fields are dropped (bounded as the head's); an
-  upgrade is answered as HTTP/1.1, and closes;
+  ``chunked`` → 501; a version other than 1.x → 505 (a later 1.x is read as 1.1); an ``Expect``
+  other than ``100-continue`` (HTTP/1.1) → 417; a chunked body's trailer fields are dropped
+  (bounded as the head's); an upgrade is answered as HTTP/1.1, and closes;
 - pipelining: a backlog is parsed a slice (``PARSE_SLICE``) at a time, while the consumer has
   room for more requests.
 
@@ -387,6 +387,9 @@ class RequestReader:
         parser = self.parser
         if parser is None:
             parser = self.parser = httptools.HttpRequestParser(self)
+            # Any one-digit version reaches on_headers_complete, which judges it: a later
+            # HTTP/1.x is read as HTTP/1.1 (RFC 9112 2.3), another major is 505 (nginx, Go).
+            parser.set_dangerous_leniencies(lenient_version=True)
         try:
             parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -555,9 +558,12 @@ class RequestReader:
         self.chunked = te is not None
         parser = self.parser
         assert parser is not None  # (this is its callback)
-        version = self.version = parser.get_http_version()
-        if version != "1.1" and version != "1.0" and version[:2] != "1.":
-            raise Stop(505)  # HTTP/2.0 (or 0.9) in a request line: this is an HTTP/1.x server (nginx)
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            if version[:2] != "1.":
+                raise Stop(505)  # HTTP/2.0, 3.0 (or 0.9) in a request line: an HTTP/1.x server (nginx)
+            version = "1.1"  # HTTP/1.2 and later: the highest minor version this server has
+        self.version = version
         if hosts != 1 and (hosts or version == "1.1"):
             raise Stop(400)  # RFC 9112 3.2: HTTP/1.1 needs one Host; no request may have two
         url = self.url

@@ -89,7 +89,12 @@ FRAMING = [
     ("HTTP/1.0 with two Hosts", b"GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", [("refused", 400)]),
     ("HTTP/2.0 request line", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", [("refused", 505)]),
     ("HTTP/0.9", b"GET / HTTP/0.9\r\n\r\n", [("refused", 505)]),
-    ("HTTP/1.2: llhttp refuses", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", [("refused", 400)]),
+    # A later HTTP/1.x is read as HTTP/1.1 (RFC 9112 2.3; nginx and Go); another major is 505.
+    ("HTTP/1.2 as HTTP/1.1", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", [("request", b"GET", b"/", KEEP11)]),
+    ("HTTP/1.9 needs a Host", b"GET / HTTP/1.9\r\n\r\n", [("refused", 400)]),
+    ("HTTP/3.0 request line", b"GET / HTTP/3.0\r\nHost: a\r\n\r\n", [("refused", 505)]),
+    ("HTTP/9.9 request line", b"GET / HTTP/9.9\r\nHost: a\r\n\r\n", [("refused", 505)]),
+    ("a version of two digits", b"GET / HTTP/1.10\r\nHost: a\r\n\r\n", [("refused", 400)]),
     ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", [("refused", 400)]),
     (
         "chunked body",
