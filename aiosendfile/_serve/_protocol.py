@@ -447,11 +447,13 @@ class HttpProtocol(asyncio.Protocol):
         self._update_reading()
         if status is not None:
             body = not self.reader.refused_head()  # (a HEAD's answer has none, its errors' too)
-            self._emit(error_response(status, self.engine.clock, body=body, extra=extra))
-            if self.engine.log is not None:  # (a request the parser refused: no method, no target)
-                unparsed = Exchange(b"", b"", CLOSE, None, ("", None, None, None))
-                unparsed.status = status
-                self._log(unparsed, 0)
+            answer = error_response(status, self.engine.clock, body=body, extra=extra)
+            self._emit(answer)
+            if self.engine.log is not None:  # (its request line as far as it was read)
+                method, url, log = self.reader.refused_request()
+                refused = Exchange(method, url, CLOSE, None, log)
+                refused.status = status
+                self._log(refused, len(answer) - answer.find(b"\r\n\r\n") - 4)
 
     def _report(self, exc: Exception, message: str) -> None:
         asyncio.get_running_loop().call_exception_handler(
@@ -575,6 +577,8 @@ class HttpProtocol(asyncio.Protocol):
         url = exchange.url
         if MARK in url:  # a resumable upload's token is its capability: not for the log
             url = redacted(url)
-        request = method + b" " + url + b" HTTP/" + version.encode("ascii") if method else b""
+        request = method + b" " + url if method else b""
+        if method and version:  # (no version: a request refused in its request line)
+            request += b" HTTP/" + version.encode("ascii")
         peer = client if client is not None and self.proxied else self.peer  # (a trusted proxy's word)
         access.line(peer, self.engine.clock.log_stamp, request, exchange.status, sent, referer, agent)

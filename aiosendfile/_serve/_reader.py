@@ -481,6 +481,18 @@ class RequestReader:
         parser = self.parser
         return parser is not None and self.url != b"" and parser.get_method() == b"HEAD"
 
+    def refused_request(self) -> tuple[bytes, bytes, LogFields]:
+        """The method, target and log fields of the request a refusal is for, as far as it was
+        read (the access log's line, as nginx logs its 400s): none before its target began; its
+        version once its request line was read whole, else ``""``."""
+        parser = self.parser
+        url = self.url
+        if parser is None or not url or not self.in_request:
+            return b"", b"", ("", None, None, None)
+        version = parser.get_http_version() if self.head_size or not self.in_head else ""
+        kept = self.kept
+        return parser.get_method(), url, (version, kept.get(REFERER), kept.get(AGENT), self.client)
+
     def _refuse(self, status: int | None, extra: tuple[tuple[str, str], ...]) -> None:
         if not self.stopped:
             self.stopped = True

@@ -436,6 +436,34 @@ async def test_access_log_lines_in_the_common_format_and_json(tmp_path: Path, fo
     }
 
 
+@pytest.mark.parametrize(
+    ("raw", "request_line", "status"),
+    [
+        (b"GET /small.txt HTTP/1.1\r\nUser-Agent: t\r\n\r\n", "GET /small.txt HTTP/1.1", 400),  # no Host
+        (b"GET /small.txt HTTP/3.0\r\nHost: x\r\nUser-Agent: t\r\n\r\n", "GET /small.txt HTTP/3.0", 505),
+        (b"GET /a HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\nExpect: x\r\n\r\n", "GET /a HTTP/1.1", 417),
+        (b"GET /a HTTP/1.1\r\nUser-Agent: t\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", "GET /a HTTP/1.1", 431),
+        (b"GET /" + b"a" * 9_000 + b" HTTP/1.1\r\n\r\n", "GET /" + "a" * 992 + "...", 414),  # (cut)
+        (b"\x16\x03\x01\x02\x00", "-", 400),  # (no request line to log)
+    ],
+)
+async def test_access_log_lines_of_refused_requests_have_their_request_line(
+    tmp_path: Path, raw: bytes, request_line: str, status: int
+) -> None:
+    """A request refused once its request line is read is logged with it (and the user agent
+    read before the refusal), as nginx logs its 400s, and with the error page's size: not as
+    ``"-" 400 -``, which told nothing of what was refused."""
+    log = io.StringIO()
+    async with serving(tmp_path, access_log=log) as www_site:
+        answer = await www_site.exchange(raw)
+    (line,) = log.getvalue().splitlines()
+    assert f'"{request_line}" {status} ' in line, line
+    size = len(answer.partition(b"\r\n\r\n")[2])
+    assert line.split('"')[2].split() == [str(status), str(size)], line
+    if request_line != "-" and status != 414:
+        assert line.endswith('"-" "t"'), line
+
+
 async def test_access_log_writes_the_client_a_trusted_proxy_names(tmp_path: Path) -> None:
     """Behind a trusted proxy the log has the client it names; a client that is not a trusted
     proxy cannot put another address in the log with its own X-Forwarded-For."""
