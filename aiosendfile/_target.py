@@ -83,6 +83,7 @@ def resolve_target(target: Any) -> Target:
     if isinstance(target, asyncio.StreamWriter):
         writer, transport = target, target.transport
     if not all(hasattr(transport, m) for m in ("write", "set_protocol", "get_extra_info")):
+        _refuse_unframed(transport)
         raise TypeError(
             "target must be an asyncio.StreamWriter, a transport or a socket.socket, "
             f"not {type(target).__name__}"
@@ -98,6 +99,7 @@ def resolve_target(target: Any) -> Target:
     elif is_tls(transport):
         result.zero_copy_reason = "TLS transport: the kernel cannot encrypt"
     elif not native:
+        _refuse_unframed(transport)
         result.zero_copy_reason = f"unknown transport type {type(transport).__name__}"
     else:
         sock = transport.get_extra_info("socket")
@@ -105,6 +107,22 @@ def resolve_target(target: Any) -> Target:
         if result.sock_fd < 0:
             result.zero_copy_reason = "transport has no socket"
     return result
+
+
+def _refuse_unframed(transport: Any) -> None:
+    """A datagram transport or a pipe's is refused as ``loop.sendfile`` refuses it (RuntimeError),
+    saying which it is: neither is a stream socket's (the copy would fail in the transport's
+    ``write`` or ``is_reading``, with a bare ``NotImplementedError``). Asked of transports
+    zero-copy does not know only."""
+    get = getattr(transport, "get_extra_info", None)
+    sock = get("socket") if get is not None else None
+    if isinstance(transport, asyncio.DatagramTransport) or getattr(sock, "type", None) == socket.SOCK_DGRAM:
+        kind = "a datagram transport carries no byte stream"
+    elif get is not None and get("pipe") is not None:
+        kind = "a pipe (sendfile writes to a stream socket's transport)"
+    else:
+        return
+    raise RuntimeError(f"sendfile is not supported for transport {transport!r}: {kind}")
 
 
 def resolve_socket(sock: socket.socket) -> Target:

@@ -151,6 +151,31 @@ async def test_bad_targets(make_file: Any) -> None:
                 await aiosendfile.sock_sendfile("sock", f)  # type: ignore[arg-type]
 
 
+async def test_datagram_and_pipe_transports_are_refused_in_words(make_file: Any) -> None:
+    """Neither is a byte stream ``sendfile`` can frame: refused before any byte, as
+    ``loop.sendfile`` refuses them (``RuntimeError``), with what it was given, on both loops (a bare
+    ``NotImplementedError`` from the transport before; uvloop's datagram a ``TypeError``)."""
+    loop = asyncio.get_running_loop()
+    udp, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, remote_addr=("127.0.0.1", 9))
+    r, w = os.pipe()
+    pipe, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(w, "wb"))
+    try:
+        with open(make_file(10), "rb") as f:
+            for transport, words in ((udp, "a datagram transport"), (pipe, "a pipe")):
+                with pytest.raises(
+                    RuntimeError, match=f"sendfile is not supported for transport .*: {words}"
+                ):
+                    await aiosendfile.sendfile(transport, f)
+                assert f.tell() == 0
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # (nothing was written to the pipe)
+    finally:
+        udp.close()
+        pipe.close()
+        os.close(r)
+
+
 async def test_closing_transport(connect: Connector, make_file: Any) -> None:
     conn = await connect()
     with open(make_file(1000), "rb") as f:
