@@ -210,7 +210,9 @@ class UploadReceiver:
             target = upload_target(raw_path, engine.policy, engine.prefix)
         except UploadRefused as exc:
             raise Stop(exc.status, *extra) from None
-        location = raw_path.decode("latin-1") + "?upload=" + token.decode()
+        # Its last step, relative (right behind a proxy that strips a prefix, as a folder's
+        # redirect): "./" so that a name with a colon is no scheme.
+        location = "./" + raw_path.rsplit(b"/", 1)[-1].decode("latin-1") + "?upload=" + token.decode()
         path = store.relative(target.path)
         return ResumableUpload(store, ask, target, path, token, user, owner, location, size)
 

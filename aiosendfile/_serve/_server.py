@@ -151,6 +151,7 @@ class Engine:
             archives=config.archives,
             max_archive_entries=config.max_archive_entries,
             max_archive_size=config.max_archive_size,
+            relative_locations=True,
         )
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         #: the path everything is served under, decoded, without its trailing "/" ("" for none)

@@ -87,8 +87,7 @@ def route(req: Request, policy: DirectoryPolicy) -> str | Answer:
         if full.startswith(head):
             filename = full[len(head) :]
         elif full == req.prefix and req.prefix:  # the mount itself, without its slash: to it
-            query = f"?{req.raw_query.decode('latin-1')}" if req.raw_query else ""
-            return error(301, req.method, ("Location", req.raw_path.decode("latin-1") + "/" + query))
+            return error(301, req.method, ("Location", _with_slash(req, policy)))
         elif filename is None:
             return error(404, req.method)
     root = policy.root
@@ -186,15 +185,23 @@ def _resolve_file(
     return ans
 
 
+def _with_slash(req: Request, policy: DirectoryPolicy) -> str:
+    """A folder's address with its slash, for its 301 (the query kept, as nginx): the path as
+    asked, or with ``relative_locations`` its last step (``./sub/`` for ``/a/sub``: "./" so that
+    a step with a colon is no scheme), which a client resolves under whatever prefix it asked."""
+    query = f"?{req.raw_query.decode('latin-1')}" if req.raw_query else ""
+    path = req.raw_path.decode("latin-1")
+    if policy.relative_locations:
+        path = "./" + path.rsplit("/", 1)[-1]
+    return path + "/" + query
+
+
 def _directory(
     req: Request, path: str, st: os.stat_result, policy: DirectoryPolicy, fs: FileSystem
 ) -> Answer | Located:
     raw = req.raw_path
     if not (raw.endswith(b"/") or raw[-3:].lower() == b"%2f"):
-        location = (
-            raw.decode("latin-1") + "/" + (f"?{req.raw_query.decode('latin-1')}" if req.raw_query else "")
-        )
-        return error(301, req.method, ("Location", location))
+        return error(301, req.method, ("Location", _with_slash(req, policy)))
     if policy.archives and policy.listings and req.raw_query in _ARCHIVE_KINDS:
         return _archive(req, path, policy, fs, _ARCHIVE_KINDS[req.raw_query])
     if policy.index:

@@ -31,7 +31,9 @@ class DirectoryPolicy:
     resumable upload, resumed after a dropped connection); ``archives`` answers ``?tar``
     (``?zip``) on a listed directory with the folder as a tar (stored zip) archive (``_archive``,
     ``_zip``), of at most ``max_archive_entries`` entries and ``max_archive_size`` bytes of files
-    (413 beyond), and links it from the listing.
+    (413 beyond), and links it from the listing; ``relative_locations`` makes a folder's redirect
+    to its slash relative (``./sub/``: right behind a proxy that strips a prefix, as ``serve``'s
+    other addresses; the doors' are absolute paths under their mount, as Starlette's).
     """
 
     root: str | None
@@ -48,6 +50,7 @@ class DirectoryPolicy:
     archives: bool = False
     max_archive_entries: int = DEFAULT_MAX_ENTRIES
     max_archive_size: int | None = None
+    relative_locations: bool = False
     #: The root hot entries are checked under (None when symlinks may point anywhere).
     cache_root: str | None = field(init=False, repr=False, compare=False)
 

@@ -36,9 +36,9 @@ async def test_a_path_prefix_serves_under_it_and_nothing_else(tmp_path: Path) ->
         assert (await site.fetch(get("/small.txt", "Connection: close\r\n"))).status == 404
         assert (await site.fetch(get("/filesx/small.txt", "Connection: close\r\n"))).status == 404
         bare = await site.fetch(get("/files?sort=size", "Connection: close\r\n"))
-        assert (bare.status, bare.headers["location"]) == (301, "/files/?sort=size")
+        assert (bare.status, bare.headers["location"]) == (301, "./files/?sort=size")  # (relative)
         sub = await site.fetch(get("/files/sub", "Connection: close\r\n"))
-        assert (sub.status, sub.headers["location"]) == (301, "/files/sub/")
+        assert (sub.status, sub.headers["location"]) == (301, "./sub/")
         (site.public / "dir").mkdir()
         listing = await site.fetch(get("/files/dir/", "Connection: close\r\n"))
         assert listing.status == 200
@@ -84,3 +84,39 @@ def test_a_bad_path_prefix_is_refused_in_one_line(tmp_path: Path, value: str) ->
     assert done.returncode == 2, done
     assert "--path-prefix" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_behind_a_proxy_that_strips_a_prefix_every_address_resolves_under_it(tmp_path: Path) -> None:
+    """A proxy forwards /files/x as /x (nginx's ``location /files/ { proxy_pass http://up/; }``)
+    and passes ``Location`` on as it is: what a folder's redirect and a resumable upload's address
+    say, resolved against the address the client asked (as browsers and tus clients resolve them),
+    stays under /files. They were absolute paths (``/sub/``), which led out of the prefix."""
+    from urllib.parse import urljoin
+
+    from ..support.resumable import TUS, V8, tus_metadata
+
+    def seen(target: str, location: str) -> str:  # (what the client asks next)
+        return urljoin("http://proxy/files" + target, location)
+
+    def creation(method: str, target: str, *fields: str) -> bytes:
+        lines = "".join(f + "\r\n" for f in fields)
+        head = f"{method} {target} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n"
+        return (head + lines + "\r\n").encode()
+
+    async with serving(tmp_path, show_index=True, upload=True) as site:
+        sub = await site.fetch(get("/sub?sort=size", "Connection: close\r\n"))
+        assert sub.status == 301
+        assert seen("/sub?sort=size", sub.headers["location"]) == "http://proxy/files/sub/?sort=size"
+        (site.public / "a:b").mkdir()  # (a name a relative address could take for a scheme)
+        colon = await site.fetch(get("/a:b", "Connection: close\r\n"))
+        assert seen("/a:b", colon.headers["location"]) == "http://proxy/files/a:b/"
+        made = (await site.exchange(creation("PUT", "/sub/f", "Upload-Complete: ?0", V8))).decode()
+        assert made.startswith("HTTP/1.1 104 "), made
+        assert "\r\n\r\nHTTP/1.1 201 " in made, made
+        interim, final = (part.split("\r\n", 1)[0] for part in made.split("\r\nLocation: ")[1:])
+        assert interim == final  # (the 104's, sent before the body, and the 201's)
+        assert seen("/sub/f", final).startswith("http://proxy/files/sub/f?upload=")
+        tus = await site.exchange(creation("POST", "/sub/", TUS, "Upload-Length: 3", tus_metadata("t.txt")))
+        assert tus.startswith(b"HTTP/1.1 201 "), tus
+        where = tus.decode().split("\r\nLocation: ")[1].split("\r\n", 1)[0]
+        assert seen("/sub/", where).startswith("http://proxy/files/sub/t.txt?upload=")

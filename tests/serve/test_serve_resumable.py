@@ -39,6 +39,7 @@ from ..support.resumable import (
     partial_of,
     port_of,
     request,
+    resolved,
     tus_metadata,
 )
 from ..support.serve import serve_site
@@ -281,7 +282,7 @@ async def test_a_creation_cut_mid_body_resumes_from_the_104s_address(
     async with serve_site(public, upload=True, **where) as site:
         reader, writer = await site.open()
         writer.write(request("PUT", "/sub/cut.bin", "Upload-Complete: ?1", V8, length=len(data)))
-        early = await read_response(reader)
+        early = resolved(await read_response(reader), b"PUT /sub/cut.bin")
         assert early.status == 104
         assert field(early, "Upload-Draft-Interop-Version") == "8"
         where_to = field(early, "Location")

@@ -10,6 +10,7 @@ import base64
 import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from aiosendfile._serve import _resumable
 
@@ -28,6 +29,7 @@ __all__ = (
     "policy_of",
     "port_of",
     "request",
+    "resolved",
     "size_of",
     "tus_metadata",
     "until_size",
@@ -66,23 +68,35 @@ def head_of(path: str, *fields: str) -> bytes:
 
 
 async def ask(site: Any, data: bytes, method: str = "GET") -> Response:
-    """One request on a connection of its own, and its final answer (1xx answers skipped)."""
+    """One request on a connection of its own, and its final answer (1xx answers skipped), its
+    ``Location`` resolved as a client resolves it (:func:`resolved`)."""
     reader, writer = await site.open()
     try:
         writer.write(data)
         while True:
             answer = await read_response(reader, method)
             if answer.status >= 200:
-                return answer
+                return resolved(answer, data)
     finally:
         writer.close()
 
 
 def http_exchange(port: int, data: bytes, method: str = "GET") -> Response:
-    """One request to a server in another process, on a blocking socket of its own."""
+    """One request to a server in another process, on a blocking socket of its own (its answer
+    :func:`resolved`)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
-        return SocketResponses(sock).next(method)
+        return resolved(SocketResponses(sock).next(method), data)
+
+
+def resolved(answer: Response, data: bytes) -> Response:
+    """*answer* to the request *data* with its ``Location`` (an upload's address, relative: right
+    behind a proxy that strips a prefix) resolved against the request's target, as a client does:
+    the path the next request asks for. The field as sent stays in ``answer.raw``."""
+    target = data.split(b" ", 2)[1].decode("latin-1")
+    pairs = answer.headers.pairs
+    answer.headers.pairs = [(k, urljoin(target, v) if k == "location" else v) for k, v in pairs]
+    return answer
 
 
 def field(answer: Response, name: str) -> str:
