@@ -365,6 +365,8 @@ def options_answer(limits: Limits) -> Answer:
         TUS_RESUMABLE,
         TUS_VERSIONS,
         ("Tus-Extension", TUS_EXTENSIONS),
+        # What PATCH takes (RFC 5789): the IETF draft's appends (its OPTIONS MUST say so), tus's.
+        ("Accept-Patch", "application/partial-upload, application/offset+octet-stream"),
     ]
     if limits.max_size is not None:
         fields.append(("Tus-Max-Size", str(limits.max_size)))

@@ -166,7 +166,7 @@ class UploadReceiver:
                 upload = FormUpload(directory, engine.policy, uploads.overwrite, boundary, _back_to(raw_path))
         except UploadRefused as exc:
             raise Stop(exc.status) from None
-        r = self.receiving = Receiving(upload, size, head.mode, head.log(conn.reader.rules))
+        r = self.receiving = Receiving(upload, size, head.mode, head.log(conn.reader.rules), method)
         r.http11 = head.version == "1.1"
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
@@ -389,7 +389,7 @@ class UploadReceiver:
         # The request ends here, not in the parser (which saw its head and part of its body
         # only): a new parser reads what comes after the body.
         url = conn.reader.restart()
-        exchange = Exchange(b"PUT", url, r.mode, None, r.log)  # type: ignore[arg-type]
+        exchange = Exchange(r.method, url, r.mode, None, r.log)  # type: ignore[arg-type]
         if exc is not None:  # the file failed (a full disk: 507): the rest of the body is dropped
             status = status_of(exc)
             self._abort(r.refuse(status))

@@ -412,6 +412,7 @@ class Receiving:
         "http11",
         "length",
         "log",
+        "method",
         "mode",
         "opened",
         "refused",
@@ -422,9 +423,15 @@ class Receiving:
     )
 
     def __init__(
-        self, upload: Upload | FormUpload | None, length: int | None, mode: int = 0, log: object = None
+        self,
+        upload: Upload | FormUpload | None,
+        length: int | None,
+        mode: int = 0,
+        log: object = None,
+        method: bytes = b"PUT",
     ) -> None:
         self.upload = upload
+        self.method = method  # (the request's, for its log line when the body is spliced)
         self.length = length  # announced (Content-Length); None: chunked
         self.mode = mode  # how the request's answer ends (keep-alive or close), and its log fields:
         self.log = log  # what the parser gives at the message's end, when the body is spliced

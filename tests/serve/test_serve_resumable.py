@@ -326,6 +326,9 @@ async def test_tus_creation_appends_deferred_length_and_termination(
         assert field(options, "Tus-Version") == "1.0.0"
         assert field(options, "Tus-Max-Size") == "1000000"
         assert "creation-defer-length" in field(options, "Tus-Extension")
+        # (RFC 5789's list of what PATCH takes: the IETF draft's media type, and tus's)
+        assert "application/partial-upload" in field(options, "Accept-Patch")
+        assert "application/offset+octet-stream" in field(options, "Accept-Patch")
 
         made = await ask(
             site, request("POST", "/sub/", TUS, f"Upload-Length: {len(data)}", tus_metadata("été.bin"))
@@ -552,3 +555,39 @@ def test_the_parts_of_an_upload_may_reach_different_workers(public: Path) -> Non
     finally:
         server.close()
     assert (public / "sub" / "w").read_bytes() == b"".join(bytes([65 + n]) * 1000 for n in range(20))
+
+
+async def test_a_spliced_append_and_creation_are_logged_with_their_method(public: Path) -> None:
+    """A body big enough to go from the socket to its file (``splice``) was logged as a ``PUT``
+    whatever its method: a tus ``PATCH`` and a tus creation with its body (``POST``) keep theirs."""
+    import io
+
+    log = io.StringIO()
+    data = os.urandom(400_000)
+    async with serve_site(public, upload=True, access_log=log) as site:
+        made = await ask(
+            site,
+            request(
+                "POST",
+                "/sub/",
+                TUS,
+                f"Upload-Length: {2 * len(data)}",
+                tus_metadata("big.bin"),
+                "Content-Type: application/offset+octet-stream",
+                body=data,
+            ),
+        )
+        assert made.status == 201, made
+        where_to = field(made, "Location")
+        rest = request(
+            "PATCH",
+            where_to,
+            TUS,
+            "Content-Type: application/offset+octet-stream",
+            f"Upload-Offset: {len(data)}",
+            body=data,
+        )
+        assert (await ask(site, rest)).status == 204
+    assert (public / "sub" / "big.bin").read_bytes() == data + data
+    methods = [line.split('"')[1].split(" ")[0] for line in log.getvalue().splitlines()]
+    assert methods == ["POST", "PATCH"], log.getvalue()
