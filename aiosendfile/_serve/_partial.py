@@ -58,6 +58,7 @@ __all__ = (
     "Store",
     "lock",
     "busy_status",
+    "lifetime",
     "partial_name",
     "wait_for_holder",
 )
@@ -71,6 +72,18 @@ KEEP_DONE = 600.0
 #: Seconds an upload nothing was sent to is kept (at most its expiry): a made-up upload costs a
 #: record for ten minutes, not a day.
 KEEP_EMPTY = 600.0
+
+
+def lifetime(record: dict[str, Any], expiry: float) -> float:
+    """The seconds *record*'s upload is kept after its last progress: *expiry*, but ten minutes
+    (at most) for one that was never sent to, or is complete. What its answers say it has left
+    (``Upload-Limit: max-age``, ``Upload-Expires``) is this, so that a client is told the truth."""
+    if record.get("done") is not None:
+        return min(KEEP_DONE, expiry)
+    if not record.get("size"):  # (nothing sent yet, whatever length it announced)
+        return min(KEEP_EMPTY, expiry)
+    return expiry
+
 
 #: A request finding the partial file written by another is tried again, this often, this far
 #: apart (about 2 s: the other request, stopped, lets go meanwhile), then answered 423.
@@ -209,16 +222,11 @@ class Store:
         return os.path.join(self.root, parent) if parent else self.root
 
     def expired(self, record: dict[str, Any], now: float, upload_id: str | None = None) -> bool:
-        """Whether *record*'s upload has had no progress for its time: its expiry (ten minutes
-        for one that was never sent to, or is complete). With *upload_id*, its partial file's
-        last write counts as progress (a request cut before it noted any)."""
+        """Whether *record*'s upload has had no progress for its time (:func:`lifetime`). With
+        *upload_id*, its partial file's last write counts as progress (a request cut before it
+        noted any)."""
         expiry = self.limits.expiry
-        if record.get("done") is not None:
-            keep = min(KEEP_DONE, expiry)
-        elif not record.get("size"):  # (nothing sent yet, whatever length it announced)
-            keep = min(KEEP_EMPTY, expiry)
-        else:
-            keep = expiry
+        keep = lifetime(record, expiry)
         if now - float(record.get("touched", 0)) <= keep:
             return False
         if upload_id is None or record.get("done") is not None:

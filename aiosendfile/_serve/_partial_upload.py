@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .._static._answer import Answer
-from ._partial import Landing, Limits, Store, lock, partial_name
+from ._partial import Landing, Limits, Store, lifetime, lock, partial_name
 from ._resumable import (
     CREATE,
     TUS_EXTENSIONS,
@@ -67,7 +67,8 @@ class ResumableUpload(Upload):
     # -- the fields of its answers -----------------------------------------------------------------
 
     def _expires(self) -> float:
-        return float((self.record or {}).get("touched", time.time())) + self.store.limits.expiry
+        record = self.record or {}
+        return float(record.get("touched", time.time())) + lifetime(record, self.store.limits.expiry)
 
     def _limit(self) -> tuple[str, str]:
         return limit_field(self.store.limits.max_size, self._expires() - time.time())
@@ -337,7 +338,7 @@ def status_answer(ask: Ask, record: dict[str, Any], offset: int, limits: Limits)
     """The answer to a ``HEAD`` of an upload resource: where it stands (never cached)."""
     done = record.get("done") is not None
     length = record.get("length")
-    expires = float(record.get("touched", 0)) + limits.expiry
+    expires = float(record.get("touched", 0)) + lifetime(record, limits.expiry)
     fields: list[tuple[str, str]] = []
     if ask.tus:
         fields += [TUS_RESUMABLE, ("Upload-Offset", str(offset))]

@@ -591,3 +591,39 @@ async def test_a_spliced_append_and_creation_are_logged_with_their_method(public
     assert (public / "sub" / "big.bin").read_bytes() == data + data
     methods = [line.split('"')[1].split(" ")[0] for line in log.getvalue().splitlines()]
     assert methods == ["POST", "PATCH"], log.getvalue()
+
+
+async def test_an_upload_nothing_was_sent_to_says_the_time_it_is_kept(public: Path) -> None:
+    """An upload with no bytes yet is kept ten minutes (``KEEP_EMPTY``), not the whole expiry: its
+    ``Upload-Limit: max-age`` and tus's ``Upload-Expires`` say so, in the creation's answer and in
+    a ``HEAD`` (they said a day, and the upload was gone ten minutes later). Once bytes came, they
+    say the whole expiry."""
+    import email.utils
+    import time
+
+    from aiosendfile._serve._partial import KEEP_EMPTY
+
+    def max_age(answer: Any) -> int:
+        return int(field(answer, "Upload-Limit").split("max-age=")[1].split(",")[0])
+
+    def expires_in(answer: Any) -> float:
+        return email.utils.parsedate_to_datetime(field(answer, "Upload-Expires")).timestamp() - time.time()
+
+    async with serve_site(public, upload=True, upload_expiry=86400) as site:
+        made = await ask(site, request("PUT", "/sub/e", "Upload-Complete: ?0", "Upload-Length: 4"))
+        assert made.status == 201
+        assert KEEP_EMPTY - 5 <= max_age(made) <= KEEP_EMPTY
+        where_to = field(made, "Location")
+        assert KEEP_EMPTY - 5 <= max_age(await ask(site, head_of(where_to, V8), "HEAD")) <= KEEP_EMPTY
+        tus = await ask(site, request("POST", "/sub/", TUS, "Upload-Length: 4", tus_metadata("t")))
+        assert tus.status == 201
+        assert KEEP_EMPTY - 5 <= expires_in(tus) <= KEEP_EMPTY + 1
+        tus_at = field(tus, "Location")
+        assert KEEP_EMPTY - 5 <= expires_in(await ask(site, head_of(tus_at, TUS), "HEAD")) <= KEEP_EMPTY + 1
+        sent = await ask(site, append_to(where_to, "0", "?0", V8, body=b"ab"))
+        assert sent.status == 204, sent
+        assert 86400 - 5 <= max_age(sent) <= 86400
+        patch = ("PATCH", tus_at, TUS, "Content-Type: application/offset+octet-stream", "Upload-Offset: 0")
+        sent = await ask(site, request(*patch, body=b"ab"))
+        assert sent.status == 204, sent
+        assert 86400 - 5 <= expires_in(sent) <= 86401
