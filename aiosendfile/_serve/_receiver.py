@@ -144,6 +144,18 @@ class UploadReceiver:
         ask = None
         if engine.resumable is not None:
             ask = ask_of(method, raw_path.endswith(b"/"), query, upload_fields(head.fields), head.ctype)
+            if (
+                ask is not None
+                and ask.complete
+                and method == b"PUT"
+                and ask.step == CREATE
+                and not ask.bad
+                and not (ask.interop and head.version == "1.1")
+            ):
+                # All of it in one request, and no 104 can tell the client where the upload is:
+                # it could never resume it. The field is ignored (as the draft lets a server do)
+                # and the body is a plain PUT's, not a partial file held for the whole expiry.
+                ask = None
         if ask is None and method == b"PATCH":  # not an upload's: the core refuses it (405), body dropped
             if self.continue_owed:
                 self.continue_owed = False

@@ -265,6 +265,9 @@ async def test_a_creation_with_all_of_it_is_a_put_and_an_empty_one_an_empty_file
     async with serve_site(public, upload=True) as site:
         answer = await ask(site, request("PUT", "/sub/whole", "Upload-Complete: ?1", body=b"all of it"))
         assert answer.status == 201
+        assert "Upload-Complete" not in answer.headers  # (no 104 could place it: a plain PUT)
+        answer = await ask(site, request("PUT", "/sub/also", "Upload-Complete: ?1", V8, body=b"all"))
+        assert answer.status == 201
         assert field(answer, "Upload-Complete") == "?1"
         answer = await ask(site, request("PUT", "/sub/empty", "Upload-Complete: ?1", V8))
         assert answer.status == 201
@@ -272,7 +275,7 @@ async def test_a_creation_with_all_of_it_is_a_put_and_an_empty_one_an_empty_file
         assert answer.status == 409  # (a file has that name: as a PUT)
     assert (public / "sub" / "whole").read_bytes() == b"all of it"
     assert (public / "sub" / "empty").read_bytes() == b""
-    assert left(public / "sub") == ["empty", "whole"]
+    assert left(public / "sub") == ["also", "empty", "whole"]
 
 
 async def test_a_creation_cut_mid_body_resumes_from_the_104s_address(

@@ -24,6 +24,7 @@ import pytest
 from ..support.raw_http import read_response
 from ..support.resumable import (
     TUS,
+    V8,
     append_to,
     ask,
     field,
@@ -443,3 +444,30 @@ async def test_an_owners_share_counts_a_request_under_way(public: Path) -> None:
         again = await ask(site, request("PUT", "/sub/b", "Upload-Complete: ?0", "Upload-Length: 90"))
         assert again.status == 201
     assert (public / "sub" / "a").read_bytes() == b"x" * 90
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+async def test_a_whole_upload_that_no_interim_answer_can_place_is_a_plain_put(
+    public: Path, version: str
+) -> None:
+    """``Upload-Complete: ?1`` with no ``104`` possible (no interop version 8, or HTTP/1.0): the
+    client can never learn the upload's address, so the server ignores the field, as the draft
+    lets it, and the body is a plain ``PUT``'s. It was made a resumable upload: refused 507 over
+    the partial uploads' share where a plain ``PUT`` lands, and a cut one left a partial file
+    nobody could reach, counted against its owner for the whole expiry."""
+    body = b"b" * 3000
+    async with serve_site(public, upload=True, max_partial_size=1000) as site:
+        fields = ("Upload-Complete: ?1", V8) if version == "1.0" else ("Upload-Complete: ?1",)
+        whole = request("PUT", "/sub/whole.bin", *fields, body=body)
+        answer = await ask(site, whole.replace(b"HTTP/1.1", b"HTTP/" + version.encode(), 1))
+        assert answer.status == 201, answer
+        assert (public / "sub" / "whole.bin").read_bytes() == body
+        _, writer = await site.open()
+        writer.write(request("PUT", "/sub/cut.bin", "Upload-Complete: ?1", length=len(body)) + body[:500])
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.transport.abort()
+        await asyncio.sleep(0.1)
+    assert left(public / "sub") == ["whole.bin"]  # (no partial file, hidden or not)
+    registry = public / ".upload-state"
+    assert not registry.exists() or not [n for n in left(registry) if n.endswith(".json")], left(registry)
