@@ -26,6 +26,7 @@ __all__ = (
     "END",
     "Layout",
     "Member",
+    "PERMISSIONS",
     "TooLarge",
     "content_disposition",
     "header_size",
@@ -88,7 +89,7 @@ def _fits_ustar(member: Member) -> bool:
 def _ustar(name: bytes, member: Member) -> bytes:
     """The ustar block ``tarfile`` makes for a member that needs no pax record (fields by
     offset: name, mode, uid, gid, size, mtime, checksum, type, ..., magic; the rest zeros)."""
-    mode = b"%07o\0" % (member.mode & 0o7777)
+    mode = b"%07o\0" % (member.mode & PERMISSIONS)
     numbers = b"%011o\0%011o\0" % (member.size, max(0, member.mtime_ns // 1_000_000_000))
     kind = b"5" if name.endswith(b"/") else b"0"
     checksum = sum(name) + sum(mode) + _IDS_SUM + sum(numbers) + _SPACES_SUM + kind[0] + _MAGIC_SUM
@@ -108,6 +109,11 @@ def _ustar(name: bytes, member: Member) -> bytes:
     )
 
 
+#: The mode bits a member keeps: its permissions, never setuid, setgid or sticky. Members are
+#: written as root's (uid, gid 0): a setuid file of any user's would come out of ``sudo tar -x``
+#: setuid root.
+PERMISSIONS = 0o777
+
 _IDS = b"0000000\0" * 2  # uid, gid: 0
 _IDS_SUM = sum(_IDS)
 _SPACES_SUM = 8 * 0x20  # (the checksum's own field counts as spaces)
@@ -124,7 +130,7 @@ def _pax_header(member: Member) -> bytes:
     info.type = tarfile.DIRTYPE if member.is_dir else tarfile.REGTYPE
     info.size = member.size
     info.mtime = max(0, member.mtime_ns // 1_000_000_000)
-    info.mode = member.mode & 0o7777
+    info.mode = member.mode & PERMISSIONS
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
@@ -161,6 +167,7 @@ class Layout:
         #: entries left out (unreadable, a special file, a symlink to a folder or out of the root)
         self.skipped = skipped
         digest = hashlib.blake2b(digest_size=12)
+        digest.update(b"0o777\n")  # (the modes as written: archives made with others differ)
         for m in members:
             digest.update(
                 f"{m.name}\0{m.size}\0{m.mtime_ns}\0{m.mode}\0{m.dev}\0{m.ino}\0{m.ctime_ns}\n".encode(

@@ -17,11 +17,12 @@ records need CRCs; the length, offsets and ``ETag`` need none.
 
 from __future__ import annotations
 
+import stat
 import struct
 import time
 from array import array
 
-from ._archive import Layout, Member
+from ._archive import PERMISSIONS, Layout, Member
 
 __all__ = ("ZipLayout",)
 
@@ -100,7 +101,8 @@ def central_record(member: Member, crc: int, offset: int) -> bytes:
     dos_time, dos_date = _dos_time(member.mtime_ns)
     size = _LIMIT if member.size >= _LIMIT else member.size
     needed = 45 if extra else 20
-    attributes = ((member.mode & 0xFFFF) << 16) | (0x10 if member.is_dir else 0)
+    mode = stat.S_IFMT(member.mode) | (member.mode & PERMISSIONS)  # (no setuid: as in the tar)
+    attributes = (mode << 16) | (0x10 if member.is_dir else 0)
     fixed = _CENTRAL.pack(
         0x02014B50,
         _UNIX_45,

@@ -415,3 +415,27 @@ def test_a_symlink_turned_outside_after_the_walk_is_refused_when_opened(tmp_path
     (top / "link.txt").symlink_to(outside / "same-inode.txt")
     with pytest.raises(MemberChanged):
         open_member(str(top), link, layout.root)
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_setuid_setgid_and_sticky_bits_are_left_out(tmp_path: Path, kind: str) -> None:
+    """Members are written as root's (uid and gid 0): a setuid file of any user's, or a setgid
+    folder, would come out of a ``sudo tar -x`` (or ``bsdtar``, or ``tarfile``'s trusted filter)
+    setuid root. Modes keep their permission bits only (0o777), as a file type in zip."""
+    top = tmp_path / "top"
+    (top / "sg").mkdir(parents=True)
+    tool = top / "tool"
+    tool.write_bytes(b"#!/bin/sh\nid\n")
+    tool.chmod(0o4755)
+    (top / "sg").chmod(0o3777)
+    layout = walk(str(top), "top", str(tmp_path), dotfiles=False, kind=ZipLayout if kind == "zip" else Layout)
+    data = archive_bytes(top, layout)
+    if kind == "tar":
+        with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+            modes = {m.name: m.mode for m in tf.getmembers()}
+    else:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            modes = {i.filename.rstrip("/"): i.external_attr >> 16 for i in zf.infolist()}
+            assert (zf.getinfo("top/tool").external_attr >> 16) & 0o170000 == 0o100000  # (a regular file)
+    assert modes["top/tool"] & 0o7777 == 0o755
+    assert modes["top/sg"] & 0o7777 == 0o777
