@@ -8,8 +8,9 @@ Members are prepared a batch at a time in the server's pool (an ``open`` or a re
 the disk): their headers made, each file checked to be the one the layout was made from
 (``_tree.piece``), a small one (up to ``_tree.SMALL``) read there, a larger one left open to
 be sent. A member replaced, gone or shorter than announced, or one that shrinks while it is sent
-(``FileTruncatedError``), aborts the connection: never a silently short archive. One that grows
-is sent at its announced size. Headers, padding and small files' bytes gather in a buffer of
+(``FileTruncatedError``), aborts the connection: never a silently short archive; in a zip, one
+rewritten in place since its CRC-32 was read too (``_tree.rewritten``). One that grows is sent
+at its announced size. Headers, padding and small files' bytes gather in a buffer of
 about :data:`GATHER` bytes, sent with the next larger file (``headers=``) or on their own once
 full; a batch holds at most :data:`BATCH` descriptors and about :data:`BATCH_READ` bytes read.
 """
@@ -27,7 +28,7 @@ from .._api import sendfile
 from .._options import LazyPool
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
-from .._static._tree import SMALL, Piece, crc_known, piece
+from .._static._tree import SMALL, Piece, crc_known, piece, sent_as_read
 from .._threads import shielded
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class ArchiveBody:
             # (cancelled meanwhile: the files the job opens are closed once it is done)
             pieces = await shielded(job, _close_pieces)
             try:
-                for before, fd, data, first, length, after in pieces:
+                for before, fd, data, first, length, after, check in pieces:
                     pending += before
                     if data is not None:
                         pending += data
@@ -126,6 +127,8 @@ class ArchiveBody:
                                 headers=bytes(pending),
                                 on_progress=self.progress,
                             )
+                        if check is not None:  # (a zip's member: its CRC-32 went before its bytes)
+                            sent_as_read(fd, check)
                         pending.clear()
                     pending += after
                     if len(pending) >= GATHER:

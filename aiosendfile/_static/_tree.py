@@ -38,6 +38,8 @@ __all__ = (
     "member_crc",
     "open_member",
     "piece",
+    "rewritten",
+    "sent_as_read",
     "walk",
 )
 
@@ -185,11 +187,12 @@ def _link_target(name: str, dir_fd: int, directory: str, root: str | None) -> os
         os.close(fd)
 
 
-def open_member(base: str, member: Member, root: str | None = None) -> int:
+def open_member(base: str, member: Member, root: str | None = None, exact: bool = False) -> int:
     """*member*'s file under the folder *base* opened to be sent, checked to be the file the layout
     was made from (see the module) and, with *root*, to lie inside it on the descriptor opened (a
-    symlink turned outside since the walk cannot pass). Raises :class:`MemberChanged` (or
-    OSError: it is gone)."""
+    symlink turned outside since the walk cannot pass); *exact* (a zip's, whose CRC-32 was read
+    from the file as it was): not rewritten since (:func:`rewritten`). Raises
+    :class:`MemberChanged` (or OSError: it is gone)."""
     path = os.path.join(base, member.name.split("/", 1)[1])
     fd = os.open(path, _O_FLAGS)
     try:
@@ -200,10 +203,30 @@ def open_member(base: str, member: Member, root: str | None = None) -> int:
             raise MemberChanged(f"{member.name} is no longer inside the root")
         if st.st_size < member.size:
             raise MemberChanged(f"{member.name} shrank from {member.size} to {st.st_size} bytes")
+        if exact and rewritten(st, member):
+            raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def rewritten(st: os.stat_result, member: Member) -> bool:
+    """Whether the file *st* describes was written in place since *member* was made from it: new
+    dates at the same size. A file that grew is taken to have been appended to (a log), its first
+    ``member.size`` bytes, all the archive holds of it, unchanged; one rewritten and grown at once
+    cannot be told from it without reading it again."""
+    return st.st_size == member.size and (st.st_mtime_ns, st.st_ctime_ns) != (
+        member.mtime_ns,
+        member.ctime_ns,
+    )
+
+
+def sent_as_read(fd: int, member: Member) -> None:
+    """Raise :class:`MemberChanged` if *member*'s file (open as *fd*) was rewritten while its bytes
+    were sent (a zip's: its CRC-32, sent before, would not match them)."""
+    if rewritten(os.fstat(fd), member):
+        raise MemberChanged(f"{member.name} was rewritten while it was sent")
 
 
 #: A member file this small is read with its part (:func:`piece`): its bytes go with the headers
@@ -214,7 +237,8 @@ SMALL = 64 * 1024
 class Piece(NamedTuple):
     """A part of an archive made ready to send (in a pool thread): the bytes before the member's
     file, then the file's bytes (read: ``data``; or ``length`` bytes from ``first`` of the open
-    ``fd``, the caller's to close), then the bytes after."""
+    ``fd``, the caller's to close), then the bytes after. ``check``: the member whose file must
+    still be as its CRC-32 was read once its bytes are sent from ``fd`` (:func:`sent_as_read`)."""
 
     before: bytes
     fd: int | None
@@ -222,6 +246,7 @@ class Piece(NamedTuple):
     first: int
     length: int
     after: bytes
+    check: Member | None = None
 
 
 def piece(
@@ -236,11 +261,18 @@ def piece(
         return Piece(before, None, None, 0, 0, after)
     member = layout.body_of(part)
     assert member is not None
-    fd = open_member(path, member, layout.root)
+    exact = layout.NEEDS_CRC
+    fd = open_member(path, member, layout.root, exact)
     if member.size > SMALL:
-        return Piece(before, fd, None, first, last - first, after)
+        return Piece(before, fd, None, first, last - first, after, member if exact else None)
     try:
-        data = os.pread(fd, last - first, first)
+        if exact:  # the whole file, to check it against the CRC-32 its headers carry
+            data = os.pread(fd, member.size, 0)
+            if zlib.crc32(data) != crc and len(data) == member.size:
+                raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
+            data = data[first:last]
+        else:
+            data = os.pread(fd, last - first, first)
     finally:
         os.close(fd)
     if len(data) < last - first:  # (shrunk since it was checked)
@@ -297,7 +329,7 @@ def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, ro
         if known is not None:
             _crcs.move_to_end(key)
             return known
-    fd = open_member(path, member, root)
+    fd = open_member(path, member, root, exact=True)
     try:
         crc = 0
         left = member.size
@@ -311,6 +343,8 @@ def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, ro
             left -= len(block)
             if tick is not None and at % TICK_BYTES == 0:
                 tick()
+        if rewritten(os.fstat(fd), member):  # (meanwhile: the CRC of neither, not to be kept)
+            raise MemberChanged(f"{member.name} was rewritten while its CRC-32 was read")
     finally:
         os.close(fd)
     with _crcs_lock:

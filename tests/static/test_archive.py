@@ -439,3 +439,31 @@ def test_setuid_setgid_and_sticky_bits_are_left_out(tmp_path: Path, kind: str) -
             assert (zf.getinfo("top/tool").external_attr >> 16) & 0o170000 == 0o100000  # (a regular file)
     assert modes["top/tool"] & 0o7777 == 0o755
     assert modes["top/sg"] & 0o7777 == 0o777
+
+
+def test_a_zip_member_rewritten_after_its_crc_was_read_is_refused(tree: Path) -> None:
+    """A zip's CRC-32 is read before the member's bytes are made ready: a small file rewritten
+    in place since (same size, new bytes) is refused by the CRC of the bytes read for it; a large
+    one by its dates (its bytes go later, by ``sendfile``), and a CRC read while the file was
+    rewritten is not kept. A file that only grew keeps its CRC (of the announced size)."""
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    index = {m.name: i for i, m in enumerate(layout.members)}
+    for name in ("photos/a.txt", "photos/sub/b.bin"):
+        _tree.member_crc(str(tree), layout, index[name])  # (read now, as a range deep in it would)
+    spans = {m.name: span for span in layout.spans(0, layout.length) if (m := layout.body_of(span[0]))}
+    small = tree / "a.txt"
+    small.write_bytes(bytes(b ^ 1 for b in small.read_bytes()))  # (same size)
+    with pytest.raises(MemberChanged):
+        piece(str(tree), layout, *spans["photos/a.txt"])
+    large = tree / "sub" / "b.bin"
+    with open(large, "r+b") as f:
+        f.write(b"rewritten")
+    os.utime(large, ns=(1, 2))  # (a new date, whatever the clock's step)
+    with pytest.raises(MemberChanged):
+        piece(str(tree), layout, *spans["photos/sub/b.bin"])
+    fresh = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    b = next(m for m in fresh.members if m.name == "photos/sub/b.bin")
+    os.utime(large, ns=(3, 4))  # rewritten again after the walk: its CRC read now is not the walk's
+    with pytest.raises(MemberChanged):
+        _tree.crc_of(str(tree), b)
+    assert _tree._crc_key(b) not in _tree._crcs
