@@ -69,11 +69,24 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     """The server's TLS context from ``--tls-cert``/``--tls-key`` (OSError or SSLError if unusable).
     A client's end of stream with no ``close_notify`` after a whole request (a half-close) is an
     end of stream, as nginx has it, not a fatal error that drops the answers still owed: HTTP
-    frames what it reads."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.options |= getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)  # (OpenSSL 3)
-    context.load_cert_chain(args.tls_cert, args.tls_key, password=_no_passphrase)
+    frames what it reads. ALPN names ``http/1.1``, the one protocol served (as nginx).
+
+    Loaded once a process (the command checks it before anything starts): ``--workers`` forked
+    after share it, as nginx's workers share their master's. A worker restarted later reads no
+    file, which may be gone or replaced by then, and every worker has the same session ticket
+    keys, so a client resumes its session on whichever worker it reaches."""
+    key = (args.tls_cert, args.tls_key)
+    context = _LOADED.get(key)
+    if context is None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.options |= getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)  # (OpenSSL 3)
+        context.load_cert_chain(args.tls_cert, args.tls_key, password=_no_passphrase)
+        context.set_alpn_protocols(["http/1.1"])
+        _LOADED[key] = context
     return context
+
+
+_LOADED: dict[tuple[str, str | None], ssl.SSLContext] = {}
 
 
 def tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
@@ -153,12 +166,19 @@ def worker(
             os.close(fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SERVE_SIGNALS)
     args.parent_pid = os.getppid()
+    error = ""
     try:
-        sock = listening_socket(host, port, reuse_port=True)
+        if args.tls_cert:  # (forked: the parent's, loaded; spawned: read here, said in words)
+            tls_context(args)
+    except ssl.SSLError as exc:
+        error = f"cannot use --tls-cert/--tls-key: {tls_trouble(args.tls_cert, args.tls_key, exc)}"
     except OSError as exc:
-        error = in_words(exc)
-    else:
-        error = ""
+        error = f"cannot use --tls-cert/--tls-key: {in_words(exc)}"
+    if not error:
+        try:
+            sock = listening_socket(host, port, reuse_port=True)
+        except OSError as exc:
+            error = in_words(exc)
     with contextlib.suppress(OSError):
         ready.send((os.getpid(), error))
         ready.close()

@@ -456,3 +456,57 @@ def test_backoff_doubles_to_a_cap_and_resets_after_a_worker_ran_a_while() -> Non
     assert backoff.after(Backoff.STABLE - 1) == 10.0
     assert backoff.after(Backoff.STABLE) == 0.1
     assert backoff.after(1.0) == 0.2
+
+
+def test_tls_workers_share_one_context_loaded_once(
+    served: Path, server_factory: Callable[..., Server], tmp_path: Path
+) -> None:
+    """With ``--workers`` and TLS, the context is loaded once, before the workers are forked (as
+    nginx's master does): a session resumed on any worker (each had its own ticket keys: about
+    one in N resumed), a worker restarted after the files were removed (or replaced) still
+    serving the same certificate (it read them again: a traceback, and restarts for ever), and
+    ``http/1.1`` named in ALPN (none was: curl said the server did not agree on a protocol)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    server = server_factory(str(served), "--port", "0", "--workers", "2", *tls)
+    _until(lambda: len(children(server.proc.pid)) == 2, 5.0, "two workers")
+    port = int(server.url.rsplit(":", 1)[1].strip("/"))
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    client.set_alpn_protocols(["h2", "http/1.1"])
+
+    def fetch(session: ssl.SSLSession | None = None) -> tuple[ssl.SSLSession | None, bool, str | None]:
+        """A GET on a new connection: its session, whether it was resumed, its ALPN protocol."""
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with raw, client.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as sock:
+            sock.sendall(b"GET /small.txt HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            got = b""
+            while chunk := sock.recv(65536):
+                got += chunk
+            assert got.endswith(b"\r\n\r\nhello"), got
+            return sock.session, sock.session_reused, sock.selected_alpn_protocol()
+
+    session, _, alpn = fetch()
+    assert alpn == "http/1.1"
+    assert session is not None
+    reused = [fetch(session)[1] for _ in range(12)]  # (new connections: spread over both workers)
+    assert all(reused), reused
+    cert.unlink()
+    key.unlink()
+    known = children(server.proc.pid)
+    os.kill(min(known), signal.SIGKILL)
+    _new_worker(server, set(known), 3.0)
+    time.sleep(0.3)  # (the new worker listens)
+    assert all(fetch(session)[1] for _ in range(12))
+    code, err = _stopped(server)
+    assert code == 0
+    assert "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err  # (the killed worker's line)
