@@ -25,6 +25,8 @@ from that same early moment: see :mod:`._serve`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -67,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    _standard_descriptors()
     # Before anything else (asyncio, uvloop, even argparse): a signal from now on
     # ends the command quietly. Called in-process (tests), the caller's handlers come back.
     replaced = quiet_exit_on_signals(words[0] if words else "")
@@ -77,6 +80,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Done: a stop signal is moot now. The interpreter's exit would put SIG_DFL
             # back for a Python handler (killed by the signal); it leaves SIG_IGN alone.
             signal.signal(signum, handler if argv is not None else signal.SIG_IGN)
+
+
+def _standard_descriptors() -> None:
+    """Descriptors 0, 1 and 2 that were closed (``serve >&- 2>&-``) become ``/dev/null``'s, as a
+    daemon has them: otherwise a socket or the loop's own descriptor takes the number, a stray
+    write to stderr lands in it, and libuv's close asserts a descriptor above 2 (every stop on
+    uvloop ended in SIGABRT). ``sys.stdout`` and ``sys.stderr`` stay None: nothing is said there."""
+    for fd in (0, 1, 2):  # (in order: each open takes the lowest free number, the one closed)
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.open(os.devnull, os.O_RDWR)
 
 
 def _main(words: list[str]) -> int:

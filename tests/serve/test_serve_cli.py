@@ -748,3 +748,27 @@ def test_a_host_name_that_cannot_be_encoded_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1, done
     assert "cannot listen on a..b" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("closed", ["1 2", "0 1 2", "0 2"])
+def test_serve_started_with_its_standard_descriptors_closed_stops_cleanly(
+    tmp_path: Path, loop: str, closed: str
+) -> None:
+    """``serve DIR >&- 2>&-`` (a daemon's way): the sockets and the loop's own descriptors took
+    numbers 0-2, and libuv's close asserts a descriptor above 2: every stop on uvloop ended in
+    SIGABRT (exit 134). They are /dev/null's now, as a daemon has them, and the stop is exit 0."""
+    (tmp_path / "a.txt").write_text("a")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    shut = " ".join(f"{fd}>&-" if fd != "0" else "<&-" for fd in closed.split())
+    command = f"exec {sys.executable} -m aiosendfile serve {tmp_path} --port 0 --loop {loop} {shut}"
+    proc = subprocess.Popen(["sh", "-c", command], env=env, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)  # (started and serving: there is no banner to wait for)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
