@@ -341,10 +341,10 @@ def _look_at_folder(exchange: Exchange, looked: Looked, policy: DirectoryPolicy)
         exchange.folder = browser_folder(path, policy)
 
 
-def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool) -> None:
+def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool, waited: int = 0) -> None:
     """One hop to the cold pool and back. At a *first* sight the thread only looks the path up
     (``_inline.look_up``) and the loop then decides inline; otherwise (a listing to build) the
-    thread decides with ``POOL_FS``."""
+    thread decides with ``POOL_FS``. *waited*: the times an archive found every walk taken."""
     conn.busy = True
     conn._update_reading()
     engine = conn.engine
@@ -355,15 +355,15 @@ def _to_pool(conn: HttpProtocol, exchange: Exchange, *, first: bool) -> None:
         job = engine.executor.submit(look_up, request, engine.policy)
     else:
         job = engine.executor.submit(core_answer, request, engine.policy, POOL_FS)
-    job.add_done_callback(functools.partial(_cold_arrived, conn, exchange))
+    job.add_done_callback(functools.partial(_cold_arrived, conn, exchange, waited))
 
 
 def _cold_arrived(
-    conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None]
+    conn: HttpProtocol, exchange: Exchange, waited: int, job: concurrent.futures.Future[Answer | None]
 ) -> None:
     """(In the pool thread.) Hand the cold decision to the loop, or close it if the loop is gone."""
     try:
-        conn.engine.loop.call_soon_threadsafe(_cold_done, conn, exchange, job)
+        conn.engine.loop.call_soon_threadsafe(_cold_done, conn, exchange, job, waited)
     except RuntimeError:  # the loop is closed: nobody will send the answer
         if not job.cancelled() and job.exception() is None:
             ans = job.result()
@@ -371,8 +371,27 @@ def _cold_arrived(
                 ans.close()
 
 
-def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None]) -> None:
+#: An archive that finds every walk taken (``_fs.MAX_WALKS``: 503) asks again after these many
+#: seconds, on the loop (no pool thread held while it waits), before it is answered 503: about
+#: 10 s in all. A browser does not retry a download on ``Retry-After``.
+WALK_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def _cold_done(
+    conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None], waited: int = 0
+) -> None:
     """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
+    if (
+        waited < len(WALK_WAITS)
+        and not job.cancelled()
+        and job.exception() is None
+        and (busy := job.result()) is not None
+        and busy.status == 503
+        and conn.transport is not None
+    ):  # (the core's one 503: every archive walk taken) the connection stays busy meanwhile
+        busy.close()
+        conn.engine.loop.call_later(WALK_WAITS[waited], _walk_again, conn, exchange, waited + 1)
+        return
     conn._free()
     exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
     if exc is not None:
@@ -401,6 +420,11 @@ def _cold_done(conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.F
         return
     render(conn, exchange, ans)
     conn._resume()
+
+
+def _walk_again(conn: HttpProtocol, exchange: Exchange, waited: int) -> None:
+    if conn.transport is not None:  # (else the connection is gone: nothing to answer)
+        _to_pool(conn, exchange, first=False, waited=waited)
 
 
 def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:

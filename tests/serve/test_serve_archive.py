@@ -260,6 +260,37 @@ async def test_a_zip_member_that_grows_is_sent_at_its_announced_size(tree: Path)
         assert zip_members(got)["photos/big.bin"] == before
 
 
+async def test_an_archive_waits_for_a_walk_to_end_rather_than_refuse(tree: Path) -> None:
+    """Two folders are walked at a time (``_fs.MAX_WALKS``): a third download waits for one of
+    them to end, on the loop (no pool thread held), for a few seconds, and only then is 503. It
+    was 503 at once: ten downloads at a time saw three or four errors."""
+    from aiosendfile._static import _fs
+
+    held = [_fs._walks.acquire(blocking=False) for _ in range(_fs.MAX_WALKS)]
+    assert all(held)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        released = True
+        for _ in held:
+            _fs._walks.release()
+
+    try:
+        async with serve_site(tree, show_index=True, archives=True) as site:
+            asyncio.get_running_loop().call_later(0.5, release)
+            answer = await asyncio.wait_for(get(site, "/photos/?tar"), 10)
+            assert released
+            assert answer.status == 200
+            assert (
+                tar_members(answer.body)["photos/sub/b.bin"]
+                == (tree / "photos" / "sub" / "b.bin").read_bytes()
+            )
+    finally:
+        if not released:
+            release()
+
+
 async def test_the_bounds_answer_413(tree: Path) -> None:
     async with serve_site(tree, show_index=True, archives=True, max_archive_entries=10) as site:
         assert (await get(site, "/photos/?tar")).status == 413
