@@ -39,6 +39,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable
@@ -65,6 +66,11 @@ _PLAIN_REFUSAL = (
     b"X-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
     % (len(_PLAIN_TEXT), _PLAIN_TEXT)
 )
+#: OpenSSL's reasons for a handshake that met plain HTTP (a request line, CONNECT's).
+_PLAIN_REASONS = frozenset(("HTTP_REQUEST", "HTTPS_PROXY_REQUEST"))
+#: The rest of a request line once OpenSSL took its first five bytes for a record header: the
+#: method's end (maybe nothing), a space, a target, a space, ``HTTP/x.y``.
+_REQUEST_LINE_END = re.compile(rb"[!-~]* [!-~]+ HTTP/\d\.\d\r?")
 #: A closed connection reads what its client still sends this long at most (nginx's
 #: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
 #: client to read the end of the answer from the socket buffers.
@@ -166,7 +172,7 @@ class TLSTransport(asyncio.Transport):
             self._watch_write(True)
             return
         except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError) the peer's problem
-            if getattr(exc, "reason", None) == "HTTP_REQUEST":  # (OpenSSL saw plain HTTP)
+            if getattr(exc, "reason", None) in _PLAIN_REASONS or self._plain_after():
                 self._plain_refusal()
             self._drop()
             return
@@ -185,6 +191,16 @@ class TLSTransport(asyncio.Transport):
             raise
         if not self._closed:  # (a client's first request comes right behind its last handshake record)
             self._readable()
+
+    def _plain_after(self) -> bool:
+        """Whether what follows the record header OpenSSL refused is the rest of a plain HTTP
+        request line (OpenSSL names plain HTTP for GET, HEAD, POST and PUT only: ``OPTIONS``,
+        ``DELETE``, ``PATCH``... are a bad version number to it), as nginx tells plain HTTP from
+        TLS by its first byte whatever the method. Peeked, not read."""
+        with contextlib.suppress(OSError):
+            line = self._sock.recv(512, socket.MSG_PEEK | socket.MSG_DONTWAIT).partition(b"\n")
+            return bool(line[1]) and _REQUEST_LINE_END.fullmatch(line[0]) is not None
+        return False
 
     def _plain_refusal(self) -> None:
         """Plain HTTP where a ClientHello belongs: a plain 400 that says so, as nginx answers, so
