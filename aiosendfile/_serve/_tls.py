@@ -25,9 +25,9 @@ control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``,
 * **End**: the peer's ``close_notify`` or end of stream is ``eof_received`` (then closed unless
   the protocol keeps it open); ``close()`` sends what waits, then our ``close_notify`` and our
   end of stream, and reads and drops what the client still sends (its own ``close_notify``) until
-  its end, for ``LINGER`` seconds at most: closed with unread bytes, the socket would answer them
-  with a reset, and a client still reading the answer would lose its tail. ``abort()`` closes
-  at once.
+  its end, for ``LINGER`` seconds at most (``LINGER_IDLE`` without a byte from it): closed with
+  unread bytes, the socket would answer them with a reset, and a client still reading the
+  answer would lose its tail. ``abort()`` closes at once.
   ``connection_lost`` is called once, in a later iteration of the loop.
 
 File bodies on it are :mod:`._tls_body`'s.
@@ -75,6 +75,9 @@ _REQUEST_LINE_END = re.compile(rb"[!-~]* [!-~]+ HTTP/\d\.\d\r?")
 #: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
 #: client to read the end of the answer from the socket buffers.
 LINGER = 30.0
+#: ... and closed once its client has sent nothing for this long (nginx's ``lingering_timeout``):
+#: a client that keeps its socket open and says nothing does not hold it for all of ``LINGER``.
+LINGER_IDLE = 5.0
 #: Bytes waiting for the socket above which the protocol is paused, and below which resumed.
 HIGH_WATER = 64 * 1024
 LOW_WATER = 16 * 1024
@@ -497,7 +500,8 @@ class TLSTransport(asyncio.Transport):
         # no poll handle freed and made again, four system calls each).
         self._reading = True
         self._loop.add_reader(self._fd, self._linger)
-        self._timer = self._loop.call_later(LINGER, self.end_linger)
+        self._linger_end = self._loop.time() + LINGER
+        self._timer = self._loop.call_later(min(LINGER_IDLE, LINGER), self.end_linger)
         self._lingering.add(self)
 
     def _linger(self) -> None:
@@ -506,17 +510,27 @@ class TLSTransport(asyncio.Transport):
         has not read all of the answer yet (a paused reader) then loses its tail. At most
         ``READS_PER_WAKEUP`` reads a wakeup (a client that keeps sending waits for the next one);
         the ``LINGER`` timer ends it in any case, as nginx's ``lingering_time``."""
-        for _ in range(READS_PER_WAKEUP):
+        for n in range(READS_PER_WAKEUP):
             try:
                 if not socket.socket.recv(self._sock, READ_SIZE):
                     break
             except (BlockingIOError, InterruptedError):
+                if n:
+                    self._still_lingering()
                 return
             except OSError:
                 break
         else:
+            self._still_lingering()
             return  # (more may come: the next wakeup reads on)
         self.end_linger()
+
+    def _still_lingering(self) -> None:
+        """The client sent something: it has ``LINGER_IDLE`` more (within ``LINGER`` in all)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        left = self._linger_end - self._loop.time()
+        self._timer = self._loop.call_later(max(0.0, min(LINGER_IDLE, left)), self.end_linger)
 
     def end_linger(self) -> None:
         """Close a lingering socket now (its client's end came, LINGER ran out, or a stop)."""

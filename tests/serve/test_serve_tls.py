@@ -286,6 +286,40 @@ async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path,
         await until(lambda: not listener._lingering)  # the client's end came: closed
 
 
+async def test_a_lingering_connection_whose_client_sends_nothing_is_closed_after_a_while(
+    tmp_path: Path, tls_contexts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that keeps its socket open and sends nothing after the answer (no close_notify)
+    held it for the whole ``LINGER`` (30 s): it is closed once it has sent nothing for
+    ``LINGER_IDLE``, as nginx's ``lingering_timeout``; what it sends meanwhile starts it again."""
+    from aiosendfile._serve import _tls
+
+    monkeypatch.setattr(_tls, "LINGER_IDLE", 0.5, raising=False)
+    async with serving(tmp_path, tls=tls_contexts) as site:
+        listener = site.server
+
+        def connect() -> ssl.SSLSocket:
+            raw = socket.create_connection((site.host, site.port))
+            return tls_contexts[1].wrap_socket(raw, server_hostname="localhost")
+
+        client = await asyncio.to_thread(connect)
+        try:
+            await asyncio.to_thread(client.sendall, get("/small.txt", "Connection: close\r\n"))
+            got = b""
+            while len(got) < 4096 or b"\r\n\r\n" not in got:
+                got += await asyncio.to_thread(client.recv, 65536)
+            await until(lambda: bool(listener._lingering))
+            for _ in range(3):  # (bytes within the idle time each: read on)
+                await asyncio.sleep(0.3)
+                await asyncio.to_thread(client.sendall, b"x")
+            assert listener._lingering
+            began = asyncio.get_running_loop().time()
+            await until(lambda: not listener._lingering, timeout=10)
+            assert asyncio.get_running_loop().time() - began < 5  # (not the 30 s of LINGER)
+        finally:
+            client.close()
+
+
 class _CountingLoop:
     """The running loop, with its reader registrations counted (uvloop's loop takes no attributes)."""
 
