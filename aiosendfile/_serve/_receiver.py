@@ -195,6 +195,7 @@ class UploadReceiver:
         engine = self.engine
         store = engine.resumable
         assert store is not None
+        asked = raw_path  # (the request's own path: the upload's address is relative to it)
         if ask.bad:
             raise Stop(ask.bad, *refusal_fields(ask, ask.bad))
         extra = refusal_fields(ask, 0)  # (what the refusals below carry: none is a 412)
@@ -214,6 +215,8 @@ class UploadReceiver:
                     raise Stop(400, *extra)  # (where it goes: Upload-Metadata's filename)
                 if bad_name(name):
                     raise Stop(403, *extra)
+                if not raw_path.endswith(b"/"):  # (the folder named without its slash)
+                    raw_path += b"/"
                 raw_path += quote(name, safe="").encode()
         else:
             assert ask.token is not None
@@ -222,9 +225,11 @@ class UploadReceiver:
             target = upload_target(raw_path, engine.policy, engine.prefix)
         except UploadRefused as exc:
             raise Stop(exc.status, *extra) from None
-        # Its last step, relative (right behind a proxy that strips a prefix, as a folder's
-        # redirect): "./" so that a name with a colon is no scheme.
-        location = "./" + raw_path.rsplit(b"/", 1)[-1].decode("latin-1") + "?upload=" + token.decode()
+        # Relative to the request's path (right behind a proxy that strips a prefix, as a folder's
+        # redirect): its last step, or a folder's named without its slash and the new name; "./"
+        # so that a name with a colon is no scheme.
+        step = raw_path[asked.rfind(b"/") + 1 :]
+        location = "./" + step.decode("latin-1") + "?upload=" + token.decode()
         path = store.relative(target.path)
         return ResumableUpload(store, ask, target, path, token, user, owner, location, size)
 

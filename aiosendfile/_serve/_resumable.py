@@ -178,7 +178,7 @@ def ask_of(
             if ask.offset is None or (not tus and ask.complete is None):
                 return ask._replace(bad=400)
         return ask
-    if tus and method == b"POST" and path_is_directory:
+    if tus and method == b"POST":  # (a folder's, with its slash or not: a tus client's endpoint)
         ask = _ask(CREATE, True, None, fields)
         if not ask.bad and ask.length is None and not ask.defer:
             return ask._replace(bad=400)  # (tus: Upload-Length or Upload-Defer-Length: 1)

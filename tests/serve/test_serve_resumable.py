@@ -630,3 +630,20 @@ async def test_an_upload_nothing_was_sent_to_says_the_time_it_is_kept(public: Pa
         sent = await ask(site, request(*patch, body=b"ab"))
         assert sent.status == 204, sent
         assert 86400 - 5 <= expires_in(sent) <= 86401
+
+
+async def test_tus_creation_at_a_folder_without_its_slash(public: Path) -> None:
+    """tus clients are often given the folder without its trailing slash (tus-js-client's
+    ``endpoint: ".../inbox"``): the creation goes into it, as with the slash (it was 415)."""
+    async with serve_site(public, upload=True) as site:
+        made = await ask(site, request("POST", "/sub", TUS, "Upload-Length: 3", tus_metadata("t.txt")))
+        assert made.status == 201, made
+        where_to = field(made, "Location")
+        assert where_to.startswith("/sub/t.txt?upload="), where_to
+        patch = ("PATCH", where_to, TUS, "Content-Type: application/offset+octet-stream", "Upload-Offset: 0")
+        assert (await ask(site, request(*patch, body=b"abc"))).status == 204
+        (public / "plain.txt").write_bytes(b"p")
+        on_a_file = await ask(site, request("POST", "/plain.txt", TUS, "Upload-Length: 3", tus_metadata("x")))
+        assert on_a_file.status in (404, 409), on_a_file
+    assert (public / "sub" / "t.txt").read_bytes() == b"abc"
+    assert (public / "plain.txt").read_bytes() == b"p"
