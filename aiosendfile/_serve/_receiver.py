@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -43,7 +44,17 @@ from ._partial_upload import ResumableUpload
 from ._reader import EarlyHead, Stop, split_target
 from ._refusal import failure, refusal, verdict_of
 from ._render import error_response
-from ._resumable import CREATE, TUS_TYPE, Ask, ask_of, new_token, refusal_fields, tus_filename, upload_fields
+from ._resumable import (
+    CREATE,
+    TUS_TYPE,
+    Ask,
+    ask_of,
+    limit_field,
+    new_token,
+    refusal_fields,
+    tus_filename,
+    upload_fields,
+)
 from ._tls import TLSTransport
 from ._upload import (
     DISCARD_MAX,
@@ -127,15 +138,6 @@ class UploadReceiver:
                 size = int(head.length)
             except ValueError:  # (httptools frames the body by it: this is only a second look)
                 raise Stop(400) from None
-        if size is not None and uploads.max_size is not None and size > uploads.max_size:
-            raise Stop(413)  # (before the body is read; no 100 Continue)
-        verdict: concurrent.futures.Future[float] | float = ALLOWED
-        gate = engine.gate
-        if gate is not None:
-            verdict = gate.judge(method, head.authorization, conn._key_of(head.client))
-            if isinstance(verdict, float) and verdict != ALLOWED:
-                status, extra = refusal(verdict)
-                raise Stop(status, *extra)
         split = split_target(head.url)
         if split is None:
             raise Stop(400)
@@ -156,6 +158,15 @@ class UploadReceiver:
                 # it could never resume it. The field is ignored (as the draft lets a server do)
                 # and the body is a plain PUT's, not a partial file held for the whole expiry.
                 ask = None
+        if size is not None and uploads.max_size is not None and size > uploads.max_size:
+            raise Stop(413, *self._too_large(ask))  # (before the body is read; no 100 Continue)
+        verdict: concurrent.futures.Future[float] | float = ALLOWED
+        gate = engine.gate
+        if gate is not None:
+            verdict = gate.judge(method, head.authorization, conn._key_of(head.client))
+            if isinstance(verdict, float) and verdict != ALLOWED:
+                status, extra = refusal(verdict)
+                raise Stop(status, *extra)
         if ask is None and method == b"PATCH":  # not an upload's: the core refuses it (405), body dropped
             if self.continue_owed:
                 self.continue_owed = False
@@ -233,6 +244,16 @@ class UploadReceiver:
         path = store.relative(target.path)
         return ResumableUpload(store, ask, target, path, token, user, owner, location, size)
 
+    def _too_large(self, ask: Ask | None) -> tuple[tuple[str, str], ...]:
+        """The fields of a 413 for a body over ``--max-upload-size``: a resumable upload's (tus's
+        version; the IETF draft's ``Upload-Limit``, which its 413 MUST carry), none for a plain
+        one's."""
+        if ask is None:
+            return ()
+        if ask.tus:
+            return refusal_fields(ask, 413)
+        return (limit_field(self.engine.uploads.max_size),)  # type: ignore[union-attr]
+
     def body(self, data: bytes) -> None:
         """Body bytes of the upload being received (or dropped, refused)."""
         r = self.receiving
@@ -245,8 +266,9 @@ class UploadReceiver:
             return  # (dropped: see _refused)
         limit = self.engine.uploads.max_size  # type: ignore[union-attr]
         if limit is not None and r.got > limit:  # (a chunked body: its length comes as it goes)
+            upload = r.upload
             self._abort(r.refuse(413))
-            raise Stop(413)
+            raise Stop(413, *self._too_large(upload.ask if isinstance(upload, ResumableUpload) else None))
         r.chunks.append(data)
         r.buffered += len(data)
         if r.full():
@@ -289,8 +311,25 @@ class UploadReceiver:
     def _open(self, r: Receiving) -> None:
         assert r.upload is not None
         r.working = True
-        job = self.engine.executor.submit(r.upload.open)
-        job.add_done_callback(functools.partial(self.conn._on_loop, self._opened, r))
+        self._submit(r.upload.open, self._opened, r)
+
+    def _submit(self, work: Callable[[], object], then: Callable[..., None], *args: object) -> None:
+        """Run *work* in the pool, then ``then(*args, job)`` on the loop. Until then has run, the
+        job counts with the engine's cleanups: a stop waits for it, and for the abort it submits
+        when the connection is gone (else a stop meanwhile left what it made: a partial file, a
+        temporary one, a descriptor)."""
+        engine = self.engine
+        job: concurrent.futures.Future[Any] = engine.executor.submit(work)
+        engine.cleanups.add(job)
+        job.add_done_callback(functools.partial(self.conn._on_loop, self._after, then, args))
+
+    def _after(
+        self, then: Callable[..., None], args: tuple[object, ...], job: concurrent.futures.Future[Any]
+    ) -> None:
+        try:
+            then(*args, job)
+        finally:
+            self.engine.cleanups.discard(job)
 
     def _open_again(self, r: Receiving) -> None:
         if self.conn.transport is not None and r.refused is None and r.upload is not None:
@@ -336,20 +375,17 @@ class UploadReceiver:
         the file its name."""
         if r.working or not r.opened or r.refused is not None or r.upload is None:
             return
-        pool = self.engine.executor
         conn = self.conn
         if r.chunks:
             data = r.chunks[0] if len(r.chunks) == 1 else b"".join(r.chunks)
             r.chunks.clear()
             r.working = True
-            job = pool.submit(r.upload.write, data)
-            job.add_done_callback(functools.partial(conn._on_loop, self._written, r, len(data)))
+            self._submit(functools.partial(r.upload.write, data), self._written, r, len(data))
         elif r.done is None and r.zero_copy and conn.held is None and not conn.reader.unparsed():
             self._splice(r)
         elif r.done is not None:
             r.working = True
-            landed = pool.submit(r.upload.commit, r.got)
-            landed.add_done_callback(functools.partial(conn._on_loop, self._committed, r))
+            self._submit(functools.partial(r.upload.commit, r.got), self._committed, r)
 
     def _splice_may(self, r: Receiving) -> bool:
         """Whether *r*'s body (but what came with its head) may go zero-copy: announced, large, on

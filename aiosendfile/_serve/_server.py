@@ -183,7 +183,7 @@ class Engine:
         self.appending: dict[str, HttpProtocol] = {}
         #: uploads' aborts under way in the pool (``shutdown`` waits for them): one per upload
         #: refused or cut, each gone when done
-        self.cleanups: set[concurrent.futures.Future[None]] = set()
+        self.cleanups: set[concurrent.futures.Future[Any]] = set()
         self.next_sweep = 0.0  # (loop time) when expired partial uploads are next looked for
         #: the proxies whose forwarded client address names the client, for the gate (with auth) and
         #: the access log: None without either
@@ -432,7 +432,11 @@ async def shutdown(server: Any, timeout: float = 10.0) -> None:
                     if conn.transport is not None:
                         conn.transport.abort()
                 await asyncio.wait([engine.all_gone], timeout=1.0)
-        if engine.cleanups:  # (uploads' temporary files going, resumable ones' records noted)
-            await asyncio.wait([asyncio.wrap_future(job) for job in list(engine.cleanups)], timeout=timeout)
+        # Uploads' jobs ending (each may submit an abort on the loop as it ends), their temporary
+        # files going, resumable ones' records noted: until none is left, within the timeout.
+        deadline = engine.loop.time() + timeout
+        while engine.cleanups and (left := deadline - engine.loop.time()) > 0:
+            await asyncio.wait([asyncio.wrap_future(job) for job in list(engine.cleanups)], timeout=left)
+            await asyncio.sleep(0)  # (an ended job's callback runs on the loop)
         engine.stop()
     await server.wait_closed()

@@ -647,3 +647,26 @@ async def test_tus_creation_at_a_folder_without_its_slash(public: Path) -> None:
         assert on_a_file.status in (404, 409), on_a_file
     assert (public / "sub" / "t.txt").read_bytes() == b"abc"
     assert (public / "plain.txt").read_bytes() == b"p"
+
+
+async def test_a_body_over_the_upload_size_is_refused_with_each_protocols_fields(public: Path) -> None:
+    """A 413 decided from the head (``Content-Length`` over ``--max-upload-size``), or as a
+    chunked body grows past it, carries ``Upload-Limit`` for the IETF draft (its 413 MUST) and
+    ``Tus-Resumable`` for tus (every tus answer): it had neither."""
+    async with serve_site(public, upload=True, max_upload_size=1000) as site:
+        ietf = await ask(site, request("PUT", "/sub/a", "Upload-Complete: ?1", V8, length=2000))
+        assert ietf.status == 413
+        assert "max-size=1000" in field(ietf, "Upload-Limit")
+        made = await ask(site, request("POST", "/sub/", TUS, "Upload-Length: 900", tus_metadata("t")))
+        where_to = field(made, "Location")
+        patch = ("PATCH", where_to, TUS, "Content-Type: application/offset+octet-stream", "Upload-Offset: 0")
+        tus = await ask(site, request(*patch, length=2000))
+        assert tus.status == 413
+        assert field(tus, "Tus-Resumable") == "1.0.0"
+        head = (
+            "PUT /sub/c HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nUpload-Complete: ?1\r\n"
+        )
+        chunked = (head + V8 + "\r\n\r\n").encode() + b"%x\r\n%s\r\n" % (1500, b"c" * 1500)
+        grown = await ask(site, chunked)
+        assert grown.status == 413
+        assert "max-size=1000" in field(grown, "Upload-Limit")
