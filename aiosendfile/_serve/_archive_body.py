@@ -108,6 +108,11 @@ class ArchiveBody:
             loop.call_soon_threadsafe(progress)
 
         for batch in _batches(layout, body.start, body.stop):
+            if pending and _reads_a_crc(layout, batch[-1]):
+                # (a large file read whole first, for a zip's CRC-32: seconds, on a cold disk; the
+                # answer's head and what is ready go now, not after it)
+                await self._write(pending)
+                pending = bytearray()
             job = loop.run_in_executor(archive_executor(), _prepare, body.path, layout, batch, tick)
             # (cancelled meanwhile: the files the job opens are closed once it is done)
             pieces = await shielded(job, _close_pieces)
@@ -156,9 +161,16 @@ class ArchiveBody:
             raise ConnectionResetError("the peer went away during an archive")
 
 
+def _reads_a_crc(layout: Layout, span: _Span) -> bool:
+    """Whether making *span* ready reads a large file whole, for a zip's CRC-32 not known yet."""
+    index = layout.crc_index(span[0])
+    return index is not None and layout.members[index].size > SMALL and not crc_known(layout, index)
+
+
 def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
     """The spans of [*start*, *stop*), in groups of at most :data:`BATCH` parts and about
-    :data:`BATCH_READ` bytes of small files read in the pool."""
+    :data:`BATCH_READ` bytes of small files read in the pool; a span that reads a large file's
+    CRC-32 ends its group (one such read a hop)."""
     batch: list[_Span] = []
     read = 0
     for span in layout.spans(start, stop):
@@ -166,8 +178,7 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
         member = layout.body_of(span[0])
         if member is not None and member.size <= SMALL:
             read += member.size
-        index = layout.crc_index(span[0])  # (a large file's CRC not known yet is read whole: one a hop)
-        reads = index is not None and layout.members[index].size > SMALL and not crc_known(layout, index)
+        reads = _reads_a_crc(layout, span)
         if len(batch) == BATCH or read >= BATCH_READ or reads:
             yield batch
             batch = []

@@ -71,6 +71,7 @@ def walk(
             raise PermissionError(path)  # (swapped for a symlink out since the core's check)
         st = os.fstat(fd)
         tree = _Tree(root, dotfiles, max_entries, max_bytes)
+        tree.path_room = PATH_MAX - (len(os.fsencode(path)) - len(os.fsencode(top)))
         tree.add(_member(top + "/", st))
         tree.folder(fd, real, top, 0)
     finally:
@@ -86,12 +87,16 @@ def _member(name: str, st: os.stat_result) -> Member:
 
 #: Folders deeper than this are left out (noted as skipped): the walk recurses once a level.
 MAX_DEPTH = 64
+#: A file whose path (``open_member``'s: the folder's path and its name under it) is this long or
+#: longer is left out (noted as skipped): it could not be opened by its path to be sent
+#: (ENAMETOOLONG), and the archive would be cut at it, every time.
+PATH_MAX = 4096
 
 
 class _Tree:
     """The members found so far, and the bounds they must stay within."""
 
-    __slots__ = ("dotfiles", "max_bytes", "max_entries", "members", "root", "skipped", "total")
+    __slots__ = ("dotfiles", "max_bytes", "max_entries", "members", "path_room", "root", "skipped", "total")
 
     def __init__(self, root: str | None, dotfiles: bool, max_entries: int, max_bytes: int | None) -> None:
         self.root, self.dotfiles = root, dotfiles
@@ -99,6 +104,7 @@ class _Tree:
         self.members: list[Member] = []
         self.skipped = 0
         self.total = 0
+        self.path_room = PATH_MAX  # bytes a member's name may have: its path to open stays shorter
 
     def add(self, member: Member) -> None:
         if len(self.members) >= self.max_entries:
@@ -113,6 +119,9 @@ class _Tree:
         for name, st in self._entries(dir_fd, real):
             full = f"{prefix}/{name}"
             if not stat.S_ISDIR(st.st_mode):
+                if len(os.fsencode(full)) >= self.path_room:
+                    self.skipped += 1  # (its path is too long to open: see PATH_MAX)
+                    continue
                 self.add(
                     Member(full, st.st_size, st.st_mtime_ns, st.st_mode, st.st_dev, st.st_ino, st.st_ctime_ns)
                 )

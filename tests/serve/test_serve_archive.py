@@ -291,6 +291,42 @@ async def test_an_archive_waits_for_a_walk_to_end_rather_than_refuse(tree: Path)
             release()
 
 
+async def test_a_zips_head_is_sent_before_a_large_members_crc_is_read(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zip's first large member needs its CRC-32 read (the whole file) before its header: the
+    answer's head went with that header, so a client waited seconds for a status line (a 3 GiB
+    cold file: 5.4 s; past a proxy's read timeout for a larger one). It goes first now."""
+    from aiosendfile._static import _tree
+
+    gate = threading.Event()
+    real = _tree.crc_of
+
+    def slow_crc(*args: Any, **kwargs: Any) -> int:
+        gate.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_tree, "crc_of", slow_crc)
+    _tree._crcs.clear()
+    try:
+        async with serve_site(tree, show_index=True, archives=True) as site:
+            reader, writer = await site.open()
+            try:
+                writer.write(b"GET /photos/?zip HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                assert head.startswith(b"HTTP/1.1 200 ")
+                assert not gate.is_set()  # (the CRC read still waits)
+                gate.set()
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                body = await asyncio.wait_for(reader.readexactly(length), 20)
+            finally:
+                gate.set()
+                await close_writer(writer)
+        assert zip_members(body)["photos/big.bin"] == (tree / "photos" / "big.bin").read_bytes()
+    finally:
+        gate.set()
+
+
 async def test_the_bounds_answer_413(tree: Path) -> None:
     async with serve_site(tree, show_index=True, archives=True, max_archive_entries=10) as site:
         assert (await get(site, "/photos/?tar")).status == 413
