@@ -167,7 +167,7 @@ class Layout:
         #: entries left out (unreadable, a special file, a symlink to a folder or out of the root)
         self.skipped = skipped
         digest = hashlib.blake2b(digest_size=12)
-        digest.update(b"0o777\n")  # (the modes as written: archives made with others differ)
+        digest.update(b"0o777 UT\n")  # (the modes, zip's timestamps as written: older archives differ)
         for m in members:
             digest.update(
                 f"{m.name}\0{m.size}\0{m.mtime_ns}\0{m.mode}\0{m.dev}\0{m.ino}\0{m.ctime_ns}\n".encode(

@@ -7,8 +7,8 @@ member's local header carries its sizes and CRC (no data descriptor: any unzip c
 front to back), then its bytes as they are; the central directory and the end records follow.
 Sizes or offsets past 4 GiB, or more than 65,534 entries, take ZIP64 fields. A name in UTF-8
 sets the language encoding flag; one that is not (a file system's own bytes) is written as it
-is, without the flag. Dates are MS-DOS dates
-(UTC, two-second steps, 1980 to 2107) and permissions Unix modes ("made by" Unix).
+is, without the flag. Dates are MS-DOS dates (UTC, two-second steps, 1980 to 2107) and, exact in
+any time zone, Info-ZIP's extended timestamp; permissions are Unix modes ("made by" Unix).
 
 Parts (``Layout.spans``): member *i*'s local header and bytes, then member *i*'s central record
 (part ``n + i``), then the end records (part ``2n``). Only the local headers and the central
@@ -31,6 +31,7 @@ _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _ZIP64_END = struct.Struct("<IQHHIIQQQQ")
 _ZIP64_LOCATOR = struct.Struct("<IIQI")
 _END = struct.Struct("<IHHHHIIH")
+_UT = struct.Struct("<HHBI")
 _LIMIT = 0xFFFFFFFF
 _ENTRIES_LIMIT = 0xFFFF
 _UTF8 = 0x800
@@ -66,13 +67,24 @@ def _local_extra(member: Member) -> bytes:
     return struct.pack("<HHQQ", 1, 16, member.size, member.size)
 
 
+def _timestamp(member: Member) -> bytes:
+    """Info-ZIP's extended timestamp (0x5455): the modification time in seconds since the epoch,
+    which unzip, bsdtar and 7-Zip set an extracted file's time from in any time zone (the MS-DOS
+    date has none). Left out for a time a 32-bit field cannot hold."""
+    seconds = member.mtime_ns // 1_000_000_000
+    if not 0 <= seconds <= 0xFFFFFFFF:
+        return b""
+    return _UT.pack(0x5455, 5, 1, seconds)
+
+
 def local_header(member: Member, crc: int) -> bytes:
     """*member*'s local file header (its bytes follow it, stored)."""
     name, flags = _name(member)
-    extra = _local_extra(member)
+    zip64 = _local_extra(member)
+    extra = zip64 + _timestamp(member)
     dos_time, dos_date = _dos_time(member.mtime_ns)
-    size = _LIMIT if extra else member.size
-    needed = 45 if extra else 20
+    size = _LIMIT if zip64 else member.size
+    needed = 45 if zip64 else 20
     fixed = _LOCAL.pack(
         0x04034B50, needed, flags, 0, dos_time, dos_date, crc, size, size, len(name), len(extra)
     )
@@ -80,7 +92,7 @@ def local_header(member: Member, crc: int) -> bytes:
 
 
 def _local_size(member: Member) -> int:
-    return _LOCAL.size + len(_name(member)[0]) + len(_local_extra(member))
+    return _LOCAL.size + len(_name(member)[0]) + len(_local_extra(member)) + len(_timestamp(member))
 
 
 def _central_extra(member: Member, offset: int) -> bytes:
@@ -97,10 +109,11 @@ def _central_extra(member: Member, offset: int) -> bytes:
 def central_record(member: Member, crc: int, offset: int) -> bytes:
     """*member*'s record in the central directory (its local header at *offset*)."""
     name, flags = _name(member)
-    extra = _central_extra(member, offset)
+    zip64 = _central_extra(member, offset)
+    extra = zip64 + _timestamp(member)
     dos_time, dos_date = _dos_time(member.mtime_ns)
     size = _LIMIT if member.size >= _LIMIT else member.size
-    needed = 45 if extra else 20
+    needed = 45 if zip64 else 20
     mode = stat.S_IFMT(member.mode) | (member.mode & PERMISSIONS)  # (no setuid: as in the tar)
     attributes = (mode << 16) | (0x10 if member.is_dir else 0)
     fixed = _CENTRAL.pack(
@@ -126,7 +139,9 @@ def central_record(member: Member, crc: int, offset: int) -> bytes:
 
 
 def _central_size(member: Member, offset: int) -> int:
-    return _CENTRAL.size + len(_name(member)[0]) + len(_central_extra(member, offset))
+    return (
+        _CENTRAL.size + len(_name(member)[0]) + len(_central_extra(member, offset)) + len(_timestamp(member))
+    )
 
 
 def end_records(entries: int, directory_start: int, directory_size: int) -> bytes:

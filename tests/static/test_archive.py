@@ -495,3 +495,37 @@ def test_a_file_whose_path_is_too_long_to_open_is_left_out(tmp_path: Path) -> No
     data = archive_bytes(top, layout)  # (every member left in opens: none is too long)
     assert len(data) == layout.length
     assert layout.skipped + len(files) == 20
+
+
+def test_a_zip_says_each_members_time_exactly_in_an_extended_timestamp(tree: Path) -> None:
+    """MS-DOS dates have no time zone (unzip reads them as local time: files came out off by the
+    local offset from UTC): each member's local header and central record carry Info-ZIP's
+    extended timestamp (0x5455, the modification time in seconds since the epoch), which unzip,
+    bsdtar and 7-Zip set the extracted file's time from, in any time zone."""
+    import struct
+
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    data = archive_bytes(tree, layout)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        assert zf.testzip() is None
+        for info in zf.infolist():
+            extra = info.extra
+            at = extra.find(b"UT\x05\x00\x01")
+            assert at >= 0, (info.filename, extra)
+            (seconds,) = struct.unpack_from("<I", extra, at + 5)
+            path = tree.parent / info.filename.rstrip("/")
+            if info.filename.startswith("photos/latin-"):
+                continue  # (a name that is not UTF-8: zipfile reads it as cp437)
+            assert seconds == os.stat(path).st_mtime_ns // 1_000_000_000, info.filename
+            local = data[info.header_offset : info.header_offset + 30 + len(info.filename.encode()) + 64]
+            assert b"UT\x05\x00\x01" + struct.pack("<I", seconds) in local
+    if shutil.which("unzip"):
+        out = tree.parent / "t.zip"
+        out.write_bytes(data)
+        into = tree.parent / "out"
+        env = {**os.environ, "TZ": "America/New_York"}
+        done = subprocess.run(
+            ["unzip", "-q", str(out), "-d", str(into)], capture_output=True, env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert (into / "photos" / "a.txt").stat().st_mtime == int((tree / "a.txt").stat().st_mtime)
