@@ -18,6 +18,7 @@ full; a batch holds at most :data:`BATCH` descriptors and about :data:`BATCH_REA
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import os
 from collections.abc import Callable, Iterator
@@ -29,7 +30,6 @@ from .._options import LazyPool
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece, sent_as_read
-from .._threads import shielded
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol
@@ -113,9 +113,15 @@ class ArchiveBody:
                 # answer's head and what is ready go now, not after it)
                 await self._write(pending)
                 pending = bytearray()
-            job = loop.run_in_executor(archive_executor(), _prepare, body.path, layout, batch, tick)
-            # (cancelled meanwhile: the files the job opens are closed once it is done)
-            pieces = await shielded(job, _close_pieces)
+            job = archive_executor().submit(_prepare, body.path, layout, batch, tick)
+            try:
+                pieces = await asyncio.shield(asyncio.wrap_future(job))
+            except asyncio.CancelledError:
+                # Not waited for (a zip's CRC read may take seconds: a stop would wait for it, or
+                # leave this task pending): the files the job opens are closed as it ends, in its
+                # own thread, whether or not the loop is still there.
+                job.add_done_callback(_close_job_pieces)
+                raise
             try:
                 for before, fd, data, first, length, after, check in pieces:
                     pending += before
@@ -197,6 +203,11 @@ _archive_pool = LazyPool(ARCHIVE_THREADS, "aiosendfile-archive")
 def archive_executor() -> ThreadPoolExecutor:
     """The process-wide pool for archive parts, made on first use."""
     return _archive_pool()
+
+
+def _close_job_pieces(job: concurrent.futures.Future[list[Piece]]) -> None:
+    if not job.cancelled() and job.exception() is None:
+        _close_pieces(job.result())
 
 
 def _close_pieces(pieces: list[Piece] | None) -> None:

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
+import socket
 import ssl
 import subprocess
 import threading
@@ -348,6 +350,26 @@ async def test_no_archive_where_archives_or_listings_are_off(tree: Path) -> None
         assert (await get(site, "/photos/big.bin?tar")).body == (tree / "photos" / "big.bin").read_bytes()
         assert (await get(site, "/photos/.env/?tar")).status == 404  # a dotfile stays hidden
         assert (await get(site, "/photos?tar")).headers["location"] == "./photos/?tar"  # (relative)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_stop_while_a_zips_crc_is_read_is_quiet_and_prompt(tmp_path: Path, loop: str) -> None:
+    """SIGTERM while a large member's CRC-32 is being read (a 6 GiB sparse file: seconds): the stop
+    does not wait for the read, and says nothing (the archive's task, waiting for its pool job,
+    was left pending: "Task was destroyed but it is pending!" on stderr)."""
+    top = tmp_path / "public" / "big"
+    top.mkdir(parents=True)
+    with open(top / "sparse.bin", "wb") as f:
+        f.truncate(6 << 30)
+    with serve_process(tmp_path / "public", cli=True, loop=loop) as server:  # (exit 0, stderr empty)
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        with sock:
+            sock.sendall(b"GET /big/?zip HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(64).startswith(b"HTTP/1.1 200 ")  # (the head goes before the read)
+            began = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            server.proc.wait(timeout=20)
+            assert time.monotonic() - began < 5
 
 
 def _tools() -> list[list[str]]:
