@@ -156,7 +156,17 @@ class Layout:
     CONTENT_TYPE = "application/x-tar"
     NEEDS_CRC = False
 
-    __slots__ = ("__weakref__", "crcs", "etag", "length", "members", "root", "skipped", "starts")
+    __slots__ = (
+        "__weakref__",
+        "crc_mtimes",
+        "crcs",
+        "etag",
+        "length",
+        "members",
+        "root",
+        "skipped",
+        "starts",
+    )
 
     def __init__(self, members: list[Member], skipped: int = 0, root: str | None = None) -> None:
         self.members = members
@@ -164,6 +174,9 @@ class Layout:
         self.root = root
         #: each member's CRC-32 once known (-1: not yet), for a format that needs them (zip)
         self.crcs = array("q", [-1]) * len(members) if self.NEEDS_CRC else array("q")
+        #: the modification time of each member's file when its CRC-32 was read (its bytes are
+        #: those while the time stays: ``_tree.sent_as_read``)
+        self.crc_mtimes = array("q", [0]) * len(members) if self.NEEDS_CRC else array("q")
         #: entries left out (unreadable, a special file, a symlink to a folder or out of the root)
         self.skipped = skipped
         digest = hashlib.blake2b(digest_size=12)

@@ -35,6 +35,7 @@ __all__ = (
     "Piece",
     "crc_known",
     "crc_of",
+    "crc_read",
     "member_crc",
     "open_member",
     "piece",
@@ -196,12 +197,11 @@ def _link_target(name: str, dir_fd: int, directory: str, root: str | None) -> os
         os.close(fd)
 
 
-def open_member(base: str, member: Member, root: str | None = None, exact: bool = False) -> int:
+def open_member(base: str, member: Member, root: str | None = None) -> int:
     """*member*'s file under the folder *base* opened to be sent, checked to be the file the layout
     was made from (see the module) and, with *root*, to lie inside it on the descriptor opened (a
-    symlink turned outside since the walk cannot pass); *exact* (a zip's, whose CRC-32 was read
-    from the file as it was): not rewritten since (:func:`rewritten`). Raises
-    :class:`MemberChanged` (or OSError: it is gone)."""
+    symlink turned outside since the walk cannot pass). Raises :class:`MemberChanged` (or
+    OSError: it is gone)."""
     path = os.path.join(base, member.name.split("/", 1)[1])
     fd = os.open(path, _O_FLAGS)
     try:
@@ -212,30 +212,28 @@ def open_member(base: str, member: Member, root: str | None = None, exact: bool 
             raise MemberChanged(f"{member.name} is no longer inside the root")
         if st.st_size < member.size:
             raise MemberChanged(f"{member.name} shrank from {member.size} to {st.st_size} bytes")
-        if exact and rewritten(st, member):
-            raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def rewritten(st: os.stat_result, member: Member) -> bool:
-    """Whether the file *st* describes was written in place since *member* was made from it: new
-    dates at the same size. A file that grew is taken to have been appended to (a log), its first
-    ``member.size`` bytes, all the archive holds of it, unchanged; one rewritten and grown at once
-    cannot be told from it without reading it again."""
-    return st.st_size == member.size and (st.st_mtime_ns, st.st_ctime_ns) != (
-        member.mtime_ns,
-        member.ctime_ns,
-    )
+def rewritten(st: os.stat_result, member: Member, mtime_ns: int) -> bool:
+    """Whether the file *st* describes was written in place since it had the modification time
+    *mtime_ns* (when its CRC-32 was read): a new time at the same size. Its other dates are not
+    asked (a ``chmod`` or a link changes ``ctime``, not its bytes). A file that grew is taken to
+    have been appended to (a log), its first ``member.size`` bytes, all the archive holds of it,
+    unchanged; one rewritten and grown at once cannot be told from it without reading it."""
+    return st.st_size == member.size and st.st_mtime_ns != mtime_ns
 
 
-def sent_as_read(fd: int, member: Member) -> None:
-    """Raise :class:`MemberChanged` if *member*'s file (open as *fd*) was rewritten while its bytes
-    were sent (a zip's: its CRC-32, sent before, would not match them)."""
-    if rewritten(os.fstat(fd), member):
-        raise MemberChanged(f"{member.name} was rewritten while it was sent")
+def sent_as_read(fd: int, check: tuple[Member, int]) -> None:
+    """Raise :class:`MemberChanged` if the member's file (open as *fd*) was rewritten since its
+    CRC-32 was read, at the time *check* gives (a zip's: its CRC, sent before its bytes, would not
+    match them)."""
+    member, mtime_ns = check
+    if rewritten(os.fstat(fd), member, mtime_ns):
+        raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
 
 
 #: A member file this small is read with its part (:func:`piece`): its bytes go with the headers
@@ -247,7 +245,8 @@ class Piece(NamedTuple):
     """A part of an archive made ready to send (in a pool thread): the bytes before the member's
     file, then the file's bytes (read: ``data``; or ``length`` bytes from ``first`` of the open
     ``fd``, the caller's to close), then the bytes after. ``check``: the member whose file must
-    still be as its CRC-32 was read once its bytes are sent from ``fd`` (:func:`sent_as_read`)."""
+    still be as its CRC-32 was read, and its time then, once its bytes are sent from ``fd``
+    (:func:`sent_as_read`)."""
 
     before: bytes
     fd: int | None
@@ -255,7 +254,7 @@ class Piece(NamedTuple):
     first: int
     length: int
     after: bytes
-    check: Member | None = None
+    check: tuple[Member, int] | None = None
 
 
 def piece(
@@ -271,9 +270,17 @@ def piece(
     member = layout.body_of(part)
     assert member is not None
     exact = layout.NEEDS_CRC
-    fd = open_member(path, member, layout.root, exact)
+    fd = open_member(path, member, layout.root)
     if member.size > SMALL:
-        return Piece(before, fd, None, first, last - first, after, member if exact else None)
+        if not exact:
+            return Piece(before, fd, None, first, last - first, after)
+        check = (member, layout.crc_mtimes[part])  # (a zip's member part is its index)
+        try:
+            sent_as_read(fd, check)  # (and again once its bytes are sent)
+        except BaseException:
+            os.close(fd)
+            raise
+        return Piece(before, fd, None, first, last - first, after, check)
     try:
         if exact:  # the whole file, to check it against the CRC-32 its headers carry
             data = os.pread(fd, member.size, 0)
@@ -307,8 +314,9 @@ def member_crc(path: str, layout: Layout, index: int | None, tick: Callable[[], 
     known = layout.crcs[index]
     if known >= 0:
         return known
-    crc = crc_of(path, layout.members[index], tick, layout.root)
+    crc, mtime_ns = crc_read(path, layout.members[index], tick, layout.root)
     layout.crcs[index] = crc
+    layout.crc_mtimes[index] = mtime_ns
     return crc
 
 
@@ -327,19 +335,29 @@ def _crc_key(member: Member) -> tuple[int, int, int, int, int]:
 
 
 def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, root: str | None = None) -> int:
-    """*member*'s CRC-32 (its file's first ``size`` bytes), from the cache or read (in a pool
-    thread: it reads the whole file, which leaves its pages cached for the ``sendfile`` after;
-    *tick* is called after each :data:`TICK_BYTES` read: a large file's read is progress too)."""
+    """*member*'s CRC-32 (:func:`crc_read`'s)."""
+    return crc_read(path, member, tick, root)[0]
+
+
+def crc_read(
+    path: str, member: Member, tick: Callable[[], None] | None = None, root: str | None = None
+) -> tuple[int, int]:
+    """*member*'s CRC-32 (its file's first ``size`` bytes) and its file's modification time when
+    they were read, from the cache or read (in a pool thread: it reads the whole file, which
+    leaves its pages cached for the ``sendfile`` after; *tick* is called after each
+    :data:`TICK_BYTES` read: a large file's read is progress too). Kept by the walk's identity
+    only if the file still had the walk's time: a CRC read since a change is this archive's."""
     if member.is_dir or not member.size:
-        return 0
+        return 0, member.mtime_ns
     key = _crc_key(member)
     with _crcs_lock:
         known = _crcs.get(key)
         if known is not None:
             _crcs.move_to_end(key)
-            return known
-    fd = open_member(path, member, root, exact=True)
+            return known, member.mtime_ns
+    fd = open_member(path, member, root)
     try:
+        before = os.fstat(fd).st_mtime_ns
         crc = 0
         left = member.size
         at = 0
@@ -352,12 +370,13 @@ def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, ro
             left -= len(block)
             if tick is not None and at % TICK_BYTES == 0:
                 tick()
-        if rewritten(os.fstat(fd), member):  # (meanwhile: the CRC of neither, not to be kept)
+        if rewritten(os.fstat(fd), member, before):  # (meanwhile: the CRC of neither)
             raise MemberChanged(f"{member.name} was rewritten while its CRC-32 was read")
     finally:
         os.close(fd)
-    with _crcs_lock:
-        _crcs[key] = crc
-        if len(_crcs) > CRC_CACHE_ENTRIES:
-            _crcs.popitem(last=False)
-    return crc
+    if before == member.mtime_ns:
+        with _crcs_lock:
+            _crcs[key] = crc
+            if len(_crcs) > CRC_CACHE_ENTRIES:
+                _crcs.popitem(last=False)
+    return crc, before
