@@ -69,8 +69,9 @@ _PLAIN_REFUSAL = (
 #: OpenSSL's reasons for a handshake that met plain HTTP (a request line, CONNECT's).
 _PLAIN_REASONS = frozenset(("HTTP_REQUEST", "HTTPS_PROXY_REQUEST"))
 #: The rest of a request line once OpenSSL took its first five bytes for a record header: the
-#: method's end (maybe nothing), a space, a target, a space, ``HTTP/x.y``.
-_REQUEST_LINE_END = re.compile(rb"[!-~]* [!-~]+ HTTP/\d\.\d\r?")
+#: method's end and a space (unless the five bytes held them: ``LOCK /``), the rest of a
+#: target, a space, ``HTTP/x.y``.
+_REQUEST_LINE_END = re.compile(rb"(?:[!-~]* )?[!-~]* HTTP/\d\.\d\r?")
 #: A closed connection reads what its client still sends this long at most (nginx's
 #: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
 #: client to read the end of the answer from the socket buffers.

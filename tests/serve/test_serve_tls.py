@@ -61,7 +61,9 @@ async def test_a_client_that_never_shakes_hands_is_dropped_after_the_header_time
 
 
 @pytest.mark.parametrize(
-    "method", ["GET", "OPTIONS", "DELETE", "PATCH", "PROPFIND", "CONNECT", None], ids=str
+    "method",
+    ["GET", "OPTIONS", "DELETE", "PATCH", "PROPFIND", "CONNECT", "LOCK", "ACL", "MOVE", None],
+    ids=str,
 )
 async def test_a_garbage_handshake_is_closed_quietly(
     tmp_path: Path, tls_contexts: Any, method: str | None
