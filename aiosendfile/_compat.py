@@ -164,6 +164,24 @@ def _native_transport_types(uvloop_mod: Any) -> tuple[type, ...]:
     return tuple(types)
 
 
+def pipe_transport_types() -> tuple[type, ...]:
+    """The pipe transport classes (``connect_write_pipe``, a subprocess's ``stdin``): asyncio's
+    ``unix_events`` ones and, once uvloop is imported, its ``WriteUnixTransport`` and
+    ``ReadUnixTransport`` (which say no ``"pipe"`` extra for a subprocess's pipe, and whose
+    ``socket`` extra is a stream socket's). Classes missing in a version are left out."""
+    return _pipe_transport_types(sys.modules.get("uvloop.loop"))
+
+
+@functools.cache
+def _pipe_transport_types(uvloop_mod: Any) -> tuple[type, ...]:
+    from asyncio import unix_events
+
+    names = [(unix_events, "_UnixWritePipeTransport"), (unix_events, "_UnixReadPipeTransport")]
+    if uvloop_mod is not None:
+        names += [(uvloop_mod, "WriteUnixTransport"), (uvloop_mod, "ReadUnixTransport")]
+    return tuple(found for mod, name in names if isinstance(found := getattr(mod, name, None), type))
+
+
 def adopts_descriptors(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether *loop*'s ``connect_accepted_socket`` may be given an :class:`AdoptedSocket` for a
     plain connection: uvloop's (checked once per loop class)."""

@@ -118,7 +118,9 @@ def _refuse_unframed(transport: Any) -> None:
     sock = get("socket") if get is not None else None
     if isinstance(transport, asyncio.DatagramTransport) or getattr(sock, "type", None) == socket.SOCK_DGRAM:
         kind = "a datagram transport carries no byte stream"
-    elif get is not None and get("pipe") is not None:
+    elif isinstance(transport, _compat.pipe_transport_types()) or (
+        get is not None and get("pipe") is not None
+    ):
         kind = "a pipe (sendfile writes to a stream socket's transport)"
     else:
         return

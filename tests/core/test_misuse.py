@@ -170,6 +170,18 @@ async def test_datagram_and_pipe_transports_are_refused_in_words(make_file: Any)
         os.set_blocking(r, False)
         with pytest.raises(BlockingIOError):
             os.read(r, 1)  # (nothing was written to the pipe)
+        child = await asyncio.create_subprocess_exec(
+            "cat", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
+        )
+        assert child.stdin is not None
+        try:
+            refused = pytest.raises(RuntimeError, match=r"not supported for transport .*: a pipe")
+            with open(make_file(10), "rb") as f, refused:  # (uvloop's subprocess pipe: no "pipe" extra)
+                await aiosendfile.sendfile(child.stdin, f)
+        finally:
+            child.stdin.close()
+            if await asyncio.wait_for(child.wait(), 10) is None:
+                child.kill()
     finally:
         udp.close()
         pipe.close()
