@@ -56,6 +56,7 @@ __all__ = (
     "counters",
     "make_pipe",
     "page_cached",
+    "peer_ended",
     "range_cached",
     "range_cached_available",
     "range_readable",
@@ -536,6 +537,21 @@ def borrow_socket(fd: int) -> socket.socket:
     if sock.gettimeout() is not None:
         sock.setblocking(False)  # the fd is non-blocking already: this only clears the timeout
     return sock
+
+
+def peer_ended(fd: int) -> bool:
+    """Whether the stream socket *fd*'s peer has ended its side (its end of stream, or a reset),
+    looked at without reading (``MSG_PEEK``): False while nothing came, or bytes wait. For a
+    request waiting with reading paused, whose client may have gone meanwhile."""
+    sock = borrow_socket(fd)
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.detach()
 
 
 def push(sock: socket.socket) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .._lookup import identity_of
 from .._outlet import PROBED_COLD, READ_MAX, probe_max
+from .._platform import peer_ended
 from .._static import _hot
 from .._static._answer import Answer, FileRange, Multipart, error
 from .._static._core import answer as core_answer
@@ -423,8 +424,16 @@ def _cold_done(
 
 
 def _walk_again(conn: HttpProtocol, exchange: Exchange, waited: int) -> None:
-    if conn.transport is not None:  # (else the connection is gone: nothing to answer)
-        _to_pool(conn, exchange, first=False, waited=waited)
+    transport = conn.transport
+    if transport is None:  # the connection is gone: nothing to answer
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None and peer_ended(sock.fileno()):
+        # Its client left while it waited (reading is paused: its end was not read): no walk
+        # for nobody. (A client that half-closed after its request is taken as gone too.)
+        transport.abort()
+        return
+    _to_pool(conn, exchange, first=False, waited=waited)
 
 
 def render(conn: HttpProtocol, exchange: Exchange, ans: Answer) -> None:

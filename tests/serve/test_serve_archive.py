@@ -329,6 +329,44 @@ async def test_a_zips_head_is_sent_before_a_large_members_crc_is_read(
         gate.set()
 
 
+async def test_an_archive_whose_client_left_while_it_waited_is_not_walked(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A download waiting for a walk (both taken) whose client closes meanwhile is dropped before
+    it asks again: reading is paused while it waits, so the end of stream was not seen, and a
+    client sending and closing at once could keep both walks busy with abandoned folders."""
+    from aiosendfile._static import _fs, _tree
+
+    walked: list[str] = []
+    real = _tree.walk
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        walked.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_tree, "walk", counted)
+    held = [_fs._walks.acquire(blocking=False) for _ in range(_fs.MAX_WALKS)]
+    assert all(held)
+    try:
+        async with serve_site(tree, show_index=True, archives=True) as site:
+            _, writer = await site.open()
+            writer.write(b"GET /photos/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.2)  # (it waits for a walk)
+            await close_writer(writer)
+            await asyncio.sleep(0.2)
+            for _ in held:
+                _fs._walks.release()
+            held = []
+            await asyncio.sleep(2.0)  # (past its next asks)
+            assert walked == []
+            assert (await get(site, "/photos/?tar")).status == 200  # (the walks are free)
+            assert len(walked) == 1
+    finally:
+        for _ in held:
+            _fs._walks.release()
+
+
 async def test_the_bounds_answer_413(tree: Path) -> None:
     async with serve_site(tree, show_index=True, archives=True, max_archive_entries=10) as site:
         assert (await get(site, "/photos/?tar")).status == 413
