@@ -56,6 +56,7 @@ __all__ = (
     "signal_name",
     "stderr_lines",
     "tls_context",
+    "tls_file_trouble",
     "tls_trouble",
     "worker",
 )
@@ -101,6 +102,20 @@ def tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
         if key is None:
             return f"{cert} holds no private key: give it with --tls-key"
         return f"{key} holds no PEM private key (-----BEGIN PRIVATE KEY-----)"
+    return in_words(exc)
+
+
+def tls_file_trouble(exc: OSError, cert: str, key: str | None) -> str:
+    """A ``--tls-cert``/``--tls-key`` file that could not be read, in words naming it (OpenSSL's
+    error names none): the first of them that does not open as a file."""
+    for path in (cert, key):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as failed:
+            return f"{path}: {in_words(failed)}"
     return in_words(exc)
 
 
@@ -173,7 +188,7 @@ def worker(
     except ssl.SSLError as exc:
         error = f"cannot use --tls-cert/--tls-key: {tls_trouble(args.tls_cert, args.tls_key, exc)}"
     except OSError as exc:
-        error = f"cannot use --tls-cert/--tls-key: {in_words(exc)}"
+        error = f"cannot use --tls-cert/--tls-key: {tls_file_trouble(exc, args.tls_cert, args.tls_key)}"
     if not error:
         try:
             sock = listening_socket(host, port, reuse_port=True)

@@ -772,3 +772,17 @@ def test_serve_started_with_its_standard_descriptors_closed_stops_cleanly(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_tls_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    """OpenSSL's error for a file it cannot open names none: which of the two it is is said."""
+    ca = trustme.CA()
+    cert = tmp_path / "cert.pem"
+    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    missing = tmp_path / "gone-key.pem"
+    done = _run("serve", str(tmp_path), "--port", "0", "--tls-cert", str(cert), "--tls-key", str(missing))
+    assert done.returncode == 2, done
+    assert f"{missing}: no such file" in done.stderr, done.stderr
+    done = _run("serve", str(tmp_path), "--port", "0", "--tls-cert", str(tmp_path))
+    assert done.returncode == 2, done
+    assert f"{tmp_path}: it is a directory" in done.stderr, done.stderr
