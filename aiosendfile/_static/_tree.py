@@ -34,7 +34,6 @@ __all__ = (
     "MemberChanged",
     "Piece",
     "crc_known",
-    "crc_of",
     "crc_read",
     "member_crc",
     "open_member",
@@ -308,7 +307,7 @@ TICK_BYTES = 64 * _CRC_READ
 
 def member_crc(path: str, layout: Layout, index: int | None, tick: Callable[[], None] | None = None) -> int:
     """The CRC-32 of *layout*'s member *index* (0 for None): the layout's own once known (so an
-    archive needs each file's read once however many members it has), else :func:`crc_of`."""
+    archive needs each file's read once however many members it has), else :func:`crc_read`."""
     if index is None:
         return 0
     known = layout.crcs[index]
@@ -332,11 +331,6 @@ def crc_known(layout: Layout, index: int | None) -> bool:
 
 def _crc_key(member: Member) -> tuple[int, int, int, int, int]:
     return (member.dev, member.ino, member.size, member.mtime_ns, member.ctime_ns)
-
-
-def crc_of(path: str, member: Member, tick: Callable[[], None] | None = None, root: str | None = None) -> int:
-    """*member*'s CRC-32 (:func:`crc_read`'s)."""
-    return crc_read(path, member, tick, root)[0]
 
 
 def crc_read(

@@ -301,14 +301,15 @@ async def test_a_zips_head_is_sent_before_a_large_members_crc_is_read(
     cold file: 5.4 s; past a proxy's read timeout for a larger one). It goes first now."""
     from aiosendfile._static import _tree
 
-    gate = threading.Event()
-    real = _tree.crc_of
+    gate, entered = threading.Event(), threading.Event()
+    real = _tree.crc_read
 
-    def slow_crc(*args: Any, **kwargs: Any) -> int:
+    def slow_crc(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        entered.set()
         gate.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_tree, "crc_of", slow_crc)
+    monkeypatch.setattr(_tree, "crc_read", slow_crc)
     _tree._crcs.clear()
     try:
         async with serve_site(tree, show_index=True, archives=True) as site:
@@ -317,7 +318,8 @@ async def test_a_zips_head_is_sent_before_a_large_members_crc_is_read(
                 writer.write(b"GET /photos/?zip HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
                 assert head.startswith(b"HTTP/1.1 200 ")
-                assert not gate.is_set()  # (the CRC read still waits)
+                assert await asyncio.to_thread(entered.wait, 10)  # (the CRC read is under way...)
+                assert not gate.is_set()  # (...and still waits)
                 gate.set()
                 length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
                 body = await asyncio.wait_for(reader.readexactly(length), 20)
