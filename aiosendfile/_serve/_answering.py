@@ -382,26 +382,21 @@ def _cold_done(
     conn: HttpProtocol, exchange: Exchange, job: concurrent.futures.Future[Answer | None], waited: int = 0
 ) -> None:
     """A cold decision is back on the loop: render it (or close it if the connection is gone)."""
-    if (
-        waited < len(WALK_WAITS)
-        and not job.cancelled()
-        and job.exception() is None
-        and (busy := job.result()) is not None
-        and busy.status == 503
-        and conn.transport is not None
-    ):  # (the core's one 503: every archive walk taken) the connection stays busy meanwhile
-        busy.close()
+    exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
+    ans = job.result() if exc is None else None
+    if ans is not None and ans.status == 503 and waited < len(WALK_WAITS) and conn.transport is not None:
+        # (the core's one 503: every archive walk taken) asked again later; the connection stays
+        # busy meanwhile
+        ans.close()
         conn.engine.loop.call_later(WALK_WAITS[waited], _walk_again, conn, exchange, waited + 1)
         return
     conn._free()
-    exc = job.exception() if not job.cancelled() else RuntimeError("the cold pool cancelled a decision")
     if exc is not None:
         if not isinstance(exc, Exception):
             raise exc
         crashed(conn, exchange, exc)
         conn._resume()
         return
-    ans = job.result()
     engine = conn.engine
     engine.saw(exchange.raw)
     if ans is None:  # looked up: decide now, inline
