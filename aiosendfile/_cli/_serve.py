@@ -160,7 +160,7 @@ def serve_command(args: argparse.Namespace) -> int:
         f"({loop_name}, {args.workers} worker{'s' if multi else ''}; Ctrl-C to stop)"
     )
     if args.tls_cert:
-        from .._serve._tls import tls_path
+        from .._serve._tls_rules import tls_path
 
         banner += f"\n{tls_path()}"
     if args.upload:

@@ -11,7 +11,7 @@ control with ``pause_writing``/``resume_writing``, ``pause_reading``, ``close``,
 
 * **Handshake** as the loop's own would: within ``handshake_timeout`` (asyncio's 60 s) or the
   socket is closed; a failed one is the peer's problem (nothing logged; plain HTTP gets a plain
-  400 that says it came to an HTTPS port, as nginx answers). It begins when the
+  400 that says it came to an HTTPS port, as nginx answers: :mod:`._tls_rules`). It begins when the
   socket is readable (the client's hello), in the loop's turn for it, never inside the accept
   batch. The protocol is made and its ``connection_made`` called once it is done, and what the
   client sent behind its last handshake record is read at once.
@@ -39,39 +39,24 @@ import asyncio
 import collections
 import contextlib
 import os
-import re
 import socket
 import ssl
 from collections.abc import Callable
 from typing import Any
 
 from .. import _compat
+from ._tls_rules import PLAIN_REFUSAL, plain_http
 
 __all__ = (
     "HANDSHAKE_TIMEOUT",
     "HIGH_WATER",
     "LOW_WATER",
     "TLSTransport",
-    "kernel_tls",
-    "tls_path",
 )
 
 #: A handshake not done in this many seconds is dropped (asyncio's ``ssl_handshake_timeout``).
 HANDSHAKE_TIMEOUT = 60.0
 
-_PLAIN_TEXT = b"400: a plain HTTP request was sent to an HTTPS port (ask with https://)\n"
-#: The answer to plain HTTP on the HTTPS port (see TLSTransport._plain_refusal).
-_PLAIN_REFUSAL = (
-    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"X-Content-Type-Options: nosniff\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-    % (len(_PLAIN_TEXT), _PLAIN_TEXT)
-)
-#: OpenSSL's reasons for a handshake that met plain HTTP (a request line, CONNECT's).
-_PLAIN_REASONS = frozenset(("HTTP_REQUEST", "HTTPS_PROXY_REQUEST"))
-#: The rest of a request line once OpenSSL took its first five bytes for a record header: the
-#: method's end and a space (unless the five bytes held them: ``LOCK /``), the rest of a
-#: target, a space, ``HTTP/x.y``.
-_REQUEST_LINE_END = re.compile(rb"(?:[!-~]* )?[!-~]* HTTP/\d\.\d\r?")
 #: A closed connection reads what its client still sends this long at most (nginx's
 #: ``lingering_time``), then is closed (see ``TLSTransport._linger``): long enough for a slow
 #: client to read the end of the answer from the socket buffers.
@@ -87,30 +72,8 @@ LOW_WATER = 16 * 1024
 READ_SIZE = 16 * 1024
 READS_PER_WAKEUP = 16
 
-_ULP = "/proc/sys/net/ipv4/tcp_available_ulp"
 _MISSING = object()
 _SESSION_FACTS = frozenset(("ssl_object", "cipher", "peercert", "compression"))
-
-
-def kernel_tls() -> str | None:
-    """None where this machine offers kernel TLS (Python's ``ssl.OP_ENABLE_KTLS`` and the kernel's
-    ``tls`` module), else why not. It is not used yet: with it, ``sendfile`` on a TLS socket would
-    be zero-copy (nginx's ``ssl_conf_command Options KTLS``), and nothing here can test that."""
-    if not hasattr(ssl, "OP_ENABLE_KTLS"):
-        return "needs Python 3.12+"
-    try:
-        with open(_ULP) as f:
-            ulps = f.read().split()
-    except OSError:
-        return "not a Linux kernel that offers it"
-    return None if "tls" in ulps else "the kernel has no tls module"
-
-
-def tls_path() -> str:
-    """What the banner says of the TLS path in use."""
-    why_not = kernel_tls()
-    ktls = "available, not used yet" if why_not is None else f"not available: {why_not}"
-    return f"TLS: OpenSSL on the socket, userspace encryption; kernel TLS {ktls}"
 
 
 class TLSTransport(asyncio.Transport):
@@ -176,7 +139,7 @@ class TLSTransport(asyncio.Transport):
             self._watch_write(True)
             return
         except (OSError, ValueError) as exc:  # (ssl.SSLError is an OSError) the peer's problem
-            if getattr(exc, "reason", None) in _PLAIN_REASONS or self._plain_after():
+            if plain_http(getattr(exc, "reason", None), self._peek()):
                 self._plain_refusal()
             self._drop()
             return
@@ -196,15 +159,11 @@ class TLSTransport(asyncio.Transport):
         if not self._closed:  # (a client's first request comes right behind its last handshake record)
             self._readable()
 
-    def _plain_after(self) -> bool:
-        """Whether what follows the record header OpenSSL refused is the rest of a plain HTTP
-        request line (OpenSSL names plain HTTP for GET, HEAD, POST and PUT only: ``OPTIONS``,
-        ``DELETE``, ``PATCH``... are a bad version number to it), as nginx tells plain HTTP from
-        TLS by its first byte whatever the method. Peeked, not read."""
+    def _peek(self) -> bytes:
+        """What the client sent that OpenSSL has not read, as far as it came (peeked, not read)."""
         with contextlib.suppress(OSError):
-            line = self._sock.recv(512, socket.MSG_PEEK | socket.MSG_DONTWAIT).partition(b"\n")
-            return bool(line[1]) and _REQUEST_LINE_END.fullmatch(line[0]) is not None
-        return False
+            return self._sock.recv(512, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        return b""
 
     def _plain_refusal(self) -> None:
         """Plain HTTP where a ClientHello belongs: a plain 400 that says so, as nginx answers, so
@@ -217,7 +176,7 @@ class TLSTransport(asyncio.Transport):
                 if len(os.read(fd, 65536)) < 65536:
                     break
         with contextlib.suppress(OSError):
-            os.write(fd, _PLAIN_REFUSAL)
+            os.write(fd, PLAIN_REFUSAL)
             self._sock.shutdown(socket.SHUT_WR)
 
     def _handshake_expired(self) -> None:
