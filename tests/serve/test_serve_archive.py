@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,11 @@ def tree_files(top: Path, name: str) -> dict[str, Any]:
                 with open(os.path.join(dirpath, f), "rb") as fh:
                     out[f"{prefix}/{os.fsdecode(f)}"] = fh.read()
     return out
+
+
+def append_to(path: Path) -> None:
+    with open(path, "ab") as f:
+        f.write(b"appended meanwhile" * 1000)
 
 
 async def get(site: ServeSite, target: str, extra: str = "", method: str = "GET") -> Any:
@@ -175,6 +182,25 @@ async def test_a_cut_download_resumes_byte_identical(tree: Path, where: dict[str
         assert fresh.status == 304
 
 
+async def changed_midway(
+    site: ServeSite, kind: str, change: Callable[[], None], *, whole: bool
+) -> tuple[int, bytes]:
+    """``GET /photos/?<kind>``, *change* the tree once its first MiB came (the server well short of
+    the 24 MiB ``big.bin``), then read the rest: its ``Content-Length`` if *whole* (it must come
+    whole), else to the connection's end. Returns (the announced length, the body read)."""
+    reader, writer = await site.open()
+    try:
+        writer.write(f"GET /photos/?{kind} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        got = await asyncio.wait_for(reader.readexactly(MiB), 10)
+        change()
+        rest = reader.readexactly(length - MiB) if whole else read_to_eof(reader)
+        return length, got + await asyncio.wait_for(rest, 20)
+    finally:
+        await close_writer(writer)
+
+
 @pytest.mark.parametrize("kind", ["tar", "zip"])
 async def test_a_file_that_shrinks_while_it_is_sent_aborts_the_connection(
     tree: Path, where: dict[str, Any], kind: str
@@ -182,17 +208,7 @@ async def test_a_file_that_shrinks_while_it_is_sent_aborts_the_connection(
     big = tree / "photos" / "big.bin"
     big.write_bytes(pattern(24 * MiB, seed=7))
     async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
-        reader, writer = await site.open()
-        try:
-            writer.write(f"GET /photos/?{kind} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
-            with open(big, "r+b") as f:
-                f.truncate(2 * MiB)  # the server is well short of the end of it
-            got += await asyncio.wait_for(read_to_eof(reader), 20)
-        finally:
-            await close_writer(writer)
+        length, got = await changed_midway(site, kind, lambda: os.truncate(big, 2 * MiB), whole=False)
         assert len(got) < length  # cut: never an archive passed off as whole
         assert (await get(site, f"/photos/?{kind}")).status == 200  # (the server goes on)
 
@@ -203,17 +219,7 @@ async def test_a_file_that_grows_is_sent_at_its_announced_size(tree: Path, where
     log = tree / "photos" / "sub" / "b.bin"  # sent after big.bin
     before = log.read_bytes()
     async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
-        reader, writer = await site.open()
-        try:
-            writer.write(b"GET /photos/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
-            with open(log, "ab") as f:
-                f.write(b"appended meanwhile" * 1000)
-            got += await asyncio.wait_for(reader.readexactly(length - MiB), 20)
-        finally:
-            await close_writer(writer)
+        _, got = await changed_midway(site, "tar", functools.partial(append_to, log), whole=True)
         assert tar_members(got)["photos/sub/b.bin"] == before
 
 
@@ -225,19 +231,14 @@ async def test_a_zip_member_rewritten_in_place_while_it_is_sent_aborts_the_conne
     as whole. Now the connection is cut; a file that only grew is still sent whole (below)."""
     big = tree / "photos" / "big.bin"
     big.write_bytes(pattern(24 * MiB, seed=7))
+
+    def rewrite() -> None:
+        with open(big, "r+b") as f:
+            f.seek(20 * MiB)
+            f.write(b"rewritten" * 1000)  # the server is well short of it
+
     async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024, **where) as site:
-        reader, writer = await site.open()
-        try:
-            writer.write(b"GET /photos/?zip HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
-            with open(big, "r+b") as f:
-                f.seek(20 * MiB)
-                f.write(b"rewritten" * 1000)  # the server is well short of it
-            got += await asyncio.wait_for(read_to_eof(reader), 20)
-        finally:
-            await close_writer(writer)
+        length, got = await changed_midway(site, "zip", rewrite, whole=False)
         assert len(got) < length  # cut: never a zip whose CRC does not match, passed off as whole
         whole = await get(site, "/photos/?zip")  # (the server goes on; the new bytes, a new CRC)
         assert zip_members(whole.body)["photos/big.bin"] == big.read_bytes()
@@ -248,17 +249,7 @@ async def test_a_zip_member_that_grows_is_sent_at_its_announced_size(tree: Path)
     big.write_bytes(pattern(24 * MiB, seed=7))
     before = big.read_bytes()
     async with serve_site(tree, show_index=True, archives=True, limit=64 * 1024) as site:
-        reader, writer = await site.open()
-        try:
-            writer.write(b"GET /photos/?zip HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-            got = await asyncio.wait_for(reader.readexactly(MiB), 10)
-            with open(big, "ab") as f:
-                f.write(b"appended meanwhile" * 1000)
-            got += await asyncio.wait_for(reader.readexactly(length - MiB), 20)
-        finally:
-            await close_writer(writer)
+        _, got = await changed_midway(site, "zip", functools.partial(append_to, big), whole=True)
         assert zip_members(got)["photos/big.bin"] == before
 
 
