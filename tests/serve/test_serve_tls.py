@@ -256,6 +256,27 @@ async def test_the_engine_runs_tls_on_its_own_transport(tmp_path: Path, tls_cont
             await close_writer(writer)
 
 
+async def _answered_then_lingering(site: Any, client_ctx: ssl.SSLContext) -> ssl.SSLSocket:
+    """A blocking TLS client (in a thread: asyncio's and uvloop's close as soon as the close_notify
+    comes) that asked with ``Connection: close`` and read the answer, once the server lingers."""
+
+    def connect() -> ssl.SSLSocket:
+        raw = socket.create_connection((site.host, site.port))
+        return client_ctx.wrap_socket(raw, server_hostname="localhost")  # (the handshake blocks)
+
+    client = await asyncio.to_thread(connect)
+    try:
+        await asyncio.to_thread(client.sendall, get("/small.txt", "Connection: close\r\n"))
+        got = b""
+        while len(got) < 4096 or b"\r\n\r\n" not in got:
+            got += await asyncio.to_thread(client.recv, 65536)
+        await until(lambda: bool(site.server._lingering))
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
 async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path, tls_contexts: Any) -> None:
     """After ``Connection: close`` the server sends its close_notify and end of stream, and keeps
     reading until the client's end: closed at once, a client's late close_notify would be answered
@@ -264,18 +285,8 @@ async def test_a_closed_connection_lingers_until_its_client_ends(tmp_path: Path,
     blocking socket in a thread: asyncio's and uvloop's close as soon as the close_notify comes.)"""
     async with serving(tmp_path, tls=tls_contexts) as site:
         listener = site.server
-
-        def connect() -> ssl.SSLSocket:
-            raw = socket.create_connection((site.host, site.port))
-            return tls_contexts[1].wrap_socket(raw, server_hostname="localhost")  # (the handshake blocks)
-
-        client = await asyncio.to_thread(connect)
+        client = await _answered_then_lingering(site, tls_contexts[1])
         try:
-            await asyncio.to_thread(client.sendall, get("/small.txt", "Connection: close\r\n"))
-            got = b""
-            while len(got) < 4096 or b"\r\n\r\n" not in got:
-                got += await asyncio.to_thread(client.recv, 65536)
-            await until(lambda: bool(listener._lingering))
             assert not engine()._engines[site.server].connections  # the protocol is done with it
             await asyncio.sleep(0.2)
             assert listener._lingering  # still waiting for the client's end
@@ -299,18 +310,8 @@ async def test_a_lingering_connection_whose_client_sends_nothing_is_closed_after
     monkeypatch.setattr(_tls, "LINGER_IDLE", 0.5, raising=False)
     async with serving(tmp_path, tls=tls_contexts) as site:
         listener = site.server
-
-        def connect() -> ssl.SSLSocket:
-            raw = socket.create_connection((site.host, site.port))
-            return tls_contexts[1].wrap_socket(raw, server_hostname="localhost")
-
-        client = await asyncio.to_thread(connect)
+        client = await _answered_then_lingering(site, tls_contexts[1])
         try:
-            await asyncio.to_thread(client.sendall, get("/small.txt", "Connection: close\r\n"))
-            got = b""
-            while len(got) < 4096 or b"\r\n\r\n" not in got:
-                got += await asyncio.to_thread(client.recv, 65536)
-            await until(lambda: bool(listener._lingering))
             for _ in range(3):  # (bytes within the idle time each: read on)
                 await asyncio.sleep(0.3)
                 await asyncio.to_thread(client.sendall, b"x")
