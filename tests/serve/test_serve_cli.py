@@ -655,13 +655,18 @@ def test_a_port_another_servers_workers_hold_is_refused(tmp_path: Path) -> None:
         first.close()
 
 
+def _certificate(where: Path) -> Path:
+    """A new CA's certificate for ``localhost`` (no key with it), as ``where/cert.pem``."""
+    cert = where / "cert.pem"
+    trustme.CA().issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    return cert
+
+
 def test_an_encrypted_key_is_refused_in_words_never_asked(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    ca = trustme.CA()
-    cert = tmp_path / "cert.pem"
-    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    cert = _certificate(tmp_path)
     key = tmp_path / "key.pem"
     key.write_bytes(
         ec.generate_private_key(ec.SECP256R1()).private_bytes(
@@ -776,9 +781,7 @@ def test_serve_started_with_its_standard_descriptors_closed_stops_cleanly(
 
 def test_a_tls_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     """OpenSSL's error for a file it cannot open names none: which of the two it is is said."""
-    ca = trustme.CA()
-    cert = tmp_path / "cert.pem"
-    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    cert = _certificate(tmp_path)
     missing = tmp_path / "gone-key.pem"
     done = _run("serve", str(tmp_path), "--port", "0", "--tls-cert", str(cert), "--tls-key", str(missing))
     assert done.returncode == 2, done
