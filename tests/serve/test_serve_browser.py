@@ -84,6 +84,13 @@ def _names(driver: Any) -> list[str]:
     return list(driver.execute_script(script) or [])
 
 
+def _upload(driver: Any, picked: Path, name: str) -> None:
+    """Pick *picked* in the page's upload form, send it, and wait until *name* is listed."""
+    driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
+    driver.find_element(By.CSS_SELECTOR, "#upload button").click()
+    _listed(driver, name)
+
+
 def _listed(driver: Any, name: str) -> None:
     """Wait for the page (reloaded after an upload) to list *name*."""
     WebDriverWait(driver, 30).until(lambda d: name in _names(d))
@@ -131,9 +138,7 @@ def test_the_listing_page_lists_sorts_uploads_and_downloads(
     _no_script_ran(driver)
 
     driver.get(serve_cli.url)
-    driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-    driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-    _listed(driver, "picked.bin")
+    _upload(driver, picked, "picked.bin")
     assert (public / "picked.bin").read_bytes() == picked.read_bytes()
 
     driver.execute_script(_DROP, 100_000)
@@ -160,9 +165,7 @@ def test_without_script_the_page_still_sorts_and_uploads(
         driver.find_element(By.LINK_TEXT, "Size").click()
         WebDriverWait(driver, 10).until(lambda d: "sort=size" in d.current_url)
         assert _names(driver)[-2:] == ["small.txt", "big.bin"]
-        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-        _listed(driver, "plain form.txt")
+        _upload(driver, picked, "plain form.txt")
         _no_script_ran(driver)
     assert (public / "plain form.txt").read_bytes() == picked.read_bytes()
 
@@ -248,9 +251,7 @@ def test_an_upload_from_the_page_resumes_after_the_connection_drops(
     try:
         driver = page
         driver.get(f"http://127.0.0.1:{proxy.port}/")
-        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-        _listed(driver, "resumed.bin")
+        _upload(driver, picked, "resumed.bin")
     finally:
         proxy.close()
     assert proxy.cuts == 0
@@ -313,9 +314,7 @@ def test_an_upload_from_the_page_behind_a_proxy_that_strips_a_prefix(
     try:
         driver = page
         driver.get(f"http://127.0.0.1:{proxy.port}/files/")
-        driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]").send_keys(str(picked))
-        driver.find_element(By.CSS_SELECTOR, "#upload button").click()
-        _listed(driver, "behind.bin")
+        _upload(driver, picked, "behind.bin")
     finally:
         proxy.close()
     assert (public / "behind.bin").read_bytes() == picked.read_bytes()
