@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import ssl
 import sys
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +19,7 @@ from urllib.parse import quote
 from .. import __version__
 from .._serve._listener import listening_socket
 from ._common import announce, fail, in_words, loop_factory
-from ._serve_run import PROG, drain_log, run_server, tls_context, tls_file_trouble, tls_trouble
+from ._serve_run import PROG, drain_log, run_server, tls_context, tls_refusal
 from ._supervisor import Supervisor
 
 __all__ = ("MAX_WORKERS", "hash_password_command", "serve_command")
@@ -131,12 +130,8 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.tls_cert:
         try:
             tls_context(args)  # checked here, so that a bad file shows before anything starts
-        except ssl.SSLError as exc:
-            trouble = tls_trouble(args.tls_cert, args.tls_key, exc)
-            return fail(PROG, f"cannot use --tls-cert/--tls-key: {trouble}", 2)
-        except OSError as exc:
-            trouble = tls_file_trouble(exc, args.tls_cert, args.tls_key)
-            return fail(PROG, f"cannot use --tls-cert/--tls-key: {trouble}", 2)
+        except OSError as exc:  # (ssl.SSLError is one)
+            return fail(PROG, tls_refusal(exc, args.tls_cert, args.tls_key), 2)
 
     multi = args.workers > 1
     # Bind here first: errors (port in use) show before any worker starts, and with

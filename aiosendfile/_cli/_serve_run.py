@@ -56,8 +56,7 @@ __all__ = (
     "signal_name",
     "stderr_lines",
     "tls_context",
-    "tls_file_trouble",
-    "tls_trouble",
+    "tls_refusal",
     "worker",
 )
 
@@ -90,7 +89,17 @@ def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
 _LOADED: dict[tuple[str, str | None], ssl.SSLContext] = {}
 
 
-def tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
+def tls_refusal(exc: OSError, cert: str, key: str | None) -> str:
+    """Why ``--tls-cert``/``--tls-key`` cannot be used (*exc*: OpenSSL's refusal, or a file that
+    could not be read), in words naming the file: the command's check's and a worker's line."""
+    if isinstance(exc, ssl.SSLError):
+        trouble = _tls_trouble(cert, key, exc)
+    else:
+        trouble = _tls_file_trouble(exc, cert, key)
+    return f"cannot use --tls-cert/--tls-key: {trouble}"
+
+
+def _tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
     """What is wrong with a ``--tls-cert``/``--tls-key`` pair OpenSSL refused, in words naming the
     file (OpenSSL says ``[SSL] PEM lib`` for a file with no certificate, a missing key and a file
     that is no key alike): told from the PEM markers in each file's first MiB."""
@@ -105,7 +114,7 @@ def tls_trouble(cert: str, key: str | None, exc: ssl.SSLError) -> str:
     return in_words(exc)
 
 
-def tls_file_trouble(exc: OSError, cert: str, key: str | None) -> str:
+def _tls_file_trouble(exc: OSError, cert: str, key: str | None) -> str:
     """A ``--tls-cert``/``--tls-key`` file that could not be read, in words naming it (OpenSSL's
     error names none): the first of them that does not open as a file."""
     for path in (cert, key):
@@ -185,10 +194,8 @@ def worker(
     try:
         if args.tls_cert:  # (forked: the parent's, loaded; spawned: read here, said in words)
             tls_context(args)
-    except ssl.SSLError as exc:
-        error = f"cannot use --tls-cert/--tls-key: {tls_trouble(args.tls_cert, args.tls_key, exc)}"
-    except OSError as exc:
-        error = f"cannot use --tls-cert/--tls-key: {tls_file_trouble(exc, args.tls_cert, args.tls_key)}"
+    except OSError as exc:  # (ssl.SSLError is one)
+        error = tls_refusal(exc, args.tls_cert, args.tls_key)
     if not error:
         try:
             sock = listening_socket(host, port, reuse_port=True)

@@ -181,8 +181,8 @@ class Engine:
         )
         #: resumable upload id → the connection writing it (a newer request for it stops that one)
         self.appending: dict[str, HttpProtocol] = {}
-        #: uploads' aborts under way in the pool (``shutdown`` waits for them): one per upload
-        #: refused or cut, each gone when done
+        #: uploads' jobs under way in the pool (``shutdown`` waits for them): each one's open,
+        #: write or commit until its end ran on the loop, and the abort of one refused or cut
         self.cleanups: set[concurrent.futures.Future[Any]] = set()
         self.next_sweep = 0.0  # (loop time) when expired partial uploads are next looked for
         #: the proxies whose forwarded client address names the client, for the gate (with auth) and
