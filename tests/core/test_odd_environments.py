@@ -45,7 +45,8 @@ async def test_default_socket_timeout_never_blocks_the_loop(
                 await asyncio.sleep(0.01)
                 now = time.monotonic()
                 worst, last = max(worst, now - last), now
-            assert worst < 0.5, f"the loop stalled for {worst:.2f}s"
+            # (a blocking send() waits out the 3 s timeout; noise on a loaded CI machine stays well under)
+            assert worst < 1.5, f"the loop stalled for {worst:.2f}s"
             reader = asyncio.create_task(conn.read_all())
             assert await task == 100_000
             conn.writer.close()

@@ -133,10 +133,12 @@ def settle_rss(server: ServeProcess) -> int:
 
 # -- 1. pipelined requests from a client that never reads --------------------------------------------
 
-#: The longest another client may wait meanwhile: a loop frozen by the flood waits seconds; the
-#: loop delay itself is measured by ``benchmarks.mixed_stall``, not here (a 100 ms bound failed
-#: once, at 107 ms, on a 2-vCPU CI machine running four test workers).
-PROBE_BOUND = 0.5
+#: The longest another client may wait meanwhile: a loop frozen by the flood or the listings waits
+#: seconds (the listings froze it 3.5-9.4 s); the loop delay itself is measured by
+#: ``benchmarks.mixed_stall``, not here. A 2-vCPU CI machine running four test workers beside
+#: another lane's sessions has made a client wait 107 ms, then 582 ms (7-174 ms here with two CPU
+#: hogs), so the bound sits between that noise and a freeze.
+PROBE_BOUND = 1.5
 
 
 @pytest.mark.parametrize("loop", LOOPS)
