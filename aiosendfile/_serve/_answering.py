@@ -41,11 +41,12 @@ from .._static._request import EMPTY, BytesHeaders, Request, accept_encoding_alo
 from ._auth import ALLOWED
 from ._bounds import FLUSH_AT
 from ._exchange import Exchange
-from ._reader import GET_HEAD, split_target
+from ._reader import GET_HEAD
 from ._refusal import refusal, verdict_of
 from ._render import error_response, file_head, head_of
 from ._resumable import MARK
 from ._sending import send_body, send_whole
+from ._target import split_target
 
 if TYPE_CHECKING:
     from ._protocol import HttpProtocol

@@ -41,7 +41,7 @@ from ._date import CLOSE
 from ._exchange import Exchange
 from ._partial import Busy, busy_status, wait_for_holder
 from ._partial_upload import ResumableUpload
-from ._reader import EarlyHead, Stop, split_target
+from ._reader import EarlyHead, Stop
 from ._refusal import failure, refusal, verdict_of
 from ._render import error_response
 from ._resumable import (
@@ -55,6 +55,7 @@ from ._resumable import (
     tus_filename,
     upload_fields,
 )
+from ._target import split_target
 from ._tls import TLSTransport
 from ._upload import (
     DISCARD_MAX,

@@ -18,7 +18,6 @@ from ._answering import authorize, render
 from ._auth import user_of
 from ._partial import Busy, busy_status, wait_for_holder
 from ._partial_upload import options_answer, status_answer
-from ._reader import split_target
 from ._refusal import failure
 from ._resumable import (
     CANCEL,
@@ -30,6 +29,7 @@ from ._resumable import (
     refusal_fields,
     upload_fields,
 )
+from ._target import split_target
 from ._upload import UploadRefused, fields_of, status_of, upload_target
 
 if TYPE_CHECKING:

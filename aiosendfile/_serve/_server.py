@@ -40,8 +40,9 @@ from ._exchange import Exchange, Head, LogFields
 from ._listener import BACKLOG, Listener, grow_fd_table, listening_socket
 from ._partial import AVAILABLE, Limits, Store
 from ._protocol import HttpProtocol
-from ._reader import ReaderRules, header_kinds, split_head
+from ._reader import ReaderRules, header_kinds
 from ._rules import HostRule
+from ._target import split_head
 
 __all__ = ("ANSWERS_ENTRIES", "Engine", "Known", "ServeConfig", "Uploads", "shutdown", "start_server")
 
@@ -69,7 +70,7 @@ ANSWERS_ENTRIES = 16384
 HEADS_ENTRIES = 16384
 HEADS_MAX_BYTES = 8 * 1024 * 1024
 HEADS_MAX_KEY = 2048
-#: Head blocks (``_reader.split_head``: a request line without its target, and the header fields
+#: Head blocks (``_target.split_head``: a request line without its target, and the header fields
 #: after it) whose parse the engine knows (``Engine.blocks``): a client asks for new paths with the
 #: same fields each time (a browser, a crawler, a load test), and such a head is not parsed
 #: either. Bounded as the heads memo (a peer that sends a new block each time only churns it).
@@ -292,7 +293,7 @@ class Engine:
 
     def head_like(self, data: bytes) -> Head | None:
         """What the read *data* parses to, if it is a known block (:meth:`learn`) with a plain
-        target (``_reader.split_head``), then kept in the heads memo as a parsed head is (a
+        target (``_target.split_head``), then kept in the heads memo as a parsed head is (a
         client asking for that path again is recognised at once); else None (parsed)."""
         blocks = self.blocks
         if blocks is None:

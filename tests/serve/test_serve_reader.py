@@ -22,10 +22,9 @@ from aiosendfile._serve._reader import (
     RequestReader,
     Stop,
     header_kinds,
-    split_head,
-    split_target,
 )
 from aiosendfile._serve._rules import HostRule
+from aiosendfile._serve._target import split_head, split_target
 
 MAX_URL, MAX_HEAD = 1024, 4096
 
@@ -431,7 +430,7 @@ def test_a_head_split_without_the_parser_has_the_target_the_parser_reads() -> No
     reads the same through the parser; every other byte, a fragment, another form, a second
     space, no version, a target over the limit: not split (the parser reads it, and refuses
     what it refuses)."""
-    from aiosendfile._serve._reader import _PLAIN_TARGET_BYTES
+    from aiosendfile._serve._target import _PLAIN_TARGET_BYTES
 
     rest = b" HTTP/1.1\r\nHost: a\r\n\r\n"
     for byte in range(256):
