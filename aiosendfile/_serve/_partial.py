@@ -372,8 +372,16 @@ class Store:
             raise Landing() from None  # (or gone: asked again, 404)
         try:
             lock(fd)
+            # Read again under the lock (another worker may have removed or completed the upload
+            # since, the lock free); it removes one under its registry's lock, the file first.
+            with self.registry(exclusive=True) as reg:
+                now = self.load(reg, upload_id)
+            if now is None or os.fstat(fd).st_nlink == 0:
+                raise UploadRefused(404)
+            if now.get("done") is not None:
+                return now, int(now["length"])
             os.fdatasync(fd)  # (the offset told is never one a crash takes back)
-            return record, os.fstat(fd).st_size
+            return now, os.fstat(fd).st_size
         finally:
             os.close(fd)
             os.close(dir_fd)

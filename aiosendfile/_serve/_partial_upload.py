@@ -211,11 +211,22 @@ class ResumableUpload(Upload):
         self.locked = True
         offset = os.fstat(self.fd).st_size
         try:
-            if self.ask.offset != offset:
-                raise self.refused(409, "mismatching upload offset", offset)
             # Judged and noted as one step across the workers: two requests telling lengths, or
             # a creation, cannot both take the same room.
             with store.registry(exclusive=True) as reg:
+                # The record read again, under the lock: another worker may have removed the
+                # upload (a DELETE, its expiry) or completed it since it was read, the lock free.
+                now = store.load(reg, self.id)
+                if now is None:
+                    raise UploadRefused(404)
+                if now.get("done") is not None:
+                    self.record = now
+                    self._release()
+                    self._completed(now)
+                    return
+                self.record = record = now
+                if self.ask.offset != offset:
+                    raise self.refused(409, "mismatching upload offset", offset)
                 self.room = store.room(reg, str(record.get("owner")), self.id)
                 self.length = self._announced(offset)
                 if self.length is not None and record.get("length") is None:  # told now: kept, even if cut
@@ -226,7 +237,8 @@ class ResumableUpload(Upload):
                     record["reserved"] = max(offset, reach)
                     store.save(reg, self.id, record)
         except UploadRefused:
-            os.fdatasync(self.fd)  # (the offset it tells is never one a crash takes back)
+            if self.fd >= 0:
+                os.fdatasync(self.fd)  # (the offset it tells is never one a crash takes back)
             raise
         self.start = self.written = offset
 

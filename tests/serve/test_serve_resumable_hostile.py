@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -471,3 +472,70 @@ async def test_a_whole_upload_that_no_interim_answer_can_place_is_a_plain_put(
     assert left(public / "sub") == ["whole.bin"]  # (no partial file, hidden or not)
     registry = public / ".upload-state"
     assert not registry.exists() or not [n for n in left(registry) if n.endswith(".json")], left(registry)
+
+
+@pytest.mark.parametrize("step", ["append", "offset"])
+async def test_an_upload_another_worker_removes_as_it_is_resumed_stays_removed(
+    public: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Another worker's ``DELETE`` between this worker's open of the partial file and its lock (free
+    then: nothing held it): the append or the offset asked is 404, as it would be a moment later, and
+    the upload's record is not made again (it was, holding its owner's share until it expired)."""
+    from aiosendfile._serve import _partial_upload
+
+    async with serve_site(public, upload=True) as site:
+        made = await ask(site, request("PUT", "/sub/f", "Upload-Complete: ?0", "Upload-Length: 10"))
+        where_to = field(made, "Location")
+        other = _partial.Store(policy_of(public), False, _partial.Limits(86400.0, 16, 1 << 30, None))
+        taken = _partial.lock
+
+        def removed_first(fd: int) -> None:
+            with other.registry(exclusive=True) as reg:
+                ((upload_id, record),) = other._records(reg)
+                other.forget(reg, upload_id, record)
+            taken(fd)
+
+        monkeypatch.setattr(_partial_upload if step == "append" else _partial, "lock", removed_first)
+        if step == "append":
+            answer = await ask(site, append_to(where_to, "0", "?0", body=b"x" * 5))
+        else:
+            answer = await ask(site, head_of(where_to), "HEAD")
+        monkeypatch.undo()
+        assert answer.status == 404
+        assert list((public / _partial.REGISTRY).iterdir()) == []
+        assert not partial_of(public, where_to).exists()
+        assert (await ask(site, head_of(where_to), "HEAD")).status == 404
+
+
+async def test_an_upload_another_worker_completes_as_it_is_resumed_stays_complete(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker completes the upload between this worker's open of the partial file and its
+    lock: the request that repeats the completing one (its answer lost) gets that answer again,
+    and the upload stays complete (its record was removed, the client answered 404)."""
+    from aiosendfile._serve import _partial_upload
+
+    async with serve_site(public, upload=True) as site:
+        made = await ask(site, request("PUT", "/sub/f", "Upload-Complete: ?0", "Upload-Length: 10"))
+        where_to = field(made, "Location")
+        other = _partial.Store(policy_of(public), False, _partial.Limits(86400.0, 16, 1 << 30, None))
+        partial, landed = partial_of(public, where_to), public / "sub" / "f"
+        taken = _partial.lock
+
+        def completed_first(fd: int) -> None:
+            partial.write_bytes(b"y" * 10)
+            os.link(partial, landed)
+            partial.unlink()
+            with other.registry(exclusive=True) as reg:
+                ((upload_id, record),) = other._records(reg)
+                record.update(length=10, size=10, done=201)
+                other.save(reg, upload_id, record)
+            taken(fd)
+
+        monkeypatch.setattr(_partial_upload, "lock", completed_first)
+        answer = await ask(site, append_to(where_to, "10", "?1"))
+        monkeypatch.undo()
+        assert answer.status == 201
+        status = await ask(site, head_of(where_to), "HEAD")
+        assert (field(status, "Upload-Complete"), field(status, "Upload-Offset")) == ("?1", "10")
+    assert landed.read_bytes() == b"y" * 10
