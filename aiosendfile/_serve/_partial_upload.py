@@ -60,7 +60,7 @@ class ResumableUpload(Upload):
         self.start = 0
         self.length: int | None = None  # the whole upload's, once known
         self.record: dict[str, Any] | None = None
-        self.replay: Answer | None = None  # an append to a completed upload: its final answer again
+        self.replay: Answer | None = None  # (tus) an append to a completed upload: its final answer again
         self.locked = False
         self.room = store.limits.owner_bytes  # the bytes it may hold: its owner's share, less the others'
 
@@ -243,15 +243,23 @@ class ResumableUpload(Upload):
         self.start = self.written = offset
 
     def _completed(self, record: dict[str, Any]) -> None:
-        """An append to an upload already complete: its final answer again if the request is the
-        one that completed it (its answer was lost), else 409 (nothing is changed)."""
+        """An append to an upload already complete changes nothing. tus (as tusd): at its length
+        with no content, the final answer again (the completing request's answer was lost), else
+        409 with its offset. The IETF draft (interop 8): with content (or of unknown length), an
+        inconsistent length, 400; with none, 410 with the completed upload's ``Location``."""
         length = int(record["length"])
-        if self.ask.offset == length and not self.body_length:
-            self.length = length
-            self.start = self.written = length
-            self.replay = self.final(bool(record["done"] == 201))
-            return
-        raise self.refused(409, "the upload is complete", length, complete=True)
+        if self.ask.tus:
+            if self.ask.offset == length and not self.body_length:
+                self.length = length
+                self.start = self.written = length
+                self.replay = self.final(bool(record["done"] == 201))
+                return
+            raise self.refused(409, "the upload is complete", length, complete=True)
+        if self.body_length != 0:
+            raise self.refused(400, "inconsistent upload length: the upload is complete", None, complete=True)
+        exc = self.refused(410, "the upload is complete", None, complete=True)
+        exc.extra = (("Location", self.location.partition("?")[0]), *exc.extra)
+        raise exc
 
     def write(self, data: bytes | memoryview) -> None:
         end = self.written + len(data)

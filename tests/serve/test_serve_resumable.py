@@ -257,7 +257,13 @@ async def test_an_upload_made_then_appended_lands_byte_exact(public: Path, where
             f"Upload-Offset: {len(data)}",
             "Upload-Complete: ?1",
         )
-        assert (await ask(site, again)).status == 201  # its answer again; nothing changes
+        # The draft (interop 8): an upload complete takes no append; with no content 410 and where
+        # it landed, with content an inconsistent length (400). Nothing changes.
+        gone = await ask(site, again)
+        assert (gone.status, field(gone, "Location")) == (410, "/sub/big.bin")
+        assert field(gone, "Upload-Complete") == "?1"
+        more = await ask(site, append_to(where_to, str(len(data)), "?1", body=b"x"))
+        assert (more.status, field(more, "Upload-Complete")) == (400, "?1")
         assert (public / "sub" / "big.bin").read_bytes() == data
 
 
@@ -356,6 +362,11 @@ async def test_tus_creation_appends_deferred_length_and_termination(
         last = await ask(site, request(*patch, "Upload-Offset: 300000", body=data[300_000:]))
         assert last.status == 204
         assert field(last, "Upload-Offset") == str(len(data))
+        assert (public / "sub" / "été.bin").read_bytes() == data
+        again = await ask(site, request(*patch, f"Upload-Offset: {len(data)}"))  # (its answer lost: as tusd)
+        assert (again.status, field(again, "Upload-Offset")) == (204, str(len(data)))
+        more = await ask(site, request(*patch, f"Upload-Offset: {len(data)}", body=b"x"))
+        assert (more.status, field(more, "Upload-Offset")) == (409, str(len(data)))
         assert (public / "sub" / "été.bin").read_bytes() == data
 
         deferred = await ask(

@@ -511,8 +511,8 @@ async def test_an_upload_another_worker_completes_as_it_is_resumed_stays_complet
     public: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another worker completes the upload between this worker's open of the partial file and its
-    lock: the request that repeats the completing one (its answer lost) gets that answer again,
-    and the upload stays complete (its record was removed, the client answered 404)."""
+    lock: an empty append is answered as one to a complete upload (410, where it landed), and the
+    upload stays complete (its record was removed as its name was found taken: 409)."""
     from aiosendfile._serve import _partial_upload
 
     async with serve_site(public, upload=True) as site:
@@ -535,7 +535,7 @@ async def test_an_upload_another_worker_completes_as_it_is_resumed_stays_complet
         monkeypatch.setattr(_partial_upload, "lock", completed_first)
         answer = await ask(site, append_to(where_to, "10", "?1"))
         monkeypatch.undo()
-        assert answer.status == 201
+        assert (answer.status, field(answer, "Location")) == (410, "/sub/f")
         status = await ask(site, head_of(where_to), "HEAD")
         assert (field(status, "Upload-Complete"), field(status, "Upload-Offset")) == ("?1", "10")
     assert landed.read_bytes() == b"y" * 10
