@@ -29,7 +29,7 @@ from concurrent.futures import Executor
 from functools import partial
 from typing import TYPE_CHECKING
 
-from . import _platform
+from . import _platform, _reading_in
 from ._options import default_cold_executor
 from ._threads import in_pool
 
@@ -89,7 +89,7 @@ class _ReadAhead:
         self._lock = threading.Lock()  # (loops in several threads may ask at once)
 
     def ask(self, fd: int, offset: int, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        _platform.started_reading(fd)
+        _reading_in.started_reading(fd)
         item = (os.dup(fd), offset, size)
         alone: list[tuple[int, int, int]] = [item]  # (sent now unless a loop's turn will send it)
         with self._lock:
@@ -203,7 +203,7 @@ class PageWaits:
         then call *then* on the loop; the token :meth:`cancel` takes. A range not in after
         :attr:`patience` (within twice that: a hung file, a very slow device, reads queued behind
         one) is no longer waited for, and *late* is called instead. *key*: the file's device and
-        inode, if known (``_platform.started_reading``). Not after :meth:`close`."""
+        inode, if known (``_reading_in.started_reading``). Not after :meth:`close`."""
         reader = self._reader_for(fd, key)
         token = self.next
         reader.ask(fd, offset, size, token)
@@ -242,14 +242,14 @@ class PageWaits:
 
     def _reader_for(self, fd: int, key: tuple[int, int] | None) -> _syscalls_types.PageReader:
         """The reader (made at the first ask), about to read *fd*'s file in (noted: its pages
-        may be on the way, ``_platform.started_reading``)."""
+        may be on the way, ``_reading_in.started_reading``)."""
         if self.closed:
             raise RuntimeError("these page waits are closed")
         reader = self.reader
         if reader is None:
             reader = self.reader = _platform.page_reader()
             self.loop.add_reader(reader.fileno(), self._arrived)
-        _platform.started_reading(fd, key)
+        _reading_in.started_reading(fd, key)
         return reader
 
     def _asked(self, token: int, late: Callable[[], None]) -> None:

@@ -28,7 +28,7 @@ import os
 import socket
 from typing import Any
 
-from . import _platform
+from . import _platform, _reading_in
 from ._options import DEFAULT_OPTIONS
 from ._target import resolve_target
 
@@ -119,4 +119,6 @@ def probe_max(ident: tuple[int, ...]) -> int:
     """How large a file a door may probe as it opens the file *ident* (``_hot.identity``) names
     again (``_lookup.reopen_read``): 0 while a read this process started may still bring its
     pages in (then ``_writer.is_cold`` checks every page itself), or where probing is off."""
-    return PROBE_MAX if DEFAULT_OPTIONS.probe and not _platform.reading_in(None, (ident[0], ident[1])) else 0
+    return (
+        PROBE_MAX if DEFAULT_OPTIONS.probe and not _reading_in.reading_in(None, (ident[0], ident[1])) else 0
+    )

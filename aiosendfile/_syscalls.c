@@ -589,7 +589,7 @@ page_reader_free(struct page_reader *r)
    read ahead's pages come in together unless the device is busy). Nothing else is read: a read
    of every page, through a scratch buffer or a sendfile to /dev/null, cost 10-25% more CPU a
    request at 64 connections on the cold mixed set (docs/performance.md). A page still on the way is the loop's to find: its probe of a chunk read in
-   checks every page (_platform.reading_in), and waits again. */
+   checks every page (_reading_in.reading_in), and waits again. */
 static void
 read_through(int fd, long long offset, long long size)
 {

@@ -79,7 +79,7 @@ import os
 import socket
 from typing import Literal
 
-from . import _platform
+from . import _platform, _reading_in
 from ._job import SendJob
 from ._lease import TransportLease
 from ._options import Options
@@ -282,9 +282,9 @@ def is_cold(
     on the way (a throttled or busy device completes a read's pages out of order): every page is
     checked, not only the last (``range_readable``: a copy of the chunk into a scratch buffer). The
     same while a read this process started of the same file may still be bringing pages in
-    (``_platform.reading_in``: another connection's), and only then: a server with every file
+    (``_reading_in.reading_in``: another connection's), and only then: a server with every file
     cached pays nothing for it, nor does one file for another's cold read. *key*: the file's
-    device and inode, if the caller knows them (``_platform.reading_in`` then needs no ``fstat``).
+    device and inode, if the caller knows them (``_reading_in.reading_in`` then needs no ``fstat``).
     """
     if not options.probe:
         return False
@@ -293,7 +293,7 @@ def is_cold(
     if whole is not None:
         if not whole:
             return True
-        if read_in or _platform.reading_in(file_fd, key):
+        if read_in or _reading_in.reading_in(file_fd, key):
             every = _platform.range_readable(file_fd, position, size)
             if every is not None:  # (it read every page, the last one too: no probe after it)
                 return not every

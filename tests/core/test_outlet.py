@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from aiosendfile import _bodies, _outlet, _platform
+from aiosendfile import _bodies, _outlet, _platform, _reading_in
 from aiosendfile._coldread import read_ahead as read_ahead_later
 
 from ..support.fds import open_fds
@@ -408,7 +408,7 @@ def test_while_a_read_of_ours_may_bring_pages_in_every_page_is_checked(
     monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
     monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
     monkeypatch.setattr(_platform, "range_readable", range_readable, raising=False)
-    monkeypatch.setattr(_platform, "_reading_in_until", 0.0, raising=False)
+    monkeypatch.setattr(_reading_in, "_reading_in_until", 0.0, raising=False)
     fd = os.open(path, os.O_RDONLY)
     try:
         assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is False
@@ -416,8 +416,8 @@ def test_while_a_read_of_ours_may_bring_pages_in_every_page_is_checked(
         read_ahead_later(fd, 0, 4096)  # (a read of ours started: from the read-ahead thread)
         assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is True
         assert checked == [64 * 1024]
-        assert _platform.reading_in()
-        monkeypatch.setattr(_platform, "_reading_in_until", time.monotonic() - 0.001)  # (long after)
+        assert _reading_in.reading_in()
+        monkeypatch.setattr(_reading_in, "_reading_in_until", time.monotonic() - 0.001)  # (long after)
         assert is_cold(fd, 0, 64 * 1024, DEFAULT_OPTIONS) is False
         assert checked == [64 * 1024]
     finally:
@@ -444,34 +444,34 @@ def test_a_read_of_one_file_checks_every_page_of_that_file_only(
     monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
     monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
     monkeypatch.setattr(_platform, "range_readable", range_readable)
-    monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
-    monkeypatch.setattr(_platform, "_every_file_until", 0.0)
-    monkeypatch.setattr(_platform, "_files_reading_in", collections.OrderedDict())
-    monkeypatch.setattr(_platform, "READING_IN_FILES", 2)
+    monkeypatch.setattr(_reading_in, "_reading_in_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_every_file_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_files_reading_in", collections.OrderedDict())
+    monkeypatch.setattr(_reading_in, "READING_IN_FILES", 2)
     paths = [tmp_path / f"f{i}" for i in range(4)]
     for p in paths:
         p.write_bytes(b"x" * 8192)
     fds = [os.open(p, os.O_RDONLY) for p in paths]
     try:
-        _platform.started_reading(fds[0])
+        _reading_in.started_reading(fds[0])
         assert is_cold(fds[1], 0, 8192, DEFAULT_OPTIONS) is False
         assert checked == []
         assert is_cold(fds[0], 0, 8192, DEFAULT_OPTIONS) is False
         assert checked == [fds[0]]
         assert probe_max(identity(os.stat(paths[0]))) == 0
         assert probe_max(identity(os.stat(paths[1]))) == PROBE_MAX
-        assert _platform.reading_in()
-        assert not _platform.reading_in(fds[1])
-        _platform.started_reading(fds[1])
-        _platform.started_reading(fds[2])  # (a third while two are open: every file, for the window)
-        assert len(_platform._files_reading_in) == 2
-        assert _platform.reading_in(fds[3])
+        assert _reading_in.reading_in()
+        assert not _reading_in.reading_in(fds[1])
+        _reading_in.started_reading(fds[1])
+        _reading_in.started_reading(fds[2])  # (a third while two are open: every file, for the window)
+        assert len(_reading_in._files_reading_in) == 2
+        assert _reading_in.reading_in(fds[3])
         assert probe_max(identity(os.stat(paths[3]))) == 0
         late = time.monotonic() - 0.001
-        monkeypatch.setattr(_platform, "_reading_in_until", late)  # (long after)
-        monkeypatch.setattr(_platform, "_every_file_until", late)
-        assert not _platform.reading_in(fds[0])
-        assert not _platform.reading_in()
+        monkeypatch.setattr(_reading_in, "_reading_in_until", late)  # (long after)
+        monkeypatch.setattr(_reading_in, "_every_file_until", late)
+        assert not _reading_in.reading_in(fds[0])
+        assert not _reading_in.reading_in()
     finally:
         for fd in fds:
             os.close(fd)
@@ -482,16 +482,16 @@ def test_a_cold_burst_of_one_worker_still_tells_the_files_apart(monkeypatch: pyt
     a window (docs/performance.md, 2026-12-01): that many files read in still leave every other
     file out of the window, and the bookkeeping stays within its bound. With room for 4,096, the
     bound was passed all the time and every page of every file was checked by a copy."""
-    monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
-    monkeypatch.setattr(_platform, "_every_file_until", 0.0)
-    monkeypatch.setattr(_platform, "_files_reading_in", collections.OrderedDict())
-    burst = 2 * 2_500 * int(_platform.READING_IN_S)  # (twice one worker's window, to spare)
+    monkeypatch.setattr(_reading_in, "_reading_in_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_every_file_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_files_reading_in", collections.OrderedDict())
+    burst = 2 * 2_500 * int(_reading_in.READING_IN_S)  # (twice one worker's window, to spare)
     for inode in range(burst):
-        _platform.started_reading(key=(1, inode))
-    assert len(_platform._files_reading_in) <= _platform.READING_IN_FILES
-    assert _platform.reading_in(None, (1, 0))
-    assert _platform.reading_in(None, (1, burst - 1))
-    assert not _platform.reading_in(None, (1, burst))  # (not read in: its last page probed only)
+        _reading_in.started_reading(key=(1, inode))
+    assert len(_reading_in._files_reading_in) <= _reading_in.READING_IN_FILES
+    assert _reading_in.reading_in(None, (1, 0))
+    assert _reading_in.reading_in(None, (1, burst - 1))
+    assert not _reading_in.reading_in(None, (1, burst))  # (not read in: its last page probed only)
 
 
 def test_a_read_told_by_its_file_key_needs_no_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -501,20 +501,20 @@ def test_a_read_told_by_its_file_key_needs_no_descriptor(monkeypatch: pytest.Mon
     from aiosendfile._options import DEFAULT_OPTIONS
     from aiosendfile._writer import is_cold
 
-    monkeypatch.setattr(_platform, "_reading_in_until", 0.0)
-    monkeypatch.setattr(_platform, "_every_file_until", 0.0)
-    monkeypatch.setattr(_platform, "_files_reading_in", collections.OrderedDict())
+    monkeypatch.setattr(_reading_in, "_reading_in_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_every_file_until", 0.0)
+    monkeypatch.setattr(_reading_in, "_files_reading_in", collections.OrderedDict())
     monkeypatch.setattr(_platform, "range_cached", lambda fd, offset, size: True)
     monkeypatch.setattr(_platform, "page_cached", lambda fd, offset, device=None: True)
     checked: list[int] = []
     monkeypatch.setattr(_platform, "range_readable", lambda fd, offset, size: checked.append(fd) or True)
-    _platform.started_reading(-1, (7, 42))
-    assert _platform.reading_in(None, (7, 42))
-    assert not _platform.reading_in(None, (7, 43))  # (not every file: the key was enough)
+    _reading_in.started_reading(-1, (7, 42))
+    assert _reading_in.reading_in(None, (7, 42))
+    assert not _reading_in.reading_in(None, (7, 43))  # (not every file: the key was enough)
     assert is_cold(-1, 0, 8192, DEFAULT_OPTIONS, key=(7, 42)) is False
     assert checked == [-1]  # (every page checked: a read of that file may be on its way)
     assert is_cold(-2, 0, 8192, DEFAULT_OPTIONS, key=(7, 43)) is False
     assert checked == [-1]
     _platform.went_to_pool(-1, (7, 44))
-    assert _platform.reading_in(None, (7, 44))
-    assert not _platform.reading_in(None, (7, 45))
+    assert _reading_in.reading_in(None, (7, 44))
+    assert not _reading_in.reading_in(None, (7, 45))

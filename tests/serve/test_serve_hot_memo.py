@@ -426,7 +426,7 @@ async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
     ``cachestat`` and last-page read), is sent straight with no probe of its own; one being read
     in by this process (another connection's cold read of it) is probed page by page as before.
     Byte-exact."""
-    from aiosendfile import _bodies, _platform
+    from aiosendfile import _bodies, _platform, _reading_in
 
     if not (_platform.HAS_RWF_NOWAIT and _platform.range_cached_available()):
         pytest.skip("no cachestat or RWF_NOWAIT here: the reopen cannot probe")
@@ -446,7 +446,7 @@ async def test_a_memoised_file_probed_warm_as_it_is_opened_is_not_probed_again(
         assert (await read_response(reader)).body == body
         assert probes == []
         with open(path, "rb") as f:
-            _platform.started_reading(f.fileno())  # (a read of this file may be on its way)
+            _reading_in.started_reading(f.fileno())  # (a read of this file may be on its way)
         writer.write(get("/medium.bin"))
         assert (await read_response(reader)).body == body
         assert probes == [1]
