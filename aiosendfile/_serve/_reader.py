@@ -9,7 +9,8 @@ what llhttp leaves to a server:
 
 - limits: a target over ``max_url`` → 414; header fields over ``max_head`` together, or one over
   ``max_url`` → 431; a head llhttp still buffers past the limits plus one read → 431;
-- framing: anything llhttp refuses → 400; an HTTP/1.1 head without exactly one ``Host``, or any
+- framing: anything llhttp refuses → 400, but a method it does not know that is a token → 501
+  (first in its read); an HTTP/1.1 head without exactly one ``Host``, or any
   head with two → 400; a ``Host`` the server does not go by → 421 (an absolute-form target's
   authority is judged instead of the field); ``Transfer-Encoding`` in HTTP/1.0 → 400, other than
   ``chunked`` → 501; a version other than 1.x → 505 (a later 1.x is read as 1.1); an ``Expect``
@@ -77,6 +78,22 @@ PARSE_SLICE = 8 * 1024
 
 #: What one read may bring beyond the head limits before an unfinished head counts as too large.
 _READ_ALLOWANCE = 256 * 1024
+
+#: A method is a token (RFC 9110 5.6.2, 9.1).
+_TOKEN_BYTES = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _unknown_method(data: bytes | memoryview) -> int:
+    """The status of a request llhttp refused at its method, *data* beginning with it: a token
+    that names no method llhttp knows is 501 (RFC 9110 9.1: a method the server does not
+    implement); anything else, 400. (A method llhttp knows but a server does not take is the
+    server's 405.)"""
+    line = bytes(data[:64])
+    method, space, _ = line.partition(b" ")
+    if space and method and not method.translate(None, _TOKEN_BYTES):
+        return 501
+    return 400
+
 
 GET_HEAD = (b"GET", b"HEAD")
 UPLOADS = (b"PUT", b"POST", b"PATCH")  # (with uploads on: a file, a form of files, an upload's part)
@@ -332,6 +349,7 @@ class RequestReader:
             # Any one-digit version reaches on_headers_complete, which judges it: a later
             # HTTP/1.x is read as HTTP/1.1 (RFC 9112 2.3), another major is 505 (nginx, Go).
             parser.set_dangerous_leniencies(lenient_version=True)
+        completed = self.completed
         try:
             parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -343,6 +361,8 @@ class RequestReader:
             self._refuse(status, extra)
         except httptools.HttpParserUpgrade:
             self._refuse(None, ())  # the upgrade request was answered; what follows is not HTTP
+        except httptools.HttpParserInvalidMethodError:
+            self._refuse(_unknown_method(data) if self.completed == completed else 400, ())
         except httptools.HttpParserError:
             self._refuse(400, ())
         if self.in_head or self.trailing:

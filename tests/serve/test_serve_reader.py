@@ -95,6 +95,18 @@ FRAMING = [
     ("HTTP/9.9 request line", b"GET / HTTP/9.9\r\nHost: a\r\n\r\n", [("refused", 505)]),
     ("a version of two digits", b"GET / HTTP/1.10\r\nHost: a\r\n\r\n", [("refused", 400)]),
     ("garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", [("refused", 400)]),
+    # A method llhttp does not know: 501 if it is a token (RFC 9110 9.1), else 400; one llhttp
+    # knows reaches the server (405 there).
+    ("an unknown method", b"BREW / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
+    ("a known method's prefix", b"PROPFINDX / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
+    ("a method in lowercase", b"get / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
+    ("a method that is no token", b"GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 400)]),
+    ("a method alone", b"BREW\r\n\r\n", [("refused", 400)]),
+    (
+        "an unknown method behind another request",
+        GET + b"BREW / HTTP/1.1\r\nHost: a\r\n\r\n",
+        [("request", b"GET", b"/", KEEP11), ("refused", 400)],
+    ),
     (
         "chunked body",
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
