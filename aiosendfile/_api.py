@@ -135,6 +135,8 @@ def _straight(
         return None  # another transfer holds it; or TLS now runs over it (start_tls)
     if not _is_os_file(file) or file.closed or not file.readable() or type(offset) is not int:
         return None
+    if type(max_chunk) is not int or max_chunk <= 0:
+        return None  # (the general path refuses it, before any byte)
     if count is not None and (type(count) is not int or count < 0):
         return None
     fd = file.fileno()

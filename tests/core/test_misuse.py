@@ -54,6 +54,28 @@ async def test_bad_offset_and_count(
     assert _platform.counters.calls == 0
 
 
+@pytest.mark.parametrize("size", [1000, 8 << 20])
+@pytest.mark.parametrize("max_chunk", [0, -1, 4096.0, 1e9, True, "4096"])
+async def test_a_bad_max_chunk_is_refused_before_the_first_byte_on_a_known_transport(
+    connect: Connector, make_file: Any, max_chunk: Any, size: int
+) -> None:
+    """The same typed error on a transport a call has already found plain (the straight line takes
+    it then), as on a new one: it was sent there, whole or its first 4 MiB, and then refused."""
+    conn = await connect()
+    path = make_file(size)
+    with open(path, "rb") as f:
+        assert await aiosendfile.sendfile(conn.writer, f, 0, 10) == 10  # (known now)
+    calls = _platform.counters.calls
+    with open(path, "rb") as f:
+        with pytest.raises((ValueError, TypeError)):
+            await aiosendfile.sendfile(conn.writer, f, max_chunk=max_chunk)
+        assert f.tell() == 0
+    assert _platform.counters.calls == calls
+    conn.writer.write(b"end")
+    conn.writer.close()
+    assert await conn.read_all() == pattern(size)[:10] + b"end"
+
+
 async def test_count_beyond_eof_is_refused_before_the_first_byte(connect: Connector, make_file: Any) -> None:
     conn = await connect()
     with open(make_file(1000), "rb") as f:
