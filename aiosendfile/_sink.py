@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -85,10 +86,26 @@ def pwrite_all(fd: int, data: bytes, position: int) -> int:
 
 
 def _write_at(file: Any, data: bytes, position: int) -> int:
+    """Write all of *data* to *file* (at *position* if it has positions), in a pool thread. A
+    file may take less than asked: a raw file (``buffering=0``) part or, non-blocking and full,
+    nothing (None); a buffered one, non-blocking and full, raises ``BlockingIOError`` with what it
+    took. The rest is written once the file takes more (``poll``), never dropped."""
     if file.seekable():
         file.seek(position)
     view = memoryview(data)
     while view:
-        n = file.write(view)
-        view = view[len(view) if n is None else n :]  # a raw file may take less
+        try:
+            n = file.write(view)
+        except BlockingIOError as exc:
+            n = exc.characters_written
+        if not n:
+            _wait_writable(file.fileno())
+            continue
+        view = view[n:]
     return len(data)
+
+
+def _wait_writable(fd: int) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()  # (an error or hang-up returns too: the next write raises it)

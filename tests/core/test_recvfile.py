@@ -259,6 +259,38 @@ async def test_non_regular_targets_and_fallback_false(tmp_path: Path) -> None:
             assert source.read(5) == b"piped"
 
 
+@pytest.mark.parametrize("buffering", [0, -1])
+async def test_a_non_blocking_pipe_that_fills_loses_nothing(buffering: int) -> None:
+    """A target that is non-blocking and full takes nothing (a raw file's write says None) or part
+    (a buffered one's raises ``BlockingIOError``): the rest waits for room. A raw one's None was
+    taken as all written: 1 MiB received and counted, 64 KiB of it in the pipe."""
+    payload = pattern(1 << 20)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    got = bytearray()
+
+    def drain() -> None:
+        with open(r, "rb", buffering=0) as source:
+            while chunk := source.read(65536):
+                got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    loop = asyncio.get_running_loop()
+    with a, b, open(w, "wb", buffering=buffering) as sink:
+        sending = asyncio.ensure_future(loop.sock_sendall(a, payload))
+        received = asyncio.ensure_future(aiosendfile.recvfile(b, sink, len(payload)))
+        await asyncio.sleep(0.2)  # (the pipe fills: nobody reads it yet)
+        reader.start()
+        assert await asyncio.wait_for(received, 20) == len(payload)
+        await sending
+        sink.flush()
+    reader.join(10)
+    assert bytes(got) == payload
+
+
 async def test_bad_arguments(tmp_path: Path) -> None:
     a, b = socket.socketpair()
     with a, b, open(tmp_path / "x", "wb") as f:
