@@ -37,6 +37,7 @@ is gone; :func:`._render.transport_gone`); any other error from ``send`` is rais
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
@@ -74,6 +75,21 @@ _R = TypeVar("_R")
 _WANTED = BytesHeaders.WANTED
 #: What ``quote`` keeps as it is when the raw path is rebuilt from ``path`` (a server without raw_path).
 _SAFE = "/:@!$&'()*+,;=~"
+
+
+#: The fields a ``FileResponse``'s caller may set in place of the core's (Starlette's own defaults).
+_CALLERS = frozenset((b"content-type", b"etag", b"last-modified", b"content-disposition", b"cache-control"))
+_VALIDATORS = (b"etag", b"last-modified")
+_PRECONDITIONS = frozenset((b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since"))
+
+
+def _without_preconditions(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """*headers* without the preconditions; with an ``If-Range`` (which names a validator), without
+    its ``Range`` too: the whole file, as a mismatched ``If-Range`` gets."""
+    pairs = [(n, v) for n, v in headers if n.lower() not in _PRECONDITIONS]
+    if any(n.lower() == b"if-range" for n, _ in pairs):
+        pairs = [(n, v) for n, v in pairs if n.lower() not in (b"if-range", b"range")]
+    return pairs
 
 
 def _scan(headers: Iterable[tuple[bytes, bytes]]) -> bool | bytes:
@@ -389,8 +405,10 @@ class FileResponse(_ResponseBase):
             for name, value in extra:
                 if name == b"content-type":
                     media_type = value.decode("latin-1")
+        if media_type is None and filename is not None:  # (as Starlette: by the name it is sent as)
+            media_type = mimetypes.guess_type(filename)[0]
         self.media_type = media_type
-        if filename is not None:
+        if filename is not None and not any(name == b"content-disposition" for name, _ in extra):
             quoted = quote(filename)
             if quoted != filename:
                 disposition = f"{content_disposition_type}; filename*=utf-8''{quoted}"
@@ -406,10 +424,19 @@ class FileResponse(_ResponseBase):
             await _not_http(scope, receive, send)
             return
         headers = scope["headers"]
-        if self.status_code != 200:  # as Starlette: a file sent as another status has no ranges
+        method = scope["method"]
+        if self.status_code != 200 or method not in ("GET", "HEAD"):
+            # As Starlette: a file sent as another status has no ranges; and the answer to another
+            # method (a PUT that returns what it wrote) is past its preconditions: they were the
+            # handler's to judge, before it acted.
             headers = [(n, v) for n, v in headers if n.lower() == b"accept-encoding"]
+            method = "GET"
+        elif any(name in _VALIDATORS for name, _ in self.raw_headers):
+            # The caller's own ETag or Last-Modified is sent (as Starlette): the core judges no
+            # precondition by its own, nor a range against a validator it does not send.
+            headers = _without_preconditions(headers)
         req = Request(
-            scope["method"],
+            method,
             b"",
             headers=EMPTY if _scan(headers) is True else BytesHeaders(headers),
             content_type=self.media_type,
@@ -440,10 +467,17 @@ class FileResponse(_ResponseBase):
             await self.background()
 
     def _fields_for(self, ans: Answer) -> list[tuple[bytes, bytes]]:
-        """The caller's fields that the core's do not replace (``vary`` joins), then the core's."""
+        """The caller's fields, then the core's that the caller did not set; the core's framing
+        (``Content-Length``, ``Content-Range``, ``Content-Encoding``...) replaces the caller's, and
+        ``vary`` joins. What Starlette's ``FileResponse`` lets a caller set (its type, validators,
+        disposition, caching) stays the caller's, set at construction or after."""
         core = header_pairs(ans.fields, ans.length)
         if not ans.fields and ans.status != 200:  # an error found on opening: as the core says it
             return core
-        names = {name for name, _ in core if name != b"vary"}
+        mine = self.raw_headers
+        kept = {name for name, _ in mine if name in _CALLERS}
+        names = {name for name, _ in core if name != b"vary" and name not in kept}
         names.add(b"content-length")
-        return [pair for pair in self.raw_headers if pair[0] not in names] + core
+        return [pair for pair in mine if pair[0] not in names] + [
+            pair for pair in core if pair[0] not in kept
+        ]

@@ -279,6 +279,49 @@ async def test_file_response_is_a_starlette_response(public: Path) -> None:
     assert [n for n, _ in server.headers].count(b"content-length") == 1
 
 
+async def test_file_response_fields_the_caller_sets_stay_the_callers(public: Path) -> None:
+    """As Starlette's: the type is guessed from ``filename`` (a file stored under another name);
+    a type, validators, disposition or caching the caller sets, at construction or after, are sent
+    in place of the core's, once; with its own validators the core judges no precondition by its
+    own (``If-None-Match`` with the core's tag was a 304 for a response that did not send it)."""
+    stored = public / "a.txt"
+    server = await call(asgi.FileResponse(stored, filename="report.pdf"), b"GET / HTTP/1.1\r\n\r\n")
+    assert dict(server.headers)[b"content-type"] == b"application/pdf"
+
+    response = asgi.FileResponse(stored, filename="x.txt", headers={"Content-Disposition": "inline"})
+    response.headers["Content-Type"] = "application/x-mine"
+    response.headers["ETag"] = '"v7"'
+    response.headers["Cache-Control"] = "no-store"
+    core_tag = dict((await call(asgi.FileResponse(stored), b"GET / HTTP/1.1\r\n\r\n")).headers)[b"etag"]
+    for asked in (b"If-None-Match: " + core_tag, b'If-None-Match: "v7"', b"If-Match: " + core_tag):
+        server = await call(response, b"GET / HTTP/1.1\r\n" + asked + b"\r\n\r\n")
+        assert (server.status, bytes(server.body)) == (200, SMALL), asked
+        for name, value in [
+            (b"content-type", b"application/x-mine"),
+            (b"etag", b'"v7"'),
+            (b"cache-control", b"no-store"),
+            (b"content-disposition", b"inline"),
+        ]:
+            assert [v for n, v in server.headers if n == name] == [value], name
+    # (a range with an If-Range naming a validator the core does not send: the whole file)
+    server = await call(response, b'GET / HTTP/1.1\r\nRange: bytes=0-1\r\nIf-Range: "v7"\r\n\r\n')
+    assert (server.status, bytes(server.body)) == (200, SMALL)
+    server = await call(response, b"GET / HTTP/1.1\r\nRange: bytes=0-1\r\n\r\n")
+    assert (server.status, bytes(server.body)) == (206, SMALL[:2])
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST", "DELETE", "PATCH"])
+async def test_file_response_to_another_method_judges_no_precondition(public: Path, method: str) -> None:
+    """A handler that acted (a ``PUT`` with ``If-None-Match: *`` that wrote the file) and returns
+    the file: the preconditions were its own to judge, before it acted; the answer is the file,
+    whole (it was 412 after the write had landed)."""
+    response = asgi.FileResponse(public / "a.txt")
+    for asked in (b"If-None-Match: *", b'If-Match: "other"', b"Range: bytes=0-1"):
+        raw = f"{method} / HTTP/1.1\r\n".encode() + asked + b"\r\n\r\n"
+        server = await call(response, raw)
+        assert (server.status, bytes(server.body)) == (200, SMALL), asked
+
+
 async def test_file_response_missing_file_is_an_empty_404(tmp_path: Path) -> None:
     server = await call(asgi.FileResponse(tmp_path / "nope"), b"GET / HTTP/1.1\r\n\r\n")
     assert (server.status, server.headers, bytes(server.body)) == (404, [(b"content-length", b"0")], b"")
