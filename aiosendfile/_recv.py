@@ -58,7 +58,8 @@ async def recvfile(
 
     *source* is an ``asyncio.StreamReader`` (of a stock asyncio or uvloop
     connection) or a non-blocking stream ``socket.socket``. The bytes go to
-    *file* at *offset* (default: its current position). Afterwards the file
+    *file* at *offset* (default: its current position; a file opened for
+    appending, its end, where its bytes land). Afterwards the file
     position is ``offset + received``, on success and on error. Errors carry
     ``.received`` (``.sent``) where it applies.
     """
@@ -73,7 +74,7 @@ async def recvfile(
     check_int("offset", offset, optional=True)
     end = _append_end(file)
     if offset is None:
-        offset = _position(file)
+        offset = _position(file) if end is None else end  # (appending: where the bytes land)
     elif end is not None and offset != end:
         raise ValueError(f"a file opened for appending takes bytes at its end ({end}), not at {offset}")
     file_fd = _regular_fd(file)

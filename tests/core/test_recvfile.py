@@ -251,6 +251,13 @@ async def test_non_regular_targets_and_fallback_false(tmp_path: Path) -> None:
                 await loop.sock_sendall(a, b"end")
                 assert await aiosendfile.recvfile(b, f, 3, offset=6 if mode == "ab" else 9) == 3
         assert (tmp_path / "append.bin").read_bytes() == b"oldnewendend"
+        # By default, at its end too, whatever its position: the position after is where they are.
+        with open(tmp_path / "append.bin", "a+b") as f:
+            f.seek(2)
+            await loop.sock_sendall(a, b"more")
+            assert await aiosendfile.recvfile(b, f, 4) == 4
+            assert f.tell() == 16
+        assert (tmp_path / "append.bin").read_bytes() == b"oldnewendendmore"
         # A pipe has no position: its default offset is no error.
         r, w = os.pipe()
         with open(w, "wb", buffering=0) as sink, open(r, "rb") as source:
