@@ -78,6 +78,7 @@ from ._errors import ConnectionLostError
 from ._job import SendJob
 from ._lease import TransportLease
 from ._options import DEFAULT_FALLBACK_CHUNK, Options
+from ._readiness import wait_ready
 from ._state import TransferState
 from ._target import is_tls
 
@@ -108,13 +109,23 @@ class ChunkReader:
         self._in_memory = isinstance(file, io.BytesIO)
         self._read = getattr(file, "read1", None) or file.read
         self._options = options
+        self._back = b""  # read from a file that cannot read them again, not sent: given back first
 
     @property
     def positional(self) -> bool:
         """Reads at any offset (``pread``): bytes read but not sent can simply be read again."""
         return self._fd is not None
 
+    def give_back(self, rest: bytes | bytearray | memoryview) -> None:
+        """Bytes of the last read that were not sent, from a file that is not :attr:`positional`:
+        the next read returns them first (a positional one reads them again)."""
+        if not self.positional:
+            self._back = bytes(rest) + self._back
+
     async def read(self, position: int, size: int) -> bytes | bytearray:
+        if self._back:
+            data, self._back = self._back[:size], self._back[size:]
+            return data
         if self._fd is not None:
             options = self._options
             return await read_range(self._fd, size, position, options.executor, probe=options.probe)
@@ -240,14 +251,30 @@ tls_buffers = TLSBuffers(TLS_BUFFER_BUDGET)
 
 
 async def copy_to_socket(job: SendJob) -> None:
-    """Copy to a raw non-blocking socket with ``loop.sock_sendall``."""
+    """Copy to a raw non-blocking socket: each ``send`` counted as it goes (``loop.sock_sendall``
+    counted a chunk only once all of it went: a cancelled one left what it had sent uncounted,
+    and a caller resuming from the file's position sent it twice)."""
     loop = asyncio.get_running_loop()
     sock = job.target.sock
     assert sock is not None  # _api sends here only for a socket target
+    fd = sock.fileno()
 
     async def send(prefix: bytes, data: bytes | bytearray) -> int:
-        await loop.sock_sendall(sock, prefix + data if prefix else data)
-        return len(data)
+        # *prefix* whole, then what of *data* the socket takes: once some of it went, that is
+        # counted before anything waits again (the rest is read again, or given back).
+        out = memoryview(prefix + data if prefix else data)
+        head = len(prefix)
+        done = 0
+        while True:
+            try:
+                done += _platform.send_once(sock, out[done:])
+            except (BlockingIOError, InterruptedError):
+                await wait_ready(loop, fd, None, writable=True)
+                continue
+            if done > head or done == len(out):
+                if done < len(out):
+                    reader.give_back(out[done:])
+                return done - head
 
     reader = ChunkReader(job.file.file, job.file.fd, job.options)
     await _copy(send, reader, job.state, job.options, DEFAULT_FALLBACK_CHUNK)

@@ -72,6 +72,33 @@ async def test_raw_socket_fallback_for_bytesio() -> None:
         assert await reader == payload[5 : 5 + 2**20]
 
 
+@pytest.mark.parametrize("api", ["sock_sendfile", "sendfile"])
+async def test_raw_socket_copy_cancelled_counts_what_went(api: str) -> None:
+    """The copy path (a ``BytesIO``) cancelled while the peer reads nothing: the file's position
+    tells exactly what the peer gets, so a caller resumes there (a chunk was counted only once
+    all of it went: 0 told, 219,264 bytes sent)."""
+    loop = asyncio.get_running_loop()
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    payload = pattern(4 << 20)
+    with a, b:
+        f = io.BytesIO(payload)
+        task = asyncio.ensure_future(getattr(aiosendfile, api)(a, f, 100))
+        await asyncio.sleep(0.1)  # (the socket fills; nobody reads)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        told = f.tell() - 100
+        assert told > 0
+        ending = asyncio.ensure_future(loop.sock_sendall(a, b"<END>"))
+        got = bytearray()
+        while not got.endswith(b"<END>"):
+            got += await asyncio.wait_for(loop.sock_recv(b, 1 << 20), 10)
+        await ending
+    assert bytes(got[:-5]) == payload[100 : 100 + told]
+
+
 async def test_raw_socket_peer_gone(make_file: Any) -> None:
     a, b = socket.socketpair()
     a.setblocking(False)
