@@ -131,8 +131,11 @@ class ChunkReader:
             return await read_range(self._fd, size, position, options.executor, probe=options.probe)
         if self._in_memory:
             return bytes(self._read(size))
+        # A stream (a pipe, a socket file) may never give a byte: read in the loop's default
+        # executor, as loop.sendfile's copies are, never in the cold-read pool every file send
+        # shares (idle pipes, their callers cancelled, held its threads: cold files waited).
         loop = asyncio.get_running_loop()
-        return bytes(await loop.run_in_executor(self._options.cold_executor, self._read, size))
+        return bytes(await loop.run_in_executor(self._options.executor, self._read, size))
 
 
 async def copy_to_transport(lease: TransportLease, job: SendJob) -> None:

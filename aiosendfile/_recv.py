@@ -98,8 +98,11 @@ async def recvfile(
     zero_copy = _platform.HAS_SPLICE and file_fd is not None and sock_fd >= 0
     if not zero_copy and not fallback:
         raise SendfileNotAvailableError("zero-copy receive is not possible for this source and file")
-    pool = executor or default_cold_executor()
-    sink = FileSink(file, file_fd, offset, count, pool, on_progress)
+    # A stream (a pipe, a socket) may never take a write: its writes wait in the loop's default
+    # executor, as loop.sendfile's copies do, never in the cold-read pool every file send shares.
+    streaming = not _seekable(file)
+    pool = executor if executor is not None or streaming else default_cold_executor()
+    sink = FileSink(file, file_fd, offset, count, pool, on_progress, streaming)
     try:
         with map_exceptions(sink.state):
             if count == 0:
@@ -125,6 +128,13 @@ def _append_end(file: Any) -> int | None:
         return os.fstat(fd).st_size if _appends(fd) else None
     except (AttributeError, OSError, io.UnsupportedOperation, ImportError):
         return None
+
+
+def _seekable(file: Any) -> bool:
+    try:
+        return bool(file.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _position(file: Any) -> int:

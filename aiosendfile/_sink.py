@@ -33,11 +33,13 @@ class FileSink:
         fd: int | None,
         offset: int,
         count: int,
-        pool: Executor,
+        pool: Executor | None,
         on_progress: Callable[[int, int], None] | None,
+        streaming: bool = False,
     ) -> None:
         self.file, self.fd, self.count = file, fd, count
         self.pool, self.on_progress = pool, on_progress
+        self.streaming = streaming  # a pipe, a socket: a write may wait for its reader for ever
         self.state = TransferState(offset, count)  # the one count of what has landed
         self.taken = 0  # (splice) bytes taken off the socket, landed or not: where the stream is
 
@@ -66,7 +68,9 @@ class FileSink:
 
         Cancellation-safe: a write already handed to a thread lands whatever we
         do, so a cancelled caller first waits for it and counts it. The file
-        then holds exactly ``offset..offset+received``.
+        then holds exactly ``offset..offset+received``. But a stream's (a pipe
+        whose reader stopped may take it never): cancelled, the caller returns at
+        once, and the write in flight may still land after, uncounted.
         """
         position = self.state.position
         loop = asyncio.get_running_loop()
@@ -74,7 +78,16 @@ class FileSink:
             pending = loop.run_in_executor(self.pool, pwrite_all, self.fd, data, position)
         else:
             pending = loop.run_in_executor(self.pool, _write_at, self.file, data, position)
+        if self.streaming:
+            pending.add_done_callback(_retrieved)  # (its error is nobody's once we are cancelled)
+            self.landed(await pending)
+            return
         self.landed(await shielded(pending, lambda written: self.landed(written or 0)))
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def pwrite_all(fd: int, data: bytes, position: int) -> int:

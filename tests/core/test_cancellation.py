@@ -163,3 +163,26 @@ async def test_cancellation_at_random_points(connect: Connector, kind: str, make
     except AssertionError as exc:
         raise AssertionError(f"{exc} (reproduce with AIOSENDFILE_TEST_SEED={seed})") from exc
     assert outcomes["cancelled"] >= 5, outcomes
+
+
+async def test_idle_pipes_whose_sends_were_cancelled_hold_no_cold_read_thread(connect: Connector) -> None:
+    """Sends of pipes whose writers are idle, their callers timed out: the blocking reads they
+    left run on in the loop's default executor (as loop.sendfile's do), never in the cold-read
+    pool every file send shares; four of them held all its threads, and every cold file waited."""
+    from aiosendfile._options import COLD_POOL_THREADS, default_cold_executor
+
+    conn = await connect()
+    pipes = [os.pipe() for _ in range(COLD_POOL_THREADS + 1)]
+    sources = [open(r, "rb") for r, _ in pipes]  # noqa: SIM115 - closed below, once their reads end
+    try:
+        for source in sources:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(aiosendfile.sendfile(conn.writer, source), 0.1)
+        job = asyncio.wrap_future(default_cold_executor().submit(lambda: "free"))
+        assert await asyncio.wait_for(job, 5) == "free"
+    finally:
+        for _, w in pipes:
+            os.close(w)  # (the reads left behind end: EOF)
+        await asyncio.sleep(0.2)
+        for source in sources:
+            source.close()

@@ -360,13 +360,19 @@ async def test_waits_closed_under_a_waiting_transfer_let_it_go_on(
 ) -> None:
     """The engine closes its waits while a body still waits for its pages: the body is called back
     at once (not after the reader's patience), finds its chunk cold, and goes on the timer's way
-    to its end (never a hang)."""
+    to its end (never a hang). (Where the reader's thread had already begun sending it, on a
+    loaded machine, how far it went is not known: the body ends, aborted, as promptly.)"""
     waits = _coldread.PageWaits(asyncio.get_running_loop(), patience=3600.0)
     with ColdSend(tmp_path, 100_000, 8, waits) as send:
         send.transfer.run()
         assert send.transfer.asked is not None
         waits.close()
-        assert await send.end() == (len(send.data), None)
+        sent, exc = await send.end()
+        if exc is not None:
+            assert isinstance(exc, ConnectionAbortedError), exc
+            assert "page reader closed" in str(exc)
+            return
+        assert sent == len(send.data)
         assert send.received() == send.data
 
 

@@ -298,6 +298,29 @@ async def test_a_non_blocking_pipe_that_fills_loses_nothing(buffering: int) -> N
     assert bytes(got) == payload
 
 
+async def test_cancelled_into_a_pipe_nobody_reads_returns_at_once() -> None:
+    """A pipe whose reader stopped may never take the write in flight: a cancelled receive returns
+    at once (it waited for that write for ever), and its write left behind ends with the pipe."""
+    payload = pattern(1 << 20)
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    r, w = os.pipe()
+    loop = asyncio.get_running_loop()
+    with a, b, open(w, "wb", buffering=0, closefd=False) as sink:
+        sending = asyncio.ensure_future(loop.sock_sendall(a, payload))
+        received = asyncio.ensure_future(aiosendfile.recvfile(b, sink, len(payload)))
+        await asyncio.sleep(0.3)  # (the pipe is full; its write waits)
+        received.cancel()
+        done, _ = await asyncio.wait({received}, timeout=3)
+        assert done
+        assert received.cancelled()
+        sending.cancel()
+    os.close(r)  # (the write left behind fails now: EPIPE, retrieved by nobody, logged by nobody)
+    await asyncio.sleep(0.1)
+    os.close(w)
+
+
 async def test_bad_arguments(tmp_path: Path) -> None:
     a, b = socket.socketpair()
     with a, b, open(tmp_path / "x", "wb") as f:
