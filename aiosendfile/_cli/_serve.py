@@ -11,7 +11,9 @@ anything starts), prints the banner and runs the engine in this process
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import os
 import sys
 from typing import Any
 from urllib.parse import quote
@@ -48,7 +50,18 @@ def hash_password_command(args: argparse.Namespace) -> int:
         password = line[:-1] if line.endswith("\n") else line
     if not password:
         return fail(prog, "the password is empty", 2)
-    print(f"{args.user}:{hash_password(password)}")
+    try:
+        line = f"{args.user}:{hash_password(password)}"
+    except UnicodeError:  # (bytes that are no UTF-8 on stdin: surrogates)
+        return fail(prog, "the password is not UTF-8 text", 2)
+    if sys.stdout is None:
+        return fail(prog, "cannot write the line: stdout is closed", 1)
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError) as exc:  # (a full or broken stdout: `> /dev/full`, `| true`)
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - (the exit's flush would fail again)
+        return fail(prog, f"cannot write the line to stdout: {in_words(exc)}", 1)
     return 0
 
 
@@ -63,6 +76,8 @@ def _users(args: argparse.Namespace) -> tuple[tuple[bytes, Any], ...]:
         except (AuthError, OSError, UnicodeDecodeError) as exc:
             words = in_words(exc) if isinstance(exc, OSError) else str(exc)
             raise AuthError(f"--auth-file {args.auth_file}: {words}") from None
+        if not users:  # (what a failed `hash-password alice > users` leaves: the server was open)
+            raise AuthError(f"--auth-file {args.auth_file}: it holds no USER:HASH line")
     for entry in args.auth:
         try:
             user, secret = parse_entry(entry)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import io
 import os
 import shutil
 import stat
 import sys
 from collections.abc import Awaitable, Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
-from .._cli._common import fail, in_words
+from .._cli._common import announce, fail, in_words
 from .._recv import recvfile
 from ._protocol import (
     BUSY,
@@ -58,12 +60,18 @@ async def _until_idle(aw: Awaitable[T], idle: float, last_activity: Callable[[],
             await asyncio.wait({task}, timeout=left)
             if task.done():
                 return task.result()
-    finally:
+    except BaseException:
         if not task.done():
             task.cancel()
-            await asyncio.wait({task})
+        while not task.done():
+            # Through every cancellation: a signal's, then the loop's shutdown cancelling every
+            # task again cut this wait short, and OUT was settled (its length told: 0 of 1 GB
+            # kept) before the receive had settled and put its position there.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
         if not task.cancelled():
             task.exception()  # retrieved: an error raced with the verdict is not logged as lost
+        raise
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:
@@ -110,6 +118,31 @@ def _open_out(out: str, start: int) -> IO[bytes]:
         os.set_blocking(fd, True)
         return open(fd, "wb")
     return open(out, "r+b" if start else "wb")
+
+
+class _Hashed(io.RawIOBase):
+    """OUT that is no regular file (a pipe, ``/dev/null``), written through and hashed on the way:
+    it cannot be read back to check it (a FIFO's open waited for ever, a device's read gave the
+    empty file's hash: a checksum mismatch for every byte delivered)."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        super().__init__()
+        self.out = out
+        self.digest = hashlib.sha256()
+        self.written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+    def write(self, data: Any) -> int | None:
+        n = self.out.write(data)
+        if n:
+            self.digest.update(memoryview(data)[:n])
+            self.written += n
+        return n
 
 
 class _Receiver:
@@ -229,7 +262,7 @@ class _Receiver:
                 return  # a device or a pipe (/dev/null, /dev/stdout): not the directory's disk
             have = st.st_size
         try:
-            free = shutil.disk_usage(os.path.dirname(os.path.abspath(self.out))).free
+            free = shutil.disk_usage(os.path.dirname(os.path.realpath(self.out))).free  # (a link's target's)
         except OSError:
             return  # cannot tell: the writes will say
         if size - have > free:
@@ -297,10 +330,11 @@ class _Receiver:
             await self.drain_body(reader, size - start)
             raise TransferFailed(f"cannot write {out}: {in_words(exc)}") from exc
         progress = Progress(size, start, "recv")
+        hashed = None if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else _Hashed(f)
         with f:
             self.kept = start
             try:
-                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                if hashed is None:
                     f.truncate(start)
                 loop = asyncio.get_running_loop()
                 last = loop.time()
@@ -311,12 +345,14 @@ class _Receiver:
                     progress.update(start + got)
 
                 await _until_idle(
-                    recvfile(reader, f, size - start, offset=start, on_progress=landed),
+                    recvfile(
+                        reader, cast("IO[bytes]", hashed or f), size - start, offset=start, on_progress=landed
+                    ),
                     self.idle,
                     lambda: last,
                 )
             except BaseException as exc:
-                self.kept = _settle(f, start)
+                self.kept = _settle(f, start) if hashed is None else hashed.written
                 progress.close()
                 kept = f"kept the first {self.kept} of {size} bytes in {out}"
                 if isinstance(exc, _Idle):
@@ -338,12 +374,15 @@ class _Receiver:
                     await self.drain_body(reader, size - self.kept)
                     raise TransferFailed(f"{reason}; {kept}") from exc
                 raise
-            self.kept = _settle(f, start)
+            self.kept = _settle(f, start) if hashed is None else hashed.written
         elapsed = progress.close()
-        try:
-            actual = await in_thread(hash_file, out)
-        except OSError as exc:
-            raise TransferFailed(f"cannot read {out} back to check it: {in_words(exc)}") from exc
+        if hashed is not None:
+            actual = hashed.digest.hexdigest()
+        else:
+            try:
+                actual = await in_thread(hash_file, out)
+            except OSError as exc:
+                raise TransferFailed(f"cannot read {out} back to check it: {in_words(exc)}") from exc
         ok = actual == expected
         with contextlib.suppress(OSError):
             send_message(writer, {"ok": ok, "sha256": actual})
@@ -390,9 +429,7 @@ def recv_main(args: Any) -> int:
     receiver = _Receiver(args.out, args.resume, args.handshake_timeout, args.idle_timeout)
 
     def ready(bound: int) -> None:
-        print(
-            f"aiosendfile recv listening on {host}:{bound}, writing {args.out} (Ctrl-C to stop)", flush=True
-        )
+        announce(f"aiosendfile recv listening on {host}:{bound}, writing {args.out} (Ctrl-C to stop)")
 
     def interrupted() -> str:
         if receiver.kept is None:

@@ -29,17 +29,22 @@ class _Sending:
 
 
 def _open_source(path: str) -> IO[bytes]:
+    """FILE opened for reading: a regular file only. O_NONBLOCK on the open: a FIFO's waited for a
+    writer for ever, on the loop's thread, its signals unheard; it is refused as any non-file."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - the caller closes it
-    except IsADirectoryError:
-        raise TransferFailed(f"{path} is a directory; send one file") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise TransferFailed(f"cannot read {path}: {in_words(exc)}") from exc
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        kind = "a directory; send one file" if os.path.isdir(path) else "not a regular file"
-        raise TransferFailed(f"{path} is {kind}")
-    return f
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory; send one file" if stat.S_ISDIR(mode) else "not a regular file"
+            raise TransferFailed(f"{path} is {kind}")
+        os.set_blocking(fd, True)
+        return open(fd, "rb", closefd=True)  # (the caller closes it)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: str) -> dict[str, Any]:

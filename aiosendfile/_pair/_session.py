@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .._cli._common import STOP_SIGNALS, fail, in_words, loop_factory
+from .._cli._common import STOP_SIGNALS, announce, fail, in_words, loop_factory
 from ._protocol import TransferFailed, encode
 
 __all__ = ("STOP", "Progress", "finish", "hash_file", "in_thread", "run", "send_message", "summary")
@@ -56,7 +56,7 @@ class Progress:
         self.start = time.monotonic()
         self.initial = initial
         self.bar: Any = None
-        if sys.stdout.isatty():
+        if sys.stdout is not None and sys.stdout.isatty():  # (None: closed, `send ... >&-`)
             with contextlib.suppress(ImportError):
                 from tqdm import tqdm
 
@@ -126,7 +126,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
     finally:
         event_loop.close()
     if isinstance(outcome, str):
-        print(outcome, flush=True)
+        announce(outcome)  # (done and verified: a closed or full stdout changes nothing)
         return 0
     if signalled:
         return fail(prog, interrupted(), 128 + signalled[0])

@@ -7,12 +7,16 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from ..support.files import pattern
 from ..support.pair import (
+    ENV,
     HoldingProxy,
     Peer,
     announce,
@@ -249,3 +253,70 @@ def test_a_source_that_shrinks_mid_transfer(tmp_path: Path) -> None:
     assert code == 1
     assert f"kept the first {shorter} of {len(data)} bytes" in err
     assert out.read_bytes() == data[:shorter]
+
+
+def test_a_fifo_to_send_is_refused_at_once(tmp_path: Path) -> None:
+    """FILE a FIFO: refused in words (its open waited for a writer for ever, deaf to signals)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = run_cli("send", str(fifo), "127.0.0.1:9")
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"aiosendfile send: {fifo} is not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_out_that_cannot_be_read_back_is_checked_as_it_is_written(tmp_path: Path, kind: str) -> None:
+    """OUT a FIFO (a reader on it) or /dev/null: the bytes are hashed as they are written (its
+    read back hung on the FIFO's open for ever, and gave /dev/null's empty hash: a mismatch
+    for every byte delivered, exit 1 on both sides)."""
+    source = tmp_path / "in.bin"
+    data = pattern(3 * 2**20 + 1, seed=5)
+    source.write_bytes(data)
+    got = bytearray()
+    if kind == "fifo":
+        out = tmp_path / "fifo"
+        os.mkfifo(out)
+        reader = threading.Thread(target=lambda: got.extend(out.read_bytes()))
+    else:
+        out = Path(os.devnull)
+    receiver, port = start_receiver(out, "--force")
+    if kind == "fifo":
+        reader.start()
+    sent = send(source, port)
+    code, said, err = finish(receiver)
+    assert (sent.returncode, code) == (0, 0), (sent.stderr, err)
+    assert "sha256 verified" in said
+    if kind == "fifo":
+        reader.join(10)
+        assert bytes(got) == data
+
+
+@pytest.mark.parametrize("how", ["closed", "broken"])
+def test_a_stdout_nobody_reads_fails_no_transfer(tmp_path: Path, how: str) -> None:
+    """``recv ... | head -1`` (its first line read, then nobody), and send's stdout closed
+    (``>&-``) or a pipe nobody reads (``| true``): the transfer is made and verified, and both
+    exit 0 without a traceback (send failed before it began, or both after, on their summary)."""
+    source = tmp_path / "in.bin"
+    data = pattern(2**20, seed=6)
+    source.write_bytes(data)
+    out = tmp_path / "out.bin"
+    receiver, port = start_receiver(out)
+    assert receiver.stdout is not None
+    receiver.stdout.close()  # (head -1: its first line read, and gone)
+    r, w = os.pipe()
+    os.close(r)  # (every write to it fails: EPIPE)
+    sent = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "send", str(source), f"127.0.0.1:{port}"],
+        stdout=None if how == "closed" else w,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        timeout=60,
+        preexec_fn=(lambda: os.close(1)) if how == "closed" else None,
+    )
+    os.close(w)
+    assert receiver.stderr is not None
+    err = receiver.stderr.read()
+    assert (sent.returncode, receiver.wait(60)) == (0, 0), (sent.stderr, err)
+    no_traceback(sent.stderr, err)
+    assert out.read_bytes() == data

@@ -4,6 +4,7 @@ line, and ``recv --resume`` continues it."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import socket
@@ -195,3 +196,30 @@ def test_a_signal_as_the_handlers_are_installed_is_not_lost(loop: str) -> None:
     )
     assert done.returncode == 128 + signal.SIGINT, done.stderr
     assert done.stderr.strip() == "aiosendfile send: interrupted"
+
+
+async def test_a_receive_cut_twice_settles_before_its_file_is_told() -> None:
+    """A signal cancels every task, then the loop's shutdown cancels them again: the wait for the
+    receive to settle (a splice's drain in flight, its file's position put back) goes on through
+    the second cancellation (it was cut short, and OUT's length was told 0 of 1 GB kept)."""
+    from aiosendfile._pair._recv import _until_idle
+
+    settled: list[str] = []
+
+    async def receive() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # (cancellation-safe: what is in flight lands first)
+            settled.append("landed")
+            raise
+
+    loop = asyncio.get_running_loop()
+    outer = asyncio.ensure_future(_until_idle(receive(), 60.0, loop.time))
+    await asyncio.sleep(0.05)
+    outer.cancel()
+    await asyncio.sleep(0.05)
+    outer.cancel()  # (the shutdown's)
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert settled == ["landed"]

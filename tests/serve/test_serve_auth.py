@@ -368,6 +368,8 @@ def test_the_banner_warns_of_clear_text_passwords_off_loopback(tmp_path: Path) -
         (["--auth", "bob"], "cannot use --auth bob:...: expected USER:PASSWORD"),
         (["--auth", "bob:"], "cannot use --auth bob:...: the password is empty"),
         (["--auth-file", "/nonexistent/users"], "cannot use --auth-file /nonexistent/users: no such file"),
+        # (no user at all, what a failed `hash-password alice > users` leaves: it served everyone)
+        (["--auth-file", "/dev/null"], "cannot use --auth-file /dev/null: it holds no USER:HASH line"),
         (["--public-read"], "--public-read needs --auth or --auth-file"),
     ],
 )
@@ -377,6 +379,33 @@ def test_bad_auth_options_are_one_line_and_exit_2(tmp_path: Path, options: list[
     assert says in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_hash_password_says_in_words_what_it_cannot_do(tmp_path: Path) -> None:
+    """A password that is no UTF-8, a full stdout: one line and a status, no traceback."""
+    import subprocess
+    import sys
+
+    from ..support.pair import ENV
+
+    def hashed(stdin: bytes, **how: object) -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", "aiosendfile", "hash-password", "bob"]
+        return subprocess.run(
+            command, input=stdin, capture_output="stdout" not in how, env=ENV, timeout=30, **how
+        )  # type: ignore[call-overload, no-any-return]
+
+    not_utf8 = hashed(b"\xff\n")
+    assert (not_utf8.returncode, not_utf8.stderr.decode().strip()) == (
+        2,
+        "aiosendfile hash-password: the password is not UTF-8 text",
+    )
+    with open("/dev/full", "wb") as full:
+        done = hashed(b"pw\n", stdout=full, stderr=subprocess.PIPE)
+    assert done.returncode == 1
+    assert (
+        done.stderr.decode().strip()
+        == "aiosendfile hash-password: cannot write the line to stdout: the disk is full"
+    )
 
 
 def test_hash_password_refuses_what_it_cannot_use() -> None:
