@@ -7,7 +7,8 @@ import argparse
 from typing import Any
 
 from .._cli._common import add_loop_option, address, destination
-from ._recv import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT, recv_main
+from ._protocol import HANDSHAKE_TIMEOUT, IDLE_TIMEOUT
+from ._recv import recv_main
 from ._send import send_main
 
 __all__ = ("add_commands",)
@@ -77,6 +78,23 @@ def add_commands(commands: Any) -> None:
         metavar="HOST:PORT",
         type=destination,
         help="where 'aiosendfile recv' listens, e.g. 192.0.2.7:9000 (no host: 127.0.0.1)",
+    )
+    send.add_argument(
+        "--handshake-timeout",
+        type=_seconds,
+        default=HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up on a receiver that takes longer than this to connect or to answer "
+        f"(default: {HANDSHAKE_TIMEOUT:g})",
+    )
+    send.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on a receiver that takes nothing for this long mid-transfer; it keeps what "
+        f"arrived (default: {IDLE_TIMEOUT:g}; its verdict may take this long and a read back of "
+        "the file at 50 MB/s)",
     )
     add_loop_option(send)
     send.set_defaults(run=send_main)

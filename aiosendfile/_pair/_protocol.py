@@ -47,6 +47,8 @@ from typing import Any, TypeGuard
 __all__ = (
     "BUSY",
     "FAREWELL_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "IDLE_TIMEOUT",
     "HASH_RATE",
     "LINE_LIMIT",
     "MAX_SIZE",
@@ -63,9 +65,12 @@ __all__ = (
 )
 
 LINE_LIMIT = 64 * 1024
-HASH_RATE = 50e6  # bytes/s: the sender gets extra time to hash the prefix it was offered
+HASH_RATE = 50e6  # bytes/s: the time a side gets to hash a file (the prefix offered, OUT read back)
 MAX_SIZE = 2**63 - 1
 FAREWELL_TIMEOUT = 1.0  # seconds a refused peer gets to read our error before we close
+HANDSHAKE_TIMEOUT = 10.0  # seconds a peer has for each handshake line (and send, to connect)
+#: seconds a body may make no progress before its transfer ends (nginx: client_body_timeout)
+IDLE_TIMEOUT = 60.0
 BUSY = "busy: another transfer is in progress; try again when it is done"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}\Z")
 

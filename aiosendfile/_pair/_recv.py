@@ -12,7 +12,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import IO, Any, TypeVar, cast
 
 from .._cli._common import announce, fail, in_words
@@ -20,7 +20,9 @@ from .._recv import recvfile
 from ._protocol import (
     BUSY,
     FAREWELL_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
     HASH_RATE,
+    IDLE_TIMEOUT,
     LINE_LIMIT,
     BadPeer,
     Refused,
@@ -30,48 +32,14 @@ from ._protocol import (
     json_object,
     short,
 )
-from ._session import Progress, hash_file, in_thread, run, send_message, summary
+from ._session import Idle, Progress, hash_file, in_thread, run, send_message, summary, until_idle
 
 __all__ = ("HANDSHAKE_TIMEOUT", "IDLE_TIMEOUT", "check_out", "recv_main")
 
-HANDSHAKE_TIMEOUT = 10.0  # seconds a peer has for each handshake line
-IDLE_TIMEOUT = 60.0  # seconds a body may stop coming before the transfer ends (nginx: client_body_timeout)
 MAX_PENDING = 64  # connections in their handshake at once; more are dropped
 DRAIN_TIMEOUT = 5.0  # seconds we keep reading a body we cannot write, so the sender hears why
 
 T = TypeVar("T")
-
-
-class _Idle(Exception):
-    """The body stopped coming for the idle timeout."""
-
-
-async def _until_idle(aw: Awaitable[T], idle: float, last_activity: Callable[[], float]) -> T:
-    """Await *aw*; if *last_activity()* (a loop time) falls *idle* seconds behind, cancel it and
-    raise :class:`_Idle`. *aw* has always settled when this returns or raises (a cancelled
-    ``recvfile`` leaves OUT consistent only once it has)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(aw)
-    try:
-        while True:
-            left = last_activity() + idle - loop.time()
-            if left <= 0:
-                raise _Idle()
-            await asyncio.wait({task}, timeout=left)
-            if task.done():
-                return task.result()
-    except BaseException:
-        if not task.done():
-            task.cancel()
-        while not task.done():
-            # Through every cancellation: a signal's, then the loop's shutdown cancelling every
-            # task again cut this wait short, and OUT was settled (its length told: 0 of 1 GB
-            # kept) before the receive had settled and put its position there.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task})
-        if not task.cancelled():
-            task.exception()  # retrieved: an error raced with the verdict is not logged as lost
-        raise
 
 
 def _peer_name(writer: asyncio.StreamWriter) -> str:
@@ -344,7 +312,7 @@ class _Receiver:
                     last = loop.time()
                     progress.update(start + got)
 
-                await _until_idle(
+                await until_idle(
                     recvfile(
                         reader, cast("IO[bytes]", hashed or f), size - start, offset=start, on_progress=landed
                     ),
@@ -355,7 +323,7 @@ class _Receiver:
                 self.kept = _settle(f, start) if hashed is None else hashed.written
                 progress.close()
                 kept = f"kept the first {self.kept} of {size} bytes in {out}"
-                if isinstance(exc, _Idle):
+                if isinstance(exc, Idle):
                     with contextlib.suppress(Exception):  # it may be gone for good
                         send_message(writer, {"error": f"sent nothing for {self.idle:g}s; giving up"})
                     raise TransferFailed(

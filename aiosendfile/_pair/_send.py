@@ -13,8 +13,18 @@ from typing import IO, Any
 from .._api import sendfile
 from .._cli._common import in_words
 from .._errors import FileTruncatedError
-from ._protocol import FAREWELL_TIMEOUT, LINE_LIMIT, TransferFailed, is_int, json_object, printable
-from ._session import Progress, hash_file, in_thread, run, send_message, summary
+from ._protocol import (
+    FAREWELL_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
+    HASH_RATE,
+    IDLE_TIMEOUT,
+    LINE_LIMIT,
+    TransferFailed,
+    is_int,
+    json_object,
+    printable,
+)
+from ._session import Idle, Progress, hash_file, in_thread, run, send_message, summary, until_idle
 
 __all__ = ("send_file", "send_main")
 
@@ -47,10 +57,17 @@ def _open_source(path: str) -> IO[bytes]:
         raise
 
 
-async def _reply(reader: asyncio.StreamReader, host: str, port: int, refused: str) -> dict[str, Any]:
-    """The receiver's next line; its ``error`` (or a broken reply) as a TransferFailed."""
+async def _reply(
+    reader: asyncio.StreamReader, host: str, port: int, refused: str, within: float
+) -> dict[str, Any]:
+    """The receiver's next line, within *within* seconds; its ``error`` (or a broken reply, or
+    none in time) as a TransferFailed."""
     try:
-        line = await reader.readline()
+        line = await asyncio.wait_for(reader.readline(), within)
+    except asyncio.TimeoutError:
+        raise TransferFailed(
+            f"{host}:{port} said nothing for {within:g}s (is 'aiosendfile recv' there?)"
+        ) from None
     except ValueError as exc:  # over the line limit
         raise TransferFailed(f"{host}:{port} sent a reply too long to be from 'aiosendfile recv'") from exc
     except OSError as exc:
@@ -79,17 +96,30 @@ async def _last_word(reader: asyncio.StreamReader) -> str | None:
     return None
 
 
-async def send_file(path: str, host: str, port: int, state: _Sending | None = None) -> str:
+async def send_file(
+    path: str,
+    host: str,
+    port: int,
+    state: _Sending | None = None,
+    handshake: float = HANDSHAKE_TIMEOUT,
+    idle: float = IDLE_TIMEOUT,
+) -> str:
+    """Send *path*: the connection and each handshake reply within *handshake* seconds, the body
+    never without progress for *idle* seconds (a silent or stalled receiver held it for ever)."""
     state = state or _Sending()
     with _open_source(path) as f:
         size = os.fstat(f.fileno()).st_size
         digest = await in_thread(hash_file, path, size)
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=LINE_LIMIT)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=LINE_LIMIT), handshake
+            )
+        except asyncio.TimeoutError:
+            raise TransferFailed(f"cannot connect to {host}:{port}: no answer in {handshake:g}s") from None
         except OSError as exc:
             raise TransferFailed(f"cannot connect to {host}:{port}: {in_words(exc)}") from exc
         try:
-            return await _send_over(f, path, size, digest, reader, writer, host, port, state)
+            return await _send_over(f, path, size, digest, reader, writer, host, port, state, handshake, idle)
         finally:
             writer.transport.abort()
 
@@ -104,9 +134,11 @@ async def _send_over(
     host: str,
     port: int,
     state: _Sending,
+    handshake: float,
+    idle: float,
 ) -> str:
     send_message(writer, {"name": os.path.basename(path), "size": size, "sha256": digest})
-    offer = await _reply(reader, host, port, "the receiver refused the transfer")
+    offer = await _reply(reader, host, port, "the receiver refused the transfer", handshake)
     if "notice" in offer:
         print(
             f"aiosendfile send: the receiver says: {printable(offer['notice'])}", file=sys.stderr, flush=True
@@ -129,12 +161,25 @@ async def _send_over(
     state.size, state.start, state.sent = size, start, 0
     progress = Progress(size, start, "send")
 
+    loop = asyncio.get_running_loop()
+    last = loop.time()
+
     def sent_so_far(sent: int, _total: int | None) -> None:
+        nonlocal last
+        last = loop.time()
         state.sent = sent
         progress.update(start + sent)
 
     try:
-        await sendfile(writer, f, start, size - start, on_progress=sent_so_far)
+        await until_idle(
+            sendfile(writer, f, start, size - start, on_progress=sent_so_far), idle, lambda: last
+        )
+    except Idle:
+        moved = start + (state.sent or 0)
+        raise TransferFailed(
+            f"{host}:{port} took nothing for {idle:g}s; stopped after {moved} of {size} bytes "
+            "(the receiver keeps what arrived)"
+        ) from None
     except FileTruncatedError as exc:
         raise TransferFailed(
             f"{path} got shorter while it was being sent, after {start + exc.sent} of its {size} bytes; "
@@ -151,7 +196,9 @@ async def _send_over(
     finally:
         elapsed = progress.close()
     state.sent = size - start
-    verdict = await _reply(reader, host, port, "the receiver stopped the transfer")
+    # (the receiver reads OUT back first: minutes for 20 GiB on a slow disk)
+    within = idle + size / HASH_RATE
+    verdict = await _reply(reader, host, port, "the receiver stopped the transfer", within)
     resumed = f", resumed at {start}" if start else ""
     if verdict.get("ok") is not True:
         raise TransferFailed(f"the receiver's checksum does not match (sha256 {verdict.get('sha256')})")
@@ -170,4 +217,5 @@ def send_main(args: Any) -> int:
             "keeps what arrived: run 'recv --resume' and send again to finish"
         )
 
-    return run("aiosendfile send", args.loop, send_file(args.file, host, port, state), interrupted)
+    sending = send_file(args.file, host, port, state, args.handshake_timeout, args.idle_timeout)
+    return run("aiosendfile send", args.loop, sending, interrupted)

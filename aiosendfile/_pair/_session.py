@@ -14,11 +14,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from .._cli._common import STOP_SIGNALS, announce, fail, in_words, loop_factory
 from ._protocol import TransferFailed, encode
+
+T = TypeVar("T")
 
 __all__ = ("STOP", "Progress", "finish", "hash_file", "in_thread", "run", "send_message", "summary")
 
@@ -47,6 +49,38 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 def send_message(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
     writer.write(encode(message))
+
+
+class Idle(Exception):
+    """A transfer made no progress for its idle timeout."""
+
+
+async def until_idle(aw: Awaitable[T], idle: float, last_activity: Callable[[], float]) -> T:
+    """Await *aw*; if *last_activity()* (a loop time) falls *idle* seconds behind, cancel it and
+    raise :class:`Idle`. *aw* has always settled when this returns or raises (a cancelled
+    ``recvfile`` leaves OUT consistent only once it has)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(aw)
+    try:
+        while True:
+            left = last_activity() + idle - loop.time()
+            if left <= 0:
+                raise Idle()
+            await asyncio.wait({task}, timeout=left)
+            if task.done():
+                return task.result()
+    except BaseException:
+        if not task.done():
+            task.cancel()
+        while not task.done():
+            # Through every cancellation: a signal's, then the loop's shutdown cancelling every
+            # task again cut this wait short, and OUT was settled (its length told: 0 of 1 GB
+            # kept) before the receive had settled and put its position there.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: an error raced with the verdict is not logged as lost
+        raise
 
 
 class Progress:

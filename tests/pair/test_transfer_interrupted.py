@@ -202,7 +202,7 @@ async def test_a_receive_cut_twice_settles_before_its_file_is_told() -> None:
     """A signal cancels every task, then the loop's shutdown cancels them again: the wait for the
     receive to settle (a splice's drain in flight, its file's position put back) goes on through
     the second cancellation (it was cut short, and OUT's length was told 0 of 1 GB kept)."""
-    from aiosendfile._pair._recv import _until_idle
+    from aiosendfile._pair._session import until_idle
 
     settled: list[str] = []
 
@@ -215,7 +215,7 @@ async def test_a_receive_cut_twice_settles_before_its_file_is_told() -> None:
             raise
 
     loop = asyncio.get_running_loop()
-    outer = asyncio.ensure_future(_until_idle(receive(), 60.0, loop.time))
+    outer = asyncio.ensure_future(until_idle(receive(), 60.0, loop.time))
     await asyncio.sleep(0.05)
     outer.cancel()
     await asyncio.sleep(0.05)

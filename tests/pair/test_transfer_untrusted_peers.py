@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,42 @@ def test_a_hostile_receivers_words_cannot_drive_the_terminal(tmp_path: Path) -> 
     assert "\x07" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert "\\x1b[2J" in done.stderr
+
+
+@pytest.mark.parametrize("when", ["handshake", "body"])
+def test_a_silent_or_stalled_receiver_cannot_hold_send(tmp_path: Path, when: str) -> None:
+    """A "receiver" that accepts and says nothing, or that takes the start and then stops reading:
+    send gives up after its timeout, in words (it waited for ever; recv had its timeouts)."""
+    source = tmp_path / "in.bin"
+    source.write_bytes(pattern(32 * 2**20))
+    done = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def stall() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                if when == "body":
+                    stream = conn.makefile("rwb")
+                    stream.readline()
+                    stream.write(b'{"offset": 0, "prefix_sha256": ""}\n')
+                    stream.flush()
+                    stream.readline()
+                    stream.close()
+                done.wait(15)
+
+        holder = threading.Thread(target=stall, daemon=True)
+        holder.start()
+        began = time.monotonic()
+        sent = send(source, port, "--handshake-timeout", "1", "--idle-timeout", "1")
+        took = time.monotonic() - began
+        done.set()
+        holder.join(10)
+    assert sent.returncode == 1, sent.stderr
+    no_traceback(sent.stderr)
+    assert took < 12, took
+    if when == "handshake":
+        assert f"127.0.0.1:{port} said nothing for 1s" in sent.stderr, sent.stderr
+    else:
+        assert f"127.0.0.1:{port} took nothing for 1s; stopped after" in sent.stderr, sent.stderr
