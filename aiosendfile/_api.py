@@ -133,6 +133,8 @@ def _straight(
     protocol = transport.get_protocol()
     if isinstance(protocol, (TransportLease, *_compat.tls_protocol_types())):
         return None  # another transfer holds it; or TLS now runs over it (start_tls)
+    if _compat.asyncio_sendfile_holds(transport):
+        return None  # (asyncio's own loop.sendfile sends on it: the general path refuses)
     if not _is_os_file(file) or file.closed or not file.readable() or type(offset) is not int:
         return None
     if type(max_chunk) is not int or max_chunk <= 0:

@@ -24,6 +24,9 @@ asyncio (``asyncio/selector_events.py``, ``asyncio/sslproto.py``, ``asyncio/stre
   * :func:`defuse_py310_tls_resume`: 3.10's ``_SSLProtocolTransport._ssl_protocol._transport``
     (read) and ``StreamReader._paused`` (written).
   * :func:`tls_socket_transport`: ``_SSLProtocolTransport._ssl_protocol._transport`` (read).
+  * :func:`asyncio_sendfile_holds`: ``_SelectorSocketTransport._empty_waiter`` (read: set while
+    ``loop.sendfile``'s native path runs) and ``base_events._SendfileFallbackProtocol`` (its copy's
+    stand-in protocol).
 uvloop (``uvloop.loop``, a compiled module not re-exported by ``uvloop``)
   * :func:`native_transport_types`: ``uvloop.loop.TCPTransport``, ``uvloop.loop.UnixTransport``.
   * :func:`tls_protocol_types`: ``uvloop.loop.SSLProtocol``.
@@ -75,6 +78,7 @@ __all__ = (
     "Internal",
     "acceptor",
     "adopts_descriptors",
+    "asyncio_sendfile_holds",
     "defuse_py310_tls_resume",
     "keep_headers_buffered",
     "native_transport_types",
@@ -112,6 +116,8 @@ RELIED_ON: tuple[Internal, ...] = tuple(
     Internal(*entry)
     for entry in (
         ("asyncio", "asyncio.selector_events", "_SelectorSocketTransport"),
+        ("asyncio", "asyncio.selector_events._SelectorSocketTransport", "_empty_waiter"),
+        ("asyncio", "asyncio.base_events", "_SendfileFallbackProtocol"),
         ("asyncio", "asyncio.sslproto", "SSLProtocol"),
         ("asyncio", "TLS transport", "_ssl_protocol"),
         ("asyncio", "TLS transport._ssl_protocol", "_state", (3, 11)),
@@ -225,6 +231,25 @@ class AdoptedSocket:
         if fd >= 0 and (not self.asked or isinstance(exc, OSError)):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def asyncio_sendfile_holds(transport: Any) -> bool:
+    """Whether asyncio's own ``loop.sendfile`` is sending on *transport* now: its native path sets
+    the transport's ``_empty_waiter`` (its ``write`` raises meanwhile), its copy puts a
+    ``_SendfileFallbackProtocol`` in the protocol's place. Checked against CPython 3.10-3.13.
+    Either name missing: that check says False (uvloop's transports have neither: uvloop has no
+    ``loop.sendfile``)."""
+    return getattr(transport, "_empty_waiter", None) is not None or isinstance(
+        transport.get_protocol(), _sendfile_fallback_types()
+    )
+
+
+@functools.cache
+def _sendfile_fallback_types() -> tuple[type, ...]:
+    from asyncio import base_events
+
+    fallback = getattr(base_events, "_SendfileFallbackProtocol", None)
+    return () if fallback is None else (fallback,)
 
 
 def tls_protocol_types() -> tuple[type, ...]:

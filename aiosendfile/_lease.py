@@ -118,8 +118,11 @@ class TransportLease(asyncio.Protocol):
 
     @staticmethod
     def held_on(transport: asyncio.BaseTransport) -> bool:
-        """Whether a lease (a ``sendfile`` or ``recvfile`` in progress) holds *transport* now."""
-        return isinstance(transport.get_protocol(), TransportLease)
+        """Whether a lease (a ``sendfile`` or ``recvfile`` in progress) holds *transport* now, or
+        asyncio's own ``loop.sendfile`` sends on it (our bytes went in the middle of its file)."""
+        if isinstance(transport.get_protocol(), TransportLease):
+            return True
+        return _compat.asyncio_sendfile_holds(transport)
 
     @staticmethod
     def refuse_if_held(transport: asyncio.BaseTransport) -> None:

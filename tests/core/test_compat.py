@@ -46,6 +46,7 @@ VERSIONS = {
 #: Where a real object for an entry is found without a connection: a module, or a fresh instance.
 STATIC = (
     "asyncio.selector_events",
+    "asyncio.base_events",
     "asyncio.sslproto",
     "uvloop.loop",
     "aiohttp.web.",
@@ -100,6 +101,11 @@ def static_object(where: str, tmp_path: Path) -> Iterator[Any]:
     elif where == "socket.socket":
         with socket.socket() as sock:
             yield sock
+    elif where == "asyncio.selector_events._SelectorSocketTransport":  # (needs a socket): its source
+        from asyncio.selector_events import _SelectorSocketTransport
+
+        assigned = re.findall(r"self\.(_\w+) = ", inspect.getsource(_SelectorSocketTransport))
+        yield SimpleNamespace(**dict.fromkeys(assigned))
     elif where == "django.http.response.HttpResponseBase":  # an instance needs settings: its source
         from django.http.response import HttpResponseBase
 

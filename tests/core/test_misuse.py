@@ -276,6 +276,30 @@ async def test_writes_during_transfer_are_refused(connect: Connector, kind: str,
         assert await reader == pattern(size) + b"ok"
 
 
+async def test_a_sendfile_while_asyncios_own_sends_on_the_transport_is_refused(
+    connect: Connector, kind: str, make_file: Any
+) -> None:
+    """Stock asyncio's ``loop.sendfile`` sending on the transport (a caller that did not go through
+    us): ours is refused as a second transfer is (its bytes went into the middle of the other
+    file, where ``transport.write`` raises), on the straight line too."""
+    if loop_name() != "asyncio":
+        pytest.skip("uvloop has no loop.sendfile")
+    size = 8 * 2**20
+    conn = await connect(rcvbuf=4096)
+    loop = asyncio.get_running_loop()
+    with open(make_file(size), "rb") as f1, open(make_file(1000, "b.bin"), "rb") as f2:
+        assert await aiosendfile.sendfile(conn.writer, f2, 0, 10) == 10  # (known: the straight line)
+        theirs = asyncio.ensure_future(loop.sendfile(conn.transport, f1))
+        await asyncio.sleep(0.05)
+        assert not theirs.done()
+        with pytest.raises(RuntimeError, match="in progress"):
+            await aiosendfile.sendfile(conn.writer, f2, 0)
+        reader = asyncio.create_task(conn.read_all())
+        assert await theirs == size
+    conn.writer.close()
+    assert await reader == pattern(1000)[:10] + pattern(size)
+
+
 async def test_second_concurrent_sendfile_on_a_transport_is_refused(
     connect: Connector, make_file: Any
 ) -> None:
