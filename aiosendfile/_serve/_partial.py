@@ -380,6 +380,13 @@ class Store:
                 raise UploadRefused(404)
             if now.get("done") is not None:
                 return now, int(now["length"])
+            try:
+                named = os.lstat(partial_name(upload_id), dir_fd=dir_fd)
+            except OSError:
+                named = None
+            st = os.fstat(fd)
+            if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+                raise Landing()  # (being given its name, its record not yet saying so: asked again)
             os.fdatasync(fd)  # (the offset told is never one a crash takes back)
             return now, os.fstat(fd).st_size
         finally:

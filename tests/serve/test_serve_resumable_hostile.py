@@ -539,3 +539,41 @@ async def test_an_upload_another_worker_completes_as_it_is_resumed_stays_complet
         status = await ask(site, head_of(where_to), "HEAD")
         assert (field(status, "Upload-Complete"), field(status, "Upload-Offset")) == ("?1", "10")
     assert landed.read_bytes() == b"y" * 10
+
+
+async def test_an_upload_landed_before_its_record_says_so_takes_nothing_more(
+    public: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request that completes an upload lets its lock go as it gives the file its name, and
+    notes the record done just after: a request of another worker that took the lock between found
+    a record "not done", and appended into the file now landed under its name. It waits, and is
+    answered as an append to a complete upload (400 with content); the landed file is untouched."""
+    import threading
+
+    from aiosendfile._serve import _partial_upload
+
+    async with serve_site(public, upload=True) as site:
+        made = await ask(site, request("PUT", "/sub/f", "Upload-Complete: ?0", body=b"y" * 10))
+        where_to = field(made, "Location")
+        other = _partial.Store(policy_of(public), False, _partial.Limits(86400.0, 16, 1 << 30, None))
+        partial, landed = partial_of(public, where_to), public / "sub" / "f"
+        taken = _partial.lock
+
+        def noted_done() -> None:
+            with other.registry(exclusive=True) as reg:
+                ((upload_id, record),) = other._records(reg)
+                record.update(length=10, size=10, done=201)
+                other.save(reg, upload_id, record)
+
+        def landed_not_yet_noted(fd: int) -> None:
+            monkeypatch.setattr(_partial_upload, "lock", taken)  # (once)
+            os.link(partial, landed)
+            partial.unlink()
+            threading.Timer(0.2, noted_done).start()
+            taken(fd)
+
+        monkeypatch.setattr(_partial_upload, "lock", landed_not_yet_noted)
+        answer = await ask(site, append_to(where_to, "10", "?0", body=b"Z" * 5))
+        monkeypatch.undo()
+        assert (answer.status, field(answer, "Upload-Complete")) == (400, "?1")
+    assert landed.read_bytes() == b"y" * 10
