@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from .._options import DEFAULT_FALLBACK_CHUNK
-from .._static._answer import Answer, FileRange
+from .._static._answer import Answer, FileRange, Multipart
 from .._static._answers import AnswerKey, Answers, Decided
 from .._static._core import Located, answer, respond
 from .._static._fs import POOL_FS, REAL_FS, DecideInPool, directory_policy, folder_identity
@@ -428,9 +428,10 @@ class FileResponse(_ResponseBase):
         if self.status_code != 200 or method not in ("GET", "HEAD"):
             # As Starlette: a file sent as another status has no ranges; and the answer to another
             # method (a PUT that returns what it wrote) is past its preconditions: they were the
-            # handler's to judge, before it acted.
+            # handler's to judge, before it acted. (A HEAD stays one: no body.)
             headers = [(n, v) for n, v in headers if n.lower() == b"accept-encoding"]
-            method = "GET"
+            if method != "HEAD":
+                method = "GET"
         elif any(name in _VALIDATORS for name, _ in self.raw_headers):
             # The caller's own ETag or Last-Modified is sent (as Starlette): the core judges no
             # precondition by its own, nor a range against a validator it does not send.
@@ -476,6 +477,8 @@ class FileResponse(_ResponseBase):
             return core
         mine = self.raw_headers
         kept = {name for name, _ in mine if name in _CALLERS}
+        if isinstance(ans.body, Multipart):  # (its type names the parts' boundary: the core's)
+            kept.discard(b"content-type")
         names = {name for name, _ in core if name != b"vary" and name not in kept}
         names.add(b"content-length")
         return [pair for pair in mine if pair[0] not in names] + [

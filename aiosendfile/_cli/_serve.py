@@ -39,6 +39,8 @@ def hash_password_command(args: argparse.Namespace) -> int:
         parse_entry(f"{args.user}:x")
     except AuthError as exc:
         return fail(prog, f"cannot use user {args.user!r}: {exc}", 2)
+    except UnicodeError:  # (bytes that are no UTF-8 in the argument: surrogates)
+        return fail(prog, "cannot use the user: it is not UTF-8 text", 2)
     if sys.stdin is not None and sys.stdin.isatty():
         import getpass
 

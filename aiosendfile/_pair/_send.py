@@ -138,7 +138,10 @@ async def _send_over(
     idle: float,
 ) -> str:
     send_message(writer, {"name": os.path.basename(path), "size": size, "sha256": digest})
-    offer = await _reply(reader, host, port, "the receiver refused the transfer", handshake)
+    # (with --resume, the receiver first hashes the partial OUT it offers, at most this file's size)
+    offer = await _reply(
+        reader, host, port, "the receiver refused the transfer", handshake + size / HASH_RATE
+    )
     if "notice" in offer:
         print(
             f"aiosendfile send: the receiver says: {printable(offer['notice'])}", file=sys.stderr, flush=True

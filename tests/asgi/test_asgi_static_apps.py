@@ -303,6 +303,10 @@ async def test_file_response_fields_the_caller_sets_stay_the_callers(public: Pat
             (b"content-disposition", b"inline"),
         ]:
             assert [v for n, v in server.headers if n == name] == [value], name
+    # (several ranges: the parts' boundary is in the core's type, which stays)
+    server = await call(response, b"GET / HTTP/1.1\r\nRange: bytes=0-1,4-5\r\n\r\n")
+    assert server.status == 206
+    assert dict(server.headers)[b"content-type"].startswith(b"multipart/byteranges; boundary=")
     # (a range with an If-Range naming a validator the core does not send: the whole file)
     server = await call(response, b'GET / HTTP/1.1\r\nRange: bytes=0-1\r\nIf-Range: "v7"\r\n\r\n')
     assert (server.status, bytes(server.body)) == (200, SMALL)
@@ -320,6 +324,10 @@ async def test_file_response_to_another_method_judges_no_precondition(public: Pa
         raw = f"{method} / HTTP/1.1\r\n".encode() + asked + b"\r\n\r\n"
         server = await call(response, raw)
         assert (server.status, bytes(server.body)) == (200, SMALL), asked
+    # (a HEAD of a file sent as another status stays a HEAD: no body read or sent)
+    page = asgi.FileResponse(public / "a.txt", status_code=404)
+    server = await call(page, b"HEAD / HTTP/1.1\r\nRange: bytes=0-1\r\n\r\n")
+    assert (server.status, bytes(server.body)) == (404, b"")
 
 
 async def test_file_response_missing_file_is_an_empty_404(tmp_path: Path) -> None:

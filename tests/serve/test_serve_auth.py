@@ -394,6 +394,17 @@ def test_hash_password_says_in_words_what_it_cannot_do(tmp_path: Path) -> None:
             command, input=stdin, capture_output="stdout" not in how, env=ENV, timeout=30, **how
         )  # type: ignore[call-overload, no-any-return]
 
+    user = subprocess.run(
+        [sys.executable, "-m", "aiosendfile", "hash-password", b"\xff"],
+        input=b"pw\n",
+        capture_output=True,
+        env=ENV,
+        timeout=30,
+    )
+    assert (user.returncode, user.stderr.decode().strip()) == (
+        2,
+        "aiosendfile hash-password: cannot use the user: it is not UTF-8 text",
+    )
     not_utf8 = hashed(b"\xff\n")
     assert (not_utf8.returncode, not_utf8.stderr.decode().strip()) == (
         2,
