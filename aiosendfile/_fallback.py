@@ -77,7 +77,7 @@ from ._coldread import read_range
 from ._errors import ConnectionLostError
 from ._job import SendJob
 from ._lease import TransportLease
-from ._options import DEFAULT_FALLBACK_CHUNK, Options
+from ._options import DEFAULT_FALLBACK_CHUNK, Options, default_stream_executor
 from ._readiness import wait_ready
 from ._state import TransferState
 from ._target import is_tls
@@ -131,11 +131,12 @@ class ChunkReader:
             return await read_range(self._fd, size, position, options.executor, probe=options.probe)
         if self._in_memory:
             return bytes(self._read(size))
-        # A stream (a pipe, a socket file) may never give a byte: read in the loop's default
-        # executor, as loop.sendfile's copies are, never in the cold-read pool every file send
-        # shares (idle pipes, their callers cancelled, held its threads: cold files waited).
+        # A stream (a pipe, a socket file) may never give a byte: read in the streams' own pool,
+        # never the cold-read pool every file send shares (idle pipes, their callers cancelled,
+        # held its threads: every cold file waited) nor the loop's default executor.
         loop = asyncio.get_running_loop()
-        return bytes(await loop.run_in_executor(self._options.executor, self._read, size))
+        pool = self._options.executor or default_stream_executor()
+        return bytes(await loop.run_in_executor(pool, self._read, size))
 
 
 async def copy_to_transport(lease: TransportLease, job: SendJob) -> None:

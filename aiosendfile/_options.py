@@ -32,10 +32,12 @@ from ._state import DEFAULT_MAX_CHUNK
 
 __all__ = (
     "COLD_POOL_THREADS",
+    "STREAM_POOL_THREADS",
     "DEFAULT_FALLBACK_CHUNK",
     "DEFAULT_OPTIONS",
     "Options",
     "default_cold_executor",
+    "default_stream_executor",
 )
 
 COLD_POOL_THREADS = 4
@@ -97,3 +99,15 @@ _cold_pool = LazyPool(COLD_POOL_THREADS, "aiosendfile-cold")
 def default_cold_executor() -> ThreadPoolExecutor:
     """The process-wide pool for cold chunks, made on first use."""
     return _cold_pool()
+
+
+#: Threads for a stream's reads and writes (a pipe, a socket file), which may wait for ever on an
+#: idle peer: their own pool, so that such waits hold neither the cold-read pool every file send
+#: shares nor the loop's default executor (``getaddrinfo``, ``asyncio.run``'s shutdown).
+STREAM_POOL_THREADS = 8
+_stream_pool = LazyPool(STREAM_POOL_THREADS, "aiosendfile-stream")
+
+
+def default_stream_executor() -> ThreadPoolExecutor:
+    """The process-wide pool for streams' reads and writes, made on first use."""
+    return _stream_pool()

@@ -35,7 +35,7 @@ from typing import IO, Any
 from . import _compat, _platform
 from ._errors import SendfileNotAvailableError, map_exceptions
 from ._lease import TransportLease
-from ._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor
+from ._options import DEFAULT_FALLBACK_CHUNK, default_cold_executor, default_stream_executor
 from ._sink import FileSink
 from ._splice import splice_to_file
 from ._state import check_int
@@ -98,10 +98,10 @@ async def recvfile(
     zero_copy = _platform.HAS_SPLICE and file_fd is not None and sock_fd >= 0
     if not zero_copy and not fallback:
         raise SendfileNotAvailableError("zero-copy receive is not possible for this source and file")
-    # A stream (a pipe, a socket) may never take a write: its writes wait in the loop's default
-    # executor, as loop.sendfile's copies do, never in the cold-read pool every file send shares.
+    # A stream (a pipe, a socket) may never take a write: its writes wait in the streams' own
+    # pool, never in the cold-read pool every file send shares.
     streaming = not _seekable(file)
-    pool = executor if executor is not None or streaming else default_cold_executor()
+    pool = executor or (default_stream_executor() if streaming else default_cold_executor())
     sink = FileSink(file, file_fd, offset, count, pool, on_progress, streaming)
     try:
         with map_exceptions(sink.state):

@@ -11,6 +11,7 @@ cancelled.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import select
 from collections.abc import Callable
@@ -33,7 +34,7 @@ class FileSink:
         fd: int | None,
         offset: int,
         count: int,
-        pool: Executor | None,
+        pool: Executor,
         on_progress: Callable[[int, int], None] | None,
         streaming: bool = False,
     ) -> None:
@@ -102,7 +103,8 @@ def _write_at(file: Any, data: bytes, position: int) -> int:
     """Write all of *data* to *file* (at *position* if it has positions), in a pool thread. A
     file may take less than asked: a raw file (``buffering=0``) part or, non-blocking and full,
     nothing (None); a buffered one, non-blocking and full, raises ``BlockingIOError`` with what it
-    took. The rest is written once the file takes more (``poll``), never dropped."""
+    took into its buffer. The rest is written once the file takes more (``poll``), never dropped,
+    and what a buffer took is flushed before it counts (a close would lose it, or raise)."""
     if file.seekable():
         file.seek(position)
     view = memoryview(data)
@@ -112,13 +114,25 @@ def _write_at(file: Any, data: bytes, position: int) -> int:
         except BlockingIOError as exc:
             n = exc.characters_written
         if not n:
-            _wait_writable(file.fileno())
+            _wait_writable(file)
             continue
         view = view[n:]
+    if isinstance(file, io.BufferedIOBase):
+        while True:
+            try:
+                file.flush()
+                break
+            except BlockingIOError:
+                _wait_writable(file)
     return len(data)
 
 
-def _wait_writable(fd: int) -> None:
+def _wait_writable(file: Any) -> None:
+    """Until *file* takes more (or has an error, or is closed: the next write says so). Polled a
+    tenth of a second at a time: a receive given up (cancelled, idle) closes its file, and its
+    thread is not left waiting for ever on a reader that stopped."""
     poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    poller.poll()  # (an error or hang-up returns too: the next write raises it)
+    poller.register(file.fileno(), select.POLLOUT)
+    while not poller.poll(100):
+        if file.closed:
+            return

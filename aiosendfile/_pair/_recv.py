@@ -76,15 +76,15 @@ def check_out(out: str, *, resume: bool, force: bool) -> str | None:
 def _open_out(out: str, start: int) -> IO[bytes]:
     """OUT opened for the transfer (at *start* to resume). A FIFO is opened without waiting for a
     reader: with none, ENXIO at once (a blocking open would hold the loop, its timeouts and its
-    signals, until one came); then its writes wait as any file's, in the pool."""
+    signals, until one came); its writes wait for room in the pool, and a receive given up (idle,
+    interrupted) closes it and leaves no thread behind (a blocked write held the process)."""
     try:
         fifo = stat.S_ISFIFO(os.stat(out).st_mode)
     except OSError:
         fifo = False
-    if fifo:
+    if fifo:  # (kept non-blocking and unbuffered: a write waits in poll, which a close ends)
         fd = os.open(out, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        os.set_blocking(fd, True)
-        return open(fd, "wb")
+        return open(fd, "wb", buffering=0)
     return open(out, "r+b" if start else "wb")
 
 

@@ -167,12 +167,14 @@ async def test_cancellation_at_random_points(connect: Connector, kind: str, make
 
 async def test_idle_pipes_whose_sends_were_cancelled_hold_no_cold_read_thread(connect: Connector) -> None:
     """Sends of pipes whose writers are idle, their callers timed out: the blocking reads they
-    left run on in the loop's default executor (as loop.sendfile's do), never in the cold-read
-    pool every file send shares; four of them held all its threads, and every cold file waited."""
+    left run on in the streams' own pool, never in the cold-read pool every file send shares
+    (four of them held all its threads, and every cold file waited), nor in the loop's default
+    executor (six held getaddrinfo's threads, and asyncio.run never returned)."""
     from aiosendfile._options import COLD_POOL_THREADS, default_cold_executor
 
     conn = await connect()
-    pipes = [os.pipe() for _ in range(COLD_POOL_THREADS + 1)]
+    loop = asyncio.get_running_loop()
+    pipes = [os.pipe() for _ in range(max(COLD_POOL_THREADS, min(32, (os.cpu_count() or 1) + 4)) + 1)]
     sources = [open(r, "rb") for r, _ in pipes]  # noqa: SIM115 - closed below, once their reads end
     try:
         for source in sources:
@@ -180,6 +182,8 @@ async def test_idle_pipes_whose_sends_were_cancelled_hold_no_cold_read_thread(co
                 await asyncio.wait_for(aiosendfile.sendfile(conn.writer, source), 0.1)
         job = asyncio.wrap_future(default_cold_executor().submit(lambda: "free"))
         assert await asyncio.wait_for(job, 5) == "free"
+        # (nor the loop's default executor: getaddrinfo, to_thread, asyncio.run's shutdown)
+        assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), 5) == "free"
     finally:
         for _, w in pipes:
             os.close(w)  # (the reads left behind end: EOF)

@@ -320,3 +320,22 @@ def test_a_stdout_nobody_reads_fails_no_transfer(tmp_path: Path, how: str) -> No
     assert (sent.returncode, receiver.wait(60)) == (0, 0), (sent.stderr, err)
     no_traceback(sent.stderr, err)
     assert out.read_bytes() == data
+
+
+def test_a_pipe_out_whose_reader_stops_ends_at_the_idle_timeout(tmp_path: Path) -> None:
+    """OUT a FIFO whose reader holds it open and stops reading: recv ends at its idle timeout, in
+    words, and exits (its write blocked in a thread held the close, then the process: SIGKILL)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # (a reader that never reads)
+    try:
+        source = tmp_path / "in.bin"
+        source.write_bytes(pattern(8 * 2**20))
+        receiver, port = start_receiver(fifo, "--force", "--idle-timeout", "1")
+        sent = send(source, port)
+        code, _, err = finish(receiver)
+    finally:
+        os.close(held)
+    assert (sent.returncode, code) == (1, 1), (sent.stderr, err)
+    no_traceback(err, sent.stderr)
+    assert "for 1s mid-transfer" in err, err
