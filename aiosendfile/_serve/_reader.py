@@ -88,7 +88,7 @@ def _unknown_method(data: bytes | memoryview) -> int:
     that names no method llhttp knows is 501 (RFC 9110 9.1: a method the server does not
     implement); anything else, 400. (A method llhttp knows but a server does not take is the
     server's 405.)"""
-    line = bytes(data[:64])
+    line = bytes(data[:72]).lstrip(b"\r\n")  # (llhttp skips empty lines before a request)
     method, space, _ = line.partition(b" ")
     if space and method and not method.translate(None, _TOKEN_BYTES):
         return 501

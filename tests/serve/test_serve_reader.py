@@ -100,6 +100,11 @@ FRAMING = [
     ("an unknown method", b"BREW / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
     ("a known method's prefix", b"PROPFINDX / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
     ("a method in lowercase", b"get / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 501)]),
+    (
+        "an unknown method after empty lines",
+        b"\r\n\r\nBREW / HTTP/1.1\r\nHost: a\r\n\r\n",
+        [("refused", 501)],
+    ),
     ("a method that is no token", b"GE(T / HTTP/1.1\r\nHost: a\r\n\r\n", [("refused", 400)]),
     ("a method alone", b"BREW\r\n\r\n", [("refused", 400)]),
     (
