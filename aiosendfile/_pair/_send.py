@@ -66,7 +66,7 @@ async def _reply(
         line = await asyncio.wait_for(reader.readline(), within)
     except asyncio.TimeoutError:
         raise TransferFailed(
-            f"{host}:{port} said nothing for {within:g}s (is 'aiosendfile recv' there?)"
+            f"{host}:{port} said nothing for {within:.3g}s (is 'aiosendfile recv' there?)"
         ) from None
     except ValueError as exc:  # over the line limit
         raise TransferFailed(f"{host}:{port} sent a reply too long to be from 'aiosendfile recv'") from exc
