@@ -83,13 +83,29 @@ _VALIDATORS = (b"etag", b"last-modified")
 _PRECONDITIONS = frozenset((b"if-match", b"if-none-match", b"if-modified-since", b"if-unmodified-since"))
 
 
-def _without_preconditions(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """*headers* without the preconditions; with an ``If-Range`` (which names a validator), without
-    its ``Range`` too: the whole file, as a mismatched ``If-Range`` gets."""
+def _without_preconditions(
+    headers: Iterable[tuple[bytes, bytes]], validators: dict[bytes, bytes]
+) -> list[tuple[bytes, bytes]]:
+    """*headers* without the preconditions, for an answer sent with the caller's own *validators*
+    (lowercase name → value): an ``If-Range`` is judged against them (RFC 9110 13.1.5: a strong
+    tag that matches, or the exact ``Last-Modified``) and keeps its ``Range`` if it holds, else
+    the whole file goes, as for a mismatched one (a resumed download of such a file got the whole
+    file every time)."""
     pairs = [(n, v) for n, v in headers if n.lower() not in _PRECONDITIONS]
-    if any(n.lower() == b"if-range" for n, _ in pairs):
-        pairs = [(n, v) for n, v in pairs if n.lower() not in (b"if-range", b"range")]
+    if_range = next((v for n, v in pairs if n.lower() == b"if-range"), None)
+    if if_range is not None:
+        pairs = [(n, v) for n, v in pairs if n.lower() != b"if-range"]
+        if not _if_range_holds(if_range.strip(), validators):
+            pairs = [(n, v) for n, v in pairs if n.lower() != b"range"]
     return pairs
+
+
+def _if_range_holds(asked: bytes, validators: dict[bytes, bytes]) -> bool:
+    if asked[:1] == b'"' or asked[:2] == b"W/":  # an entity tag: strong, and the same
+        tag = validators.get(b"etag", b"").strip()
+        return asked[:1] == b'"' and tag[:1] == b'"' and asked == tag
+    modified = validators.get(b"last-modified")
+    return modified is not None and asked == modified.strip()
 
 
 def _scan(headers: Iterable[tuple[bytes, bytes]]) -> bool | bytes:
@@ -435,7 +451,8 @@ class FileResponse(_ResponseBase):
         elif any(name in _VALIDATORS for name, _ in self.raw_headers):
             # The caller's own ETag or Last-Modified is sent (as Starlette): the core judges no
             # precondition by its own, nor a range against a validator it does not send.
-            headers = _without_preconditions(headers)
+            mine = {name: value for name, value in self.raw_headers if name in _VALIDATORS}
+            headers = _without_preconditions(headers, mine)
         req = Request(
             method,
             b"",
