@@ -323,6 +323,11 @@ class _Receiver:
                 self.kept = _settle(f, start) if hashed is None else hashed.written
                 progress.close()
                 kept = f"kept the first {self.kept} of {size} bytes in {out}"
+                if isinstance(exc, Idle) and hashed is not None:  # (a pipe: its reader may be the one)
+                    why = f"nothing moved for {self.idle:g}s: {out} took nothing, or {peer} sent nothing"
+                    with contextlib.suppress(Exception):
+                        send_message(writer, {"error": f"{why}; giving up"})
+                    raise TransferFailed(f"{why}; {kept}") from None
                 if isinstance(exc, Idle):
                     with contextlib.suppress(Exception):  # it may be gone for good
                         send_message(writer, {"error": f"sent nothing for {self.idle:g}s; giving up"})
