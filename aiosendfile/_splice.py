@@ -106,7 +106,6 @@ async def splice_to_file(sock_fd: int, sink: FileSink, lease: TransportLease | N
                 filling.clean = False
                 raise exc
             return
-        assert sink.pool is not None  # (a regular file's writes: always a pool)
         drain = sink.pool.submit(_drain, filling.fds[0], file_fd, filling.held, position)
         draining = asyncio.wrap_future(drain)
         pending, filling.held = filling.held, 0

@@ -20,7 +20,6 @@ from .._recv import recvfile
 from ._protocol import (
     BUSY,
     FAREWELL_TIMEOUT,
-    HANDSHAKE_TIMEOUT,
     HASH_RATE,
     IDLE_TIMEOUT,
     LINE_LIMIT,
@@ -34,7 +33,7 @@ from ._protocol import (
 )
 from ._session import Idle, Progress, hash_file, in_thread, run, send_message, summary, until_idle
 
-__all__ = ("HANDSHAKE_TIMEOUT", "IDLE_TIMEOUT", "check_out", "recv_main")
+__all__ = ("check_out", "recv_main")
 
 MAX_PENDING = 64  # connections in their handshake at once; more are dropped
 DRAIN_TIMEOUT = 5.0  # seconds we keep reading a body we cannot write, so the sender hears why

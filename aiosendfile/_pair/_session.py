@@ -22,7 +22,18 @@ from ._protocol import TransferFailed, encode
 
 T = TypeVar("T")
 
-__all__ = ("STOP", "Progress", "finish", "hash_file", "in_thread", "run", "send_message", "summary")
+__all__ = (
+    "STOP",
+    "Idle",
+    "Progress",
+    "finish",
+    "hash_file",
+    "in_thread",
+    "run",
+    "send_message",
+    "summary",
+    "until_idle",
+)
 
 STOP = threading.Event()  # set on SIGINT/SIGTERM: hashing threads give up
 

@@ -60,6 +60,7 @@ __all__ = (
     "busy_status",
     "lifetime",
     "partial_name",
+    "still_named",
     "wait_for_holder",
 )
 
@@ -380,12 +381,7 @@ class Store:
                 raise UploadRefused(404)
             if now.get("done") is not None:
                 return now, int(now["length"])
-            try:
-                named = os.lstat(partial_name(upload_id), dir_fd=dir_fd)
-            except OSError:
-                named = None
-            st = os.fstat(fd)
-            if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+            if not still_named(dir_fd, partial_name(upload_id), fd):
                 raise Landing()  # (being given its name, its record not yet saying so: asked again)
             os.fdatasync(fd)  # (the offset told is never one a crash takes back)
             return now, os.fstat(fd).st_size
@@ -447,6 +443,17 @@ def busy_status(exc: Busy) -> int:
     """The answer once a request has waited for a :class:`Busy` upload in vain: 423 while another
     request writes it; 404 if its partial file stayed gone (:class:`Landing`)."""
     return 404 if isinstance(exc, Landing) else 423
+
+
+def still_named(dir_fd: int, name: str, fd: int) -> bool:
+    """Whether *name* in *dir_fd* still names the file open as *fd* (a partial file given its
+    final name by a link and an unlink is no longer under it)."""
+    try:
+        named = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    st = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
 
 
 def lock(fd: int) -> None:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .._static._answer import Answer
-from ._partial import Landing, Limits, Store, lifetime, lock, partial_name
+from ._partial import Landing, Limits, Store, lifetime, lock, partial_name, still_named
 from ._resumable import (
     CREATE,
     TUS_EXTENSIONS,
@@ -224,7 +224,7 @@ class ResumableUpload(Upload):
                     self._release()
                     self._completed(now)
                     return
-                if not _still_named(self.dir_fd, self.temp, self.fd):
+                if self.temp is None or not still_named(self.dir_fd, self.temp, self.fd):
                     # Given its name as we took its lock (the request that completed it lets the
                     # lock go before its record says so): it is the landed file now, never ours
                     # to write. Asked again, the record says complete.
@@ -399,16 +399,3 @@ def options_answer(limits: Limits) -> Answer:
         fields.append(("Tus-Max-Size", str(limits.max_size)))
     fields.append(limit_field(limits.max_size))
     return Answer(204, fields, None)
-
-
-def _still_named(dir_fd: int, name: str | None, fd: int) -> bool:
-    """Whether *name* in *dir_fd* still names the file open as *fd* (a partial file given its
-    final name by a link and an unlink is no longer under it)."""
-    if name is None:
-        return False
-    try:
-        named = os.lstat(name, dir_fd=dir_fd)
-    except OSError:
-        return False
-    st = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
