@@ -146,15 +146,18 @@ def in_words(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def announce(text: str) -> None:
+def announce(text: str) -> OSError | ValueError | None:
     """Print *text* on stdout, where nobody may read it: a closed or full stdout (``serve | true``,
     ``> /dev/full``) is no reason to stop, and no traceback (stdout goes to /dev/null from then on,
-    so that the exit's flush does not fail either)."""
+    so that the exit's flush does not fail either). Returns what the write raised, for a command
+    whose output is the point (``hash-password``)."""
     try:
         print(text, flush=True)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
+        return exc
+    return None
 
 
 def fail(prog: str, message: str, status: int = 1) -> int:

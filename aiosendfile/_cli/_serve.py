@@ -11,9 +11,7 @@ anything starts), prints the banner and runs the engine in this process
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
-import os
 import sys
 from typing import Any
 from urllib.parse import quote
@@ -58,12 +56,9 @@ def hash_password_command(args: argparse.Namespace) -> int:
         return fail(prog, "the password is not UTF-8 text", 2)
     if sys.stdout is None:
         return fail(prog, "cannot write the line: stdout is closed", 1)
-    try:
-        print(line, flush=True)
-    except (OSError, ValueError) as exc:  # (a full or broken stdout: `> /dev/full`, `| true`)
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - (the exit's flush would fail again)
-        return fail(prog, f"cannot write the line to stdout: {in_words(exc)}", 1)
+    failed = announce(line)
+    if failed is not None:  # (a full or broken stdout: `> /dev/full`, `| true`)
+        return fail(prog, f"cannot write the line to stdout: {in_words(failed)}", 1)
     return 0
 
 

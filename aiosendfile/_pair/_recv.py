@@ -322,17 +322,16 @@ class _Receiver:
                 self.kept = _settle(f, start) if hashed is None else hashed.written
                 progress.close()
                 kept = f"kept the first {self.kept} of {size} bytes in {out}"
-                if isinstance(exc, Idle) and hashed is not None:  # (a pipe: its reader may be the one)
-                    why = f"nothing moved for {self.idle:g}s: {out} took nothing, or {peer} sent nothing"
-                    with contextlib.suppress(Exception):
-                        send_message(writer, {"error": f"{why}; giving up"})
-                    raise TransferFailed(f"{why}; {kept}") from None
                 if isinstance(exc, Idle):
+                    if hashed is None:
+                        told = f"sent nothing for {self.idle:g}s"
+                        said = f"{peer} {told} mid-transfer; {kept} (--resume continues it)"
+                    else:  # (a pipe: its reader may be the one that stalled; no resuming it)
+                        told = f"nothing moved for {self.idle:g}s: {out} took nothing, or {peer} sent nothing"
+                        said = f"{told}; {kept}"
                     with contextlib.suppress(Exception):  # it may be gone for good
-                        send_message(writer, {"error": f"sent nothing for {self.idle:g}s; giving up"})
-                    raise TransferFailed(
-                        f"{peer} sent nothing for {self.idle:g}s mid-transfer; {kept} (--resume continues it)"
-                    ) from None
+                        send_message(writer, {"error": f"{told}; giving up"})
+                    raise TransferFailed(said) from None
                 if isinstance(exc, (EOFError, ConnectionError)):
                     how = "disconnected" if isinstance(exc, EOFError) else f"was lost ({in_words(exc)})"
                     raise TransferFailed(

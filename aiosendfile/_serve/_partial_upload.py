@@ -224,7 +224,7 @@ class ResumableUpload(Upload):
                     self._release()
                     self._completed(now)
                     return
-                if self.temp is None or not still_named(self.dir_fd, self.temp, self.fd):
+                if not still_named(self.dir_fd, partial_name(self.id), self.fd):
                     # Given its name as we took its lock (the request that completed it lets the
                     # lock go before its record says so): it is the landed file now, never ours
                     # to write. Asked again, the record says complete.
