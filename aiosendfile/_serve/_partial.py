@@ -50,11 +50,14 @@ __all__ = (
     "AVAILABLE",
     "BUSY_TRIES",
     "BUSY_WAIT",
+    "CREATED_MAX",
     "MAX_RECORDS",
+    "RECORD_MAX",
     "REGISTRY",
     "Busy",
     "Landing",
     "Limits",
+    "RecordTooLarge",
     "Store",
     "lock",
     "busy_status",
@@ -66,6 +69,13 @@ __all__ = (
 
 #: The folder (at the root) holding the records.
 REGISTRY = ".upload-state"
+#: A record is read back up to this many bytes (``Store.load``): one longer is no record, which no
+#: bound counts and no expiry removes, so none is written (``Store.save``). A creation's is kept to
+#: half of it, the room what later requests note in it (its length, its file's identity, where it
+#: landed) may take: a tus ``Upload-Metadata`` (any bytes in its keys, several fields one list,
+#: each byte up to six in JSON) is the one part of a record a client sizes.
+RECORD_MAX = 64 * 1024
+CREATED_MAX = RECORD_MAX // 2
 #: Records (uploads in progress and completed ones remembered) a server keeps.
 MAX_RECORDS = 1024
 #: Seconds a completed upload is remembered (at most its expiry).
@@ -100,6 +110,10 @@ class Busy(Exception):
 class Landing(Busy):
     """The partial file is gone but its record does not say the upload is complete yet: it is being
     given its name. Asked again, it is complete, or (still so) gone: 404."""
+
+
+class RecordTooLarge(ValueError):
+    """A record larger than ``Store.load`` reads back: not written."""
 
 
 class Limits(NamedTuple):
@@ -176,15 +190,18 @@ class Store:
             return None
         try:
             with os.fdopen(fd, "rb") as f:
-                record = json.loads(f.read(64 * 1024))
+                record = json.loads(f.read(RECORD_MAX))
         except (OSError, ValueError):
             return None
         return record if isinstance(record, dict) and record.get("v") == 1 else None
 
     @staticmethod
-    def save(reg: int, upload_id: str, record: dict[str, Any]) -> None:
-        """Write *record* whole (a new file renamed over the old one)."""
+    def save(reg: int, upload_id: str, record: dict[str, Any], most: int = RECORD_MAX) -> None:
+        """Write *record* whole (a new file renamed over the old one); ``RecordTooLarge`` if it
+        would take more than *most* bytes (nothing written): :meth:`load` could not read it back."""
         data = json.dumps(record).encode()
+        if len(data) > most:
+            raise RecordTooLarge(f"an upload record of {len(data)} bytes")
         temp = f"{upload_id}.{secrets.token_hex(4)}.tmp"
         fd = os.open(
             temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=reg

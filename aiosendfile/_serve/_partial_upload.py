@@ -12,7 +12,17 @@ import time
 from typing import Any
 
 from .._static._answer import Answer
-from ._partial import Landing, Limits, Store, lifetime, lock, partial_name, still_named
+from ._partial import (
+    CREATED_MAX,
+    Landing,
+    Limits,
+    RecordTooLarge,
+    Store,
+    lifetime,
+    lock,
+    partial_name,
+    still_named,
+)
 from ._resumable import (
     CREATE,
     TUS_EXTENSIONS,
@@ -181,7 +191,7 @@ class ResumableUpload(Upload):
             name = partial_name(self.id)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                self.store.save(reg, self.id, record)
+                self.store.save(reg, self.id, record, CREATED_MAX)
                 self.fd = os.open(name, flags, 0o644, dir_fd=self.dir_fd)
                 self.temp = name
                 lock(self.fd)
@@ -189,6 +199,8 @@ class ResumableUpload(Upload):
                 st = os.fstat(self.fd)
                 record.update(dev=st.st_dev, ino=st.st_ino)
                 self.store.save(reg, self.id, record)
+            except RecordTooLarge:  # (nothing written: its metadata, the one part a client sizes)
+                raise self.refused(431, "Upload-Metadata too large to keep") from None
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     os.unlink(self.id + ".json", dir_fd=reg)

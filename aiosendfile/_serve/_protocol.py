@@ -35,7 +35,7 @@ from ._auth import address_key
 from ._bounds import FLUSH_AT, MAX_PENDING, TURN_BUDGET
 from ._date import CLOSE
 from ._exchange import Exchange, Item
-from ._reader import GET_HEAD, PARSE_SLICE, UPLOADS, EarlyHead, RequestReader, Stop
+from ._reader import GET_HEAD, PARSE_SLICE, UPLOADS, WRITES, EarlyHead, RequestReader, Stop
 from ._receiver import CONTINUE, UploadReceiver
 from ._render import error_response
 from ._resumable import MARK, redacted
@@ -318,10 +318,11 @@ class HttpProtocol(asyncio.Protocol):
                 else:
                     respond(self, exchange)
                 raise Stop(None)
-        if engine.uploads is not None and method in UPLOADS:
+        if engine.uploads is not None and method in WRITES:
             if not same_origin(head.origin, head.fetch_site, head.host):
                 raise Stop(403)  # another site's page writing here (_rules.same_origin)
-            self._uploads().begin(head)
+            if method in UPLOADS:
+                self._uploads().begin(head)
 
     def body(self, data: bytes) -> None:
         if self.uploads is not None:

@@ -58,6 +58,7 @@ __all__ = (
     "REFERER",
     "TE",
     "UPLOADS",
+    "WRITES",
     "XFF",
     "Consumer",
     "EarlyHead",
@@ -97,6 +98,9 @@ def _unknown_method(data: bytes | memoryview) -> int:
 
 GET_HEAD = (b"GET", b"HEAD")
 UPLOADS = (b"PUT", b"POST", b"PATCH")  # (with uploads on: a file, a form of files, an upload's part)
+#: What writes with uploads on, its head judged before its body (its origin: ``_rules.same_origin``):
+#: the uploads and an upload's cancel.
+WRITES = (*UPLOADS, b"DELETE")
 
 
 def header_kinds(
@@ -562,7 +566,7 @@ class RequestReader:
                     if expect.strip().lower() != b"100-continue":
                         raise Stop(417)
                     expects_continue = True
-        if expects_continue or (rules.uploads and parser.get_method() in UPLOADS):
+        if expects_continue or (rules.uploads and parser.get_method() in WRITES):
             self.consumer.head(EarlyHead(self, parser.get_method(), host, expects_continue))
 
     def on_body(self, body: bytes) -> None:

@@ -579,3 +579,42 @@ async def test_an_upload_landed_before_its_record_says_so_takes_nothing_more(
         monkeypatch.undo()
         assert (answer.status, field(answer, "Upload-Complete")) == (400, "?1")
     assert landed.read_bytes() == b"y" * 10
+
+
+async def test_a_tus_upload_whose_metadata_no_record_could_hold_is_refused(public: Path) -> None:
+    """tus allows any bytes in a metadata key, and several ``Upload-Metadata`` fields are one list:
+    a creation whose record would be too large to read back was answered 201, then lost (404),
+    never counted against its owner's share nor expired. Refused now as header fields too large
+    (431), with nothing left behind; the bounds still hold for the owner's next upload."""
+    async with serve_site(public, upload=True, max_partial_uploads=1) as site:
+        # (a field's bound is 8,190 bytes, a head's 16,384: two fields of 7,000 bytes of \xff, each
+        # of which a JSON record spells in six)
+        keys = [b",".join(b"\xff" * 46 + b"%d%03d" % (f, k) for k in range(137)) for f in range(2)]
+        huge = b"\r\nUpload-Metadata: ".join([tus_metadata("big.bin").encode(), *keys])
+        creation = request("POST", "/sub/", TUS, "Upload-Length: 3", "Upload-Metadata: HUGE")
+        for _ in range(2):
+            made = await ask(site, creation.replace(b"Upload-Metadata: HUGE", huge))
+            assert made.status == 431
+        assert left(public / "sub") == []
+        state = public / _partial.REGISTRY
+        assert not state.exists() or [p for p in state.iterdir() if p.suffix == ".json"] == []
+        kept = await ask(site, request("POST", "/sub/", TUS, "Upload-Length: 3", tus_metadata("a.bin")))
+        assert kept.status == 201
+        other = await ask(site, request("POST", "/sub/", TUS, "Upload-Length: 3", tus_metadata("b.bin")))
+        assert other.status == 507  # (one upload in progress at most: the first is counted)
+
+
+@pytest.mark.parametrize(
+    "where_from", ["Sec-Fetch-Site: cross-site", "Origin: http://evil.example", "Origin: null"]
+)
+async def test_another_sites_page_cannot_cancel_an_upload(public: Path, where_from: str) -> None:
+    """A ``DELETE`` is a write as ``PUT`` is (Go's ``CrossOriginProtection`` refuses every unsafe
+    method): another site's page that learned an upload's address cannot cancel it."""
+    async with serve_site(public, upload=True) as site:
+        made = await ask(site, request("PUT", "/sub/f", "Upload-Complete: ?0", body=b"ab"))
+        where_to = field(made, "Location")
+        cancel = f"DELETE {where_to} HTTP/1.1\r\nHost: localhost\r\n{where_from}\r\n\r\n".encode()
+        assert (await ask(site, cancel)).status == 403
+        assert field(await ask(site, head_of(where_to), "HEAD"), "Upload-Offset") == "2"
+        same = f"DELETE {where_to} HTTP/1.1\r\nHost: localhost\r\nSec-Fetch-Site: same-origin\r\n\r\n"
+        assert (await ask(site, same.encode())).status == 204
