@@ -84,6 +84,33 @@ def _users(args: argparse.Namespace) -> tuple[tuple[bytes, Any], ...]:
     return tuple(users.items())
 
 
+#: What "no hard limit" is taken as: Linux's own ceiling (``fs.nr_open``'s default).
+NO_HARD_LIMIT = 1 << 20
+
+
+def raise_open_file_limit() -> int:
+    """The soft ``RLIMIT_NOFILE`` raised to the hard one (workers inherit it); what it is now.
+
+    A server's connections, the files it sends and an archive's batch of files each take a
+    descriptor, and the soft limit most systems give, 1,024, is a few hundred clients; the hard
+    one is the administrator's. Go's runtime raises it so for every program; nginx has
+    ``worker_rlimit_nofile``. Where the system refuses (macOS caps it below an unlimited hard
+    limit), it stays as it was."""
+    try:
+        import resource
+    except ImportError:  # (not on this system)
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = NO_HARD_LIMIT if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (OSError, ValueError):
+        return soft
+    return wanted
+
+
 def _is_loopback(host: str) -> bool:
     import ipaddress
 
@@ -145,6 +172,7 @@ def serve_command(args: argparse.Namespace) -> int:
         except OSError as exc:  # (ssl.SSLError is one)
             return fail(PROG, tls_refusal(exc, args.tls_cert, args.tls_key), 2)
 
+    raise_open_file_limit()
     multi = args.workers > 1
     # Bind here first: errors (port in use) show before any worker starts, and with
     # port 0 this picks the port every worker then shares. With workers, this socket

@@ -12,7 +12,8 @@ be sent. A member replaced, gone or shorter than announced, or one that shrinks 
 rewritten in place since its CRC-32 was read too (``_tree.rewritten``). One that grows is sent
 at its announced size. Headers, padding and small files' bytes gather in a buffer of
 about :data:`GATHER` bytes, sent with the next larger file (``headers=``) or on their own once
-full; a batch holds at most :data:`BATCH` descriptors and about :data:`BATCH_READ` bytes read.
+full; a batch holds at most :data:`BATCH` parts, :data:`BATCH_OPEN` files open and about
+:data:`BATCH_READ` bytes read.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from .._api import sendfile
 from .._options import LazyPool
+from .._platform import peer_ended
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece, sent_as_read
@@ -40,6 +42,9 @@ __all__ = ("ArchiveBody",)
 #: small files (``_tree.SMALL``) read in one hop, about.
 BATCH = 32
 BATCH_READ = 256 * 1024
+#: Larger files a hop leaves open to be sent, at most: what a download holds while its client
+#: reads nothing, until its send timeout (each such file's send takes longer than a hop anyway).
+BATCH_OPEN = 4
 #: Header, padding and small-file bytes gathered before they are sent on their own.
 GATHER = 256 * 1024
 
@@ -102,10 +107,12 @@ class ArchiveBody:
         transport = self.conn.transport
         layout = body.layout
         pending = bytearray(self.head)
-        progress = self.progress
+        abandoned = False
 
         def tick() -> None:  # (from the pool: a zip's CRC read of a large file is progress)
-            loop.call_soon_threadsafe(progress)
+            if abandoned:  # (its client gone: the read stops here, its file closed)
+                raise Abandoned("the archive's connection was lost")
+            loop.call_soon_threadsafe(self._ticked)
 
         for batch in _batches(layout, body.start, body.stop):
             if pending and _reads_a_crc(layout, batch[-1]):
@@ -118,8 +125,11 @@ class ArchiveBody:
                 pieces = await asyncio.shield(asyncio.wrap_future(job))
             except asyncio.CancelledError:
                 # Not waited for (a zip's CRC read may take seconds: a stop would wait for it, or
-                # leave this task pending): the files the job opens are closed as it ends, in its
-                # own thread, whether or not the loop is still there.
+                # leave this task pending): a job not begun is not run, one under way stops at its
+                # next tick, and the files it opened are closed as it ends, in its own thread,
+                # whether or not the loop is still there.
+                abandoned = True
+                job.cancel()
                 job.add_done_callback(_close_job_pieces)
                 raise
             try:
@@ -150,6 +160,20 @@ class ArchiveBody:
         if pending:
             await self._write(pending)
 
+    def _ticked(self) -> None:
+        """(On the loop, at each tick of a long read in the pool: a zip's CRC-32 of a large file.)
+        Progress, while its client is there: reading is paused while a body is sent, so a client
+        gone meanwhile is seen here, not at the next write, which may be minutes away (every CRC
+        before a range at a zip's end); its connection is aborted, which stops the read."""
+        transport = self.conn.transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and peer_ended(sock.fileno()):
+            transport.abort()
+            return
+        self.progress()
+
     async def _write(self, data: bytearray) -> None:
         """Write *data* (not touched again: the transport may keep it) and wait while the transport
         is over its high-water mark (the connection's own flow control: ``resumed``)."""
@@ -167,6 +191,10 @@ class ArchiveBody:
             raise ConnectionResetError("the peer went away during an archive")
 
 
+class Abandoned(Exception):
+    """(Raised in the pool.) The archive's connection is gone: its read stops."""
+
+
 def _reads_a_crc(layout: Layout, span: _Span) -> bool:
     """Whether making *span* ready reads a large file whole, for a zip's CRC-32 not known yet."""
     index = layout.crc_index(span[0])
@@ -178,17 +206,19 @@ def _batches(layout: Layout, start: int, stop: int) -> Iterator[list[_Span]]:
     :data:`BATCH_READ` bytes of small files read in the pool; a span that reads a large file's
     CRC-32 ends its group (one such read a hop)."""
     batch: list[_Span] = []
-    read = 0
+    read = opened = 0
     for span in layout.spans(start, stop):
         batch.append(span)
         member = layout.body_of(span[0])
         if member is not None and member.size <= SMALL:
             read += member.size
+        elif member is not None:
+            opened += 1
         reads = _reads_a_crc(layout, span)
-        if len(batch) == BATCH or read >= BATCH_READ or reads:
+        if len(batch) == BATCH or read >= BATCH_READ or opened == BATCH_OPEN or reads:
             yield batch
             batch = []
-            read = 0
+            read = opened = 0
     if batch:
         yield batch
 

@@ -258,7 +258,10 @@ def _archive(req: Request, path: str, policy: DirectoryPolicy, fs: FileSystem, k
     """``GET /folder/?tar`` (``?zip``): the folder as a tar (a stored zip) archive (``_archive``,
     ``_zip``), with its validators and ranges as a file's (one range; several are answered
     whole), or 413/503/403/404."""
-    top = os.path.basename(path.rstrip("/")) or "archive"
+    # One folder, however it was spelled (``/a/./``, ``/./a//``; ``..`` never comes this far): one
+    # name, one layout shared while it is sent (``_fs._shared`` keys them by path), one ETag.
+    path = os.path.normpath(path)
+    top = os.path.basename(path) or "archive"
     try:  # (the loop's file system raises DecideInPool: the door asks again in its pool)
         layout = fs.archive(path, top, policy, kind)
     except TooLarge:

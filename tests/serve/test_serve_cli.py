@@ -28,7 +28,7 @@ from aiosendfile import _platform
 
 from ..support.connections import trusting
 from ..support.files import pattern
-from ..support.processes import BANNER, Server, alive, cli_process, signal_while_starting
+from ..support.processes import BANNER, Server, alive, cli_env, cli_process, signal_while_starting
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -789,3 +789,34 @@ def test_a_tls_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     done = _run("serve", str(tmp_path), "--port", "0", "--tls-cert", str(tmp_path))
     assert done.returncode == 2, done
     assert f"{tmp_path}: it is a directory" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/limits")
+def test_serve_raises_its_open_file_limit_to_the_hard_one(served_dir: Path) -> None:
+    """A server's connections, the files it sends and an archive's batch each take a descriptor,
+    and the usual soft limit, 1,024, is a few hundred clients (a review: 16 clients reading no
+    archive took a 512-descriptor server's every one; then every request was 500). ``serve``
+    raises its soft limit to the hard one at start, as Go's runtime does for every program."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip("a hard limit of 256 descriptors or fewer")
+    low = (
+        "import os, resource, sys; "
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'aiosendfile', *sys.argv[1:]])"
+    )
+    argv = [sys.executable, "-c", low, "serve", str(served_dir), "--host", "127.0.0.1", "--port", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert proc.stdout is not None
+        assert BANNER.search(proc.stdout.readline())
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3]
+        assert soft == str(1 << 20 if hard == resource.RLIM_INFINITY else hard)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
