@@ -160,6 +160,14 @@ def announce(text: str) -> OSError | ValueError | None:
     return None
 
 
+def pair_stop_signals() -> tuple[int, ...]:
+    """What stops ``send`` and ``recv`` mid-transfer: SIGINT, SIGTERM, and SIGHUP (a dropped ssh
+    session, the pair's usual way across) unless it is ignored (``nohup``: it stays so)."""
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        return STOP_SIGNALS
+    return (*STOP_SIGNALS, signal.SIGHUP)
+
+
 def fail(prog: str, message: str, status: int = 1) -> int:
     """Print ``prog: message`` on stderr and return *status* (for ``return fail(...)``)."""
     print(f"{prog}: {message}", file=sys.stderr, flush=True)
@@ -170,9 +178,9 @@ def quiet_exit_on_signals(command: str, *, stopping: bool = False) -> dict[int, 
     """SIGINT/SIGTERM before a command's own handling starts (and once it ended): no traceback.
 
     serve exits 0 ("stopped"); send and recv exit 128 + the signal's number, as their own
-    handlers do mid-transfer, saying nothing was moved yet. serve also exits 0 on SIGHUP,
-    saying so (not when *stopping* already), unless SIGHUP is ignored (as ``nohup`` leaves it:
-    then it stays so), and says it ignores SIGUSR1/SIGUSR2. Returns the handlers replaced.
+    handlers do mid-transfer, saying nothing was moved yet. SIGHUP too, unless it is ignored (as
+    ``nohup`` leaves it: then it stays so); serve says so (not when *stopping* already). serve
+    also says it ignores SIGUSR1/SIGUSR2. Returns the handlers replaced.
     """
 
     def exit_quietly(signum: int, frame: FrameType | None) -> None:
@@ -190,9 +198,9 @@ def quiet_exit_on_signals(command: str, *, stopping: bool = False) -> dict[int, 
         _say(f"aiosendfile serve: {ignored_text(signum)}")
 
     replaced: dict[int, Any] = {signum: signal.signal(signum, exit_quietly) for signum in STOP_SIGNALS}
+    if command in ("serve", "send", "recv") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        replaced[signal.SIGHUP] = signal.signal(signal.SIGHUP, exit_quietly)
     if command == "serve":
-        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-            replaced[signal.SIGHUP] = signal.signal(signal.SIGHUP, exit_quietly)
         for signum in NO_OP_SIGNALS:
             replaced[signum] = signal.signal(signum, say_ignored)
     return replaced

@@ -215,9 +215,14 @@ def serve_command(args: argparse.Namespace) -> int:
                 " clear text: add --tls-cert FILE"
             )
     if not multi:
-        announce(banner)
-        run_server(args, directory, sock, worker=False)
-        return 0
+
+        def ready(error: str) -> None:
+            if error:
+                fail(PROG, f"cannot start: {error}")
+            else:
+                announce(banner)
+
+        return run_server(args, directory, sock, worker=False, ready=ready)
     with sock:
         status = Supervisor(args, directory, host, port, sock).run(banner)
     drain_log()

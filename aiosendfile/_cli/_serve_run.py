@@ -28,6 +28,7 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._serve._listener import listening_socket
@@ -201,30 +202,73 @@ def worker(
             sock = listening_socket(host, port, reuse_port=True)
         except OSError as exc:
             error = in_words(exc)
-    with contextlib.suppress(OSError):
-        ready.send((os.getpid(), error))
-        ready.close()
-    if not error:
-        run_server(args, directory, sock, worker=True)
+
+    def tell(error: str) -> None:  # (once: serving, or why not)
+        with contextlib.suppress(OSError):
+            ready.send((os.getpid(), error))
+            ready.close()
+
+    if error:
+        tell(error)
+        return
+    if run_server(args, directory, sock, worker=True, ready=tell):
+        sys.exit(1)
 
 
-def run_server(args: argparse.Namespace, directory: str, sock: socket.socket, *, worker: bool) -> None:
+def run_server(
+    args: argparse.Namespace,
+    directory: str,
+    sock: socket.socket,
+    *,
+    worker: bool,
+    ready: Callable[[str], None],
+) -> int:
+    """Serve until stopped; 1 if the server could not start (*ready* is told why), else 0.
+    *ready* is called once: with "" as the server serves (its banner promises a working one),
+    or with what kept it from starting (out of descriptors, say), said in words."""
     # SIGUSR1/SIGUSR2 wait (blocked) until the loop's own handlers take them: uvloop listens to
     # signals from the moment it runs, so one that the early handler said it ignored would also
     # reach the loop's handler once installed, and be said twice. (A worker ignores them.)
     factory, _ = loop_factory(args.loop)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, NO_OP_SIGNALS) if not worker else None
-    loop = factory()
+    started = False
+
+    def serving() -> None:
+        nonlocal started
+        started = True
+        ready("")
+
+    loop = None
+    main = _serve(args, directory, sock, worker=worker, serving=serving)
     try:
-        loop.run_until_complete(_serve(args, directory, sock, worker=worker))
+        loop = factory()
+        loop.run_until_complete(main)
+    except OSError as exc:
+        if started:
+            raise
+        main.close()  # (a loop that failed to set itself up never began it)
+        ready(in_words(exc))
+        return 1
     finally:
         if blocked is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        loop.close()
+        if loop is not None:
+            # (a loop that failed to set itself up, uvloop's signals' socket out of descriptors,
+            # says it is still running: it is dropped, not closed)
+            with contextlib.suppress(RuntimeError):
+                loop.close()
         drain_log()
+    return 0
 
 
-async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket, *, worker: bool) -> None:
+async def _serve(
+    args: argparse.Namespace,
+    directory: str,
+    sock: socket.socket,
+    *,
+    worker: bool,
+    serving: Callable[[], None],
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     # From here on a stop signal stops the server gracefully. One process alone also stops on
@@ -247,7 +291,7 @@ async def _serve(args: argparse.Namespace, directory: str, sock: socket.socket, 
             handled.append(signum)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, NO_OP_SIGNALS)  # (blocked by run_server)
     try:
-        await _serve_until(args, directory, sock, stop)
+        await _serve_until(args, directory, sock, stop, serving)
     finally:
         # Closing the loop would put back the default handlers (SIGTERM kills, SIGINT
         # raises KeyboardInterrupt): hand the signals back to the quiet exit instead,
@@ -275,7 +319,11 @@ def _settle_heap() -> None:
 
 
 async def _serve_until(
-    args: argparse.Namespace, directory: str, sock: socket.socket, stop: asyncio.Event
+    args: argparse.Namespace,
+    directory: str,
+    sock: socket.socket,
+    stop: asyncio.Event,
+    serving: Callable[[], None],
 ) -> None:
     from .._serve._rules import HostRule
     from .._serve._server import ServeConfig, shutdown, start_server
@@ -317,6 +365,7 @@ async def _serve_until(
 
         loop.call_later(1.0, watch_parent)
     server = await start_server(config, sock=sock, ssl=tls_context(args) if args.tls_cert else None)
+    serving()
     _settle_heap()
     try:
         await stop.wait()

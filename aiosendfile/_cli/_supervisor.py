@@ -51,7 +51,7 @@ class _Slot:
         self.proc: Any = None  # a multiprocessing Process
         self.since = 0.0  # when it started (monotonic)
         self.listening = False  # it said it listens
-        self.error = ""  # what it said instead (it could not listen)
+        self.error = ""  # what it said instead (it could not listen, or its server start)
         self.restart_at: float | None = None
         self.backoff = Backoff()
 
@@ -203,7 +203,7 @@ class Supervisor:
             now = time.monotonic()
             delay = slot.backoff.after(now - slot.since)
             if slot.error:
-                why = f"could not listen: {slot.error}"
+                why = f"could not start: {slot.error}"
             elif code < 0:
                 why = f"was killed by {signal_name(-code)}"
             else:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from .._cli._common import STOP_SIGNALS, announce, fail, in_words, loop_factory
+from .._cli._common import announce, fail, in_words, loop_factory, pair_stop_signals
 from ._protocol import TransferFailed, encode
 
 T = TypeVar("T")
@@ -126,12 +126,13 @@ def summary(verb: str, moved: int, elapsed: float, extra: str) -> str:
 
 
 def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Callable[[], str]) -> int:
-    """Run *main* on the chosen loop. SIGINT/SIGTERM cancel every task; once they have settled
-    (a receiver has flushed OUT), *interrupted()* is printed in one line and the exit status is
-    130/143."""
+    """Run *main* on the chosen loop. SIGINT/SIGTERM/SIGHUP cancel every task; once they have
+    settled (a receiver has flushed OUT), *interrupted()* is printed in one line and the exit
+    status is 130/143/129."""
     factory, _ = loop_factory(loop)
     event_loop = factory()
     signalled: list[int] = []
+    stopping = pair_stop_signals()
 
     def on_signal(signum: int) -> None:
         if signalled:
@@ -145,7 +146,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
         # Installed from inside the running loop: uvloop keeps a signal that comes while it is not
         # running for its next wakeup, and a send waiting on a silent receiver has none. Until
         # then the quiet-exit handlers (_cli._common) still end the command.
-        for signum in STOP_SIGNALS:
+        for signum in stopping:
             event_loop.add_signal_handler(signum, on_signal, signum)
         return await main
 
@@ -163,7 +164,7 @@ def run(prog: str, loop: str, main: Coroutine[Any, Any, str], interrupted: Calla
         finally:
             finish(event_loop)
             main.close()  # (never started if cancelled first: no "never awaited" warning)
-            for signum in STOP_SIGNALS:
+            for signum in stopping:
                 event_loop.remove_signal_handler(signum)
     except KeyboardInterrupt:  # before our handler was installed
         signalled[:] = [signal.SIGINT]

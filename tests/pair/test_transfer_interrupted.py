@@ -33,8 +33,10 @@ from ..support.processes import aiosendfile_process, cli_env, signal_while_start
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_receiver_interrupted_mid_transfer_keeps_a_prefix(tmp_path: Path, signum: int, loop: str) -> None:
+    """(SIGHUP too: what a dropped ssh session sends, and the pair is run over one. It killed
+    the command, OUT not flushed and nothing said.)"""
     source = tmp_path / "in.bin"
     data = pattern(6 * 2**20 + 5, seed=9)
     source.write_bytes(data)
@@ -66,7 +68,7 @@ def test_receiver_interrupted_while_waiting(tmp_path: Path) -> None:
     assert err == f"aiosendfile recv: interrupted before any transfer; {tmp_path / 'out.bin'} untouched\n"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_sender_interrupted_mid_transfer(tmp_path: Path, signum: int) -> None:
     source = tmp_path / "in.bin"
     data = pattern(48 * 2**20, seed=10)
@@ -131,7 +133,9 @@ def test_a_failed_write_is_told_to_the_sender(tmp_path: Path) -> None:
     assert out.read_bytes() == data[:limit]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 @pytest.mark.parametrize("command", ["recv", "send"])
 def test_a_signal_while_starting_is_one_line(tmp_path: Path, command: str, signum: int) -> None:
     """Ctrl-C/SIGTERM while send/recv start (imports, argparse, before the loop): 128+N, one line.

@@ -820,3 +820,31 @@ def test_serve_raises_its_open_file_limit_to_the_hard_one(served_dir: Path) -> N
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
+
+
+_START_FAILS = """\
+import errno, runpy, sys
+from aiosendfile._serve import _server
+
+async def start_server(*args, **kwargs):
+    raise OSError(errno.EMFILE, "Too many open files")
+
+_server.start_server = start_server
+sys.argv = ["aiosendfile", *sys.argv[1:]]
+runpy.run_module("aiosendfile", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_server_that_cannot_start_says_so_in_a_line_and_exits_1(served_dir: Path, workers: str) -> None:
+    """The banner promises a working server: it was printed (and with ``--workers``, each worker
+    said it was ready) once the port was bound, before the engine started. An engine that could
+    not start (out of descriptors: a review ran ``prlimit --nofile=16``) then gave a traceback,
+    and with workers a restart every few seconds for ever, and exit status 0 at Ctrl-C."""
+    argv = [sys.executable, "-c", _START_FAILS, "serve", str(served_dir), "--port", "0", "--workers", workers]
+    done = subprocess.run(argv, capture_output=True, text=True, env=cli_env(), timeout=60)
+    assert done.returncode == 1, done
+    assert done.stdout == ""  # (no banner)
+    assert "Traceback" not in done.stderr
+    assert "too many open files" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
