@@ -534,10 +534,12 @@ class TLSTransport(asyncio.Transport):
     def _lost(self, exc: Exception | None) -> None:
         protocol, self._protocol = self._protocol, None
         drained, self._drained = self._drained, None
-        if protocol is not None:
-            protocol.connection_lost(exc)  # (stops a body in flight: see TLSBody.stop)
+        # A body waiting for the socket hears first (it ends, is logged, as when its own write
+        # fails on a plain socket); then the protocol, whose connection_lost stops anything else.
         if drained is not None:
             drained()
+        if protocol is not None:
+            protocol.connection_lost(exc)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol  # type: ignore[return-value]
