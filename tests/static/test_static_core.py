@@ -331,7 +331,17 @@ def test_resolve_hands_the_siblings_it_looked_up_to_respond() -> None:
 
 # -- structure --------------------------------------------------------------------------------
 
-_PURE_OS = {"fsdecode", "fsencode", "fspath", "path", "path.join", "path.basename", "path.dirname", "sep"}
+_PURE_OS = {
+    "fsdecode",
+    "fsencode",
+    "fspath",
+    "path",
+    "path.join",
+    "path.basename",
+    "path.dirname",
+    "path.normpath",
+    "sep",
+}
 
 
 def _modules() -> list[Path]:
