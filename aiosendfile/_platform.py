@@ -56,6 +56,7 @@ __all__ = (
     "make_pipe",
     "page_cached",
     "peer_ended",
+    "peer_reset",
     "range_cached",
     "range_cached_available",
     "range_readable",
@@ -477,6 +478,23 @@ def peer_ended(fd: int) -> bool:
         return True
     finally:
         sock.detach()
+
+
+def peer_reset(fd: int) -> bool:
+    """Whether the stream socket *fd*'s connection was reset (or failed otherwise), looked at
+    without reading (``MSG_PEEK``). Unlike :func:`peer_ended`, a peer's end of stream is not:
+    a client may half-close after its request and still read the answer (nginx answers it). A
+    client gone for good resets the connection once anything reaches it (a head sent meanwhile)."""
+    sock = borrow_socket(fd)
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.detach()
+    return False
 
 
 def push(sock: socket.socket) -> None:

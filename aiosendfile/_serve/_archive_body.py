@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from .._api import sendfile
 from .._options import LazyPool
-from .._platform import peer_ended
+from .._platform import peer_reset
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece, sent_as_read
@@ -164,12 +164,15 @@ class ArchiveBody:
         """(On the loop, at each tick of a long read in the pool: a zip's CRC-32 of a large file.)
         Progress, while its client is there: reading is paused while a body is sent, so a client
         gone meanwhile is seen here, not at the next write, which may be minutes away (every CRC
-        before a range at a zip's end); its connection is aborted, which stops the read."""
+        before a range at a zip's end); its connection is aborted, which stops the read. Gone: a
+        reset (a client that closed resets the connection once the head reached it); a client's
+        end of stream alone is a half-close, answered (a client that read the head, then closed,
+        is seen at the next write, as before)."""
         transport = self.conn.transport
         if transport is None:
             return
         sock = transport.get_extra_info("socket")
-        if sock is not None and peer_ended(sock.fileno()):
+        if sock is not None and peer_reset(sock.fileno()):
             transport.abort()
             return
         self.progress()
