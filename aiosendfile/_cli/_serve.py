@@ -137,10 +137,11 @@ def serve_command(args: argparse.Namespace) -> int:
         return fail(PROG, f"cannot use {exc}", 2)
     if args.public_read and not args.users:
         return fail(PROG, "--public-read needs --auth or --auth-file (who may upload)", 2)
-    if args.trusted_proxy and not args.users and not args.access_log:
+    if args.trusted_proxy and not (args.users or args.access_log or args.upload):
         return fail(
             PROG,
-            "--trusted-proxy goes with --auth or --auth-file (whose lockout it keys), or --access-log",
+            "--trusted-proxy goes with --auth or --auth-file (whose lockout it keys), --access-log"
+            " or --upload (whose shares it keys)",
             2,
         )
     try:

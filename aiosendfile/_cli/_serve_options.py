@@ -326,7 +326,8 @@ def add_serve_command(commands: Any) -> None:
         default=[],
         metavar="ADDR",
         help="a reverse proxy (an address or a network, repeatable) whose X-Forwarded-For names the "
-        "client: the one --auth counts failed passwords against, and the one --access-log writes",
+        "client: the one --auth counts failed passwords against, the one --access-log writes, and "
+        "the one --upload's shares of uploads in progress are counted for",
     )
     serve.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM)")
     serve.add_argument(

@@ -153,7 +153,7 @@ class UploadReceiver:
                 and method == b"PUT"
                 and ask.step == CREATE
                 and not ask.bad
-                and not (ask.interop and head.version == "1.1")
+                and not self._interim_reaches(ask, head, size)
             ):
                 # All of it in one request, and no 104 can tell the client where the upload is:
                 # it could never resume it. The field is ignored (as the draft lets a server do)
@@ -191,7 +191,7 @@ class UploadReceiver:
         except UploadRefused as exc:
             raise Stop(exc.status) from None
         r = self.receiving = Receiving(upload, size, head.mode, head.log(conn.reader.rules), method)
-        r.http11 = head.version == "1.1"
+        r.interim = ask is not None and self._interim_reaches(ask, head, size)
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             conn._update_reading()
@@ -361,7 +361,7 @@ class UploadReceiver:
         r.opened = True
         if isinstance(r.upload, ResumableUpload):
             self.engine.appending[r.upload.id] = self.conn  # (a newer request for it stops this one)
-            early = r.upload.interim() if r.http11 else None
+            early = r.upload.interim() if r.interim else None
             if early is not None:  # 104: where the client resumes if this connection breaks
                 self.conn._put(early)
                 self.conn._flush()
@@ -370,6 +370,13 @@ class UploadReceiver:
             self.conn._put(CONTINUE)
             self.conn._flush()
         self._pump(r)
+
+    def _interim_reaches(self, ask: Ask, head: EarlyHead, size: int | None) -> bool:
+        """Whether a creation's ``104`` would reach its client: one of this interop version, over
+        HTTP/1.1, with a body to come (without one, its final answer follows at once), and not
+        through a trusted proxy (nginx, 1.22 at least, takes an upstream's 1xx for its final
+        answer, then waits for the real one until its timeout: every upload failed behind it)."""
+        return ask.interop and head.version == "1.1" and size != 0 and not self.conn.proxied
 
     def _pump(self, r: Receiving) -> None:
         """Write what waits (one write at a time, in order); once the body is all written, give

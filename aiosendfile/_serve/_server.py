@@ -186,11 +186,11 @@ class Engine:
         #: write or commit until its end ran on the loop, and the abort of one refused or cut
         self.cleanups: set[concurrent.futures.Future[Any]] = set()
         self.next_sweep = 0.0  # (loop time) when expired partial uploads are next looked for
-        #: the proxies whose forwarded client address names the client, for the gate (with auth) and
-        #: the access log: None without either
+        #: the proxies whose forwarded client address names the client, for the gate (with auth),
+        #: the access log and uploads' shares: None without any of them
         self.trusted = (
             TrustedProxies(config.trusted_proxies)
-            if config.trusted_proxies and (config.auth or config.access_log is not None)
+            if config.trusted_proxies and (config.auth or config.access_log is not None or config.upload)
             else None
         )
         self.hosts = config.hosts

@@ -409,7 +409,7 @@ class Receiving:
         "chunks",
         "done",
         "got",
-        "http11",
+        "interim",
         "length",
         "log",
         "method",
@@ -444,7 +444,7 @@ class Receiving:
         self.refused: tuple[int, tuple[tuple[str, str], ...]] | None = None  # the answer, its fields
         self.done: object | None = None  # the request, once its body is all there
         self.tries = 0  # opens found the partial file busy (a resumable upload's)
-        self.http11 = True  # (an HTTP/1.0 client gets no 1xx answer)
+        self.interim = False  # a resumable creation's 104 reaches its client (``_receiver``)
 
     def full(self) -> bool:
         return self.buffered >= BUFFER

@@ -681,3 +681,23 @@ async def test_a_body_over_the_upload_size_is_refused_with_each_protocols_fields
         grown = await ask(site, chunked)
         assert grown.status == 413
         assert "max-size=1000" in field(grown, "Upload-Limit")
+
+
+@pytest.mark.parametrize("case", ["no body", "through a trusted proxy"])
+async def test_no_104_where_it_cannot_serve_or_reach_its_client(public: Path, case: str) -> None:
+    """A creation with no body has its final answer at once: a 104 before it tells nothing (the
+    listing page's script creates so). Through a trusted proxy it may not reach the client at
+    all: nginx (1.22 at least) takes an upstream's 1xx for its final answer and then waits for
+    the real one until its timeout, so every upload of the listing page failed behind it (a
+    review). Neither gets one; the final answer carries the address."""
+    proxy = ("127.0.0.1",) if case == "through a trusted proxy" else ()
+    body = b"abc" if proxy else b""
+    async with serve_site(public, upload=True, trusted_proxies=proxy) as site:
+        reader, writer = await site.open()
+        try:
+            writer.write(request("PUT", "/sub/f", "Upload-Complete: ?0", V8, body=body))
+            first = await read_response(reader)
+        finally:
+            writer.close()
+        assert first.status == 201
+        assert field(first, "Location")

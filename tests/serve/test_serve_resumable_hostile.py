@@ -618,3 +618,23 @@ async def test_another_sites_page_cannot_cancel_an_upload(public: Path, where_fr
         assert field(await ask(site, head_of(where_to), "HEAD"), "Upload-Offset") == "2"
         same = f"DELETE {where_to} HTTP/1.1\r\nHost: localhost\r\nSec-Fetch-Site: same-origin\r\n\r\n"
         assert (await ask(site, same.encode())).status == 204
+
+
+async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_share(public: Path) -> None:
+    """``--trusted-proxy`` keys uploads' shares on the client the proxy names, as the docs say.
+    Without a password or an access log the proxies were not taken at all (the command line
+    refused the option, the API dropped it): every client behind the proxy shared one share."""
+    async with serve_site(public, upload=True, max_partial_uploads=1, trusted_proxies=("127.0.0.1",)) as site:
+
+        async def create(name: str, client: str) -> int:
+            made = await ask(
+                site,
+                request(
+                    "PUT", f"/sub/{name}", "Upload-Complete: ?0", f"X-Forwarded-For: {client}", body=b"a"
+                ),
+            )
+            return made.status
+
+        assert await create("a", "192.0.2.1") == 201
+        assert await create("b", "192.0.2.2") == 201  # (another client: its own share)
+        assert await create("c", "192.0.2.1") == 507  # (the first one's share is taken)
