@@ -29,9 +29,13 @@ _CONNECTION = (b"Connection: close\r\n", b"", b"Connection: keep-alive\r\n")
 class Clock:
     """The tails and the log stamp of the current second; :meth:`update` refreshes them."""
 
-    __slots__ = ("log_stamp", "second", "tails")
+    __slots__ = ("extra", "log_stamp", "second", "tails")
 
-    def __init__(self) -> None:
+    def __init__(self, private: bool = False) -> None:
+        #: *private*: every answer needs a password, and says ``Cache-Control: private``: a shared
+        #: cache in front (a proxy's) gives none of them to another client (RFC 9111 3.5 asks a
+        #: cache not to, nginx's ``proxy_cache`` stores them when told to keep 200s).
+        self.extra = b"Cache-Control: private\r\n" if private else b""
         self.second = -1
         self.tails: tuple[bytes, bytes, bytes] = (b"", b"", b"")
         self.log_stamp = ""
@@ -51,6 +55,7 @@ class Clock:
             + b"\r\nServer: "
             + SERVER
             + b"\r\nX-Content-Type-Options: nosniff\r\n"
+            + self.extra
         )
         self.tails = (head + _CONNECTION[0] + b"\r\n", head + b"\r\n", head + _CONNECTION[2] + b"\r\n")
         t = time.gmtime(second)

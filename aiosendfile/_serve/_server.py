@@ -157,7 +157,7 @@ class Engine:
         self.cache_root = self.policy.cache_root  # (read on the hot path)
         #: the path everything is served under, decoded, without its trailing "/" ("" for none)
         self.prefix = config.path_prefix.rstrip("/")
-        self.clock = Clock()
+        self.clock = Clock(private=bool(config.auth) and not config.public_read)
         self.log = (
             AccessLog(config.access_log, config.access_log_format) if config.access_log is not None else None
         )

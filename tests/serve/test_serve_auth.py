@@ -313,6 +313,27 @@ async def test_public_read_serves_reads_without_a_password(tmp_path: Path) -> No
             writer.close()
 
 
+@pytest.mark.parametrize("public_read", [False, True])
+async def test_answers_given_behind_a_password_are_for_no_shared_cache(
+    tmp_path: Path, public_read: bool
+) -> None:
+    """Every answer of a server whose reads need a password says ``Cache-Control: private``: a
+    caching proxy in front (nginx with ``proxy_cache_valid 200``, which stores answers to requests
+    with ``Authorization`` regardless) gave a logged-in user's file to anyone (a review). With
+    ``--public-read`` reads are anyone's, and say nothing of it."""
+    public = _public(tmp_path)
+    async with serve_site(public, auth=tuple(users(bob="pw").items()), public_read=public_read) as site:
+        reader, writer = await site.open()
+        try:
+            for _ in range(3):  # (the first sight, then the answer cache's)
+                writer.write(_get("/a.txt", basic("bob", "pw")))
+                answer = await read_response(reader)
+                assert answer.status == 200
+                assert answer.headers.get("Cache-Control") == (None if public_read else "private")
+        finally:
+            writer.close()
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 
