@@ -56,7 +56,6 @@ __all__ = (
     "make_pipe",
     "page_cached",
     "peer_ended",
-    "peer_reset",
     "range_cached",
     "range_cached_available",
     "range_readable",
@@ -465,36 +464,22 @@ def borrow_socket(fd: int) -> socket.socket:
     return sock
 
 
-def peer_ended(fd: int) -> bool:
+def peer_ended(fd: int, *, reset_only: bool = False) -> bool:
     """Whether the stream socket *fd*'s peer has ended its side (its end of stream, or a reset),
     looked at without reading (``MSG_PEEK``): False while nothing came, or bytes wait. For a
-    request waiting with reading paused, whose client may have gone meanwhile."""
+    request waiting with reading paused, whose client may have gone meanwhile. With
+    *reset_only*, a reset (or another failure) only: a client may half-close after its request
+    and still read the answer (nginx answers it); one gone for good resets the connection once
+    anything reaches it (a head sent meanwhile)."""
     sock = borrow_socket(fd)
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" and not reset_only
     except (BlockingIOError, InterruptedError):
         return False
     except OSError:
         return True
     finally:
         sock.detach()
-
-
-def peer_reset(fd: int) -> bool:
-    """Whether the stream socket *fd*'s connection was reset (or failed otherwise), looked at
-    without reading (``MSG_PEEK``). Unlike :func:`peer_ended`, a peer's end of stream is not:
-    a client may half-close after its request and still read the answer (nginx answers it). A
-    client gone for good resets the connection once anything reaches it (a head sent meanwhile)."""
-    sock = borrow_socket(fd)
-    try:
-        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True
-    finally:
-        sock.detach()
-    return False
 
 
 def push(sock: socket.socket) -> None:

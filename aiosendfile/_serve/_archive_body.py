@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from .._api import sendfile
 from .._options import LazyPool
-from .._platform import peer_reset
+from .._platform import peer_ended
 from .._static._answer import Answer, Archive
 from .._static._archive import Layout
 from .._static._tree import SMALL, Piece, crc_known, piece, sent_as_read
@@ -172,7 +172,7 @@ class ArchiveBody:
         if transport is None:
             return
         sock = transport.get_extra_info("socket")
-        if sock is not None and peer_reset(sock.fileno()):
+        if sock is not None and peer_ended(sock.fileno(), reset_only=True):
             transport.abort()
             return
         self.progress()
