@@ -219,10 +219,12 @@ def open_member(base: str, member: Member, root: str | None = None) -> int:
 
 def rewritten(st: os.stat_result, member: Member, mtime_ns: int) -> bool:
     """Whether the file *st* describes was written in place since it had the modification time
-    *mtime_ns* (when its CRC-32 was read): a new time at the same size. Its other dates are not
-    asked (a ``chmod`` or a link changes ``ctime``, not its bytes). A file that grew is taken to
-    have been appended to (a log), its first ``member.size`` bytes, all the archive holds of it,
-    unchanged; one rewritten and grown at once cannot be told from it without reading it."""
+    *mtime_ns* (when its CRC-32 was read): a new time at the same size. Its change time is not
+    asked here (a ``chmod`` or a link moves it, not its bytes): :func:`piece` reads a CRC-32
+    again when it moved since the walk, which catches a rewrite whose date was put back. A file
+    that grew is taken to have been appended to (a log), its first ``member.size`` bytes, all the
+    archive holds of it, unchanged; one rewritten and grown at once cannot be told from it
+    without reading it."""
     return st.st_size == member.size and st.st_mtime_ns != mtime_ns
 
 
@@ -275,7 +277,13 @@ def piece(
             return Piece(before, fd, None, first, last - first, after)
         check = (member, layout.crc_mtimes[part])  # (a zip's member part is its index)
         try:
-            sent_as_read(fd, check)  # (and again once its bytes are sent)
+            st = os.fstat(fd)
+            if rewritten(st, member, check[1]) or (
+                # Changed since the walk, its date aside (a chmod; or a rewrite with its date put
+                # back: cp -p, touch -r): its CRC-32 read again, before its bytes go.
+                st.st_ctime_ns != member.ctime_ns and _crc_of(fd, member, tick) != crc
+            ):
+                raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
         except BaseException:
             os.close(fd)
             raise
@@ -333,6 +341,24 @@ def _crc_key(member: Member) -> tuple[int, int, int, int, int]:
     return (member.dev, member.ino, member.size, member.mtime_ns, member.ctime_ns)
 
 
+def _crc_of(fd: int, member: Member, tick: Callable[[], None] | None) -> int:
+    """The CRC-32 of the first ``member.size`` bytes of *fd*, read (*tick* called after each
+    :data:`TICK_BYTES`); :class:`MemberChanged` if it has fewer."""
+    crc = 0
+    left = member.size
+    at = 0
+    while left:
+        block = os.pread(fd, min(left, _CRC_READ), at)
+        if not block:
+            raise MemberChanged(f"{member.name} shrank while it was read")
+        crc = zlib.crc32(block, crc)
+        at += len(block)
+        left -= len(block)
+        if tick is not None and at % TICK_BYTES == 0:
+            tick()
+    return crc
+
+
 def crc_read(
     path: str, member: Member, tick: Callable[[], None] | None = None, root: str | None = None
 ) -> tuple[int, int]:
@@ -352,18 +378,7 @@ def crc_read(
     fd = open_member(path, member, root)
     try:
         before = os.fstat(fd).st_mtime_ns
-        crc = 0
-        left = member.size
-        at = 0
-        while left:
-            block = os.pread(fd, min(left, _CRC_READ), at)
-            if not block:
-                raise MemberChanged(f"{member.name} shrank while it was read")
-            crc = zlib.crc32(block, crc)
-            at += len(block)
-            left -= len(block)
-            if tick is not None and at % TICK_BYTES == 0:
-                tick()
+        crc = _crc_of(fd, member, tick)
         if rewritten(os.fstat(fd), member, before):  # (meanwhile: the CRC of neither)
             raise MemberChanged(f"{member.name} was rewritten while its CRC-32 was read")
     finally:

@@ -337,6 +337,33 @@ def test_every_range_of_the_zip_is_the_slice_of_the_whole(tree: Path) -> None:
                 assert archive_bytes(tree, layout, a, b) == whole[a:b], (a, b)
 
 
+def test_a_large_zip_member_rewritten_with_its_date_put_back_is_refused(tree: Path) -> None:
+    """A large member's bytes go by ``sendfile`` after its CRC-32 was read: one rewritten in place
+    at the same size with its modification time put back (``cp -p``, ``rsync --inplace -t``,
+    ``touch -r``) went out with the old CRC, a zip of the announced length that ``unzip``
+    rejects (a review). Its change time moved: its CRC is read again before it goes, and a
+    mismatch is refused; a ``chmod`` alone (its bytes the same) is sent."""
+    layout = walk(str(tree), "photos", str(tree.parent), dotfiles=False, kind=ZipLayout)
+    index = {m.name: i for i, m in enumerate(layout.members)}
+    _tree.member_crc(str(tree), layout, index["photos/sub/b.bin"])
+    span = next(
+        s
+        for s in layout.spans(0, layout.length)
+        if (m := layout.body_of(s[0])) and m.name == "photos/sub/b.bin"
+    )
+    large = tree / "sub" / "b.bin"
+    os.chmod(large, 0o600)  # (its change time moves, not its bytes)
+    kept = piece(str(tree), layout, *span)
+    assert kept.fd is not None
+    os.close(kept.fd)
+    st = large.stat()
+    with open(large, "r+b") as f:
+        f.write(b"rewritten")
+    os.utime(large, ns=(st.st_atime_ns, st.st_mtime_ns))  # (its date put back)
+    with pytest.raises(MemberChanged):
+        piece(str(tree), layout, *span)
+
+
 def test_a_zip_past_4_gib_takes_zip64_fields(tmp_path: Path) -> None:
     top = tmp_path / "big"
     top.mkdir()
