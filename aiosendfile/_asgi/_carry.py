@@ -22,8 +22,10 @@ The messages (ASGI spec, "Extensions"):
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -95,7 +97,7 @@ def _pathsend(message: Any) -> FileBody:
         path = message["path"]
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise TypeError(f"pathsend 'path' must be a path, not {type(path).__name__}")
-        file = open(path, "rb", buffering=0)  # noqa: SIM115 - FileBody.close closes it
+        file = io.FileIO(_open_regular(path), "rb")
     try:
         parts = message.get(_PARTS)
         if parts is not None:
@@ -112,6 +114,28 @@ def _pathsend(message: Any) -> FileBody:
         file.close()
         raise
     return FileBody(file, ranges, closing, _length(ranges, closing), False, True, None)
+
+
+#: (``O_NONBLOCK``: a FIFO's open does not wait for a writer, on the loop)
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _open_regular(path: str | bytes | os.PathLike[Any]) -> int:
+    """*path* opened to be read, without waiting (a FIFO's open would wait for a writer, on the
+    loop, holding every connection): a descriptor of a regular file, else ``OSError`` (what
+    Starlette's ``FileResponse`` refuses too), nothing left open."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):  # (as open() says it)
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "pathsend: not a regular file", os.fsdecode(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _zerocopysend(message: Any) -> FileBody:

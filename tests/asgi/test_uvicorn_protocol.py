@@ -13,6 +13,7 @@ apps against stock uvicorn, load and hostile clients are ``test_asgi_differentia
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -294,6 +295,43 @@ async def test_missing_file_and_misplaced_messages_are_app_errors(
     ]
     assert "Expected ASGI message 'http.response.start'" in str(errors[1].exc_info[1])  # type: ignore[index]
     assert "after response already completed" in str(errors[2].exc_info[1])  # type: ignore[index]
+
+
+async def test_a_path_that_is_no_regular_file_is_an_app_error_that_holds_nothing(
+    proto: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``pathsend`` of a FIFO: its open waited on the loop for a writer, and every connection with
+    it (a review: another client's GET timed out until something opened the FIFO). It is opened
+    without waiting, and refused as no regular file, as Starlette's ``FileResponse`` refuses it.
+    (A writer opens the FIFO after 2 s, so that the old open would end.)"""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def writer_later() -> None:
+        threading.Event().wait(2)
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(start(10))
+        await send({"type": PATHSEND, "path": str(fifo)})
+
+    later = threading.Thread(target=writer_later, daemon=True)
+    later.start()
+    async with serve(routes({"/": app}), proto, "tcp", tmp_path) as site:
+        reader, writer = await site.open()
+        writer.write(request(b"/"))
+        reply = await read_to_eof(reader)
+        writer.close()
+    later.join()
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert reply.endswith(b"\r\n\r\n")
+    errors = [r for r in caplog.records if r.getMessage().startswith("Exception in ASGI application")]
+    assert [str(r.exc_info[1]) for r in errors if r.exc_info] == [
+        f"[Errno 22] pathsend: not a regular file: '{fifo}'"
+    ]
 
 
 # -- the transport: flow control, settings restored, slow and vanishing peers ----------------------
