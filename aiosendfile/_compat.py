@@ -50,6 +50,8 @@ aiohttp (``aiohttp/http_writer.py``, ``aiohttp/web_response.py``, ``aiohttp/web_
   * :func:`take_buffered_headers`: ``StreamWriter._headers_buf``, ``StreamWriter._headers_written``.
   * :func:`keep_headers_buffered`: ``StreamResponse._send_headers_immediately`` (set on a subclass).
   * :func:`turn_off_compression`: ``StreamResponse._compression`` (written).
+  * :func:`compresses`: ``StreamResponse._compression_force`` and ``web_response.CONTENT_CODINGS``
+    (read: whether ``enable_compression()`` compresses for a request).
   * :func:`skip_length_check`: ``StreamResponse._length_check`` (written).
   * :func:`route_static_requests`: ``StaticResource._handle`` (overridden in a subclass).
 Django (``django/http/response.py``, ``django/core/handlers/asgi.py``)
@@ -96,6 +98,7 @@ __all__ = (
     "tls_shutting_down",
     "tls_socket_transport",
     "turn_off_compression",
+    "compresses",
 )
 
 
@@ -133,6 +136,8 @@ RELIED_ON: tuple[Internal, ...] = tuple(
         ("aiohttp", "aiohttp StreamWriter", "_headers_written"),
         ("aiohttp", "aiohttp.web.StreamResponse", "_send_headers_immediately"),
         ("aiohttp", "aiohttp.web.StreamResponse", "_compression"),
+        ("aiohttp", "aiohttp.web.StreamResponse", "_compression_force"),
+        ("aiohttp", "aiohttp.web_response", "CONTENT_CODINGS"),
         ("aiohttp", "aiohttp.web.StreamResponse", "_length_check"),
         ("aiohttp", "aiohttp.web.StaticResource", "_handle"),
         ("ssl", "ssl.SSLSocket", "_sslobj"),
@@ -500,6 +505,28 @@ def turn_off_compression(response: Any) -> None:
     public ``compression`` property would say so (the test catches it first).
     """
     response._compression = False
+
+
+def compresses(response: Any, request: Any) -> bool:
+    """Whether aiohttp will compress *response*'s body for *request*: ``enable_compression()``
+    was called, and (``StreamResponse._start_compression``, 3.14.5) its forced coding, else the
+    first of ``web_response.CONTENT_CODINGS`` named in ``Accept-Encoding``, is not identity.
+    Missing (renamed): taken as compressing whenever it is enabled (a range then gets the whole
+    file, as before; the test catches it first)."""
+    if not response.compression:
+        return False
+    try:
+        from aiohttp.web_response import CONTENT_CODINGS
+    except ImportError:
+        return True
+    force = getattr(response, "_compression_force", None)
+    if force:
+        return bool(force.value != "identity")
+    accept = request.headers.get("Accept-Encoding", "").lower()
+    for value in CONTENT_CODINGS:
+        if value in accept:
+            return value != "identity"
+    return False
 
 
 def skip_length_check(response: Any) -> None:

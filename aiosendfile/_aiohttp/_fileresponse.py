@@ -80,7 +80,7 @@ class FileResponse(web.StreamResponse):
             request.method,
             b"",
             headers=request.headers,
-            ranges_ok=not self.compression,
+            ranges_ok=not _compat.compresses(self, request),
             content_type=self.headers.get(hdrs.CONTENT_TYPE),
         )
         with respond(req, self._located, self._policy) as answer:

@@ -620,3 +620,39 @@ async def test_what_the_server_may_not_read_is_forbidden(
     finally:
         for name in ("my_dir", "my_tunnel"):
             (tmp_path / name).chmod(0o700)
+
+
+@pytest.mark.parametrize("accept", [None, "identity", "gzip", "forced"])
+async def test_compression_enabled_ignores_a_range_only_when_it_compresses(
+    tmp_path: Path, serve: Any, accept: str | None
+) -> None:
+    """``enable_compression()`` compresses only for a client that accepts a coding (or one forced):
+    a range is ignored for such a body alone, as docs/aiohttp.md says. A client that accepts none
+    got the whole file, not its range (a review: a resumed download started again from byte 0),
+    where stock aiohttp answers 206."""
+    from aiohttp.web import ContentCoding
+
+    data = pattern(300_000)
+    (tmp_path / "f.bin").write_bytes(data)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = sf.FileResponse(tmp_path / "f.bin")
+        response.enable_compression(ContentCoding.gzip if accept == "forced" else None)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/f", handler)
+    server = await serve(app)
+    headers = {"Range": "bytes=100-199"}
+    if accept not in (None, "forced"):
+        headers["Accept-Encoding"] = accept
+    async with (
+        ClientSession(auto_decompress=False, skip_auto_headers=("Accept-Encoding",)) as session,
+        session.get(server.make_url("/f"), headers=headers) as resp,
+    ):
+        body = await resp.read()
+        if accept in ("gzip", "forced"):
+            assert resp.status == 200
+            assert gzip.decompress(body) == data
+        else:
+            assert (resp.status, body) == (206, data[100:200])

@@ -50,6 +50,7 @@ STATIC = (
     "asyncio.sslproto",
     "uvloop.loop",
     "aiohttp.web.",
+    "aiohttp.web_response",
     "ssl.",
     "socket.",
     "django.",
