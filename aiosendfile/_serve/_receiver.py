@@ -145,15 +145,17 @@ class UploadReceiver:
         raw_path, query = split
         upload: Upload | FormUpload
         ask = None
+        interim = False  # a resumable creation's 104 would reach its client
         if engine.resumable is not None:
             ask = ask_of(method, raw_path.endswith(b"/"), query, upload_fields(head.fields), head.ctype)
+            interim = ask is not None and self._interim_reaches(ask, head, size)
             if (
                 ask is not None
                 and ask.complete
                 and method == b"PUT"
                 and ask.step == CREATE
                 and not ask.bad
-                and not self._interim_reaches(ask, head, size)
+                and not interim
             ):
                 # All of it in one request, and no 104 can tell the client where the upload is:
                 # it could never resume it. The field is ignored (as the draft lets a server do)
@@ -191,7 +193,7 @@ class UploadReceiver:
         except UploadRefused as exc:
             raise Stop(exc.status) from None
         r = self.receiving = Receiving(upload, size, head.mode, head.log(conn.reader.rules), method)
-        r.interim = ask is not None and self._interim_reaches(ask, head, size)
+        r.interim = interim
         if self._splice_may(r):  # no more reads through the transport: what follows this read is spliced
             r.zero_copy = self.splicing = True
             conn._update_reading()
