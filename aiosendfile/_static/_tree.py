@@ -277,13 +277,11 @@ def piece(
             return Piece(before, fd, None, first, last - first, after)
         check = (member, layout.crc_mtimes[part])  # (a zip's member part is its index)
         try:
-            st = os.fstat(fd)
-            if rewritten(st, member, check[1]) or (
-                # Changed since the walk, its date aside (a chmod; or a rewrite with its date put
-                # back: cp -p, touch -r): its CRC-32 read again, before its bytes go.
-                st.st_ctime_ns != member.ctime_ns and _crc_of(fd, member, tick) != crc
-            ):
-                raise MemberChanged(f"{member.name} was rewritten since its CRC-32 was read")
+            sent_as_read(fd, check)  # (and again once its bytes are sent)
+            # Changed since the walk, its date aside (a chmod; or a rewrite with its date put
+            # back: cp -p, touch -r): its CRC-32 read again, before its bytes go.
+            if os.fstat(fd).st_ctime_ns != member.ctime_ns and _crc_of(fd, member, tick) != crc:
+                raise MemberChanged(f"{member.name} was rewritten (its date put back) since its CRC-32 read")
         except BaseException:
             os.close(fd)
             raise
