@@ -130,11 +130,10 @@ def _straight(
         return None
     if out_fd is None or transport.is_closing() or transport.get_write_buffer_size():
         return None
-    protocol = transport.get_protocol()
-    if isinstance(protocol, (TransportLease, *_compat.tls_protocol_types())):
-        return None  # another transfer holds it; or TLS now runs over it (start_tls)
-    if _compat.asyncio_sendfile_holds(transport):
-        return None  # (asyncio's own loop.sendfile sends on it: the general path refuses)
+    if TransportLease.held_on(transport):
+        return None  # another transfer holds it (ours, or asyncio's own loop.sendfile)
+    if isinstance(transport.get_protocol(), _compat.tls_protocol_types()):
+        return None  # TLS now runs over it (start_tls)
     if not _is_os_file(file) or file.closed or not file.readable() or type(offset) is not int:
         return None
     if type(max_chunk) is not int or max_chunk <= 0:
