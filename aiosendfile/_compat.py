@@ -81,6 +81,7 @@ __all__ = (
     "acceptor",
     "adopts_descriptors",
     "asyncio_sendfile_holds",
+    "compresses",
     "defuse_py310_tls_resume",
     "keep_headers_buffered",
     "native_transport_types",
@@ -98,7 +99,6 @@ __all__ = (
     "tls_shutting_down",
     "tls_socket_transport",
     "turn_off_compression",
-    "compresses",
 )
 
 

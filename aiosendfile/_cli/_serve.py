@@ -11,6 +11,7 @@ anything starts), prints the banner and runs the engine in this process
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import sys
 from typing import Any
@@ -88,8 +89,8 @@ def _users(args: argparse.Namespace) -> tuple[tuple[bytes, Any], ...]:
 NO_HARD_LIMIT = 1 << 20
 
 
-def raise_open_file_limit() -> int:
-    """The soft ``RLIMIT_NOFILE`` raised to the hard one (workers inherit it); what it is now.
+def raise_open_file_limit() -> None:
+    """The soft ``RLIMIT_NOFILE`` raised to the hard one (workers inherit it).
 
     A server's connections, the files it sends and an archive's batch of files each take a
     descriptor, and the soft limit most systems give, 1,024, is a few hundred clients; the hard
@@ -99,16 +100,12 @@ def raise_open_file_limit() -> int:
     try:
         import resource
     except ImportError:  # (not on this system)
-        return -1
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = NO_HARD_LIMIT if hard == resource.RLIM_INFINITY else hard
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return soft
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    except (OSError, ValueError):
-        return soft
-    return wanted
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _is_loopback(host: str) -> bool:
