@@ -89,6 +89,15 @@ def append_to(path: Path) -> None:
         f.write(b"appended meanwhile" * 1000)
 
 
+def open_under(path: Path) -> int:
+    """How many descriptors of this process (the in-process server's) name *path* or lie under it."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(str(path))
+    return found
+
+
 async def get(site: ServeSite, target: str, extra: str = "", method: str = "GET") -> Any:
     reader, writer = await site.open()
     try:
@@ -499,14 +508,6 @@ async def test_a_connection_lost_while_files_are_opened_leaves_none_open(
 
     monkeypatch.setattr(_archive_body, "piece", slow_piece)
 
-    def open_in_tree() -> list[str]:
-        found = []
-        for fd in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/self/fd/{fd}").startswith(str(many)):
-                    found.append(fd)
-        return found
-
     async with serve_site(tree, show_index=True, archives=True) as site:
         _, writer = await site.open()
         writer.write(b"GET /photos/many/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -517,7 +518,7 @@ async def test_a_connection_lost_while_files_are_opened_leaves_none_open(
         (conn,) = engine()._engines[site.server].connections
         conn.transport.abort()
         writer.transport.abort()
-        await until(lambda: not open_in_tree(), timeout=10)
+        await until(lambda: not open_under(many), timeout=10)
         assert (await get(site, "/photos/many/?tar")).status == 200
 
 
@@ -542,11 +543,7 @@ async def test_a_client_gone_while_a_zips_crcs_are_read_frees_the_pool(
     _tree._crcs.clear()
 
     def reading() -> bool:
-        for fd in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/self/fd/{fd}") == str(top / "sparse.bin"):
-                    return True
-        return False
+        return open_under(top / "sparse.bin") > 0
 
     where = {"unix_path": str(tmp_path / "s.sock")} if over == "unix" else {}
     async with serve_site(tmp_path / "public", show_index=True, archives=True, **where) as site:
@@ -598,21 +595,14 @@ async def test_a_download_not_read_holds_few_files_open(tree: Path) -> None:
         with open(many / f"f{i:02}.bin", "wb") as f:
             f.truncate(1_000_000)
 
-    def open_in_tree() -> int:
-        found = 0
-        for fd in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                found += os.readlink(f"/proc/self/fd/{fd}").startswith(str(many))
-        return found
-
     async with serve_site(tree, show_index=True, archives=True) as site:
         _, writer = await site.open()
         try:
             writer.transport.pause_reading()
             writer.write(b"GET /photos/many/?tar HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            await until(lambda: open_in_tree() > 0, timeout=10)
+            await until(lambda: open_under(many) > 0, timeout=10)
             await asyncio.sleep(0.5)  # (the socket's buffers full: the body waits for the client)
-            assert 0 < open_in_tree() <= _archive_body.BATCH_OPEN
+            assert 0 < open_under(many) <= _archive_body.BATCH_OPEN
         finally:
             writer.transport.abort()
 
