@@ -25,13 +25,13 @@ from __future__ import annotations
 import errno
 import io
 import os
-import stat
 from dataclasses import dataclass
 from typing import IO, Any
 
 from .._api import sendfile
 from .._errors import ConnectionLostError
 from .._state import check_int
+from .._static._fs import REAL_FS, NotRegular
 
 __all__ = (
     "PATHSEND",
@@ -116,26 +116,18 @@ def _pathsend(message: Any) -> FileBody:
     return FileBody(file, ranges, closing, _length(ranges, closing), False, True, None)
 
 
-#: (``O_NONBLOCK``: a FIFO's open does not wait for a writer, on the loop)
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
-
-
 def _open_regular(path: str | bytes | os.PathLike[Any]) -> int:
     """*path* opened to be read, without waiting (a FIFO's open would wait for a writer, on the
-    loop, holding every connection): a descriptor of a regular file, else ``OSError`` (what
-    Starlette's ``FileResponse`` refuses too), nothing left open."""
-    fd = os.open(path, _OPEN_FLAGS)
+    loop, holding every connection): a descriptor of a regular file (the static core's own open,
+    ``_fs.RealFS.open_regular``), else ``OSError`` (what Starlette's ``FileResponse`` refuses too;
+    a folder, ``IsADirectoryError`` as ``open`` says it), nothing left open."""
+    name = os.fsdecode(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):  # (as open() says it)
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(path))
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "pathsend: not a regular file", os.fsdecode(path))
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return REAL_FS.open_regular(name, None, False)[0]
+    except NotRegular:
+        if os.path.isdir(name):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name) from None
+        raise OSError(errno.EINVAL, "pathsend: not a regular file", name) from None
 
 
 def _zerocopysend(message: Any) -> FileBody:
